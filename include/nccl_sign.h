@@ -1,0 +1,153 @@
+/*************************************************************************
+ * signlion: sign all-reduce for Distributed Lion.
+ *
+ * This is the public C ABI of libnccl-sign.so. It follows NCCL's conventions:
+ * every call returns an ncclResult_t, handles are opaque, configuration
+ * structs carry their size/magic/version and come with an _INITIALIZER macro,
+ * and arguments are checked at entry (ncclInvalidArgument plus a WARN log line
+ * that names the offending argument).
+ *
+ * Semantics shared by every sign collective (see docs/SEMANTICS.md):
+ *  - Each rank's vote for an element is the sign of its value: x > 0 votes +1,
+ *    x < 0 votes -1. Zero (+0, -0) and NaN are "zero" and follow the zero rule.
+ *  - op = ncclSignMajority: result is sign(sum of votes) in {-1, 0, +1}; a sum
+ *    of zero (a tie) follows the tie rule.
+ *  - op = ncclSignAverage: result is (float)(sum of votes) / (float)nranks,
+ *    rounded once to float, then converted to the output datatype with
+ *    round-to-nearest-even. Floating-point datatypes only.
+ *  - The result is written in the input datatype, identical on every rank.
+ ************************************************************************/
+#ifndef NCCL_SIGN_H_
+#define NCCL_SIGN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ncclResult_t and ncclDataType_t come from NCCL when its header is available
+ * (the normal case: frameworks already include it). A build without NCCL gets
+ * ABI-identical declarations of the two enums so the host-side API still works. */
+#if !defined(NCCL_SIGN_WITHOUT_NCCL) && defined(__has_include)
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#define NCCL_SIGN_HAVE_NCCL 1
+#endif
+#endif
+
+#ifndef NCCL_SIGN_HAVE_NCCL
+#ifndef NCCL_H_
+typedef enum {
+  ncclSuccess = 0,
+  ncclUnhandledCudaError = 1,
+  ncclSystemError = 2,
+  ncclInternalError = 3,
+  ncclInvalidArgument = 4,
+  ncclInvalidUsage = 5,
+  ncclRemoteError = 6,
+  ncclInProgress = 7,
+  ncclNumResults = 8
+} ncclResult_t;
+
+typedef enum {
+  ncclInt8 = 0, ncclChar = 0,
+  ncclUint8 = 1,
+  ncclInt32 = 2, ncclInt = 2,
+  ncclUint32 = 3,
+  ncclInt64 = 4,
+  ncclUint64 = 5,
+  ncclFloat16 = 6, ncclHalf = 6,
+  ncclFloat32 = 7, ncclFloat = 7,
+  ncclFloat64 = 8, ncclDouble = 8,
+  ncclBfloat16 = 9
+} ncclDataType_t;
+#endif
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version: NCCL_SIGN_VERSION_CODE == NCCL_SIGN_VERSION(MAJOR, MINOR, PATCH). */
+#define NCCL_SIGN_MAJOR 0
+#define NCCL_SIGN_MINOR 1
+#define NCCL_SIGN_PATCH 0
+#define NCCL_SIGN_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define NCCL_SIGN_VERSION_CODE NCCL_SIGN_VERSION(NCCL_SIGN_MAJOR, NCCL_SIGN_MINOR, NCCL_SIGN_PATCH)
+
+/* Returns the version of the loaded library as NCCL_SIGN_VERSION_CODE would
+ * spell it. Compare with the header's code to detect a mismatched install.
+ * Errors: ncclInvalidArgument when version is NULL. */
+ncclResult_t ncclSignGetVersion(int* version);
+
+/* A human-readable string for any ncclResult_t value (never NULL). */
+const char* ncclSignGetErrorString(ncclResult_t result);
+
+/* How the votes of all ranks are combined. */
+typedef enum {
+  ncclSignMajority = 0, /* sign(sum of votes): the majority vote ("mavo") */
+  ncclSignAverage = 1,  /* (sum of votes) / nranks, in [-1, 1] */
+  ncclSignNumOps = 2
+} ncclSignOp_t;
+
+/* What an input of zero (+0, -0, or NaN) votes. On the 1-bit wire a vote is a
+ * single bit, so zero must either be mapped onto a side or travel as a second
+ * bit plane (abstain). */
+typedef enum {
+  ncclSignZeroPositive = 0, /* zero votes +1 (the bit is "x is not negative"); default */
+  ncclSignZeroNegative = 1, /* zero votes -1 (the bit is "x is positive") */
+  ncclSignZeroAbstain = 2,  /* exact ternary mode: zero casts no vote; two planes travel */
+  ncclSignNumZeroRules = 3
+} ncclSignZeroRule_t;
+
+/* What a majority vote returns when the sum of votes is zero (possible for an
+ * even number of voters, or whenever zeros abstain). */
+typedef enum {
+  ncclSignTieZero = 0,     /* a tie yields 0: exact sign(sum); default */
+  ncclSignTiePositive = 1, /* a tie yields +1 (the result fits in one bit) */
+  ncclSignTieNegative = 2, /* a tie yields -1 (the result fits in one bit) */
+  ncclSignNumTieRules = 3
+} ncclSignTieRule_t;
+
+/* Algorithms of the sign all-reduce. Auto lets the cost model decide per call;
+ * SIGNLION_ALGO=ring|hd|allgather|fieldsum forces one from the environment. */
+typedef enum {
+  ncclSignAlgoAuto = 0,
+  ncclSignAlgoRing = 1,            /* reduce-scatter with growing width, then all-gather */
+  ncclSignAlgoHalvingDoubling = 2, /* recursive halving-doubling, folded for non powers of two */
+  ncclSignAlgoAllGather = 3,       /* all-gather of 1-bit votes, local vote */
+  ncclSignAlgoFieldSum = 4,        /* votes in narrow integer fields summed by a sum all-reduce */
+  ncclSignNumAlgos = 5
+} ncclSignAlgo_t;
+
+/* Communicator configuration. Always start from NCCL_SIGN_CONFIG_INITIALIZER,
+ * then set the fields you care about: size, magic and version let the library
+ * detect a struct from a different header version. */
+typedef struct ncclSignConfig_v1 {
+  size_t size;           /* sizeof(ncclSignConfig_t), set by the initializer */
+  unsigned int magic;    /* NCCL_SIGN_CONFIG_MAGIC, set by the initializer */
+  unsigned int version;  /* NCCL_SIGN_VERSION_CODE of the header used */
+  int algorithm;         /* ncclSignAlgo_t; ncclSignAlgoAuto by default */
+  int zeroRule;          /* ncclSignZeroRule_t; ncclSignZeroPositive by default */
+  int tieRule;           /* ncclSignTieRule_t; ncclSignTieZero by default */
+  int timeoutMs;         /* bound on any wait for a peer, ms; 0 = SIGNLION_TIMEOUT_MS (default 60000) */
+  const char* netPlugin; /* NCCL net plugin to carry host traffic: NULL = signlion's own,
+                            else a name ("foo" loads libnccl-net-foo.so) or a path */
+} ncclSignConfig_t;
+
+#define NCCL_SIGN_CONFIG_MAGIC 0x5349474eu /* "SIGN" */
+#define NCCL_SIGN_CONFIG_INITIALIZER                                                           \
+  {                                                                                            \
+    sizeof(ncclSignConfig_t), NCCL_SIGN_CONFIG_MAGIC, NCCL_SIGN_VERSION_CODE, ncclSignAlgoAuto, \
+        ncclSignZeroPositive, ncclSignTieZero, 0, NULL                                         \
+  }
+
+/* Checks a configuration the way a communicator will at creation, so callers
+ * can validate early. NULL is valid and means all defaults.
+ * Errors: ncclInvalidArgument (with a WARN naming the field) for a wrong
+ * size/magic/version or an out-of-range enum or timeout. */
+ncclResult_t ncclSignConfigCheck(const ncclSignConfig_t* config);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* NCCL_SIGN_H_ */

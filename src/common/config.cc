@@ -1,0 +1,93 @@
+#include "common/config.h"
+
+#include <strings.h>
+
+#include <string>
+
+#include "common/checks.h"
+#include "common/param.h"
+
+SIGNLION_STRING_PARAM(Algo, "ALGO", "auto")
+SIGNLION_PARAM(TimeoutMs, "TIMEOUT_MS", 60000)
+
+namespace signlion {
+
+namespace {
+struct AlgoName {
+  const char* name;
+  ncclSignAlgo_t algo;
+};
+constexpr AlgoName kAlgoNames[] = {
+    {"auto", ncclSignAlgoAuto},         {"ring", ncclSignAlgoRing},           {"hd", ncclSignAlgoHalvingDoubling},
+    {"halving_doubling", ncclSignAlgoHalvingDoubling}, {"allgather", ncclSignAlgoAllGather},
+    {"fieldsum", ncclSignAlgoFieldSum},
+};
+}  // namespace
+
+bool parseAlgoName(const char* name, ncclSignAlgo_t* algo) {
+  for (const auto& a : kAlgoNames) {
+    if (strcasecmp(name, a.name) == 0) {
+      *algo = a.algo;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* algoName(ncclSignAlgo_t algo) {
+  for (const auto& a : kAlgoNames)
+    if (a.algo == algo) return a.name;
+  return "unknown";
+}
+
+ncclResult_t resolveConfig(const ncclSignConfig_t* config, const char* caller, ResolvedConfig* out) {
+  ResolvedConfig r;
+  if (config != nullptr) {
+    ARGCHECK(config->size == sizeof(ncclSignConfig_t), caller, "config->size",
+             "%zu does not match sizeof(ncclSignConfig_t)=%zu; start from NCCL_SIGN_CONFIG_INITIALIZER", config->size,
+             sizeof(ncclSignConfig_t));
+    ARGCHECK(config->magic == NCCL_SIGN_CONFIG_MAGIC, caller, "config->magic",
+             "0x%x is not NCCL_SIGN_CONFIG_MAGIC; start from NCCL_SIGN_CONFIG_INITIALIZER", config->magic);
+    ARGCHECK(config->version / 100 == NCCL_SIGN_VERSION_CODE / 100, caller, "config->version",
+             "%u is from an incompatible header (library %d)", config->version, NCCL_SIGN_VERSION_CODE);
+    ARGCHECK(config->algorithm >= 0 && config->algorithm < ncclSignNumAlgos, caller, "config->algorithm",
+             "%d is not an ncclSignAlgo_t", config->algorithm);
+    ARGCHECK(config->zeroRule >= 0 && config->zeroRule < ncclSignNumZeroRules, caller, "config->zeroRule",
+             "%d is not an ncclSignZeroRule_t", config->zeroRule);
+    ARGCHECK(config->tieRule >= 0 && config->tieRule < ncclSignNumTieRules, caller, "config->tieRule",
+             "%d is not an ncclSignTieRule_t", config->tieRule);
+    ARGCHECK(config->timeoutMs >= 0, caller, "config->timeoutMs", "%d is negative", config->timeoutMs);
+    r.algorithm = static_cast<ncclSignAlgo_t>(config->algorithm);
+    r.zeroRule = static_cast<ncclSignZeroRule_t>(config->zeroRule);
+    r.tieRule = static_cast<ncclSignTieRule_t>(config->tieRule);
+    r.timeoutMs = config->timeoutMs;
+    r.netPlugin = config->netPlugin;
+  }
+  if (r.timeoutMs == 0) {
+    int64_t t = signlionParamTimeoutMs();
+    if (t <= 0 || t > (1ll << 31) - 1) {
+      WARN("%s: SIGNLION_TIMEOUT_MS=%lld is out of range (1..2^31-1)", caller, (long long)t);
+      return ncclInvalidArgument;
+    }
+    r.timeoutMs = static_cast<int>(t);
+  }
+  // The environment forces an algorithm over the config, as NCCL_ALGO does.
+  std::string env = signlionParamAlgo();
+  if (!env.empty() && strcasecmp(env.c_str(), "auto") != 0) {
+    ncclSignAlgo_t forced;
+    if (!parseAlgoName(env.c_str(), &forced)) {
+      WARN("%s: SIGNLION_ALGO=%s is not one of auto, ring, hd, allgather, fieldsum", caller, env.c_str());
+      return ncclInvalidArgument;
+    }
+    r.algorithm = forced;
+  }
+  *out = r;
+  return ncclSuccess;
+}
+
+}  // namespace signlion
+
+extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignConfigCheck(const ncclSignConfig_t* config) {
+  signlion::ResolvedConfig unused;
+  return signlion::resolveConfig(config, "ncclSignConfigCheck", &unused);
+}

@@ -1,0 +1,25 @@
+// Resolution of an ncclSignConfig_t into the settings a communicator runs with:
+// defaults filled in, SIGNLION_* overrides applied, every field validated.
+#pragma once
+
+#include "nccl_sign.h"
+
+namespace signlion {
+
+struct ResolvedConfig {
+  ncclSignAlgo_t algorithm = ncclSignAlgoAuto;
+  ncclSignZeroRule_t zeroRule = ncclSignZeroPositive;
+  ncclSignTieRule_t tieRule = ncclSignTieZero;
+  int timeoutMs = 0;  // 0 until resolved: SIGNLION_TIMEOUT_MS
+  const char* netPlugin = nullptr;
+};
+
+// Parses an algorithm name as accepted by SIGNLION_ALGO ("auto", "ring", "hd"
+// or "halving_doubling", "allgather", "fieldsum"). Returns false if unknown.
+bool parseAlgoName(const char* name, ncclSignAlgo_t* algo);
+const char* algoName(ncclSignAlgo_t algo);
+
+// config may be NULL (all defaults). `caller` names the API call in WARN lines.
+ncclResult_t resolveConfig(const ncclSignConfig_t* config, const char* caller, ResolvedConfig* out);
+
+}  // namespace signlion

@@ -1,0 +1,49 @@
+#include "common/param.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+#include "common/debug.h"
+
+namespace signlion {
+
+std::atomic<uint64_t> gParamEpoch{0};
+
+int64_t paramReadInt(const char* name, int64_t deflt) {
+  std::string var = std::string("SIGNLION_") + name;
+  const char* s = getenv(var.c_str());
+  if (s == nullptr || *s == '\0') return deflt;
+  errno = 0;
+  char* end = nullptr;
+  long long v = strtoll(s, &end, 0);
+  if (errno != 0 || end == s) {
+    WARN("Invalid value '%s' for %s, using default %lld", s, var.c_str(), (long long)deflt);
+    return deflt;
+  }
+  int64_t scale = 1;
+  switch (*end) {
+    case 'k': case 'K': scale = 1ll << 10; end++; break;
+    case 'm': case 'M': scale = 1ll << 20; end++; break;
+    case 'g': case 'G': scale = 1ll << 30; end++; break;
+    default: break;
+  }
+  if (*end != '\0') {
+    WARN("Invalid value '%s' for %s, using default %lld", s, var.c_str(), (long long)deflt);
+    return deflt;
+  }
+  INFO(kSubsysEnv, "%s set by environment to %lld", var.c_str(), v * scale);
+  return v * scale;
+}
+
+std::string paramReadString(const char* name, const char* deflt) {
+  std::string var = std::string("SIGNLION_") + name;
+  const char* s = getenv(var.c_str());
+  if (s == nullptr) return deflt ? deflt : "";
+  INFO(kSubsysEnv, "%s set by environment to %s", var.c_str(), s);
+  return s;
+}
+
+void paramResetCache() { gParamEpoch.fetch_add(1, std::memory_order_acq_rel); }
+
+}  // namespace signlion
