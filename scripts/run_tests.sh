@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds signlion and runs every test: the full CTest suite (unit, multirank,
+# plugin, netns; gpu tests skip without a device), then the unit tests again
+# under AddressSanitizer + UndefinedBehaviorSanitizer. README command (2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+BUILD=${BUILD:-build}
+BUILD_SAN=${BUILD_SAN:-build-asan}
+LOGDIR=$(mktemp -d)
+trap 'rm -rf "$LOGDIR"' EXIT
+
+summarize() {  # ctest log -> "passed failed skipped"
+  local log=$1 total failed skipped
+  total=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)
+  failed=$(sed -n 's/.* \([0-9]*\) tests failed out of.*/\1/p' "$log" | tail -1)
+  skipped=$(grep -c '\*\*\*Skipped\|Not Run (Disabled)' "$log" || true)
+  echo "$((total - failed - skipped)) $failed $skipped"
+}
+
+echo "== build ($BUILD) =="
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release
+cmake --build "$BUILD" -j "$JOBS"
+
+echo "== ctest ($BUILD) =="
+rc=0
+(cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 600) 2>&1 | tee "$LOGDIR/main.log" || rc=1
+
+echo "== build ($BUILD_SAN: address,undefined) =="
+cmake -S . -B "$BUILD_SAN" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIGNLION_SANITIZE=address,undefined \
+  -DSIGNLION_ENABLE_CUDA=OFF -DSIGNLION_BUILD_PERF=OFF
+cmake --build "$BUILD_SAN" -j "$JOBS"
+
+echo "== ctest ($BUILD_SAN, label unit) =="
+(cd "$BUILD_SAN" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --output-on-failure -j "$JOBS" -L unit --timeout 600) 2>&1 | tee "$LOGDIR/san.log" || rc=1
+
+read -r p1 f1 s1 < <(summarize "$LOGDIR/main.log")
+read -r p2 f2 s2 < <(summarize "$LOGDIR/san.log")
+echo
+echo "ctest ($BUILD): $p1 passed, $f1 failed, $s1 skipped"
+echo "ctest ($BUILD_SAN): $p2 passed, $f2 failed, $s2 skipped"
+echo "total: $((p1 + p2)) passed, $((f1 + f2)) failed, $((s1 + s2)) skipped"
+exit $rc

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages signlion needs to build and test. Idempotent:
+# when everything is already installed it changes nothing. Run as root.
+# CUDA 13 and NCCL come preinstalled under /usr/local/cuda and are optional.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git python3
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  iproute2 iperf3 procps
+  libucx-dev ucx-utils libibverbs-dev rdma-core
+  openmpi-bin libopenmpi-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "setup: done"
