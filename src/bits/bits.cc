@@ -1,0 +1,102 @@
+// Datatype facts, the run-time choice of implementation, and the fused
+// majority-to-datatype path.
+#include "bits/bits.h"
+
+#include <strings.h>
+
+#include <algorithm>
+#include <string>
+
+#include "common/debug.h"
+#include "common/param.h"
+
+SIGNLION_STRING_PARAM(BitsIsa, "BITS_ISA", "auto")
+
+namespace signlion {
+namespace bits {
+
+bool isVoteType(ncclDataType_t dt) {
+  return dt == ncclFloat32 || dt == ncclFloat16 || dt == ncclBfloat16 || dt == ncclInt8;
+}
+
+size_t typeSize(ncclDataType_t dt) {
+  switch (dt) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+const char* typeName(ncclDataType_t dt) {
+  switch (dt) {
+    case ncclInt8: return "int8";
+    case ncclUint8: return "uint8";
+    case ncclInt32: return "int32";
+    case ncclUint32: return "uint32";
+    case ncclInt64: return "int64";
+    case ncclUint64: return "uint64";
+    case ncclFloat16: return "half";
+    case ncclFloat32: return "float";
+    case ncclFloat64: return "double";
+    case ncclBfloat16: return "bfloat16";
+    default: return "unknown";
+  }
+}
+
+#if defined(__x86_64__)
+const Kernels& avx2KernelsUnchecked();  // kernels_avx2.cc
+
+const Kernels* avx2Kernels() {
+  __builtin_cpu_init();
+  bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return ok ? &avx2KernelsUnchecked() : nullptr;
+}
+#else
+const Kernels* avx2Kernels() { return nullptr; }
+#endif
+
+const Kernels& kernels() {
+  static const Kernels* chosen = [] {
+    std::string want = signlionParamBitsIsa();
+    const Kernels* avx2 = avx2Kernels();
+    const Kernels* k = &portableKernels();
+    if (strcasecmp(want.c_str(), "portable") == 0) {
+      k = &portableKernels();
+    } else if (strcasecmp(want.c_str(), "avx2") == 0) {
+      if (avx2 == nullptr) WARN("SIGNLION_BITS_ISA=avx2 but this CPU has no AVX2+F16C; using the portable kernels");
+      k = avx2 ? avx2 : k;
+    } else {
+      if (strcasecmp(want.c_str(), "auto") != 0)
+        WARN("SIGNLION_BITS_ISA=%s is not one of auto, portable, avx2; using auto", want.c_str());
+      if (avx2) k = avx2;
+    }
+    INFO(kSubsysBits, "vote kernels: %s", k->name);
+    return k;
+  }();
+  return *chosen;
+}
+
+void decideMajority(const Kernels& k, const Counts& c, int nranks, ncclSignZeroRule_t zero, ncclSignTieRule_t tie,
+                    size_t count, ncclDataType_t dt, void* dst) {
+  // 64 words of result planes = 4096 elements per tile: 1 KiB, stays in L1.
+  constexpr size_t kTileWords = 64;
+  uint64_t tile[2 * kTileWords];
+  int nplanes = majorityPlanes(nranks, zero, tie);
+  size_t nwords = numWords(count);
+  size_t esize = typeSize(dt);
+  for (size_t w0 = 0; w0 < nwords; w0 += kTileWords) {
+    size_t nw = std::min(kTileWords, nwords - w0);
+    Counts sub = c;
+    sub.pos += w0;
+    if (sub.neg) sub.neg += w0;
+    k.decideBits(sub, nranks, tie, tile, kTileWords, nw);
+    size_t first = w0 * kBlockElems;
+    size_t n = std::min(count - first, nw * kBlockElems);
+    k.unpack(tile, nplanes, kTileWords, n, dt, static_cast<char*>(dst) + first * esize);
+  }
+}
+
+}  // namespace bits
+}  // namespace signlion
