@@ -3,6 +3,8 @@
 // through an inline function. Only reached after bits.cc checked the CPU.
 #include <immintrin.h>
 
+#include <climits>
+#include <cstdint>
 #include <cstring>
 
 #include "bits/bits.h"
@@ -25,21 +27,31 @@ struct Masks64 {
   uint64_t pos, neg;
 };
 
-// 64 fp32 elements: valid = 0 < |u| <= inf, as integers so that DAZ/FTZ
-// settings of the caller's MXCSR cannot change a vote.
+// Which masks a zero rule needs: ZeroPositive only "negative", ZeroNegative
+// only "positive", Abstain both. Each is two signed compares on the raw bits
+// (integers, so DAZ/FTZ in the caller's MXCSR cannot change a vote):
+//   positive <=> 0 < bits <= +inf        negative <=> -0 < bits <= -inf
+// where NaN lies above infinity and -0 is the most negative integer.
+enum Need { kNeedNeg = 1, kNeedPos = 2, kNeedBoth = 3 };
+
+// Signed integer bounds of the "negative" range for each element type.
+constexpr int kF32NegInfInt = (int)0xff800000u, kF16NegInfInt = (int16_t)0xfc00u, kBf16NegInfInt = (int16_t)0xff80u;
+
+template <int kNeed>
 inline Masks64 classifyF32(const char* p) {
-  const V absMask = _mm256_set1_epi32(0x7fffffff), zero = _mm256_setzero_si256();
-  const V infPlus1 = _mm256_set1_epi32((int)kF32AbsInf + 1);
+  const V zero = _mm256_setzero_si256(), posHi = _mm256_set1_epi32((int)kF32AbsInf + 1);
+  const V negLo = _mm256_set1_epi32(INT32_MIN), negHi = _mm256_set1_epi32(kF32NegInfInt + 1);
   uint64_t pos = 0, neg = 0;
   for (int k = 0; k < 8; k++) {
     V u = loadu(p + 32 * k);
-    V a = _mm256_and_si256(u, absMask);
-    V valid = _mm256_and_si256(_mm256_cmpgt_epi32(a, zero), _mm256_cmpgt_epi32(infPlus1, a));
-    V sign = _mm256_cmpgt_epi32(zero, u);
-    uint64_t n = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(valid, sign)));
-    uint64_t q = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_andnot_si256(sign, valid)));
-    pos |= q << (8 * k);
-    neg |= n << (8 * k);
+    if (kNeed & kNeedPos) {
+      V m = _mm256_and_si256(_mm256_cmpgt_epi32(u, zero), _mm256_cmpgt_epi32(posHi, u));
+      pos |= (uint64_t)(uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(m)) << (8 * k);
+    }
+    if (kNeed & kNeedNeg) {
+      V m = _mm256_and_si256(_mm256_cmpgt_epi32(u, negLo), _mm256_cmpgt_epi32(negHi, u));
+      neg |= (uint64_t)(uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(m)) << (8 * k);
+    }
   }
   return {pos, neg};
 }
@@ -51,34 +63,35 @@ inline uint32_t movemask16x2(V m0, V m1) {
   return (uint32_t)_mm256_movemask_epi8(packed);
 }
 
-template <uint16_t kAbsInf>
+template <uint16_t kAbsInf, int kNegInfInt, int kNeed>
 inline Masks64 classify16(const char* p) {
-  const V absMask = _mm256_set1_epi16(0x7fff), zero = _mm256_setzero_si256();
-  const V infPlus1 = _mm256_set1_epi16((short)(kAbsInf + 1));
+  const V zero = _mm256_setzero_si256(), posHi = _mm256_set1_epi16((short)(kAbsInf + 1));
+  const V negLo = _mm256_set1_epi16(INT16_MIN), negHi = _mm256_set1_epi16((short)(kNegInfInt + 1));
   uint64_t pos = 0, neg = 0;
   for (int k = 0; k < 2; k++) {
-    V pm[2], nm[2];
-    for (int h = 0; h < 2; h++) {
-      V u = loadu(p + 64 * k + 32 * h);
-      V a = _mm256_and_si256(u, absMask);
-      V valid = _mm256_and_si256(_mm256_cmpgt_epi16(a, zero), _mm256_cmpgt_epi16(infPlus1, a));
-      V sign = _mm256_cmpgt_epi16(zero, u);
-      pm[h] = _mm256_andnot_si256(sign, valid);
-      nm[h] = _mm256_and_si256(valid, sign);
+    V u0 = loadu(p + 64 * k), u1 = loadu(p + 64 * k + 32);
+    if (kNeed & kNeedPos) {
+      V m0 = _mm256_and_si256(_mm256_cmpgt_epi16(u0, zero), _mm256_cmpgt_epi16(posHi, u0));
+      V m1 = _mm256_and_si256(_mm256_cmpgt_epi16(u1, zero), _mm256_cmpgt_epi16(posHi, u1));
+      pos |= (uint64_t)movemask16x2(m0, m1) << (32 * k);
     }
-    pos |= (uint64_t)movemask16x2(pm[0], pm[1]) << (32 * k);
-    neg |= (uint64_t)movemask16x2(nm[0], nm[1]) << (32 * k);
+    if (kNeed & kNeedNeg) {
+      V m0 = _mm256_and_si256(_mm256_cmpgt_epi16(u0, negLo), _mm256_cmpgt_epi16(negHi, u0));
+      V m1 = _mm256_and_si256(_mm256_cmpgt_epi16(u1, negLo), _mm256_cmpgt_epi16(negHi, u1));
+      neg |= (uint64_t)movemask16x2(m0, m1) << (32 * k);
+    }
   }
   return {pos, neg};
 }
 
+template <int kNeed>
 inline Masks64 classifyI8(const char* p) {
   const V zero = _mm256_setzero_si256();
   uint64_t pos = 0, neg = 0;
   for (int k = 0; k < 2; k++) {
     V x = loadu(p + 32 * k);
-    pos |= (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(x, zero)) << (32 * k);
-    neg |= (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(zero, x)) << (32 * k);
+    if (kNeed & kNeedPos) pos |= (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(x, zero)) << (32 * k);
+    if (kNeed & kNeedNeg) neg |= (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(zero, x)) << (32 * k);
   }
   return {pos, neg};
 }
@@ -97,7 +110,12 @@ void packT(const void* src, size_t count, ncclSignZeroRule_t rule, uint64_t* out
       out[stride + w] = m.neg;
     }
   };
-  for (size_t w = 0; w < full; w++) emit(w, Classify(s + w * kBlockElems * kSize), ~0ull);
+  for (size_t w = 0; w < full; w++) {
+    // Two blocks ahead: keeps more loads in flight than the hardware
+    // prefetcher alone on one core.
+    _mm_prefetch(s + (w + 4) * kBlockElems * kSize, _MM_HINT_T0);
+    emit(w, Classify(s + w * kBlockElems * kSize), ~0ull);
+  }
   size_t rest = count - full * kBlockElems;
   if (rest) {
     // Zero padding classifies as zero: neither mask bit, and `valid` clears
@@ -108,12 +126,22 @@ void packT(const void* src, size_t count, ncclSignZeroRule_t rule, uint64_t* out
   }
 }
 
-void pack(const void* src, ncclDataType_t dt, size_t count, ncclSignZeroRule_t rule, uint64_t* out, size_t stride) {
+template <int kNeed>
+void packNeed(const void* src, ncclDataType_t dt, size_t count, ncclSignZeroRule_t rule, uint64_t* out,
+              size_t stride) {
   switch (dt) {
-    case ncclFloat32: packT<classifyF32, 4>(src, count, rule, out, stride); break;
-    case ncclFloat16: packT<classify16<kF16AbsInf>, 2>(src, count, rule, out, stride); break;
-    case ncclBfloat16: packT<classify16<kBf16AbsInf>, 2>(src, count, rule, out, stride); break;
-    default: packT<classifyI8, 1>(src, count, rule, out, stride); break;
+    case ncclFloat32: packT<classifyF32<kNeed>, 4>(src, count, rule, out, stride); break;
+    case ncclFloat16: packT<classify16<kF16AbsInf, kF16NegInfInt, kNeed>, 2>(src, count, rule, out, stride); break;
+    case ncclBfloat16: packT<classify16<kBf16AbsInf, kBf16NegInfInt, kNeed>, 2>(src, count, rule, out, stride); break;
+    default: packT<classifyI8<kNeed>, 1>(src, count, rule, out, stride); break;
+  }
+}
+
+void pack(const void* src, ncclDataType_t dt, size_t count, ncclSignZeroRule_t rule, uint64_t* out, size_t stride) {
+  switch (rule) {
+    case ncclSignZeroPositive: packNeed<kNeedNeg>(src, dt, count, rule, out, stride); break;
+    case ncclSignZeroNegative: packNeed<kNeedPos>(src, dt, count, rule, out, stride); break;
+    default: packNeed<kNeedBoth>(src, dt, count, rule, out, stride); break;
   }
 }
 
