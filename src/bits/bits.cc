@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/checks.h"
 #include "common/debug.h"
 #include "common/param.h"
 
@@ -56,6 +57,15 @@ const Kernels* avx2Kernels() {
 #else
 const Kernels* avx2Kernels() { return nullptr; }
 #endif
+
+ncclResult_t checkVoteArgs(ncclDataType_t dt, int op, const char* caller) {
+  ARGCHECK(isVoteType(dt), caller, "datatype", "%d (%s) is not a vote type: use ncclFloat32, ncclFloat16, "
+           "ncclBfloat16 or ncclInt8", (int)dt, typeName(dt));
+  ARGCHECK(op >= 0 && op < ncclSignNumOps, caller, "op", "%d is not an ncclSignOp_t", op);
+  ARGCHECK(!(op == ncclSignAverage && dt == ncclInt8), caller, "datatype",
+           "ncclSignAverage needs a floating-point type; int8 cannot hold a fraction");
+  return ncclSuccess;
+}
 
 const Kernels& kernels() {
   static const Kernels* chosen = [] {

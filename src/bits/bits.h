@@ -53,6 +53,11 @@ bool isVoteType(ncclDataType_t dt);
 size_t typeSize(ncclDataType_t dt);
 const char* typeName(ncclDataType_t dt);
 
+// The datatype/op/rules check every sign collective runs at entry: a vote
+// type, an op in range, and a float type for ncclSignAverage. Logs a WARN
+// naming `caller` and the bad argument; returns ncclInvalidArgument.
+ncclResult_t checkVoteArgs(ncclDataType_t dt, int op, const char* caller);
+
 // A read-only counter: P, and M in the ternary mode (nullptr otherwise).
 struct Counts {
   const uint64_t* pos;

@@ -14,6 +14,7 @@
 
 #include "bits/bits.h"
 #include "bits/float16.h"
+#include "bits/local_vote.h"
 #include "bits/vote_reference.h"
 
 namespace signlion {
@@ -416,6 +417,64 @@ TEST(VoteAlgebra, IsaSelectionFollowsEnvironment) {
   if (isa && (std::string(isa) == "portable" || (std::string(isa) == "avx2" && avx2Kernels()))) {
     EXPECT_STREQ(k.name, isa);
   }
+}
+
+}  // namespace
+}  // namespace bits
+}  // namespace signlion
+
+namespace signlion {
+namespace bits {
+namespace {
+
+// voteLocally (the all-gather algorithm's last step) against the reference.
+TEST(LocalVote, MatchesReference) {
+  for (const Kernels* k : allKernels()) {
+    for (int n : {1, 2, 3, 4, 7, 16}) {
+      for (size_t count : {0, 1, 63, 64, 65, 5000}) {
+        for (ncclDataType_t dt : kTypes) {
+          std::vector<Bytes> in = randomInputs(n, count, dt, (uint32_t)(n * 1000 + count), 0);
+          for (ncclSignZeroRule_t zero : kZeroRules) {
+            for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+              if (op == ncclSignAverage && dt == ncclInt8) continue;
+              size_t nw = numWords(count);
+              std::vector<std::vector<uint64_t>> packed(n, std::vector<uint64_t>(2 * nw + 1));
+              std::vector<const uint64_t*> ptrs;
+              for (int r = 0; r < n; r++) {
+                k->pack(in[r].data(), dt, count, zero, packed[r].data(), nw);
+                ptrs.push_back(packed[r].data());
+              }
+              std::vector<uint64_t> scratch(localVoteScratchWords(n, count, zero) + 1, 0x77);
+              Bytes got(count * typeSize(dt));
+              voteLocally(*k, ptrs.data(), n, count, dt, op, zero, ncclSignTieZero, scratch.data(), got.data());
+              EXPECT_EQ(scratch.back(), 0x77u) << "scratch overrun";
+              ASSERT_EQ(firstMismatch(got, runReference(in, count, dt, op, zero, ncclSignTieZero)), std::string::npos)
+                  << k->name << " N=" << n << " count=" << count << " " << typeName(dt) << " zero=" << zero;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bits
+}  // namespace signlion
+
+namespace signlion {
+namespace bits {
+namespace {
+
+TEST(VoteArgs, RejectsWhatTheContractExcludes) {
+  for (ncclDataType_t dt : kTypes) EXPECT_EQ(checkVoteArgs(dt, ncclSignMajority, "test"), ncclSuccess);
+  EXPECT_EQ(checkVoteArgs(ncclFloat32, ncclSignAverage, "test"), ncclSuccess);
+  EXPECT_EQ(checkVoteArgs(ncclInt8, ncclSignAverage, "test"), ncclInvalidArgument);
+  EXPECT_EQ(checkVoteArgs(ncclFloat64, ncclSignMajority, "test"), ncclInvalidArgument);
+  EXPECT_EQ(checkVoteArgs(ncclInt32, ncclSignMajority, "test"), ncclInvalidArgument);
+  EXPECT_EQ(checkVoteArgs((ncclDataType_t)42, ncclSignMajority, "test"), ncclInvalidArgument);
+  EXPECT_EQ(checkVoteArgs(ncclFloat32, ncclSignNumOps, "test"), ncclInvalidArgument);
+  EXPECT_EQ(checkVoteArgs(ncclFloat32, -1, "test"), ncclInvalidArgument);
 }
 
 }  // namespace

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# README command (1): builds signlion (Release) and runs the main job: the vote
+# self-check and the vote-algebra micro-benchmark with its ratio summary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+BUILD=${BUILD:-build}
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release
+cmake --build "$BUILD" -j "$JOBS"
+echo
+"$BUILD"/examples/vote_selfcheck 8 1000003
+echo
+# 64M elements, as in docs/PERFORMANCE.md; BENCH_MIN_TIME trades time for noise.
+"$BUILD"/perf/bits_bench --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" --benchmark_color=false
