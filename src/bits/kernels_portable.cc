@@ -1,6 +1,7 @@
 // The portable implementation: plain uint64 words, one element at a time where
 // an element must be read or written. The AVX2 one must match it bit for bit.
 #include <cstring>
+#include <limits>
 
 #include "bits/bits.h"
 #include "bits/bitslice.h"
@@ -11,61 +12,56 @@ namespace signlion {
 namespace bits {
 namespace {
 
-// Sign bits of up to 64 elements starting at element `first`: pos / neg
-// masks; zero and NaN set neither.
-struct SignMasks {
-  uint64_t pos = 0, neg = 0;
+// Raw bits of one element as a signed integer, and the signed bounds that
+// classify it: positive <=> 0 < bits <= +inf, negative <=> -0 < bits <= -inf
+// (NaN lies beyond infinity, -0 is the most negative integer).
+template <typename Int, Int kPosInf, Int kNegInf>
+struct RawClass {
+  using type = Int;
+  static bool pos(Int x) { return x > 0 && x <= kPosInf; }
+  static bool neg(Int x) { return x > std::numeric_limits<Int>::min() && x <= kNegInf; }
+};
+using F32Class = RawClass<int32_t, (int32_t)kF32AbsInf, (int32_t)0xff800000u>;
+using F16Class = RawClass<int16_t, (int16_t)kF16AbsInf, (int16_t)0xfc00u>;
+using Bf16Class = RawClass<int16_t, (int16_t)kBf16AbsInf, (int16_t)0xff80u>;
+// int8: any non-zero value has a sign (-128 too: there is no -0 to exclude).
+struct I8Class {
+  using type = int8_t;
+  static bool pos(int8_t x) { return x > 0; }
+  static bool neg(int8_t x) { return x < 0; }
 };
 
-SignMasks classifyWord(const void* src, ncclDataType_t dt, size_t first, unsigned n) {
-  SignMasks m;
+template <typename Class>
+void packT(const void* src, size_t count, ncclSignZeroRule_t rule, uint64_t* out, size_t stride) {
+  using Int = typename Class::type;
   const char* base = static_cast<const char*>(src);
-  for (unsigned i = 0; i < n; i++) {
-    bool signBit, valid;
-    switch (dt) {
-      case ncclFloat32: {
-        uint32_t u;
-        memcpy(&u, base + 4 * (first + i), 4);
-        uint32_t a = u & 0x7fffffffu;
-        valid = a != 0 && a <= kF32AbsInf;
-        signBit = (u >> 31) != 0;
-        break;
-      }
-      case ncclFloat16:
-      case ncclBfloat16: {
-        uint16_t h;
-        memcpy(&h, base + 2 * (first + i), 2);
-        uint16_t a = h & 0x7fffu;
-        valid = a != 0 && a <= (dt == ncclFloat16 ? kF16AbsInf : kBf16AbsInf);
-        signBit = (h >> 15) != 0;
-        break;
-      }
-      default: {  // ncclInt8
-        int8_t x = static_cast<int8_t>(base[first + i]);
-        valid = x != 0;
-        signBit = x < 0;
-        break;
-      }
-    }
-    m.pos |= (uint64_t)(valid && !signBit) << i;
-    m.neg |= (uint64_t)(valid && signBit) << i;
-  }
-  return m;
-}
-
-void pack(const void* src, ncclDataType_t dt, size_t count, ncclSignZeroRule_t rule, uint64_t* out, size_t stride) {
   size_t nwords = numWords(count);
   for (size_t w = 0; w < nwords; w++) {
     unsigned n = (unsigned)(count - w * kBlockElems < kBlockElems ? count - w * kBlockElems : kBlockElems);
-    SignMasks m = classifyWord(src, dt, w * kBlockElems, n);
+    uint64_t pos = 0, neg = 0;
+    for (unsigned i = 0; i < n; i++) {
+      Int x;
+      memcpy(&x, base + sizeof(Int) * (w * kBlockElems + i), sizeof(Int));
+      pos |= (uint64_t)Class::pos(x) << i;
+      neg |= (uint64_t)Class::neg(x) << i;
+    }
     switch (rule) {
-      case ncclSignZeroPositive: out[w] = ~m.neg & lowBits(n); break;
-      case ncclSignZeroNegative: out[w] = m.pos; break;
+      case ncclSignZeroPositive: out[w] = ~neg & lowBits(n); break;
+      case ncclSignZeroNegative: out[w] = pos; break;
       default:
-        out[w] = m.pos;
-        out[stride + w] = m.neg;
+        out[w] = pos;
+        out[stride + w] = neg;
         break;
     }
+  }
+}
+
+void pack(const void* src, ncclDataType_t dt, size_t count, ncclSignZeroRule_t rule, uint64_t* out, size_t stride) {
+  switch (dt) {
+    case ncclFloat32: packT<F32Class>(src, count, rule, out, stride); break;
+    case ncclFloat16: packT<F16Class>(src, count, rule, out, stride); break;
+    case ncclBfloat16: packT<Bf16Class>(src, count, rule, out, stride); break;
+    default: packT<I8Class>(src, count, rule, out, stride); break;
   }
 }
 
@@ -105,29 +101,25 @@ void decideBits(const Counts& c, int nranks, ncclSignTieRule_t tie, uint64_t* ou
   }
 }
 
-void unpack(const uint64_t* planes, int nplanes, size_t stride, size_t count, ncclDataType_t dt, void* dst) {
+template <typename T>
+void unpackT(const uint64_t* planes, int nplanes, size_t stride, size_t count, T one, T minus, void* dst) {
   char* d = static_cast<char*>(dst);
   for (size_t j = 0; j < count; j++) {
     size_t w = j / kBlockElems;
     unsigned bit = (unsigned)(j % kBlockElems);
     bool pos = (planes[w] >> bit) & 1;
     bool neg = nplanes == 2 ? ((planes[stride + w] >> bit) & 1) : !pos;
-    switch (dt) {
-      case ncclFloat32: {
-        uint32_t v = pos ? kF32One : neg ? kF32MinusOne : 0;
-        memcpy(d + 4 * j, &v, 4);
-        break;
-      }
-      case ncclFloat16:
-      case ncclBfloat16: {
-        uint16_t one = dt == ncclFloat16 ? kF16One : kBf16One;
-        uint16_t minus = dt == ncclFloat16 ? kF16MinusOne : kBf16MinusOne;
-        uint16_t v = pos ? one : neg ? minus : 0;
-        memcpy(d + 2 * j, &v, 2);
-        break;
-      }
-      default: d[j] = (char)(pos ? kI8One : neg ? kI8MinusOne : 0); break;
-    }
+    T v = pos ? one : neg ? minus : T(0);
+    memcpy(d + sizeof(T) * j, &v, sizeof(T));
+  }
+}
+
+void unpack(const uint64_t* planes, int nplanes, size_t stride, size_t count, ncclDataType_t dt, void* dst) {
+  switch (dt) {
+    case ncclFloat32: unpackT<uint32_t>(planes, nplanes, stride, count, kF32One, kF32MinusOne, dst); break;
+    case ncclFloat16: unpackT<uint16_t>(planes, nplanes, stride, count, kF16One, kF16MinusOne, dst); break;
+    case ncclBfloat16: unpackT<uint16_t>(planes, nplanes, stride, count, kBf16One, kBf16MinusOne, dst); break;
+    default: unpackT<uint8_t>(planes, nplanes, stride, count, kI8One, kI8MinusOne, dst); break;
   }
 }
 
