@@ -36,6 +36,7 @@ void buildAllGather(Schedule* s) {
         return m;
       });
   for (Step& st : s->steps) {  // an empty message carries nothing: drop it
+    st.anyRankCommunicates = st.anyRankCommunicates && s->nblocks > 0;
     auto dropEmpty = [](auto& v) {
       for (size_t i = v.size(); i-- > 0;)
         if (v[i].range.empty()) v.erase(v.begin() + i);

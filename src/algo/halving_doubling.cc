@@ -51,12 +51,14 @@ void buildHalvingDoubling(Schedule* s) {
   fold.locals.push_back(packVotes(Buffer::kCounter, 0, s->nblocks));
   if (isExtra && !all.empty()) fold.sends.push_back(makeSend(r - f.p, Buffer::kCounter, all, s->counters, 1));
   if (isPartner && !all.empty()) fold.recvs.push_back(makeAddRecv(r + f.p, all, s->counters, 1, 1));
+  fold.anyRankCommunicates = f.extra > 0 && !all.empty();
   s->steps.push_back(fold);
 
   // Reduce-scatter by recursive halving. Before the step at distance d, rank q
   // holds pieces [q & ~(2d-1), +2d) summed over the ranks congruent to q mod 2d.
   for (int d = f.p / 2; d >= 1; d /= 2) {
     Step st;
+    st.anyRankCommunicates = !all.empty();
     if (!isExtra) {
       const int q = r, peer = q ^ d, base = q & ~(2 * d - 1);
       Range keep = pieces(base + (q & d), d), give = pieces(base + (peer & d), d);
@@ -74,6 +76,7 @@ void buildHalvingDoubling(Schedule* s) {
   s->steps.push_back(decideStep);
   for (int d = 1; d < f.p; d *= 2) {
     Step st;
+    st.anyRankCommunicates = !all.empty();
     if (!isExtra) {
       const int q = r, peer = q ^ d;
       Range mine = pieces(q & ~(d - 1), d), theirs = pieces(peer & ~(d - 1), d);
@@ -86,6 +89,7 @@ void buildHalvingDoubling(Schedule* s) {
   // Unfold: rank i hands the whole result to rank p+i.
   if (f.extra > 0) {
     Step unfold;
+    unfold.anyRankCommunicates = !all.empty();
     if (isPartner && !all.empty()) unfold.sends.push_back(makeResultSend(r + f.p, all, s->resultPlanes));
     if (isExtra && !all.empty()) unfold.recvs.push_back(makeStoreRecv(r - f.p, Buffer::kResult, all, s->resultPlanes));
     s->steps.push_back(unfold);

@@ -25,6 +25,7 @@ void appendRingPass(Schedule* s, int64_t units, int shift, Step first, SendFn ma
   for (int k = 0; k < n - 1; k++) {
     Step st = k == 0 ? std::move(first) : Step();
     Range out = shard(r + shift - k), in = shard(r + shift - 1 - k);
+    st.anyRankCommunicates = units > 0;  // every shard moves in every step
     if (!out.empty()) st.sends.push_back(makeSend(out, k));
     if (!in.empty()) st.recvs.push_back(makeRecv(in, k));
     s->steps.push_back(std::move(st));

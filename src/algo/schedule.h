@@ -125,6 +125,10 @@ struct Step {
   std::vector<Local> locals;
   std::vector<Send> sends;
   std::vector<Recv> recvs;
+  // Some rank of the communicator sends in this step. A step can be idle on
+  // this rank (an empty shard, a folded rank) and still cost a latency on the
+  // critical path; cost models count these.
+  bool anyRankCommunicates = false;
   int64_t bytesSent() const;
   int64_t bytesReceived() const;
   bool communicates() const { return !sends.empty() || !recvs.empty(); }

@@ -68,6 +68,10 @@ class Simulator {
       for (int r = 0; r < n_; r++)
         for (const Local& l : sch_[r].steps[i].locals) runLocal(r, l);
       checkHazards(i);
+      bool any = false;
+      for (int r = 0; r < n_; r++) any = any || !sch_[r].steps[i].sends.empty();
+      for (int r = 0; r < n_; r++)
+        ASSERT_EQ(sch_[r].steps[i].anyRankCommunicates, any) << "step " << i << " rank " << r;
       // Every send reads the state after the locals; then all receives apply.
       struct Delivery {
         int to;
