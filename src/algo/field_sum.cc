@@ -21,10 +21,7 @@ void buildFieldSum(Schedule* s) {
 
   auto words = [&](Range range, int64_t maxCount) {
     Send m;
-    m.peer = next;
-    m.buf = Buffer::kFields;
-    m.range = range;
-    m.planes = s->counters;
+    static_cast<Transfer&>(m) = planesTransfer(next, Buffer::kFields, range, s->counters);
     m.width = s->fieldBits;
     m.maxCount = maxCount;
     return m;

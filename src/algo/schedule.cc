@@ -32,29 +32,19 @@ Range shardRange(int64_t count, int parts, int i) {
   return out;
 }
 
-int64_t Step::bytesSent() const {
-  int64_t b = 0;
-  for (const Send& s : sends) b += s.bytes();
-  return b;
+namespace {
+template <class Items, class Fn>
+int64_t sumOf(const Items& items, Fn fn) {
+  int64_t total = 0;
+  for (const auto& item : items) total += fn(item);
+  return total;
 }
+}  // namespace
 
-int64_t Step::bytesReceived() const {
-  int64_t b = 0;
-  for (const Recv& r : recvs) b += r.bytes();
-  return b;
-}
-
-int64_t Schedule::bytesSent() const {
-  int64_t b = 0;
-  for (const Step& s : steps) b += s.bytesSent();
-  return b;
-}
-
-int64_t Schedule::bytesReceived() const {
-  int64_t b = 0;
-  for (const Step& s : steps) b += s.bytesReceived();
-  return b;
-}
+int64_t Step::bytesSent() const { return sumOf(sends, [](const Send& m) { return m.bytes(); }); }
+int64_t Step::bytesReceived() const { return sumOf(recvs, [](const Recv& m) { return m.bytes(); }); }
+int64_t Schedule::bytesSent() const { return sumOf(steps, [](const Step& s) { return s.bytesSent(); }); }
+int64_t Schedule::bytesReceived() const { return sumOf(steps, [](const Step& s) { return s.bytesReceived(); }); }
 
 int Schedule::messageSteps() const {
   int n = 0;
@@ -133,24 +123,26 @@ Recv makeAddRecv(int peer, Range range, int counters, int64_t incomingMax, int64
   return r;
 }
 
+Transfer planesTransfer(int peer, Buffer buf, Range range, int planes) {
+  Transfer t;
+  t.peer = peer;
+  t.buf = buf;
+  t.range = range;
+  t.planes = planes;
+  t.width = planes;
+  return t;
+}
+
 Recv makeStoreRecv(int peer, Buffer buf, Range range, int planes) {
   Recv r;
-  r.peer = peer;
-  r.buf = buf;
-  r.range = range;
-  r.planes = planes;
-  r.width = planes;
+  static_cast<Transfer&>(r) = planesTransfer(peer, buf, range, planes);
   r.op = RecvOp::kStore;
   return r;
 }
 
 Send makeResultSend(int peer, Range range, int resultPlanes) {
   Send s;
-  s.peer = peer;
-  s.buf = Buffer::kResult;
-  s.range = range;
-  s.planes = resultPlanes;
-  s.width = resultPlanes;
+  static_cast<Transfer&>(s) = planesTransfer(peer, Buffer::kResult, range, resultPlanes);
   return s;
 }
 

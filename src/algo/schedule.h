@@ -186,6 +186,8 @@ void buildAllGather(Schedule* s);
 void buildFieldSum(Schedule* s);
 
 // Helpers shared by the builders (schedule.cc).
+// A message of `planes` planes per unit (width = planes, maxCount 0).
+Transfer planesTransfer(int peer, Buffer buf, Range range, int planes);
 Send makeSend(int peer, Buffer buf, Range range, int counters, int64_t maxCount);
 Recv makeAddRecv(int peer, Range range, int counters, int64_t incomingMax, int64_t localMax);
 Recv makeStoreRecv(int peer, Buffer buf, Range range, int planes);

@@ -97,12 +97,12 @@ TEST(AlgoCostModel, BadInputsAreInvalidArguments) {
   EXPECT_EQ(chooseAlgorithm(0, 100, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, m, &out), ncclInvalidArgument);
   EXPECT_EQ(chooseAlgorithm(-3, 100, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, m, &out), ncclInvalidArgument);
   EXPECT_EQ(chooseAlgorithm(4, 100, OpSpec(), kAllAlgorithms, ncclSignNumAlgos, m, &out), ncclInvalidArgument);
-  EXPECT_EQ(chooseAlgorithm(4, 100, OpSpec(), kAllAlgorithms, static_cast<ncclSignAlgo_t>(-1), m, &out),
+  EXPECT_EQ(chooseAlgorithm(4, 100, OpSpec(), kAllAlgorithms, static_cast<ncclSignAlgo_t>(7), m, &out),
             ncclInvalidArgument);
   EXPECT_EQ(chooseAlgorithm(4, 100, OpSpec(), 0, ncclSignAlgoAuto, m, &out), ncclInvalidArgument);
   EXPECT_EQ(chooseAlgorithm(4, 100, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, m, nullptr), ncclInvalidArgument);
   OpSpec bad;
-  bad.op = static_cast<ncclSignOp_t>(9);
+  bad.op = ncclSignNumOps;
   EXPECT_EQ(chooseAlgorithm(4, 100, bad, kAllAlgorithms, ncclSignAlgoAuto, m, &out), ncclInvalidArgument);
   double us;
   EXPECT_EQ(m.predict(ncclSignAlgoAuto, 4, 100, OpSpec(), &us), ncclInvalidArgument);

@@ -561,11 +561,11 @@ TEST(AlgoSchedule, RejectsBadArguments) {
   OpSpec bad;
   bad.op = ncclSignNumOps;
   EXPECT_EQ(buildSchedule(ncclSignAlgoRing, 4, 0, 1, bad, &s), ncclInvalidArgument);
-  bad = OpSpec();
+  bad = OpSpec();  // out-of-range values stay inside the enums' value ranges (no UB)
   bad.zeroRule = ncclSignNumZeroRules;
   EXPECT_EQ(buildSchedule(ncclSignAlgoRing, 4, 0, 1, bad, &s), ncclInvalidArgument);
   bad = OpSpec();
-  bad.tieRule = static_cast<ncclSignTieRule_t>(-1);
+  bad.tieRule = ncclSignNumTieRules;
   EXPECT_EQ(buildSchedule(ncclSignAlgoRing, 4, 0, 1, bad, &s), ncclInvalidArgument);
 }
 
