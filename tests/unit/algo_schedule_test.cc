@@ -268,6 +268,10 @@ class Simulator {
     } else {
       EXPECT_EQ(snd.planes, s.counters * snd.width);
     }
+    const size_t len = static_cast<size_t>(elemEnd(snd.range) - elemBegin(snd.range));
+    p.a.reserve(len);
+    p.b.reserve(len);
+    p.codes.reserve(len);
     for (int64_t e = elemBegin(snd.range); e < elemEnd(snd.range); e++) {
       switch (snd.buf) {
         case Buffer::kCounter:
