@@ -1,0 +1,101 @@
+#include "algo/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "common/checks.h"
+#include "common/config.h"
+#include "common/param.h"
+
+SIGNLION_PARAM(CostAlphaNs, "COST_ALPHA_NS", 20000)
+SIGNLION_PARAM(CostBetaMBps, "COST_BETA_MBPS", 1250)
+SIGNLION_PARAM(CostGammaPs, "COST_GAMMA_PS", 10)
+
+namespace signlion {
+namespace algo {
+
+namespace {
+// A tunable that must be positive; anything else keeps the default.
+double positiveParam(int64_t value, const char* name, double deflt) {
+  if (value > 0) return static_cast<double>(value);
+  WARN("SIGNLION_%s=%lld must be positive; using the default", name, (long long)value);
+  return deflt;
+}
+}  // namespace
+
+CostModel::CostModel() {
+  params_.alphaUs = positiveParam(signlionParamCostAlphaNs(), "COST_ALPHA_NS", 20000) * 1e-3;
+  params_.betaBytesPerUs = positiveParam(signlionParamCostBetaMBps(), "COST_BETA_MBPS", 1250);  // MB/s == B/us
+  params_.gammaUsPerPlane = positiveParam(signlionParamCostGammaPs(), "COST_GAMMA_PS", 10) * 1e-6;
+}
+
+ncclResult_t CostModel::setMeasured(double alphaUs, double betaBytesPerUs) {
+  ARGCHECK(alphaUs >= 0 && std::isfinite(alphaUs), "CostModel::setMeasured", "alphaUs", "%g is not >= 0", alphaUs);
+  ARGCHECK(betaBytesPerUs > 0 && std::isfinite(betaBytesPerUs), "CostModel::setMeasured", "betaBytesPerUs",
+           "%g is not > 0", betaBytesPerUs);
+  params_.alphaUs = alphaUs;
+  params_.betaBytesPerUs = betaBytesPerUs;
+  INFO(kSubsysAlgo, "cost model: measured alpha %.2f us, beta %.1f MB/s", alphaUs, betaBytesPerUs);
+  return ncclSuccess;
+}
+
+double CostModel::predict(const Schedule& s) const {
+  double us = 0, receivedBits = 0;
+  for (const Step& st : s.steps) {
+    if (!st.anyRankCommunicates) continue;
+    int64_t bytes = std::max(st.bytesSent(), st.bytesReceived());
+    us += params_.alphaUs + static_cast<double>(bytes) / params_.betaBytesPerUs;
+    receivedBits += 8.0 * static_cast<double>(st.bytesReceived());
+  }
+  double elems = static_cast<double>(s.nblocks) * kBlockElems;
+  return us + params_.gammaUsPerPlane * (receivedBits + elems * (s.counters + s.resultPlanes));
+}
+
+ncclResult_t CostModel::predict(ncclSignAlgo_t algo, int nranks, uint64_t count, const OpSpec& spec,
+                                double* us) const {
+  ARGCHECK(us != nullptr, "CostModel::predict", "us", "must not be NULL");
+  Schedule s;
+  NCCLCHECK(buildSchedule(algo, nranks, 0, blocksForCount(count), spec, &s));
+  *us = predict(s);
+  return ncclSuccess;
+}
+
+ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, unsigned available,
+                             ncclSignAlgo_t requested, const CostModel& model, ncclSignAlgo_t* chosen) {
+  const char* fn = "chooseAlgorithm";
+  ARGCHECK(chosen != nullptr, fn, "chosen", "must not be NULL");
+  ARGCHECK(nranks >= 1, fn, "nranks", "%d < 1", nranks);
+  ARGCHECK(requested >= ncclSignAlgoAuto && requested < ncclSignNumAlgos, fn, "requested",
+           "%d is not an ncclSignAlgo_t", (int)requested);
+  ARGCHECK((available & kAllAlgorithms) != 0, fn, "available", "0x%x names no algorithm", available);
+  NCCLCHECK(checkOpSpec(spec, fn));
+  if (requested != ncclSignAlgoAuto) {
+    ARGCHECK(available & algoBit(requested), fn, "requested", "%s is forced but not available here (mask 0x%x)",
+             algoName(requested), available);
+    INFO(kSubsysAlgo, "nranks %d count %llu: %s (forced)", nranks, (unsigned long long)count, algoName(requested));
+    *chosen = requested;
+    return ncclSuccess;
+  }
+  ncclSignAlgo_t best = ncclSignAlgoAuto;
+  double bestUs = 0;
+  std::string all;
+  for (int a = ncclSignAlgoAuto + 1; a < ncclSignNumAlgos; a++) {
+    ncclSignAlgo_t algo = static_cast<ncclSignAlgo_t>(a);
+    if (!(available & algoBit(algo))) continue;
+    double us;
+    NCCLCHECK(model.predict(algo, nranks, count, spec, &us));
+    all += std::string(" ") + algoName(algo) + " " + std::to_string(us);
+    if (best == ncclSignAlgoAuto || us < bestUs) {
+      best = algo;
+      bestUs = us;
+    }
+  }
+  INFO(kSubsysAlgo, "nranks %d count %llu: chose %s (predicted us:%s)", nranks, (unsigned long long)count,
+       algoName(best), all.c_str());
+  *chosen = best;
+  return ncclSuccess;
+}
+
+}  // namespace algo
+}  // namespace signlion

@@ -1,0 +1,173 @@
+#include "algo/schedule.h"
+
+#include <algorithm>
+
+#include "common/checks.h"
+#include "common/config.h"
+
+namespace signlion {
+namespace algo {
+
+int counterWidth(int64_t maxCount) {
+  int w = 0;
+  for (uint64_t m = maxCount > 0 ? static_cast<uint64_t>(maxCount) : 0; m != 0; m >>= 1) w++;
+  return std::max(w, 1);
+}
+
+int countersPerValue(ncclSignZeroRule_t zeroRule) { return zeroRule == ncclSignZeroAbstain ? 2 : 1; }
+
+int resultPlanes(ncclSignOp_t op, ncclSignZeroRule_t zeroRule, ncclSignTieRule_t tieRule, int nranks) {
+  bool ternary = zeroRule == ncclSignZeroAbstain;
+  if (op == ncclSignAverage) return countersPerValue(zeroRule) * counterWidth(nranks);
+  if (tieRule != ncclSignTieZero) return 1;
+  bool tiePossible = ternary || nranks % 2 == 0;
+  return tiePossible ? 2 : 1;
+}
+
+Range shardRange(int64_t count, int parts, int i) {
+  int64_t q = count / parts, r = count % parts;
+  Range out;
+  out.begin = q * i + std::min<int64_t>(i, r);
+  out.end = out.begin + q + (i < r ? 1 : 0);
+  return out;
+}
+
+namespace {
+template <class Items, class Fn>
+int64_t sumOf(const Items& items, Fn fn) {
+  int64_t total = 0;
+  for (const auto& item : items) total += fn(item);
+  return total;
+}
+}  // namespace
+
+int64_t Step::bytesSent() const { return sumOf(sends, [](const Send& m) { return m.bytes(); }); }
+int64_t Step::bytesReceived() const { return sumOf(recvs, [](const Recv& m) { return m.bytes(); }); }
+int64_t Schedule::bytesSent() const { return sumOf(steps, [](const Step& s) { return s.bytesSent(); }); }
+int64_t Schedule::bytesReceived() const { return sumOf(steps, [](const Step& s) { return s.bytesReceived(); }); }
+
+int Schedule::messageSteps() const {
+  int n = 0;
+  for (const Step& s : steps) n += s.communicates() ? 1 : 0;
+  return n;
+}
+
+int64_t Schedule::maxRecvBytesPerStep() const {
+  int64_t m = 0;
+  for (const Step& s : steps) m = std::max(m, s.bytesReceived());
+  return m;
+}
+
+ncclResult_t checkOpSpec(const OpSpec& spec, const char* caller) {
+  ARGCHECK(spec.op >= 0 && spec.op < ncclSignNumOps, caller, "op", "%d is not an ncclSignOp_t", (int)spec.op);
+  ARGCHECK(spec.zeroRule >= 0 && spec.zeroRule < ncclSignNumZeroRules, caller, "zeroRule",
+           "%d is not an ncclSignZeroRule_t", (int)spec.zeroRule);
+  ARGCHECK(spec.tieRule >= 0 && spec.tieRule < ncclSignNumTieRules, caller, "tieRule",
+           "%d is not an ncclSignTieRule_t", (int)spec.tieRule);
+  return ncclSuccess;
+}
+
+ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nblocks, const OpSpec& spec,
+                           Schedule* out) {
+  const char* fn = "buildSchedule";
+  ARGCHECK(out != nullptr, fn, "out", "must not be NULL");
+  ARGCHECK(nranks >= 1, fn, "nranks", "%d < 1", nranks);
+  ARGCHECK(rank >= 0 && rank < nranks, fn, "rank", "%d is outside [0, %d)", rank, nranks);
+  ARGCHECK(nblocks >= 0, fn, "nblocks", "%lld is negative", (long long)nblocks);
+  ARGCHECK(algo > ncclSignAlgoAuto && algo < ncclSignNumAlgos, fn, "algo",
+           "%d is not a concrete algorithm (auto must be resolved first)", (int)algo);
+  NCCLCHECK(checkOpSpec(spec, fn));
+
+  Schedule s;
+  s.algo = algo;
+  s.nranks = nranks;
+  s.rank = rank;
+  s.nblocks = nblocks;
+  s.spec = spec;
+  s.counters = countersPerValue(spec.zeroRule);
+  s.resultPlanes = resultPlanes(spec.op, spec.zeroRule, spec.tieRule, nranks);
+  switch (algo) {
+    case ncclSignAlgoRing: detail::buildRing(&s); break;
+    case ncclSignAlgoHalvingDoubling: detail::buildHalvingDoubling(&s); break;
+    case ncclSignAlgoAllGather: detail::buildAllGather(&s); break;
+    case ncclSignAlgoFieldSum: detail::buildFieldSum(&s); break;
+    default: return ncclInternalError;  // excluded by the ARGCHECK above
+  }
+  TRACE(kSubsysAlgo, "schedule %s nranks %d rank %d nblocks %lld: %zu steps, %lld bytes sent", algoName(algo),
+        nranks, rank, (long long)nblocks, s.steps.size(), (long long)s.bytesSent());
+  *out = std::move(s);
+  return ncclSuccess;
+}
+
+namespace detail {
+
+Send makeSend(int peer, Buffer buf, Range range, int counters, int64_t maxCount) {
+  Send s;
+  s.peer = peer;
+  s.buf = buf;
+  s.range = range;
+  s.maxCount = maxCount;
+  s.width = counterWidth(maxCount);
+  s.planes = counters * s.width;
+  return s;
+}
+
+Recv makeAddRecv(int peer, Range range, int counters, int64_t incomingMax, int64_t localMax) {
+  Recv r;
+  static_cast<Transfer&>(r) = makeSend(peer, Buffer::kCounter, range, counters, incomingMax);
+  r.op = RecvOp::kAdd;
+  r.localMax = localMax;
+  r.localWidth = counterWidth(localMax);
+  r.resultMax = localMax + incomingMax;
+  r.resultWidth = counterWidth(r.resultMax);
+  return r;
+}
+
+Transfer planesTransfer(int peer, Buffer buf, Range range, int planes) {
+  Transfer t;
+  t.peer = peer;
+  t.buf = buf;
+  t.range = range;
+  t.planes = planes;
+  t.width = planes;
+  return t;
+}
+
+Recv makeStoreRecv(int peer, Buffer buf, Range range, int planes) {
+  Recv r;
+  static_cast<Transfer&>(r) = planesTransfer(peer, buf, range, planes);
+  r.op = RecvOp::kStore;
+  return r;
+}
+
+Send makeResultSend(int peer, Range range, int resultPlanes) {
+  Send s;
+  static_cast<Transfer&>(s) = planesTransfer(peer, Buffer::kResult, range, resultPlanes);
+  return s;
+}
+
+Local packVotes(Buffer dst, int slot, int64_t nblocks) {
+  Local l;
+  l.op = LocalOp::kPackVotes;
+  l.dst = dst;
+  l.slot = slot;
+  l.range = Range{0, nblocks};
+  l.maxCount = 1;
+  l.width = 1;
+  return l;
+}
+
+Local decide(Buffer src, Range range, int64_t maxCount, int width) {
+  Local l;
+  l.op = LocalOp::kDecide;
+  l.src = src;
+  l.dst = Buffer::kResult;
+  l.range = range;
+  l.maxCount = maxCount;
+  l.width = width;
+  return l;
+}
+
+}  // namespace detail
+}  // namespace algo
+}  // namespace signlion

@@ -1,0 +1,201 @@
+// A schedule of the sign all-reduce: for one rank of an N-rank communicator,
+// the list of steps it runs (what to pack, send, receive, add and decide), as
+// plain data. Executors (host, NCCL) move the bytes and call the bit kernels;
+// they never decide policy. docs/ALGORITHMS.md describes every algorithm.
+//
+// Units. Elements are grouped into blocks of 64; every range below is in
+// blocks (or, for the field-sum buffer, in 64-bit field words), and every
+// split happens at a block (word) boundary. A counter of width w over B blocks
+// is w bit-planes, plane-major, one uint64 per block per plane: 8*w*B bytes.
+// In ternary mode (ncclSignZeroAbstain) a counter value is a pair of counters
+// (P = #(+1), M = #(-1)), so a message carries 2*w planes.
+//
+// Step semantics, the same on every rank: a step first runs its `locals` in
+// order, then posts all its sends and receives together. Sends read the
+// buffer as it is after the locals; a receive's action (add, store, sum) may
+// run as soon as its data arrives, because within a step no rank writes a
+// range it sends. Step i of every rank matches step i of every other rank: a
+// send from a to b in step i has exactly one receive of b from a in step i,
+// with the same buffer, range and bytes. Transfers of zero bytes are omitted
+// (both sides agree on them), so a step may be empty on some ranks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "nccl_sign.h"
+
+namespace signlion {
+namespace algo {
+
+constexpr int kBlockElems = 64;  // elements per block (bits per plane word)
+
+// What is being reduced: the op and the two rules of nccl_sign.h.
+struct OpSpec {
+  ncclSignOp_t op = ncclSignMajority;
+  ncclSignZeroRule_t zeroRule = ncclSignZeroPositive;
+  ncclSignTieRule_t tieRule = ncclSignTieZero;
+};
+
+// The width rule: the fewest bits that hold any count in [0, maxCount]
+// (bit_width(maxCount), at least 1).
+int counterWidth(int64_t maxCount);
+
+// Counters per value: 1 in the binary modes, 2 (P and M) in ternary mode.
+int countersPerValue(ncclSignZeroRule_t zeroRule);
+
+// Planes per element of the decided result that is gathered:
+//  majority: 1 if a tie rule maps ties onto a side, else 2 (-1/0/+1) when a tie
+//            can happen (N even, or ternary), else 1;
+//  average:  the full count, width(N) planes (P) or 2*width(N) (P then M).
+int resultPlanes(ncclSignOp_t op, ncclSignZeroRule_t zeroRule, ncclSignTieRule_t tieRule, int nranks);
+
+// Blocks of 64 elements that hold `count` elements.
+inline int64_t blocksForCount(uint64_t count) { return static_cast<int64_t>((count + kBlockElems - 1) / kBlockElems); }
+
+// [begin, end) in the units of a buffer (blocks, or field words).
+struct Range {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool empty() const { return end <= begin; }
+};
+inline bool operator==(const Range& a, const Range& b) { return a.begin == b.begin && a.end == b.end; }
+
+// Shard i of `count` units split into `parts` contiguous, balanced shards
+// (the first count%parts shards are one unit longer). Empty when count < parts.
+Range shardRange(int64_t count, int parts, int i);
+
+// The buffers a schedule names. Every one covers the whole message.
+enum class Buffer : uint8_t {
+  kCounter,  // the accumulating counter: counters*width planes per block
+  kResult,   // the decided result: resultPlanes planes per block; the output
+  kVotes,    // gathered 1-bit vote vectors, one slot per origin rank (allgather)
+  kFields,   // field-sum words: counters planes of fieldWords words
+};
+
+enum class LocalOp : uint8_t {
+  kPackVotes,   // own input -> dst (kCounter, or kVotes slot `slot`): width 1, max 1
+  kPackFields,  // own input -> kFields: one fieldBits-wide field per element
+  kSumVotes,    // kCounter[range] = sum of all vote slots: max N
+  kDecide,      // kResult[range] = decide(src[range]); src is kCounter or kFields
+};
+
+struct Local {
+  LocalOp op;
+  Buffer src = Buffer::kCounter;  // kDecide: what is decided (else unused)
+  Buffer dst = Buffer::kCounter;  // what is written
+  int slot = 0;                   // kPackVotes into kVotes: the slot (own rank)
+  Range range;                    // blocks (all locals range over blocks)
+  int64_t maxCount = 0;           // max count of src (kDecide) or of dst after the op
+  int width = 0;                  // counterWidth(maxCount) (kFields: fieldBits)
+};
+
+enum class RecvOp : uint8_t {
+  kAdd,       // kCounter[range] += incoming counter (bit-sliced add)
+  kStore,     // copy into the buffer (kResult, or a kVotes slot)
+  kSumWords,  // kFields[range] += incoming words (integer uint64 sum, no carry across fields)
+};
+
+// One message. The payload is `planes` planes of range.size() words each,
+// plane-major (in ternary, the P planes then the M planes).
+struct Transfer {
+  int peer = -1;
+  Buffer buf = Buffer::kCounter;
+  int slot = 0;     // kVotes: the origin rank whose votes travel
+  Range range;      // blocks, or words for kFields
+  int planes = 0;   // 64-bit words per unit of range that travel
+  int width = 0;    // per-counter width of the payload (kCounter/kVotes: planes/counters)
+  int64_t maxCount = 0;  // max count of the payload (counters, votes, fields: per field)
+  int64_t bytes() const { return 8 * static_cast<int64_t>(planes) * range.size(); }
+};
+
+struct Send : Transfer {};
+
+struct Recv : Transfer {
+  RecvOp op = RecvOp::kStore;
+  // kAdd: the receiver's counter over `range` before and after the add.
+  int64_t localMax = 0;
+  int localWidth = 0;
+  int64_t resultMax = 0;
+  int resultWidth = 0;
+};
+
+struct Step {
+  std::vector<Local> locals;
+  std::vector<Send> sends;
+  std::vector<Recv> recvs;
+  // Some rank of the communicator sends in this step. A step can be idle on
+  // this rank (an empty shard, a folded rank) and still cost a latency on the
+  // critical path; cost models count these.
+  bool anyRankCommunicates = false;
+  int64_t bytesSent() const;
+  int64_t bytesReceived() const;
+  bool communicates() const { return !sends.empty() || !recvs.empty(); }
+};
+
+struct Schedule {
+  ncclSignAlgo_t algo = ncclSignAlgoAuto;
+  int nranks = 0;
+  int rank = 0;
+  int64_t nblocks = 0;
+  OpSpec spec;
+  int counters = 1;       // countersPerValue(spec.zeroRule)
+  int resultPlanes = 1;   // resultPlanes(...) for this N
+  // Scratch sizing: the largest count this rank's kCounter ever holds (over
+  // any range) and its width. kCounter needs counters*counterWidth planes.
+  int64_t counterMax = 0;
+  int counterWidth = 0;
+  int voteSlots = 0;      // kVotes slots (allgather: N, else 0)
+  // Field-sum only: field width, fields per word, words per counter plane.
+  int fieldBits = 0;
+  int fieldsPerWord = 0;
+  int64_t fieldWords = 0;
+  std::vector<Step> steps;
+
+  int64_t bytesSent() const;      // this rank, whole call
+  int64_t bytesReceived() const;
+  int messageSteps() const;       // steps in which this rank sends or receives
+  int64_t maxRecvBytesPerStep() const;  // staging space for one step's receives
+  // Bytes of each buffer this rank needs (uint64 words * 8).
+  int64_t counterBytes() const { return 8 * nblocks * counters * counterWidth; }
+  int64_t resultBytes() const { return 8 * nblocks * resultPlanes; }
+  int64_t votesBytes() const { return 8 * nblocks * counters * voteSlots; }
+  int64_t fieldsBytes() const { return 8 * fieldWords * counters; }
+};
+
+// Builds rank `rank`'s schedule of `algo` (a concrete algorithm, not Auto) for
+// a message of nblocks blocks. Every rank of the communicator must call it
+// with the same arguments but its own rank.
+// Errors: ncclInvalidArgument (with a WARN naming the argument) for nranks < 1,
+// rank outside [0, nranks), nblocks < 0, Auto or an unknown algorithm, or an
+// out-of-range op/zero rule/tie rule.
+ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nblocks, const OpSpec& spec,
+                           Schedule* out);
+
+// Checks an OpSpec's enums; `caller` names the API call in the WARN line.
+ncclResult_t checkOpSpec(const OpSpec& spec, const char* caller);
+
+namespace detail {
+// One builder per algorithm file. `s` arrives with the header fields filled
+// (algo, nranks, rank, nblocks, spec, counters, resultPlanes); the builder
+// appends steps and sets the scratch fields.
+void buildRing(Schedule* s);
+void buildHalvingDoubling(Schedule* s);
+void buildAllGather(Schedule* s);
+void buildFieldSum(Schedule* s);
+
+// Helpers shared by the builders (schedule.cc).
+// A message of `planes` planes per unit (width = planes, maxCount 0).
+Transfer planesTransfer(int peer, Buffer buf, Range range, int planes);
+Send makeSend(int peer, Buffer buf, Range range, int counters, int64_t maxCount);
+Recv makeAddRecv(int peer, Range range, int counters, int64_t incomingMax, int64_t localMax);
+Recv makeStoreRecv(int peer, Buffer buf, Range range, int planes);
+// The result of a kStore of the decided result: planes = resultPlanes.
+Send makeResultSend(int peer, Range range, int resultPlanes);
+Local packVotes(Buffer dst, int slot, int64_t nblocks);
+Local decide(Buffer src, Range range, int64_t maxCount, int width);
+}  // namespace detail
+
+}  // namespace algo
+}  // namespace signlion

@@ -1,0 +1,153 @@
+// algo/: the alpha-beta cost model and the choice of algorithm.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "algo/cost_model.h"
+#include "common/debug.h"
+#include "common/param.h"
+
+namespace signlion {
+namespace algo {
+namespace {
+
+int gWarns = 0;
+void warnCounter(int level, unsigned long, const char*, int, const char*, ...) {
+  if (level == kLogWarn) gWarns++;
+}
+// Counts WARN lines while alive.
+struct WarnCapture {
+  WarnCapture() {
+    gWarns = 0;
+    logSetSink(warnCounter);
+  }
+  ~WarnCapture() { logSetSink(nullptr); }
+  int count() const { return gWarns; }
+};
+
+ncclSignAlgo_t choose(int n, uint64_t count, const CostModel& model, ncclSignAlgo_t requested = ncclSignAlgoAuto,
+                      unsigned available = kAllAlgorithms) {
+  ncclSignAlgo_t out = ncclSignAlgoAuto;
+  EXPECT_EQ(chooseAlgorithm(n, count, OpSpec(), available, requested, model, &out), ncclSuccess);
+  return out;
+}
+
+TEST(AlgoCostModel, PredictIsAlphaBetaOverMessageSteps) {
+  CostModel m(CostParams{10.0, 1000.0, 0.0});
+  double us = 0;
+  // Ring, N = 4, 1000 blocks per shard: reduce-scatter widths 1, 2, 2, then
+  // three all-gather steps of 2 result planes: 88000 bytes in 6 steps.
+  ASSERT_EQ(m.predict(ncclSignAlgoRing, 4, 4000 * 64, OpSpec(), &us), ncclSuccess);
+  EXPECT_DOUBLE_EQ(us, 6 * 10.0 + 88000 / 1000.0);
+  // One rank: nothing travels.
+  ASSERT_EQ(m.predict(ncclSignAlgoHalvingDoubling, 1, 1 << 20, OpSpec(), &us), ncclSuccess);
+  EXPECT_EQ(us, 0.0);
+  // The compute term grows with the planes handled per element.
+  CostModel g(CostParams{0.0, 1e30, 1e-3});
+  double two = 0, sixteen = 0;
+  ASSERT_EQ(g.predict(ncclSignAlgoAllGather, 2, 6400, OpSpec(), &two), ncclSuccess);
+  ASSERT_EQ(g.predict(ncclSignAlgoAllGather, 16, 6400, OpSpec(), &sixteen), ncclSuccess);
+  EXPECT_GT(sixteen, two);
+}
+
+TEST(AlgoCostModel, DefaultChoices) {
+  unsetenv("SIGNLION_COST_ALPHA_NS");
+  unsetenv("SIGNLION_COST_BETA_MBPS");
+  unsetenv("SIGNLION_COST_GAMMA_PS");
+  paramResetCache();
+  CostModel m;
+  // Two ranks: one step of 1 bit per element beats everything, at any size.
+  for (uint64_t count : {uint64_t{1}, uint64_t{1000}, uint64_t{1} << 20, uint64_t{1} << 30})
+    EXPECT_EQ(choose(2, count, m), ncclSignAlgoAllGather) << count;
+  // Tiny messages on few ranks: the fewest message steps.
+  for (int n : {3, 4, 5, 6}) EXPECT_EQ(choose(n, 64, m), ncclSignAlgoAllGather) << n;
+  // Large messages: the fewest bits.
+  for (int n : {4, 8, 12, 16, 32}) {
+    ncclSignAlgo_t a = choose(n, uint64_t{1} << 28, m);
+    EXPECT_TRUE(a == ncclSignAlgoHalvingDoubling || a == ncclSignAlgoRing) << n << " " << a;
+  }
+  // Powers of two: halving-doubling sends fewer bits in fewer steps. Otherwise
+  // its fold sends the whole message twice more and the ring wins.
+  EXPECT_EQ(choose(16, uint64_t{1} << 28, m), ncclSignAlgoHalvingDoubling);
+  EXPECT_EQ(choose(12, uint64_t{1} << 28, m), ncclSignAlgoRing);
+  // Many ranks, tiny message: latency rules, halving-doubling has log N steps.
+  EXPECT_EQ(choose(64, 64, m), ncclSignAlgoHalvingDoubling);
+  // Only what is available is chosen.
+  EXPECT_EQ(choose(2, 1000, m, ncclSignAlgoAuto, algoBit(ncclSignAlgoFieldSum)), ncclSignAlgoFieldSum);
+  EXPECT_EQ(choose(16, uint64_t{1} << 28, m, ncclSignAlgoAuto, kAllAlgorithms & ~algoBit(ncclSignAlgoHalvingDoubling)),
+            ncclSignAlgoRing);
+}
+
+TEST(AlgoCostModel, ForcedAlgorithmIsRespected) {
+  CostModel m;
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum})
+    for (int n : {1, 2, 7, 16}) EXPECT_EQ(choose(n, 12345, m, a), a);
+  WarnCapture w;
+  ncclSignAlgo_t out;
+  EXPECT_EQ(chooseAlgorithm(4, 100, OpSpec(), algoBit(ncclSignAlgoRing), ncclSignAlgoFieldSum, m, &out),
+            ncclInvalidArgument);
+  EXPECT_EQ(w.count(), 1);
+}
+
+TEST(AlgoCostModel, BadInputsAreInvalidArguments) {
+  CostModel m;
+  ncclSignAlgo_t out;
+  WarnCapture w;
+  EXPECT_EQ(chooseAlgorithm(0, 100, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, m, &out), ncclInvalidArgument);
+  EXPECT_EQ(chooseAlgorithm(-3, 100, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, m, &out), ncclInvalidArgument);
+  EXPECT_EQ(chooseAlgorithm(4, 100, OpSpec(), kAllAlgorithms, ncclSignNumAlgos, m, &out), ncclInvalidArgument);
+  EXPECT_EQ(chooseAlgorithm(4, 100, OpSpec(), kAllAlgorithms, static_cast<ncclSignAlgo_t>(7), m, &out),
+            ncclInvalidArgument);
+  EXPECT_EQ(chooseAlgorithm(4, 100, OpSpec(), 0, ncclSignAlgoAuto, m, &out), ncclInvalidArgument);
+  EXPECT_EQ(chooseAlgorithm(4, 100, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, m, nullptr), ncclInvalidArgument);
+  OpSpec bad;
+  bad.op = ncclSignNumOps;
+  EXPECT_EQ(chooseAlgorithm(4, 100, bad, kAllAlgorithms, ncclSignAlgoAuto, m, &out), ncclInvalidArgument);
+  double us;
+  EXPECT_EQ(m.predict(ncclSignAlgoAuto, 4, 100, OpSpec(), &us), ncclInvalidArgument);
+  EXPECT_EQ(m.predict(ncclSignAlgoRing, 0, 100, OpSpec(), &us), ncclInvalidArgument);
+  EXPECT_EQ(w.count(), 9);
+}
+
+TEST(AlgoCostModel, ParamsAndMeasuredValuesOverrideDefaults) {
+  setenv("SIGNLION_COST_ALPHA_NS", "5000", 1);
+  setenv("SIGNLION_COST_BETA_MBPS", "12500", 1);
+  setenv("SIGNLION_COST_GAMMA_PS", "1", 1);
+  paramResetCache();
+  CostModel env;
+  EXPECT_DOUBLE_EQ(env.params().alphaUs, 5.0);
+  EXPECT_DOUBLE_EQ(env.params().betaBytesPerUs, 12500.0);
+  EXPECT_DOUBLE_EQ(env.params().gammaUsPerPlane, 1e-6);
+  {
+    WarnCapture w;
+    setenv("SIGNLION_COST_BETA_MBPS", "0", 1);
+    paramResetCache();
+    EXPECT_DOUBLE_EQ(CostModel().params().betaBytesPerUs, CostParams().betaBytesPerUs);
+    EXPECT_EQ(w.count(), 1);
+  }
+  unsetenv("SIGNLION_COST_ALPHA_NS");
+  unsetenv("SIGNLION_COST_BETA_MBPS");
+  unsetenv("SIGNLION_COST_GAMMA_PS");
+  paramResetCache();
+
+  CostModel m;
+  // A slow network with a huge latency: the fewest steps win even for 16 ranks
+  // and a mid-size message.
+  ASSERT_EQ(m.setMeasured(1e6, 1e6), ncclSuccess);
+  EXPECT_DOUBLE_EQ(m.params().alphaUs, 1e6);
+  EXPECT_EQ(choose(16, 1 << 16, m), ncclSignAlgoHalvingDoubling);
+  // No latency at all: bits alone decide, and 4 ranks prefer halving-doubling
+  // (2.5 bits per element) to the all-gather of votes (3).
+  ASSERT_EQ(m.setMeasured(0.0, 1.0), ncclSuccess);
+  EXPECT_EQ(choose(4, 1 << 20, m), ncclSignAlgoHalvingDoubling);
+  WarnCapture w;
+  EXPECT_EQ(m.setMeasured(-1.0, 100.0), ncclInvalidArgument);
+  EXPECT_EQ(m.setMeasured(1.0, 0.0), ncclInvalidArgument);
+  EXPECT_EQ(w.count(), 2);
+  EXPECT_DOUBLE_EQ(m.params().alphaUs, 0.0);  // unchanged by the failed calls
+}
+
+}  // namespace
+}  // namespace algo
+}  // namespace signlion

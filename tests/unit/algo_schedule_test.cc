@@ -1,0 +1,578 @@
+// algo/: every schedule, run by a simulated executor over N simulated ranks
+// that hold plain integer counts, must leave the reference result on every
+// rank; sends and receives must pair up; the wire cost must match DESIGN.md.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "algo/schedule.h"
+#include "common/config.h"
+
+namespace signlion {
+namespace algo {
+namespace {
+
+constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
+                                     ncclSignAlgoFieldSum};
+
+std::vector<Schedule> buildAll(ncclSignAlgo_t algo, int n, int64_t nblocks, const OpSpec& spec) {
+  std::vector<Schedule> all(n);
+  for (int r = 0; r < n; r++) EXPECT_EQ(buildSchedule(algo, n, r, nblocks, spec, &all[r]), ncclSuccess);
+  return all;
+}
+
+// The reference: sign or sum of the true votes, per element.
+int64_t referenceResult(const OpSpec& spec, int64_t sum) {
+  if (spec.op == ncclSignAverage) return sum;
+  if (sum > 0) return 1;
+  if (sum < 0) return -1;
+  return spec.tieRule == ncclSignTiePositive ? 1 : spec.tieRule == ncclSignTieNegative ? -1 : 0;
+}
+
+// Runs schedules step by step. Ranks hold per-element integers; the field
+// buffer holds real uint64 words so a carry between fields would show. Every
+// value that travels is checked against, and truncated to, its declared
+// width, so an under-declared width fails twice: here and in the result.
+class Simulator {
+ public:
+  Simulator(const std::vector<Schedule>& sch, const std::vector<std::vector<int>>& votes, int64_t count)
+      : sch_(sch), votes_(votes), count_(count) {
+    const Schedule& s0 = sch[0];
+    n_ = s0.nranks;
+    spec_ = s0.spec;
+    elems_ = s0.nblocks * kBlockElems;
+    ternary_ = s0.counters == 2;
+    ranks_.resize(n_);
+    for (RankState& st : ranks_) {
+      st.cP.assign(elems_, -1);
+      st.cM.assign(elems_, -1);
+      st.res.assign(elems_, 0);
+      st.hasRes.assign(elems_, 0);
+      st.vP.assign(s0.voteSlots, std::vector<int8_t>(elems_, -1));
+      st.vM = st.vP;
+      st.fields.assign(s0.fieldWords * s0.counters, 0);
+    }
+  }
+
+  // Returns false (with gtest failures) on any inconsistency.
+  void run() {
+    size_t nsteps = sch_[0].steps.size();
+    for (const Schedule& s : sch_) ASSERT_EQ(s.steps.size(), nsteps) << "ranks disagree on the step count";
+    for (size_t i = 0; i < nsteps; i++) {
+      for (int r = 0; r < n_; r++)
+        for (const Local& l : sch_[r].steps[i].locals) runLocal(r, l);
+      checkHazards(i);
+      bool any = false;
+      for (int r = 0; r < n_; r++) any = any || !sch_[r].steps[i].sends.empty();
+      for (int r = 0; r < n_; r++)
+        ASSERT_EQ(sch_[r].steps[i].anyRankCommunicates, any) << "step " << i << " rank " << r;
+      // Every send reads the state after the locals; then all receives apply.
+      struct Delivery {
+        int to;
+        size_t recv;
+        Payload data;
+      };
+      std::vector<Delivery> deliveries;
+      std::vector<std::vector<int>> used(n_);
+      for (int r = 0; r < n_; r++) used[r].assign(sch_[r].steps[i].recvs.size(), 0);
+      for (int r = 0; r < n_; r++) {
+        for (const Send& snd : sch_[r].steps[i].sends) {
+          ASSERT_TRUE(snd.peer >= 0 && snd.peer < n_ && snd.peer != r) << "step " << i << " rank " << r;
+          ASSERT_GT(snd.bytes(), 0) << "zero-byte send, step " << i << " rank " << r;
+          const auto& recvs = sch_[snd.peer].steps[i].recvs;
+          size_t j = 0;
+          for (; j < recvs.size(); j++) {
+            const Recv& rc = recvs[j];
+            if (!used[snd.peer][j] && rc.peer == r && rc.buf == snd.buf && rc.slot == snd.slot &&
+                rc.range == snd.range && rc.planes == snd.planes && rc.bytes() == snd.bytes())
+              break;
+          }
+          ASSERT_LT(j, recvs.size()) << "send of rank " << r << " to " << snd.peer << " in step " << i
+                                     << " has no matching receive";
+          used[snd.peer][j] = 1;
+          deliveries.push_back({snd.peer, j, read(r, snd)});
+        }
+      }
+      for (int r = 0; r < n_; r++)
+        for (size_t j = 0; j < used[r].size(); j++)
+          ASSERT_TRUE(used[r][j]) << "receive " << j << " of rank " << r << " in step " << i << " has no send";
+      for (const Delivery& d : deliveries) apply(d.to, sch_[d.to].steps[i].recvs[d.recv], d.data);
+    }
+  }
+
+  void checkResults() const {
+    for (int r = 0; r < n_; r++) {
+      int64_t bad = 0, first = -1;
+      for (int64_t e = 0; e < count_; e++) {
+        int64_t sum = 0;
+        for (int q = 0; q < n_; q++) sum += votes_[q][e];
+        int64_t want = referenceResult(spec_, sum);
+        bool ok = ranks_[r].hasRes[e] && decode(ranks_[r].res[e]) == want;
+        if (!ok && bad++ == 0) first = e;
+      }
+      EXPECT_EQ(bad, 0) << "rank " << r << ": " << bad << " wrong results, first at element " << first;
+    }
+  }
+
+ private:
+  struct RankState {
+    std::vector<int64_t> cP, cM;  // counter; -1 = never written
+    std::vector<uint64_t> res;    // result code, resultPlanes bits
+    std::vector<char> hasRes;
+    std::vector<std::vector<int8_t>> vP, vM;  // vote slots; -1 = never written
+    std::vector<uint64_t> fields;              // counters planes of fieldWords words
+  };
+  struct Payload {
+    std::vector<int64_t> a, b;  // counters, votes: P and M per element
+    std::vector<uint64_t> codes, words;
+  };
+
+  int64_t elemBegin(const Range& r) const { return std::min(r.begin * kBlockElems, elems_); }
+  int64_t elemEnd(const Range& r) const { return std::min(r.end * kBlockElems, elems_); }
+
+  // Checks 0 <= v <= maxCount and v < 2^width, then truncates to width bits.
+  int64_t fit(int64_t v, int64_t maxCount, int width, const char* what) const {
+    if (__builtin_expect(v >= 0 && v <= maxCount && v < (int64_t{1} << width), 1)) return v;
+    return misfit(v, maxCount, width, what);
+  }
+  __attribute__((noinline)) int64_t misfit(int64_t v, int64_t maxCount, int width, const char* what) const {
+    EXPECT_GE(v, 0) << what << ": value never written";
+    EXPECT_LE(v, maxCount) << what << ": count above the declared maximum";
+    EXPECT_LT(v, int64_t{1} << width) << what << ": count does not fit the declared width " << width;
+    return v & ((int64_t{1} << width) - 1);
+  }
+
+  int64_t packedP(int r, int64_t e) const { return e < count_ && votes_[r][e] > 0 ? 1 : 0; }
+  int64_t packedM(int r, int64_t e) const { return ternary_ && e < count_ && votes_[r][e] < 0 ? 1 : 0; }
+
+  uint64_t field(const RankState& st, int c, int64_t e) const {
+    const Schedule& s = sch_[0];
+    uint64_t w = st.fields[c * s.fieldWords + e / s.fieldsPerWord];
+    return (w >> ((e % s.fieldsPerWord) * s.fieldBits)) & ((uint64_t{1} << s.fieldBits) - 1);
+  }
+
+  uint64_t encode(int64_t p, int64_t m) const {
+    const Schedule& s = sch_[0];
+    if (spec_.op == ncclSignAverage) return ternary_ ? uint64_t(p) | uint64_t(m) << counterWidth(n_) : uint64_t(p);
+    int64_t sum = ternary_ ? p - m : 2 * p - n_;
+    int64_t d = referenceResult(spec_, sum);
+    if (s.resultPlanes == 1) {
+      EXPECT_NE(d, 0) << "a tie needs a second result plane, but resultPlanes is 1";
+      return d > 0 ? 1 : 0;
+    }
+    return (d > 0 ? 1 : 0) | (d < 0 ? 2 : 0);
+  }
+
+  int64_t decode(uint64_t code) const {
+    if (spec_.op == ncclSignAverage) {
+      if (!ternary_) return 2 * int64_t(code) - n_;
+      int w = counterWidth(n_);
+      return int64_t(code & ((uint64_t{1} << w) - 1)) - int64_t(code >> w);
+    }
+    if (sch_[0].resultPlanes == 1) return code & 1 ? 1 : -1;
+    return (code & 1) ? 1 : (code & 2) ? -1 : 0;
+  }
+
+  void runLocal(int r, const Local& l) {
+    RankState& st = ranks_[r];
+    const Schedule& s = sch_[r];
+    ASSERT_TRUE(l.range.begin >= 0 && l.range.end <= s.nblocks) << "local range outside the message";
+    if (l.op == LocalOp::kSumVotes) {
+      sumVotes(st, s, l);
+      return;
+    }
+    for (int64_t e = elemBegin(l.range); e < elemEnd(l.range); e++) {
+      switch (l.op) {
+        case LocalOp::kPackVotes:
+          if (l.dst == Buffer::kVotes) {
+            st.vP[l.slot][e] = static_cast<int8_t>(packedP(r, e));
+            st.vM[l.slot][e] = static_cast<int8_t>(packedM(r, e));
+          } else {
+            st.cP[e] = packedP(r, e);
+            st.cM[e] = packedM(r, e);
+          }
+          break;
+        case LocalOp::kPackFields:
+          for (int c = 0; c < s.counters; c++) {
+            uint64_t v = c == 0 ? packedP(r, e) : packedM(r, e);
+            st.fields[c * s.fieldWords + e / s.fieldsPerWord] |= v << ((e % s.fieldsPerWord) * s.fieldBits);
+          }
+          break;
+        case LocalOp::kSumVotes: break;  // below, slot by slot
+        case LocalOp::kDecide: {
+          int64_t p, m = 0;
+          if (l.src == Buffer::kFields) {
+            p = fit(int64_t(field(st, 0, e)), l.maxCount, l.width, "decided field P");
+            if (ternary_) m = fit(int64_t(field(st, 1, e)), l.maxCount, l.width, "decided field M");
+          } else {
+            p = fit(st.cP[e], l.maxCount, l.width, "decided counter P");
+            if (ternary_) m = fit(st.cM[e], l.maxCount, l.width, "decided counter M");
+          }
+          uint64_t code = encode(p, m);
+          EXPECT_LT(code, uint64_t{1} << s.resultPlanes) << "result does not fit resultPlanes";
+          st.res[e] = code;
+          st.hasRes[e] = 1;
+          break;
+        }
+      }
+    }
+  }
+
+  // Slot by slot, so the loops stay tight: this is N^2 work per element.
+  void sumVotes(RankState& st, const Schedule& s, const Local& l) {
+    const int64_t b = elemBegin(l.range), e = elemEnd(l.range);
+    std::vector<int64_t> p(e - b, 0), m(e - b, 0);
+    for (int q = 0; q < s.voteSlots; q++) {
+      int8_t lo = 1, hi = 0;
+      for (int64_t i = b; i < e; i++) {
+        int8_t vp = st.vP[q][i], vm = st.vM[q][i];
+        lo = std::min({lo, vp, vm});
+        hi = std::max({hi, vp, vm});
+        p[i - b] += vp;
+        m[i - b] += vm;
+      }
+      EXPECT_TRUE(b == e || (lo >= 0 && hi <= 1)) << "vote slot " << q << " incomplete or wider than 1 bit";
+    }
+    for (int64_t i = b; i < e; i++) {
+      st.cP[i] = fit(p[i - b], l.maxCount, l.width, "summed votes P");
+      st.cM[i] = ternary_ ? fit(m[i - b], l.maxCount, l.width, "summed votes M") : 0;
+    }
+  }
+
+  Payload read(int r, const Send& snd) {
+    const RankState& st = ranks_[r];
+    const Schedule& s = sch_[r];
+    Payload p;
+    if (snd.buf == Buffer::kFields) {
+      EXPECT_TRUE(snd.range.begin >= 0 && snd.range.end <= s.fieldWords) << "field range outside the message";
+      EXPECT_EQ(snd.planes, s.counters);
+      for (int c = 0; c < s.counters; c++)
+        for (int64_t w = snd.range.begin; w < snd.range.end; w++) {
+          for (int f = 0; f < s.fieldsPerWord; f++) {
+            int64_t e = w * s.fieldsPerWord + f;
+            if (e < elems_) fit(int64_t(field(st, c, e)), snd.maxCount, s.fieldBits, "sent field");
+          }
+          p.words.push_back(st.fields[c * s.fieldWords + w]);
+        }
+      return p;
+    }
+    EXPECT_TRUE(snd.range.begin >= 0 && snd.range.end <= s.nblocks) << "block range outside the message";
+    if (snd.buf == Buffer::kResult) {
+      EXPECT_EQ(snd.planes, s.resultPlanes);
+    } else {
+      EXPECT_EQ(snd.planes, s.counters * snd.width);
+    }
+    const size_t len = static_cast<size_t>(elemEnd(snd.range) - elemBegin(snd.range));
+    p.a.reserve(len);
+    p.b.reserve(len);
+    p.codes.reserve(len);
+    for (int64_t e = elemBegin(snd.range); e < elemEnd(snd.range); e++) {
+      switch (snd.buf) {
+        case Buffer::kCounter:
+        case Buffer::kVotes: {
+          const bool v = snd.buf == Buffer::kVotes;
+          int64_t P = v ? st.vP[snd.slot][e] : st.cP[e], M = v ? st.vM[snd.slot][e] : st.cM[e];
+          p.a.push_back(fit(P, snd.maxCount, snd.width, "sent P"));
+          p.b.push_back(ternary_ ? fit(M, snd.maxCount, snd.width, "sent M") : 0);
+          break;
+        }
+        case Buffer::kResult:
+          if (!st.hasRes[e]) ADD_FAILURE() << "rank " << r << " sends a result it does not have";
+          p.codes.push_back(st.res[e] & ((uint64_t{1} << snd.planes) - 1));
+          break;
+        case Buffer::kFields: break;
+      }
+    }
+    return p;
+  }
+
+  void apply(int r, const Recv& rc, const Payload& p) {
+    RankState& st = ranks_[r];
+    const Schedule& s = sch_[r];
+    if (rc.buf == Buffer::kFields) {
+      size_t i = 0;
+      for (int c = 0; c < s.counters; c++)
+        for (int64_t w = rc.range.begin; w < rc.range.end; w++, i++) {
+          uint64_t& dst = st.fields[c * s.fieldWords + w];
+          dst = rc.op == RecvOp::kSumWords ? dst + p.words[i] : p.words[i];
+        }
+      EXPECT_TRUE(rc.op == RecvOp::kSumWords || rc.op == RecvOp::kStore);
+      return;
+    }
+    EXPECT_EQ(rc.op, rc.buf == Buffer::kCounter ? RecvOp::kAdd : RecvOp::kStore);
+    if (rc.buf == Buffer::kCounter) {
+      EXPECT_LE(rc.resultWidth, s.counterWidth) << "counter scratch too narrow";
+      EXPECT_LE(rc.resultMax, s.counterMax);
+    }
+    size_t i = 0;
+    for (int64_t e = elemBegin(rc.range); e < elemEnd(rc.range); e++, i++) {
+      if (rc.buf == Buffer::kResult) {
+        st.res[e] = p.codes[i];
+        st.hasRes[e] = 1;
+      } else if (rc.buf == Buffer::kVotes) {
+        st.vP[rc.slot][e] = static_cast<int8_t>(p.a[i]);
+        st.vM[rc.slot][e] = static_cast<int8_t>(p.b[i]);
+      } else {
+        int64_t p0 = fit(st.cP[e], rc.localMax, rc.localWidth, "counter P before add");
+        st.cP[e] = fit(p0 + p.a[i], rc.resultMax, rc.resultWidth, "counter P after add");
+        if (ternary_) {
+          int64_t m0 = fit(st.cM[e], rc.localMax, rc.localWidth, "counter M before add");
+          st.cM[e] = fit(m0 + p.b[i], rc.resultMax, rc.resultWidth, "counter M after add");
+        }
+      }
+    }
+  }
+
+  // Within a step no rank may write a range it also sends.
+  void checkHazards(size_t i) const {
+    for (int r = 0; r < n_; r++) {
+      const Step& st = sch_[r].steps[i];
+      for (const Send& snd : st.sends)
+        for (const Recv& rc : st.recvs)
+          if (snd.buf == rc.buf && snd.slot == rc.slot) {
+            EXPECT_TRUE(snd.range.end <= rc.range.begin || rc.range.end <= snd.range.begin)
+                << "rank " << r << " step " << i << " sends and overwrites the same range";
+          }
+    }
+  }
+
+  const std::vector<Schedule>& sch_;
+  const std::vector<std::vector<int>>& votes_;
+  int64_t count_;
+  int n_ = 0;
+  OpSpec spec_;
+  int64_t elems_ = 0;
+  bool ternary_ = false;
+  std::vector<RankState> ranks_;
+};
+
+// Random input in {-1, 0, +1}; zeros are mapped by the zero rule as the pack
+// kernel maps them (they stay 0 only in ternary mode).
+std::vector<std::vector<int>> randomVotes(int n, int64_t count, const OpSpec& spec, std::mt19937_64& rng) {
+  std::vector<std::vector<int>> v(n, std::vector<int>(count));
+  for (auto& rank : v)
+    for (int& x : rank) {
+      x = static_cast<int>(rng() % 3) - 1;
+      if (x == 0 && spec.zeroRule == ncclSignZeroPositive) x = 1;
+      if (x == 0 && spec.zeroRule == ncclSignZeroNegative) x = -1;
+    }
+  return v;
+}
+
+class AlgoSimulation : public ::testing::TestWithParam<ncclSignAlgo_t> {};
+
+TEST_P(AlgoSimulation, EveryRankGetsTheReferenceResult) {
+  const ncclSignAlgo_t algo = GetParam();
+  std::mt19937_64 rng(1234 + algo);
+  for (int n = 1; n <= 16; n++) {
+    for (int64_t nblocks : {0, 1, 2, 3, 7, 16, 17, 100}) {
+      for (int op = 0; op < ncclSignNumOps; op++) {
+        for (int zr = 0; zr < ncclSignNumZeroRules; zr++) {
+          for (int tr = 0; tr < ncclSignNumTieRules; tr++) {
+            OpSpec spec{static_cast<ncclSignOp_t>(op), static_cast<ncclSignZeroRule_t>(zr),
+                        static_cast<ncclSignTieRule_t>(tr)};
+            // A partial last block: its unused bits are zero on every rank.
+            int64_t count = nblocks == 0 ? 0 : (nblocks - 1) * kBlockElems + 1 + int64_t(rng() % kBlockElems);
+            SCOPED_TRACE(std::string(algoName(algo)) + " N=" + std::to_string(n) + " nblocks=" +
+                         std::to_string(nblocks) + " count=" + std::to_string(count) + " op=" + std::to_string(op) +
+                         " zeroRule=" + std::to_string(zr) + " tieRule=" + std::to_string(tr));
+            std::vector<Schedule> sch = buildAll(algo, n, nblocks, spec);
+            auto votes = randomVotes(n, count, spec, rng);
+            Simulator sim(sch, votes, count);
+            sim.run();
+            if (HasFatalFailure() || HasFailure()) return;
+            sim.checkResults();
+            if (HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllAlgorithms, AlgoSimulation, ::testing::ValuesIn(kAlgos),
+                         [](const ::testing::TestParamInfo<ncclSignAlgo_t>& info) {
+                           return std::string(algoName(info.param));
+                         });
+
+// Sends and receives pair up step by step with equal bytes, over more rank
+// counts than the simulation covers; bytes sent equal bytes received overall.
+TEST(AlgoSchedule, SendsAndReceivesMatchAcrossRanks) {
+  OpSpec spec;
+  for (ncclSignAlgo_t algo : kAlgos)
+    for (int n : {1, 2, 3, 5, 6, 7, 9, 12, 13, 24, 31, 32, 33}) {
+      for (int64_t nblocks : {int64_t{0}, int64_t{5}, int64_t{1000}}) {
+        SCOPED_TRACE(std::string(algoName(algo)) + " N=" + std::to_string(n) + " nblocks=" + std::to_string(nblocks));
+        std::vector<Schedule> sch = buildAll(algo, n, nblocks, spec);
+        int64_t sent = 0, received = 0;
+        for (size_t i = 0; i < sch[0].steps.size(); i++) {
+          struct Msg {
+            int from, to, buf, slot;
+            int64_t begin, end, bytes;
+            bool operator<(const Msg& o) const {
+              return std::tie(from, to, buf, slot, begin, end, bytes) <
+                     std::tie(o.from, o.to, o.buf, o.slot, o.begin, o.end, o.bytes);
+            }
+            bool operator==(const Msg& o) const { return !(*this < o) && !(o < *this); }
+          };
+          std::vector<Msg> sends, recvs;
+          for (int r = 0; r < n; r++) {
+            ASSERT_EQ(sch[r].steps.size(), sch[0].steps.size());
+            for (const Send& s : sch[r].steps[i].sends)
+              sends.push_back({r, s.peer, int(s.buf), s.slot, s.range.begin, s.range.end, s.bytes()});
+            for (const Recv& s : sch[r].steps[i].recvs)
+              recvs.push_back({s.peer, r, int(s.buf), s.slot, s.range.begin, s.range.end, s.bytes()});
+            sent += sch[r].steps[i].bytesSent();
+            received += sch[r].steps[i].bytesReceived();
+          }
+          std::sort(sends.begin(), sends.end());
+          std::sort(recvs.begin(), recvs.end());
+          EXPECT_TRUE(sends == recvs) << "step " << i;
+        }
+        EXPECT_EQ(sent, received);
+        if (n == 1 || nblocks == 0) {
+          EXPECT_EQ(sent, 0);
+        }
+      }
+    }
+}
+
+// Bits per element sent by each rank for a large message, against the table
+// in DESIGN.md (majority, exact ties, N = 4, 8, 16), to the table's rounding.
+TEST(AlgoSchedule, WireCostMatchesDesignTable) {
+  struct Row {
+    int n;
+    double ring, hd, allgather, fieldsumIdeal, fp32;
+  };
+  const Row table[] = {{4, 2.75, 2.50, 3, 4.5, 48}, {8, 3.88, 3.12, 7, 7.0, 56}, {16, 4.94, 3.50, 15, 9.4, 60}};
+  // Half a unit in the table's last digit (a few entries have fewer digits).
+  auto near = [](double got, double table, double halfUlp) { return std::fabs(got - table) <= halfUlp + 1e-9; };
+  const int64_t nblocks = int64_t{1} << 16;
+  OpSpec spec;  // majority, zero positive, tie zero: 2 result planes for even N
+  auto bitsPerElem = [&](ncclSignAlgo_t algo, int n) {
+    double worst = 0;
+    for (int r = 0; r < n; r++) {
+      Schedule s;
+      EXPECT_EQ(buildSchedule(algo, n, r, nblocks, spec, &s), ncclSuccess);
+      worst = std::max(worst, 8.0 * s.bytesSent() / double(nblocks * kBlockElems));
+    }
+    return worst;
+  };
+  for (const Row& row : table) {
+    SCOPED_TRACE("N=" + std::to_string(row.n));
+    const int n = row.n;
+    EXPECT_PRED3(near, bitsPerElem(ncclSignAlgoRing, n), row.ring, 0.005);
+    EXPECT_PRED3(near, bitsPerElem(ncclSignAlgoHalvingDoubling, n), row.hd, 0.005);
+    EXPECT_PRED3(near, bitsPerElem(ncclSignAlgoAllGather, n), row.allgather, 0.005);
+    // The table's field-sum column is the ideal 2(N-1)/N * width(N). Fields do
+    // not straddle words, so the schedule sends 64/floor(64/width(N)) bits per
+    // field instead: equal for N = 8, a little more for N = 4 and 16.
+    double ring = 2.0 * (n - 1) / n;
+    EXPECT_PRED3(near, ring * counterWidth(n), row.fieldsumIdeal, 0.05);
+    EXPECT_NEAR(bitsPerElem(ncclSignAlgoFieldSum, n), ring * 64.0 / (64 / counterWidth(n)), 1e-3);
+    EXPECT_PRED3(near, ring * 32, row.fp32, 0.005);  // fp32 ring all-reduce
+  }
+}
+
+// Result planes and widths, the two rules everything else is built on.
+TEST(AlgoSchedule, WidthAndResultPlaneRules) {
+  EXPECT_EQ(counterWidth(0), 1);
+  EXPECT_EQ(counterWidth(1), 1);
+  EXPECT_EQ(counterWidth(2), 2);
+  EXPECT_EQ(counterWidth(3), 2);
+  EXPECT_EQ(counterWidth(4), 3);
+  EXPECT_EQ(counterWidth(16), 5);
+  EXPECT_EQ(counterWidth(int64_t{1} << 40), 41);
+  const auto M = ncclSignMajority, A = ncclSignAverage;
+  const auto zp = ncclSignZeroPositive, za = ncclSignZeroAbstain;
+  EXPECT_EQ(resultPlanes(M, zp, ncclSignTieZero, 4), 2);
+  EXPECT_EQ(resultPlanes(M, zp, ncclSignTieZero, 5), 1);
+  EXPECT_EQ(resultPlanes(M, za, ncclSignTieZero, 5), 2);
+  EXPECT_EQ(resultPlanes(M, za, ncclSignTiePositive, 4), 1);
+  EXPECT_EQ(resultPlanes(M, ncclSignZeroNegative, ncclSignTieNegative, 8), 1);
+  EXPECT_EQ(resultPlanes(A, zp, ncclSignTieZero, 8), 4);
+  EXPECT_EQ(resultPlanes(A, za, ncclSignTieZero, 8), 8);
+  EXPECT_EQ(resultPlanes(A, zp, ncclSignTiePositive, 1), 1);
+  EXPECT_EQ(blocksForCount(0), 0);
+  EXPECT_EQ(blocksForCount(1), 1);
+  EXPECT_EQ(blocksForCount(64), 1);
+  EXPECT_EQ(blocksForCount(65), 2);
+  // Shards cover the range in order, balanced, empty when there are too few.
+  for (int64_t count : {0, 3, 10, 1000})
+    for (int parts : {1, 3, 7, 16}) {
+      int64_t at = 0;
+      for (int i = 0; i < parts; i++) {
+        Range r = shardRange(count, parts, i);
+        EXPECT_EQ(r.begin, at);
+        EXPECT_LE(r.size(), count / parts + 1);
+        EXPECT_GE(r.size(), count / parts);
+        at = r.end;
+      }
+      EXPECT_EQ(at, count);
+    }
+}
+
+// Widths grow as the ring accumulates; halving-doubling's fold sizes scratch.
+TEST(AlgoSchedule, WidthsGrowAndScratchIsDeclared) {
+  OpSpec spec;
+  Schedule s;
+  ASSERT_EQ(buildSchedule(ncclSignAlgoRing, 8, 3, 800, spec, &s), ncclSuccess);
+  std::vector<int> widths;
+  for (const Step& st : s.steps)
+    for (const Send& snd : st.sends)
+      if (snd.buf == Buffer::kCounter) widths.push_back(snd.width);
+  EXPECT_EQ(widths, (std::vector<int>{1, 2, 2, 3, 3, 3, 3}));
+  EXPECT_EQ(s.counterMax, 8);
+  EXPECT_EQ(s.counterWidth, 4);
+  EXPECT_EQ(s.counterBytes(), 8 * 800 * 4);
+  EXPECT_EQ(s.messageSteps(), 14);
+
+  OpSpec ternary;
+  ternary.zeroRule = ncclSignZeroAbstain;
+  Schedule t;
+  ASSERT_EQ(buildSchedule(ncclSignAlgoRing, 8, 3, 800, ternary, &t), ncclSuccess);
+  EXPECT_EQ(t.counters, 2);
+  EXPECT_EQ(t.steps[0].sends[0].planes, 2);  // both counters travel
+
+  // N = 6: core of 4, ranks 4 and 5 fold into 0 and 1.
+  Schedule extra, partner;
+  ASSERT_EQ(buildSchedule(ncclSignAlgoHalvingDoubling, 6, 5, 64, spec, &extra), ncclSuccess);
+  ASSERT_EQ(buildSchedule(ncclSignAlgoHalvingDoubling, 6, 1, 64, spec, &partner), ncclSuccess);
+  EXPECT_EQ(extra.messageSteps(), 2);  // fold, unfold
+  EXPECT_EQ(extra.steps.front().sends.at(0).peer, 1);
+  EXPECT_EQ(extra.steps.back().recvs.at(0).peer, 1);
+  EXPECT_EQ(partner.steps.front().recvs.at(0).resultMax, 2);
+  EXPECT_EQ(partner.counterMax, 6);
+  EXPECT_EQ(partner.messageSteps(), 6);  // fold, 2 halving, 2 doubling, unfold
+}
+
+TEST(AlgoSchedule, RejectsBadArguments) {
+  OpSpec spec;
+  Schedule s;
+  EXPECT_EQ(buildSchedule(ncclSignAlgoRing, 0, 0, 1, spec, &s), ncclInvalidArgument);
+  EXPECT_EQ(buildSchedule(ncclSignAlgoRing, 4, 4, 1, spec, &s), ncclInvalidArgument);
+  EXPECT_EQ(buildSchedule(ncclSignAlgoRing, 4, -1, 1, spec, &s), ncclInvalidArgument);
+  EXPECT_EQ(buildSchedule(ncclSignAlgoRing, 4, 0, -1, spec, &s), ncclInvalidArgument);
+  EXPECT_EQ(buildSchedule(ncclSignAlgoAuto, 4, 0, 1, spec, &s), ncclInvalidArgument);
+  EXPECT_EQ(buildSchedule(ncclSignNumAlgos, 4, 0, 1, spec, &s), ncclInvalidArgument);
+  EXPECT_EQ(buildSchedule(ncclSignAlgoRing, 4, 0, 1, spec, nullptr), ncclInvalidArgument);
+  OpSpec bad;
+  bad.op = ncclSignNumOps;
+  EXPECT_EQ(buildSchedule(ncclSignAlgoRing, 4, 0, 1, bad, &s), ncclInvalidArgument);
+  bad = OpSpec();  // out-of-range values stay inside the enums' value ranges (no UB)
+  bad.zeroRule = ncclSignNumZeroRules;
+  EXPECT_EQ(buildSchedule(ncclSignAlgoRing, 4, 0, 1, bad, &s), ncclInvalidArgument);
+  bad = OpSpec();
+  bad.tieRule = ncclSignNumTieRules;
+  EXPECT_EQ(buildSchedule(ncclSignAlgoRing, 4, 0, 1, bad, &s), ncclInvalidArgument);
+}
+
+}  // namespace
+}  // namespace algo
+}  // namespace signlion
