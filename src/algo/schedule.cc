@@ -8,20 +8,15 @@
 namespace signlion {
 namespace algo {
 
-int counterWidth(int64_t maxCount) {
-  int w = 0;
-  for (uint64_t m = maxCount > 0 ? static_cast<uint64_t>(maxCount) : 0; m != 0; m >>= 1) w++;
-  return std::max(w, 1);
-}
+// The width and plane rules are the wire format's (src/bits/bits.h); the
+// schedules only apply them.
+int counterWidth(int64_t maxCount) { return bits::widthFor(maxCount > 0 ? static_cast<uint64_t>(maxCount) : 0); }
 
-int countersPerValue(ncclSignZeroRule_t zeroRule) { return zeroRule == ncclSignZeroAbstain ? 2 : 1; }
+int countersPerValue(ncclSignZeroRule_t zeroRule) { return bits::votePlanes(zeroRule); }
 
 int resultPlanes(ncclSignOp_t op, ncclSignZeroRule_t zeroRule, ncclSignTieRule_t tieRule, int nranks) {
-  bool ternary = zeroRule == ncclSignZeroAbstain;
   if (op == ncclSignAverage) return countersPerValue(zeroRule) * counterWidth(nranks);
-  if (tieRule != ncclSignTieZero) return 1;
-  bool tiePossible = ternary || nranks % 2 == 0;
-  return tiePossible ? 2 : 1;
+  return bits::majorityPlanes(nranks, zeroRule, tieRule);
 }
 
 Range shardRange(int64_t count, int parts, int i) {

@@ -23,12 +23,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "bits/bits.h"
 #include "nccl_sign.h"
 
 namespace signlion {
 namespace algo {
 
-constexpr int kBlockElems = 64;  // elements per block (bits per plane word)
+constexpr int kBlockElems = static_cast<int>(bits::kBlockElems);  // elements per block (bits per plane word)
 
 // What is being reduced: the op and the two rules of nccl_sign.h.
 struct OpSpec {
