@@ -161,31 +161,22 @@ void BM_Add(benchmark::State& state) {
   record(state, k.name, in.nw * 8 * (size_t)wout, in.nw * 8 * (size_t)wout, in.nw * 8 * (size_t)wout, "vs", kReadF32);
 }
 
-// Majority of N = range(2) voters from a counter into range(1)-byte elements.
+// Majority (range(3) = 0) or average (1) of N = range(2) voters from a
+// counter into range(1)-byte elements.
 void BM_Decide(benchmark::State& state) {
   const sb::Kernels& k = kernelsFor(state.range(0));
   size_t esize = (size_t)state.range(1);
   int n = (int)state.range(2);
+  bool average = state.range(3) == 1;
   Inputs& in = inputs();
   ncclDataType_t dt = esize == 4 ? ncclFloat32 : ncclBfloat16;
   sb::Counts c{in.counter.as<uint64_t>(), sb::widthFor(n), in.nw};
   for (auto _ : state) {
-    sb::decideMajority(k, c, n, ncclSignZeroPositive, ncclSignTieZero, gElems, dt, in.out.p);
-    benchmark::ClobberMemory();
-  }
-  record(state, k.name, in.nw * 8 * (size_t)sb::widthFor(n), gElems * esize, gElems * esize, "vs",
-         esize == 4 ? kWriteF32 : kWriteBf16);
-}
-
-void BM_Average(benchmark::State& state) {
-  const sb::Kernels& k = kernelsFor(state.range(0));
-  size_t esize = (size_t)state.range(1);
-  int n = (int)state.range(2);
-  Inputs& in = inputs();
-  ncclDataType_t dt = esize == 4 ? ncclFloat32 : ncclBfloat16;
-  sb::Counts c{in.counter.as<uint64_t>(), sb::widthFor(n), in.nw};
-  for (auto _ : state) {
-    k.average(c, n, gElems, dt, in.out.p);
+    if (average) {
+      k.average(c, n, gElems, dt, in.out.p);
+    } else {
+      sb::decideMajority(k, c, n, ncclSignZeroPositive, ncclSignTieZero, gElems, dt, in.out.p);
+    }
     benchmark::ClobberMemory();
   }
   record(state, k.name, in.nw * 8 * (size_t)sb::widthFor(n), gElems * esize, gElems * esize, "vs",
@@ -209,8 +200,8 @@ void registerAll() {
     reg("Add", BM_Add, {isa, 3});
     reg("Add", BM_Add, {isa, 5});
     for (int64_t esize : {4, 2}) {
-      reg("Decide", BM_Decide, {isa, esize, 8});
-      reg("Average", BM_Average, {isa, esize, 8});
+      reg("Decide", BM_Decide, {isa, esize, 8, 0});
+      reg("Average", BM_Decide, {isa, esize, 8, 1});
     }
   }
 }

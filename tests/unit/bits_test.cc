@@ -419,13 +419,6 @@ TEST(VoteAlgebra, IsaSelectionFollowsEnvironment) {
   }
 }
 
-}  // namespace
-}  // namespace bits
-}  // namespace signlion
-
-namespace signlion {
-namespace bits {
-namespace {
 
 // voteLocally (the all-gather algorithm's last step) against the reference.
 TEST(LocalVote, MatchesReference) {
@@ -458,13 +451,6 @@ TEST(LocalVote, MatchesReference) {
   }
 }
 
-}  // namespace
-}  // namespace bits
-}  // namespace signlion
-
-namespace signlion {
-namespace bits {
-namespace {
 
 TEST(VoteArgs, RejectsWhatTheContractExcludes) {
   for (ncclDataType_t dt : kTypes) EXPECT_EQ(checkVoteArgs(dt, ncclSignMajority, "test"), ncclSuccess);
