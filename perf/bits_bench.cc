@@ -3,7 +3,8 @@
 // write) of the same bytes measured in the same run. A summary table at the
 // end prints each kernel's ratio to its baseline.
 //
-//   bits_bench [--elems=N] [google benchmark flags, e.g. --benchmark_min_time=0.2]
+//   bits_bench [--elems=N] [google benchmark flags, e.g. --benchmark_min_time=0.2
+//               --benchmark_repetitions=5: the summary then uses the medians]
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
@@ -219,15 +220,27 @@ class RatioReporter : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& r : runs) {
-      if (r.run_type != Run::RT_Iteration) continue;
+      // With --benchmark_repetitions the median stands for the benchmark;
+      // without, the single iteration run does.
+      bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
+      if (r.run_type != Run::RT_Iteration && !median) continue;
       auto rate = r.counters.find("cmp_GBps");
       if (rate == r.counters.end()) continue;
       auto b = r.counters.find("base");
       auto vs = r.counters.find("vs");
       if (b != r.counters.end()) base[(int)b->second.value] = rate->second.value;
-      if (vs != r.counters.end()) rows.push_back({r.benchmark_name() + " " + r.report_label, rate->second.value, (int)vs->second.value});
+      if (vs == r.counters.end()) continue;
+      std::string name = r.run_name.str() + " " + r.report_label;
+      auto it = index.find(name);
+      if (it == index.end()) {
+        index[name] = rows.size();
+        rows.push_back({name, rate->second.value, (int)vs->second.value});
+      } else {
+        rows[it->second].gbps = rate->second.value;  // the median replaces the repetitions
+      }
     }
   }
+  std::map<std::string, size_t> index;
 };
 
 }  // namespace

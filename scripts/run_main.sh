@@ -11,4 +11,5 @@ echo
 "$BUILD"/examples/vote_selfcheck 8 1000003
 echo
 # 64M elements, as in docs/PERFORMANCE.md; BENCH_MIN_TIME trades time for noise.
-"$BUILD"/perf/bits_bench --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" --benchmark_color=false
+"$BUILD"/perf/bits_bench --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" --benchmark_repetitions="${BENCH_REPS:-3}" \
+  --benchmark_report_aggregates_only=true --benchmark_color=false

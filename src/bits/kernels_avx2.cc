@@ -28,11 +28,30 @@ struct Masks64 {
 };
 
 // Which masks a zero rule needs: ZeroPositive only "negative", ZeroNegative
-// only "positive", Abstain both. Each is two signed compares on the raw bits
-// (integers, so DAZ/FTZ in the caller's MXCSR cannot change a vote):
+// only "positive", Abstain both. Everything is done on the raw bits as
+// integers, so DAZ/FTZ in the caller's MXCSR cannot change a vote:
 //   positive <=> 0 < bits <= +inf        negative <=> -0 < bits <= -inf
-// where NaN lies above infinity and -0 is the most negative integer.
+// (NaN lies above infinity; -0 is the most negative integer). With both masks
+// needed it is cheaper to test "valid" (0 < |bits| <= inf) once and split it
+// by the sign bit: |bits| + INT_MAX wraps 0 to INT_MAX and (0, inf] below
+// INT_MIN + inf, so one compare against that bound decides it.
 enum Need { kNeedNeg = 1, kNeedPos = 2, kNeedBoth = 3 };
+
+// 4 x 8 32-bit lane masks -> 32 bits in element order (one movemask instead
+// of four, plus the shifts and ors to join them).
+inline uint32_t movemask32x4(V m0, V m1, V m2, V m3) {
+  V b = _mm256_packs_epi16(_mm256_packs_epi32(m0, m1), _mm256_packs_epi32(m2, m3));
+  // Bytes now hold 4-element groups in the order m0lo m1lo m2lo m3lo m0hi m1hi m2hi m3hi.
+  b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  return (uint32_t)_mm256_movemask_epi8(b);
+}
+
+// 32 x 16-bit lane masks (two registers) -> 32 bits in element order.
+inline uint32_t movemask16x2(V m0, V m1) {
+  V packed = _mm256_packs_epi16(m0, m1);  // per 128-bit lane: m0 lo, m1 lo | m0 hi, m1 hi
+  packed = _mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0));
+  return (uint32_t)_mm256_movemask_epi8(packed);
+}
 
 // Signed integer bounds of the "negative" range for each element type.
 constexpr int kF32NegInfInt = (int)0xff800000u, kF16NegInfInt = (int16_t)0xfc00u, kBf16NegInfInt = (int16_t)0xff80u;
@@ -41,41 +60,56 @@ template <int kNeed>
 inline Masks64 classifyF32(const char* p) {
   const V zero = _mm256_setzero_si256(), posHi = _mm256_set1_epi32((int)kF32AbsInf + 1);
   const V negLo = _mm256_set1_epi32(INT32_MIN), negHi = _mm256_set1_epi32(kF32NegInfInt + 1);
+  const V absMask = _mm256_set1_epi32(INT32_MAX), validBound = _mm256_set1_epi32(INT32_MIN + (int)kF32AbsInf);
   uint64_t pos = 0, neg = 0;
-  for (int k = 0; k < 8; k++) {
-    V u = loadu(p + 32 * k);
-    if (kNeed & kNeedPos) {
-      V m = _mm256_and_si256(_mm256_cmpgt_epi32(u, zero), _mm256_cmpgt_epi32(posHi, u));
-      pos |= (uint64_t)(uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(m)) << (8 * k);
+  for (int half = 0; half < 2; half++) {
+    V m[4], sgn[4];
+    for (int k = 0; k < 4; k++) {
+      V u = loadu(p + 128 * half + 32 * k);
+      if (kNeed == kNeedBoth) {
+        V x = _mm256_add_epi32(_mm256_and_si256(u, absMask), absMask);
+        m[k] = _mm256_cmpgt_epi32(validBound, x);  // valid: INT_MIN + inf > x, see above
+        sgn[k] = _mm256_srai_epi32(u, 31);
+      } else if (kNeed == kNeedPos) {
+        m[k] = _mm256_and_si256(_mm256_cmpgt_epi32(u, zero), _mm256_cmpgt_epi32(posHi, u));
+      } else {
+        m[k] = _mm256_and_si256(_mm256_cmpgt_epi32(u, negLo), _mm256_cmpgt_epi32(negHi, u));
+      }
     }
-    if (kNeed & kNeedNeg) {
-      V m = _mm256_and_si256(_mm256_cmpgt_epi32(u, negLo), _mm256_cmpgt_epi32(negHi, u));
-      neg |= (uint64_t)(uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(m)) << (8 * k);
+    uint64_t bits = movemask32x4(m[0], m[1], m[2], m[3]);
+    if (kNeed == kNeedBoth) {
+      uint64_t sign = movemask32x4(sgn[0], sgn[1], sgn[2], sgn[3]);
+      pos |= (bits & ~sign) << (32 * half);
+      neg |= (bits & sign) << (32 * half);
+    } else if (kNeed == kNeedPos) {
+      pos |= bits << (32 * half);
+    } else {
+      neg |= bits << (32 * half);
     }
   }
   return {pos, neg};
-}
-
-// 32 x 16-bit masks (two registers) -> 32 bits in element order.
-inline uint32_t movemask16x2(V m0, V m1) {
-  V packed = _mm256_packs_epi16(m0, m1);  // per 128-bit lane: m0 lo, m1 lo | m0 hi, m1 hi
-  packed = _mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0));
-  return (uint32_t)_mm256_movemask_epi8(packed);
 }
 
 template <uint16_t kAbsInf, int kNegInfInt, int kNeed>
 inline Masks64 classify16(const char* p) {
   const V zero = _mm256_setzero_si256(), posHi = _mm256_set1_epi16((short)(kAbsInf + 1));
   const V negLo = _mm256_set1_epi16(INT16_MIN), negHi = _mm256_set1_epi16((short)(kNegInfInt + 1));
+  const V absMask = _mm256_set1_epi16(INT16_MAX), validBound = _mm256_set1_epi16((short)(INT16_MIN + kAbsInf));
   uint64_t pos = 0, neg = 0;
   for (int k = 0; k < 2; k++) {
     V u0 = loadu(p + 64 * k), u1 = loadu(p + 64 * k + 32);
-    if (kNeed & kNeedPos) {
+    if (kNeed == kNeedBoth) {
+      V v0 = _mm256_cmpgt_epi16(validBound, _mm256_add_epi16(_mm256_and_si256(u0, absMask), absMask));
+      V v1 = _mm256_cmpgt_epi16(validBound, _mm256_add_epi16(_mm256_and_si256(u1, absMask), absMask));
+      uint64_t bits = movemask16x2(v0, v1);
+      uint64_t sign = movemask16x2(_mm256_srai_epi16(u0, 15), _mm256_srai_epi16(u1, 15));
+      pos |= (bits & ~sign) << (32 * k);
+      neg |= (bits & sign) << (32 * k);
+    } else if (kNeed == kNeedPos) {
       V m0 = _mm256_and_si256(_mm256_cmpgt_epi16(u0, zero), _mm256_cmpgt_epi16(posHi, u0));
       V m1 = _mm256_and_si256(_mm256_cmpgt_epi16(u1, zero), _mm256_cmpgt_epi16(posHi, u1));
       pos |= (uint64_t)movemask16x2(m0, m1) << (32 * k);
-    }
-    if (kNeed & kNeedNeg) {
+    } else {
       V m0 = _mm256_and_si256(_mm256_cmpgt_epi16(u0, negLo), _mm256_cmpgt_epi16(negHi, u0));
       V m1 = _mm256_and_si256(_mm256_cmpgt_epi16(u1, negLo), _mm256_cmpgt_epi16(negHi, u1));
       neg |= (uint64_t)movemask16x2(m0, m1) << (32 * k);
