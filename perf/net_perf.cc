@@ -64,14 +64,15 @@ void getFile(const std::string& name, void* data, size_t size) {
   die(("no file " + name).c_str());
 }
 
-void wait(void* req, int* size = nullptr) {
+// Waits like a host-side caller: test(), and between tests sleep on the comm's
+// control stream (signlion::net::commWait) instead of spinning, which on a
+// loaded 2-core machine loses the core to other work.
+void wait(void* req, void* comm, int* size = nullptr) {
   int done = 0;
   double start = nowSec();
   for (int spins = 0; !done; spins++) {
     check(gNet->test(req, &done, size), "test");
-    // Spin like NCCL's proxy, but give the core away when others want it
-    // (2-core machines: both ping-pong processes must run at once).
-    if (spins > 64) sched_yield();
+    if (!done && spins > 16) signlion::net::commWait(comm, 1);
     if ((spins & 1023) == 0 && nowSec() - start > 60) die("request did not complete in 60 s");
   }
 }
@@ -125,11 +126,11 @@ std::vector<double> pluginPingPong(int dev, int iters) {
       void *sreq = nullptr, *rreq = nullptr;
       check(gNet->irecv(r, 1, &rd, &cap, &tag, &rmr, nullptr, &rreq), "irecv");
       if (!rreq) die("irecv not posted");
-      if (gServer) wait(rreq);
+      if (gServer) wait(rreq, r);
       check(gNet->isend(s, sbuf.data(), size, 0, smr, nullptr, &sreq), "isend");
       if (!sreq) die("isend not posted");
-      if (!gServer) wait(rreq);
-      wait(sreq);
+      if (!gServer) wait(rreq, r);
+      wait(sreq, s);
     }
     out.push_back((nowSec() - t0) / n / 2 * 1e6);
   }
@@ -207,6 +208,7 @@ double stream(int dev, int nsocks, size_t bytes, uint64_t* wire) {
   size_t posted = 0, completed = 0;
   double t0 = nowSec(), limit = t0 + 120;
   while (completed < nmsg) {
+    size_t before = completed;
     for (int k = 0; k < kInflight; k++) {
       if (reqs[k] == nullptr && posted < nmsg) {
         char* p = buf.data() + k * kMsg;
@@ -226,6 +228,8 @@ double stream(int dev, int nsocks, size_t bytes, uint64_t* wire) {
         if (done) reqs[k] = nullptr, completed++;
       }
     }
+    // Leave the cores to the helper threads while nothing completes.
+    if (completed == before) std::this_thread::sleep_for(std::chrono::microseconds(100));
     if (nowSec() > limit) die("stream did not finish in 120 s");
   }
   double secs = nowSec() - t0;

@@ -193,5 +193,7 @@ bool commBytes(void* comm, uint64_t* sent, uint64_t* received) {
   return ok;
 }
 
+void commWait(void* comm, int timeoutMs) { socketCommWait(comm, timeoutMs); }
+
 }  // namespace net
 }  // namespace signlion

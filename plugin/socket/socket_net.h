@@ -32,5 +32,9 @@ const ncclNet_v11_t* socketNetV11();
 // a send or recv comm of ours; false (and zeros) for anything else.
 bool commBytes(void* comm, uint64_t* sent, uint64_t* received);
 
+// Sleeps up to timeoutMs until a send or recv comm's control stream is ready
+// (bytes to read, room to write), so a host-side caller need not spin on test().
+void commWait(void* comm, int timeoutMs);
+
 }  // namespace net
 }  // namespace signlion

@@ -1028,6 +1028,18 @@ ncclResult_t socketTest(void* request, int* done, int* sizes) {
   return ncclSuccess;
 }
 
+void socketCommWait(void* comm, int timeoutMs) {
+  Comm* c = asComm(comm, kCommRecv);
+  short events = POLLIN;
+  if (c == nullptr) {
+    c = asComm(comm, kCommSend);
+    if (c == nullptr || c->ctrlQueue.empty()) return;
+    events = POLLOUT;
+  }
+  pollfd p{c->ctrlFd, events, 0};
+  (void)poll(&p, 1, timeoutMs);
+}
+
 ncclResult_t socketCloseSend(void* sendComm) {
   if (sendComm == nullptr) return ncclSuccess;
   Comm* c = asComm(sendComm, kCommSend);

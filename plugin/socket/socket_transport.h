@@ -62,6 +62,10 @@ ncclResult_t socketIrecv(void* recvComm, int n, void** data, const size_t* sizes
                          void** mhandles, void** request);
 ncclResult_t socketIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
 ncclResult_t socketTest(void* request, int* done, int* sizes);
+// Blocks the caller up to timeoutMs until the comm's control stream has
+// something for test() to do (recv: bytes to read; send: room to write). Lets
+// a host-side caller sleep instead of spinning on test(); never required.
+void socketCommWait(void* comm, int timeoutMs);
 ncclResult_t socketCloseSend(void* sendComm);
 ncclResult_t socketCloseRecv(void* recvComm);
 ncclResult_t socketCloseListen(void* listenComm);
