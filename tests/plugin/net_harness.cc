@@ -159,6 +159,7 @@ void fillPattern(void* buf, size_t size, uint64_t seed) {
 }
 
 size_t checkPattern(const void* buf, size_t size, uint64_t seed) {
+  if (size == 0) return SIZE_MAX;
   std::vector<unsigned char> want(size);
   fillPattern(want.data(), size, seed);
   const unsigned char* p = static_cast<const unsigned char*>(buf);
