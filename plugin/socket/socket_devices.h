@@ -1,0 +1,44 @@
+// The socket transport's devices: usable network interfaces, picked by
+// SIGNLION_SOCKET_IFNAME with NCCL's syntax, and what sysfs says about them.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <string>
+#include <vector>
+
+namespace signlion {
+namespace net {
+
+union SocketAddress {
+  sockaddr sa;
+  sockaddr_in sin;
+  sockaddr_in6 sin6;
+};
+
+struct SocketDevice {
+  std::string name;     // interface name
+  SocketAddress addr;   // the address we listen on (port 0)
+  std::string pciPath;  // realpath of /sys/class/net/<if>/device, or empty
+  int speedMbps = 0;    // sysfs speed, or SIGNLION_SOCKET_DEFAULT_SPEED
+};
+
+// One parsed element of an interface filter.
+struct IfnameFilter {
+  bool exclude = false;  // leading '^'
+  bool exact = false;    // leading '='
+  std::vector<std::string> names;
+  // True when ifname passes (an empty filter passes everything).
+  bool matches(const std::string& ifname) const;
+};
+IfnameFilter parseIfnameFilter(const std::string& spec);
+
+// Enumerates the interfaces (at most maxDevs) that pass SIGNLION_SOCKET_IFNAME.
+std::vector<SocketDevice> findSocketDevices(int maxDevs);
+
+// "1.2.3.4:5" / "[::1]:5" for logs.
+std::string addressString(const SocketAddress& a);
+
+}  // namespace net
+}  // namespace signlion

@@ -1,0 +1,199 @@
+// The socket transport dressed as ncclNet v8, v9, v10 and v11. Each adapter
+// converts arguments and forwards to socket_transport.h.
+#include "socket/socket_net.h"
+
+#include <climits>
+#include <cstring>
+
+#include "common/checks.h"
+#include "socket/socket_transport.h"
+
+namespace signlion {
+namespace net {
+namespace {
+
+// ---- Properties ---------------------------------------------------------------
+
+template <typename Props>
+ncclResult_t fillCommon(int dev, Props* props) {
+  ARGCHECK(props != nullptr, "getProperties", "props", "NULL");
+  SocketProps p;
+  NCCLCHECK(socketGetProperties(dev, &p));
+  memset(props, 0, sizeof(*props));
+  props->name = const_cast<char*>(p.name);
+  props->pciPath = const_cast<char*>(p.pciPath);
+  props->guid = p.guid;
+  props->ptrSupport = NCCL_PTR_HOST;
+  props->regIsGlobal = 0;
+  props->speed = p.speedMbps;
+  props->port = 0;
+  props->latency = 0;
+  props->maxComms = p.maxComms;
+  props->maxRecvs = p.maxRecvs;
+  props->netDeviceType = NCCL_NET_DEVICE_HOST;
+  props->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
+  return ncclSuccess;
+}
+
+// v9 and later: virtual-device list (just this device) and size limits.
+template <typename Props>
+ncclResult_t fillV9(int dev, Props* props) {
+  NCCLCHECK(fillCommon(dev, props));
+  props->forceFlush = 0;
+  props->vProps.ndevs = 1;
+  props->vProps.devs[0] = dev;
+  props->maxP2pBytes = kSocketMaxMessage;
+  props->maxCollBytes = kSocketMaxMessage;
+  return ncclSuccess;
+}
+
+ncclResult_t getPropsV8(int dev, ncclNetProperties_v8_t* props) { return fillCommon(dev, props); }
+ncclResult_t getPropsV9(int dev, ncclNetProperties_v9_t* props) { return fillV9(dev, props); }
+ncclResult_t getPropsV10(int dev, ncclNetProperties_v10_t* props) { return fillV9(dev, props); }
+ncclResult_t getPropsV11(int dev, ncclNetProperties_v11_t* props) {
+  NCCLCHECK(fillV9(dev, props));
+  props->maxMultiRequestSize = 1;
+  return ncclSuccess;
+}
+
+// ---- init / connect variants -----------------------------------------------------
+
+ncclResult_t initV8(ncclDebugLogger_t logger) { return socketInit(reinterpret_cast<LogSink>(logger)); }
+ncclResult_t initV10(ncclDebugLogger_t logger, ncclProfilerCallback_t) {
+  return socketInit(reinterpret_cast<LogSink>(logger));
+}
+
+// v11 context: one per NCCL communicator, carrying its traffic class.
+struct NetContext {
+  uint32_t magic;
+  int trafficClass;
+  uint64_t commId;
+};
+constexpr uint32_t kContextMagic = 0x534c4358;  // "SLCX"
+
+ncclResult_t initV11(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t logger,
+                     ncclProfilerCallback_t) {
+  ARGCHECK(ctx != nullptr, "init", "ctx", "NULL");
+  *ctx = nullptr;
+  NCCLCHECK(socketInit(reinterpret_cast<LogSink>(logger)));
+  *ctx = new NetContext{kContextMagic, config ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF, commId};
+  return ncclSuccess;
+}
+
+ncclResult_t finalizeV11(void* ctx) {
+  NetContext* c = static_cast<NetContext*>(ctx);
+  ARGCHECK(c == nullptr || c->magic == kContextMagic, "finalize", "ctx", "%p is not a context of ours", ctx);
+  if (c != nullptr) {
+    c->magic = 0;
+    delete c;
+  }
+  return ncclSuccess;
+}
+
+int contextTrafficClass(void* ctx) {
+  NetContext* c = static_cast<NetContext*>(ctx);
+  return c != nullptr && c->magic == kContextMagic ? c->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;
+}
+
+ncclResult_t listenV8(int dev, void* handle, void** listenComm) { return socketListen(dev, handle, listenComm); }
+ncclResult_t listenV11(void*, int dev, void* handle, void** listenComm) {
+  return socketListen(dev, handle, listenComm);
+}
+
+ncclResult_t connectV8(int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v8_t**) {
+  return socketConnect(dev, NCCL_NET_TRAFFIC_CLASS_UNDEF, handle, sendComm);
+}
+ncclResult_t connectV10(int dev, ncclNetCommConfig_v10_t* config, void* handle, void** sendComm,
+                        ncclNetDeviceHandle_v10_t**) {
+  return socketConnect(dev, config ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF, handle, sendComm);
+}
+ncclResult_t connectV11(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v11_t**) {
+  return socketConnect(dev, contextTrafficClass(ctx), handle, sendComm);
+}
+
+ncclResult_t acceptAny(void* listenComm, void** recvComm, ncclNetDeviceHandle_v8_t**) {
+  return socketAccept(listenComm, recvComm);
+}
+
+// ---- isend / irecv variants ------------------------------------------------------
+
+ncclResult_t isendV8(void* sendComm, void* data, int size, int tag, void* mhandle, void** request) {
+  ARGCHECK(size >= 0, "isend", "size", "%d is negative", size);
+  return socketIsend(sendComm, data, (size_t)size, tag, mhandle, request);
+}
+ncclResult_t isendV9(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
+  return socketIsend(sendComm, data, size, tag, mhandle, request);
+}
+ncclResult_t isendV10(void* sendComm, void* data, size_t size, int tag, void* mhandle, void*, void** request) {
+  return socketIsend(sendComm, data, size, tag, mhandle, request);
+}
+
+ncclResult_t irecvV8(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request) {
+  ARGCHECK(n >= 1 && n <= kSocketMaxRecvs, "irecv", "n", "%d not in [1, %d]", n, kSocketMaxRecvs);
+  ARGCHECK(sizes != nullptr, "irecv", "sizes", "NULL");
+  size_t wide[kSocketMaxRecvs];
+  for (int i = 0; i < n; i++) {
+    ARGCHECK(sizes[i] >= 0, "irecv", "sizes", "sizes[%d] = %d is negative", i, sizes[i]);
+    wide[i] = (size_t)sizes[i];
+  }
+  return socketIrecv(recvComm, n, data, wide, tags, mhandles, request);
+}
+ncclResult_t irecvV9(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** request) {
+  return socketIrecv(recvComm, n, data, sizes, tags, mhandles, request);
+}
+ncclResult_t irecvV10(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void**,
+                      void** request) {
+  return socketIrecv(recvComm, n, data, sizes, tags, mhandles, request);
+}
+
+// ---- The structs -----------------------------------------------------------------
+
+const ncclNet_v8_t kNetV8 = {
+    kSocketNetName, initV8,    socketDevices,   getPropsV8,      listenV8,        connectV8,
+    acceptAny,      socketRegMr, socketRegMrDmaBuf, socketDeregMr, isendV8,        irecvV8,
+    socketIflush,   socketTest, socketCloseSend, socketCloseRecv, socketCloseListen,
+    nullptr /* getDeviceMr */, nullptr /* irecvConsumed */};
+
+const ncclNet_v9_t kNetV9 = {
+    kSocketNetName, initV8,    socketDevices,   getPropsV9,      listenV8,        connectV8,
+    acceptAny,      socketRegMr, socketRegMrDmaBuf, socketDeregMr, isendV9,        irecvV9,
+    socketIflush,   socketTest, socketCloseSend, socketCloseRecv, socketCloseListen,
+    nullptr /* getDeviceMr */, nullptr /* irecvConsumed */, nullptr /* makeVDevice */};
+
+const ncclNet_v10_t kNetV10 = {
+    kSocketNetName, initV10,   socketDevices,   getPropsV10,     listenV8,        connectV10,
+    acceptAny,      socketRegMr, socketRegMrDmaBuf, socketDeregMr, isendV10,       irecvV10,
+    socketIflush,   socketTest, socketCloseSend, socketCloseRecv, socketCloseListen,
+    nullptr /* getDeviceMr */, nullptr /* irecvConsumed */, nullptr /* makeVDevice */};
+
+const ncclNet_v11_t kNetV11 = {
+    kSocketNetName, initV11,   socketDevices,   getPropsV11,     listenV11,       connectV11,
+    acceptAny,      socketRegMr, socketRegMrDmaBuf, socketDeregMr, isendV10,       irecvV10,
+    socketIflush,   socketTest, socketCloseSend, socketCloseRecv, socketCloseListen,
+    nullptr /* getDeviceMr */, nullptr /* irecvConsumed */, nullptr /* makeVDevice */,
+    finalizeV11,    nullptr /* setNetAttr */};
+
+}  // namespace
+
+const ncclNet_v8_t* socketNetV8() { return &kNetV8; }
+const ncclNet_v9_t* socketNetV9() { return &kNetV9; }
+const ncclNet_v10_t* socketNetV10() { return &kNetV10; }
+const ncclNet_v11_t* socketNetV11() { return &kNetV11; }
+
+bool commBytes(void* comm, uint64_t* sent, uint64_t* received) {
+  uint64_t s = 0, r = 0;
+  const CommHeader* h = static_cast<const CommHeader*>(comm);
+  bool ok = h != nullptr && h->magic == kCommMagic && (h->kind == kCommSend || h->kind == kCommRecv);
+  if (ok) {
+    s = h->bytesSent.load(std::memory_order_relaxed);
+    r = h->bytesRecv.load(std::memory_order_relaxed);
+  }
+  if (sent) *sent = s;
+  if (received) *received = r;
+  return ok;
+}
+
+void commWait(void* comm, int timeoutMs) { socketCommWait(comm, timeoutMs); }
+
+}  // namespace net
+}  // namespace signlion

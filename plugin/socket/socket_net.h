@@ -1,0 +1,40 @@
+// In-process access to the socket transport, for signlion itself (the host
+// communicator) and for tests and benchmarks that link the static library
+// signlion_net_socket instead of dlopen'ing libnccl-net-signlion.so.
+//
+// The shared plugin exports only ncclNetPlugin_v8..v11; the byte counters are
+// reached through commBytes() below, which reads the CommHeader every comm of
+// ours begins with, so it also works on comms created by a dlopen'ed copy of
+// the plugin.
+#pragma once
+
+#include <cstdint>
+
+#include "net_v10.h"
+#include "net_v11.h"
+#include "net_v8.h"
+#include "net_v9.h"
+
+namespace signlion {
+namespace net {
+
+// Name of the network in every version's struct: what NCCL_NET must say.
+constexpr const char* kSocketNetName = "signlion";
+
+// The transport as each ncclNet version. All four drive the same code.
+const ncclNet_v8_t* socketNetV8();
+const ncclNet_v9_t* socketNetV9();
+const ncclNet_v10_t* socketNetV10();
+const ncclNet_v11_t* socketNetV11();
+
+// Bytes this comm has put on / taken off the wire so far (payload plus our
+// 16-byte message headers; the connection handshake is not counted). comm is
+// a send or recv comm of ours; false (and zeros) for anything else.
+bool commBytes(void* comm, uint64_t* sent, uint64_t* received);
+
+// Sleeps up to timeoutMs until a send or recv comm's control stream is ready
+// (bytes to read, room to write), so a host-side caller need not spin on test().
+void commWait(void* comm, int timeoutMs);
+
+}  // namespace net
+}  // namespace signlion

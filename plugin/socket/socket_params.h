@@ -1,0 +1,28 @@
+// Every tunable of the socket transport, declared once. docs/PLUGIN.md has
+// the table (name, default, meaning).
+#pragma once
+
+#include "common/param.h"
+
+namespace signlion {
+namespace net {
+
+// Interface filter in NCCL's syntax: "eth,ib" prefixes, "^docker" excludes,
+// "=eth0" exact. Empty: every up interface but lo and docker*, lo as last resort.
+SIGNLION_STRING_PARAM(SocketIfname, "SOCKET_IFNAME", "")
+// Data streams (TCP connections) per comm, besides the control stream.
+SIGNLION_PARAM(Nsocks, "NSOCKS", 4)
+// Helper threads per comm serving the data streams (capped at NSOCKS).
+SIGNLION_PARAM(Nthreads, "NTHREADS", 2)
+// Longest wait, in ms, for a connection handshake or for progress on a
+// transfer that has started; past it the call or test returns an error.
+SIGNLION_PARAM(SocketTimeoutMs, "SOCKET_TIMEOUT", 30000)
+// Bytes per chunk when a message is spread across the data streams.
+SIGNLION_PARAM(SocketChunkSize, "SOCKET_CHUNKSIZE", 128 * 1024)
+// Messages up to this size travel inline on the control stream.
+SIGNLION_PARAM(SocketInline, "SOCKET_INLINE", 16 * 1024)
+// Speed (Mbit/s) reported when sysfs has none (virtual interfaces, lo).
+SIGNLION_PARAM(SocketDefaultSpeed, "SOCKET_DEFAULT_SPEED", 10000)
+
+}  // namespace net
+}  // namespace signlion

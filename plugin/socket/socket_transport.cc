@@ -1,0 +1,1073 @@
+#include "socket/socket_transport.h"
+
+#include <fcntl.h>
+#include <netinet/ip.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "common/checks.h"
+#include "net_common.h"
+#include "socket/socket_devices.h"
+#include "socket/socket_params.h"
+
+namespace signlion {
+namespace net {
+namespace {
+
+constexpr uint32_t kHandleMagic = 0x534c4e48;  // "SLNH"
+constexpr uint16_t kWireVersion = 1;
+constexpr uint32_t kMrMagic = 0x534c4d52;      // "SLMR"
+constexpr int kPollMs = 50;                    // helper wake-up period, bounds close latency
+constexpr size_t kMaxPendingAccepts = 256;
+
+int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t timeoutMs() {
+  int64_t t = signlionParamSocketTimeoutMs();
+  return t > 0 ? t : 30000;
+}
+
+// ---- Wire formats -----------------------------------------------------------
+
+// What listen() writes into NCCL's handle. The tail after `addr` is private to
+// the connecting side (NCCL hands the same handle back on every connect call).
+struct ListenHandle {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint64_t secret;
+  SocketAddress addr;
+  // connector-private
+  void* connecting;
+};
+static_assert(sizeof(ListenHandle) <= 128, "handle must fit NCCL_NET_HANDLE_MAXSIZE");
+
+// First bytes on every stream of a new connection.
+struct Hello {
+  uint32_t magic;
+  uint16_t version;
+  uint8_t kind;   // 0: control, 1: data
+  uint8_t index;  // data stream index
+  uint32_t nsocks;
+  uint32_t chunkSize;
+  uint64_t secret;
+  uint64_t connId;
+};
+static_assert(sizeof(Hello) == 32, "hello layout");
+
+// One per message on the control stream.
+struct MsgHeader {
+  int32_t tag;
+  uint32_t flags;  // kMsgInline
+  uint64_t size;
+};
+constexpr uint32_t kMsgInline = 1;
+
+// ---- Devices (shared by all comms, rescanned when parameters change) --------
+
+std::mutex gDevMutex;
+std::vector<SocketDevice> gDevs;
+uint64_t gDevEpoch = ~0ull;
+std::deque<std::string> gInterned;  // strings handed to NCCL live forever
+
+const char* intern(const std::string& s) {
+  for (const std::string& x : gInterned)
+    if (x == s) return x.c_str();
+  gInterned.push_back(s);
+  return gInterned.back().c_str();
+}
+
+// Caller holds gDevMutex.
+void refreshDevicesLocked() {
+  uint64_t epoch = gParamEpoch.load(std::memory_order_acquire);
+  if (epoch == gDevEpoch) return;
+  gDevs = findSocketDevices(kSocketMaxDevs);
+  gDevEpoch = epoch;
+  for (size_t i = 0; i < gDevs.size(); i++)
+    INFO(kSubsysNet | kSubsysInit, "NET/signlion: dev %zu: %s %s, %d Mbps", i, gDevs[i].name.c_str(),
+         addressString(gDevs[i].addr).c_str(), gDevs[i].speedMbps);
+}
+
+bool deviceAddress(int dev, SocketAddress* out) {
+  std::lock_guard<std::mutex> lk(gDevMutex);
+  refreshDevicesLocked();
+  if (dev < 0 || dev >= (int)gDevs.size()) return false;
+  *out = gDevs[dev].addr;
+  return true;
+}
+
+// ---- Socket helpers ---------------------------------------------------------
+
+socklen_t addrLen(const SocketAddress& a) {
+  return a.sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+}
+
+void closeFd(int* fd) {
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+}
+
+void tuneStream(int fd, int trafficClass, int family) {
+  int one = 1;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (trafficClass >= 0) {
+    if (family == AF_INET)
+      (void)setsockopt(fd, IPPROTO_IP, IP_TOS, &trafficClass, sizeof(trafficClass));
+    else
+      (void)setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &trafficClass, sizeof(trafficClass));
+  }
+}
+
+// Non-blocking connect; *fd is the new socket. Returns false on an immediate failure.
+bool startConnect(const SocketAddress& to, int trafficClass, int* fd) {
+  *fd = socket(to.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (*fd < 0) return false;
+  tuneStream(*fd, trafficClass, to.sa.sa_family);
+  if (connect(*fd, &to.sa, addrLen(to)) == 0 || errno == EINPROGRESS) return true;
+  closeFd(fd);
+  return false;
+}
+
+// ---- Comms ------------------------------------------------------------------
+
+struct Comm;
+
+struct MemRegion {
+  uint32_t magic;
+  Comm* comm;
+  char* base;
+  size_t size;
+};
+
+struct SubRequest {
+  char* data;
+  size_t posted;  // capacity (recv) or message size (send)
+  size_t size;    // bytes actually received / sent
+  int tag;
+  bool matched;   // recv: header seen
+};
+
+struct Request {
+  Comm* comm;
+  bool used;
+  bool isSend;
+  bool ctrlDone;  // send: header (+ inline payload) written
+  int n;
+  SubRequest sub[kSocketMaxRecvs];
+  std::atomic<size_t> pending{0};  // payload bytes still owned by helper threads
+};
+
+// The part of one message carried by one data stream: chunks first, first+step, ...
+struct StreamTask {
+  char* buf;
+  size_t size;     // whole message
+  size_t chunk;
+  size_t nextChunk;
+  size_t step;
+  size_t off;      // progress inside chunk nextChunk
+  size_t share;    // bytes of the message this task carries
+  Request* req;
+};
+
+struct Stream {
+  int fd = -1;
+  std::deque<StreamTask> tasks;  // guarded by the serving helper's mutex
+};
+
+struct Helper {
+  std::thread thread;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> streams;
+  bool stop = false;
+};
+
+struct Comm : CommHeader {
+  bool isSend = false;
+  int ctrlFd = -1;
+  int nsocks = 0;
+  size_t chunkSize = 0;
+  size_t inlineMax = 0;
+  std::vector<Stream> streams;
+  std::vector<std::unique_ptr<Helper>> helpers;
+  Request reqs[kSocketMaxRequests];
+  uint64_t seq = 0;                     // messages so far, the same count on both sides
+  std::atomic<int> error{ncclSuccess};  // first failure, sticky
+  std::mutex mrMutex;
+  std::unordered_set<MemRegion*> mrs;
+
+  // Control stream state, touched only by the caller's thread.
+  std::deque<Request*> ctrlQueue;  // send: requests whose header is not fully out
+  std::deque<Request*> matchQueue; // recv: requests with unmatched sub-requests
+  size_t ctrlOff = 0;              // send: bytes of the front entry already written
+  MsgHeader rxHdr{};
+  size_t rxHdrOff = 0;
+  SubRequest* rxInline = nullptr;  // recv: inline payload being read
+  Request* rxInlineReq = nullptr;
+  size_t rxInlineOff = 0;
+  int64_t ctrlLastProgress = 0;
+
+  // Connecting side only, until connect() returns the comm.
+  struct Connecting {
+    SocketAddress to;
+    int trafficClass;
+    int64_t deadline;
+    std::vector<int> state;  // 0 connecting, 1 sending hello, 2 done
+    std::vector<size_t> off;
+    std::vector<Hello> hello;
+  };
+  std::unique_ptr<Connecting> connecting;
+};
+
+struct PendingConn {
+  int fd;
+  SocketAddress peer;
+  Hello hello;
+  size_t off;
+  int64_t start;
+};
+
+struct ConnGroup {
+  uint64_t connId;
+  Hello ctrl;
+  int ctrlFd = -1;
+  std::vector<int> dataFds;
+  int64_t start;
+};
+
+struct ListenComm : CommHeader {
+  int fd = -1;
+  uint64_t secret = 0;
+  SocketAddress addr;
+  std::vector<PendingConn> pending;
+  std::vector<ConnGroup> groups;
+};
+
+void setError(Comm* c, ncclResult_t res, const char* what) {
+  int expected = ncclSuccess;
+  if (c->error.compare_exchange_strong(expected, res))
+    WARN("NET/signlion: %s comm %p: %s", c->isSend ? "send" : "recv", (void*)c, what);
+}
+
+// Mirrors an errno from send/recv into the comm's error (peer gone = remote error).
+void setSysError(Comm* c, int err, const char* op) {
+  std::string what = std::string(op) + ": " + (err == 0 ? "connection closed by peer" : strerror(err));
+  bool remote = err == 0 || err == ECONNRESET || err == EPIPE || err == ETIMEDOUT || err == EHOSTUNREACH;
+  setError(c, remote ? ncclRemoteError : ncclSystemError, what.c_str());
+}
+
+// ---- Helper threads: data streams -------------------------------------------
+
+// Moves bytes of the front task of stream s. Returns bytes moved; -1 on error.
+ssize_t progressStream(Comm* c, Stream* st, StreamTask* t, bool* taskDone) {
+  ssize_t moved = 0;
+  *taskDone = false;
+  while (t->nextChunk * t->chunk < t->size) {
+    size_t begin = t->nextChunk * t->chunk;
+    size_t len = std::min(t->chunk, t->size - begin);
+    char* p = t->buf + begin + t->off;
+    size_t want = len - t->off;
+    ssize_t r = c->isSend ? send(st->fd, p, want, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(st->fd, p, want, MSG_DONTWAIT);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return moved;
+    if (r <= 0) {
+      setSysError(c, r == 0 ? 0 : errno, c->isSend ? "send on data stream" : "recv on data stream");
+      return -1;
+    }
+    moved += r;
+    t->off += (size_t)r;
+    if (t->off == len) {
+      t->off = 0;
+      t->nextChunk += t->step;
+    }
+  }
+  *taskDone = true;
+  return moved;
+}
+
+void helperLoop(Comm* c, Helper* h) {
+  std::vector<pollfd> pfds;
+  std::vector<int> which;
+  int64_t lastProgress = nowMs();
+  for (;;) {
+    pfds.clear();
+    which.clear();
+    {
+      std::unique_lock<std::mutex> lk(h->mu);
+      auto busy = [&] {
+        if (c->error.load(std::memory_order_relaxed) != ncclSuccess) return false;
+        for (int s : h->streams)
+          if (!c->streams[s].tasks.empty()) return true;
+        return false;
+      };
+      if (!h->stop && !busy()) {
+        h->cv.wait_for(lk, std::chrono::milliseconds(kPollMs), [&] { return h->stop || busy(); });
+        lastProgress = nowMs();  // idle time is not a stall
+      }
+      if (h->stop) return;
+      if (!busy()) continue;
+      for (int s : h->streams) {
+        if (c->streams[s].tasks.empty()) continue;
+        pfds.push_back({c->streams[s].fd, (short)(c->isSend ? POLLOUT : POLLIN), 0});
+        which.push_back(s);
+      }
+    }
+    int r = poll(pfds.data(), pfds.size(), kPollMs);
+    if (r < 0 && errno != EINTR) {
+      setSysError(c, errno, "poll");
+      continue;
+    }
+    bool progress = false;
+    for (size_t i = 0; r > 0 && i < pfds.size(); i++) {
+      if (pfds[i].revents == 0) continue;
+      Stream* st = &c->streams[which[i]];
+      StreamTask* t;
+      {
+        std::lock_guard<std::mutex> lk(h->mu);
+        t = &st->tasks.front();  // stays valid: only this thread pops
+      }
+      bool done = false;
+      ssize_t moved = progressStream(c, st, t, &done);
+      if (moved < 0) break;
+      if (moved > 0) {
+        progress = true;
+        (c->isSend ? c->bytesSent : c->bytesRecv).fetch_add((uint64_t)moved, std::memory_order_relaxed);
+      }
+      if (done) {
+        Request* req = t->req;
+        size_t bytes = t->share;
+        {
+          std::lock_guard<std::mutex> lk(h->mu);
+          st->tasks.pop_front();
+        }
+        req->pending.fetch_sub(bytes, std::memory_order_acq_rel);  // last touch of req
+        progress = true;
+      }
+    }
+    int64_t now = nowMs();
+    if (progress) {
+      lastProgress = now;
+    } else if (now - lastProgress > timeoutMs()) {
+      setError(c, ncclRemoteError, "no progress on a data stream within SIGNLION_SOCKET_TIMEOUT");
+    }
+  }
+}
+
+// Deals the payload of message `seq` (size bytes at buf) to the data streams.
+void enqueueStreams(Comm* c, uint64_t seq, char* buf, size_t size, Request* req) {
+  size_t nchunks = (size + c->chunkSize - 1) / c->chunkSize;
+  if (nchunks == 0) return;
+  size_t n = (size_t)c->nsocks;
+  size_t start = seq % n;
+  req->pending.fetch_add(size, std::memory_order_acq_rel);
+  for (size_t s = 0; s < n; s++) {
+    size_t first = (s + n - start) % n;  // first chunk index carried by stream s
+    if (first >= nchunks) continue;
+    size_t share = 0;
+    for (size_t k = first; k < nchunks; k += n) share += std::min(c->chunkSize, size - k * c->chunkSize);
+    Helper* h = c->helpers[s % c->helpers.size()].get();
+    {
+      std::lock_guard<std::mutex> lk(h->mu);
+      c->streams[s].tasks.push_back({buf, size, c->chunkSize, first, n, 0, share, req});
+    }
+    h->cv.notify_one();
+  }
+}
+
+ncclResult_t startHelpers(Comm* c, int nthreads) {
+  nthreads = std::max(1, std::min(nthreads, c->nsocks));
+  for (int t = 0; t < nthreads; t++) c->helpers.emplace_back(new Helper());
+  for (int s = 0; s < c->nsocks; s++) c->helpers[s % nthreads]->streams.push_back(s);
+  for (auto& h : c->helpers) {
+    try {
+      h->thread = std::thread(helperLoop, c, h.get());
+    } catch (const std::exception& e) {
+      WARN("NET/signlion: cannot start helper thread: %s", e.what());
+      return ncclSystemError;
+    }
+  }
+  return ncclSuccess;
+}
+
+void destroyComm(Comm* c) {
+  for (auto& h : c->helpers) {
+    {
+      std::lock_guard<std::mutex> lk(h->mu);
+      h->stop = true;
+    }
+    h->cv.notify_all();
+  }
+  for (Stream& s : c->streams)
+    if (s.fd >= 0) shutdown(s.fd, SHUT_RDWR);
+  for (auto& h : c->helpers)
+    if (h->thread.joinable()) h->thread.join();
+  for (Stream& s : c->streams) closeFd(&s.fd);
+  closeFd(&c->ctrlFd);
+  for (MemRegion* mr : c->mrs) {
+    mr->magic = 0;
+    delete mr;
+  }
+  c->magic = 0;
+  delete c;
+}
+
+Comm* newComm(bool isSend) {
+  Comm* c = new Comm();
+  c->magic = kCommMagic;
+  c->kind = isSend ? kCommSend : kCommRecv;
+  c->isSend = isSend;
+  c->inlineMax = (size_t)std::max<int64_t>(0, std::min<int64_t>(signlionParamSocketInline(), 1 << 20));
+  c->ctrlLastProgress = nowMs();
+  return c;
+}
+
+Comm* asComm(void* p, CommKind kind) {
+  Comm* c = static_cast<Comm*>(static_cast<CommHeader*>(p));
+  if (c == nullptr || c->magic != kCommMagic || c->kind != (uint32_t)kind) return nullptr;
+  return c;
+}
+
+// ---- Control stream ---------------------------------------------------------
+
+// Writes queued headers (and inline payloads) in order, as far as the socket takes them.
+void progressSendCtrl(Comm* c) {
+  bool moved = false;
+  while (!c->ctrlQueue.empty() && c->error.load(std::memory_order_relaxed) == ncclSuccess) {
+    Request* r = c->ctrlQueue.front();
+    MsgHeader hdr{r->sub[0].tag, 0, r->sub[0].posted};
+    bool inl = r->sub[0].posted <= c->inlineMax;
+    if (inl) hdr.flags |= kMsgInline;
+    size_t total = sizeof(hdr) + (inl ? r->sub[0].posted : 0);
+    iovec iov[2];
+    int niov = 0;
+    if (c->ctrlOff < sizeof(hdr)) {
+      iov[niov++] = {(char*)&hdr + c->ctrlOff, sizeof(hdr) - c->ctrlOff};
+      if (inl && r->sub[0].posted > 0) iov[niov++] = {r->sub[0].data, r->sub[0].posted};
+    } else {
+      iov[niov++] = {r->sub[0].data + (c->ctrlOff - sizeof(hdr)), total - c->ctrlOff};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = niov;
+    ssize_t n = sendmsg(c->ctrlFd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n < 0) {
+      setSysError(c, errno, "send on control stream");
+      return;
+    }
+    moved = true;
+    c->bytesSent.fetch_add((uint64_t)n, std::memory_order_relaxed);
+    c->ctrlOff += (size_t)n;
+    if (c->ctrlOff == total) {
+      r->ctrlDone = true;
+      c->ctrlOff = 0;
+      c->ctrlQueue.pop_front();
+    }
+  }
+  int64_t now = nowMs();
+  if (moved || c->ctrlQueue.empty()) c->ctrlLastProgress = now;
+  else if (now - c->ctrlLastProgress > timeoutMs())
+    setError(c, ncclRemoteError, "control stream blocked longer than SIGNLION_SOCKET_TIMEOUT");
+}
+
+// Reads into buf up to want bytes; returns bytes read, 0 when nothing is
+// available now, -1 after recording an error (EOF included).
+ssize_t readCtrl(Comm* c, char* buf, size_t want) {
+  for (;;) {
+    ssize_t n = recv(c->ctrlFd, buf, want, MSG_DONTWAIT);
+    if (n > 0) {
+      c->bytesRecv.fetch_add((uint64_t)n, std::memory_order_relaxed);
+      return n;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    setSysError(c, n == 0 ? 0 : errno, "recv on control stream");
+    return -1;
+  }
+}
+
+// Reads headers and inline payloads, matching each header to the oldest
+// posted receive with an unmatched sub-request of that tag.
+void progressRecvCtrl(Comm* c) {
+  bool partial = false;
+  bool moved = false;
+  while (c->error.load(std::memory_order_relaxed) == ncclSuccess) {
+    if (c->rxInline != nullptr) {
+      SubRequest* s = c->rxInline;
+      size_t want = s->size - c->rxInlineOff;
+      ssize_t n = want ? readCtrl(c, s->data + c->rxInlineOff, want) : 0;
+      if (n < 0) return;
+      moved |= n > 0;
+      c->rxInlineOff += (size_t)n;
+      if (c->rxInlineOff < s->size) {
+        partial = true;
+        break;
+      }
+      c->rxInlineReq->pending.fetch_sub(s->size, std::memory_order_acq_rel);
+      c->rxInline = nullptr;
+      c->rxInlineReq = nullptr;
+      continue;
+    }
+    if (c->rxHdrOff < sizeof(MsgHeader)) {
+      if (c->matchQueue.empty()) break;  // nothing posted: leave the bytes in the socket
+      ssize_t n = readCtrl(c, (char*)&c->rxHdr + c->rxHdrOff, sizeof(MsgHeader) - c->rxHdrOff);
+      if (n < 0) return;
+      moved |= n > 0;
+      c->rxHdrOff += (size_t)n;
+      if (c->rxHdrOff < sizeof(MsgHeader)) {
+        partial = c->rxHdrOff > 0;
+        break;
+      }
+    }
+    if (c->matchQueue.empty()) break;
+    Request* r = c->matchQueue.front();
+    SubRequest* s = nullptr;
+    for (int i = 0; i < r->n && s == nullptr; i++)
+      if (!r->sub[i].matched && r->sub[i].tag == c->rxHdr.tag) s = &r->sub[i];
+    char what[160];
+    if (s == nullptr) {
+      snprintf(what, sizeof(what), "message with tag %d matches no posted receive (grouped receive of %d)",
+               c->rxHdr.tag, r->n);
+      setError(c, ncclInvalidUsage, what);
+      return;
+    }
+    if (c->rxHdr.size > s->posted) {
+      snprintf(what, sizeof(what), "message of %llu bytes (tag %d) is larger than the posted receive of %zu bytes",
+               (unsigned long long)c->rxHdr.size, c->rxHdr.tag, s->posted);
+      setError(c, ncclInvalidUsage, what);
+      return;
+    }
+    s->matched = true;
+    s->size = c->rxHdr.size;
+    bool allMatched = true;
+    for (int i = 0; i < r->n; i++) allMatched &= r->sub[i].matched;
+    if (allMatched) c->matchQueue.pop_front();
+    c->rxHdrOff = 0;
+    uint64_t seq = c->seq++;
+    if (c->rxHdr.flags & kMsgInline) {
+      r->pending.fetch_add(s->size, std::memory_order_acq_rel);
+      c->rxInline = s;
+      c->rxInlineReq = r;
+      c->rxInlineOff = 0;
+    } else {
+      enqueueStreams(c, seq, s->data, s->size, r);
+    }
+  }
+  int64_t now = nowMs();
+  if (moved || !partial) c->ctrlLastProgress = now;
+  else if (now - c->ctrlLastProgress > timeoutMs())
+    setError(c, ncclRemoteError, "control stream stalled mid-message longer than SIGNLION_SOCKET_TIMEOUT");
+}
+
+Request* allocRequest(Comm* c) {
+  for (Request& r : c->reqs) {
+    if (!r.used) {
+      r.used = true;
+      r.comm = c;
+      r.ctrlDone = false;
+      r.pending.store(0, std::memory_order_relaxed);
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+bool checkMr(Comm* c, void* mhandle, const void* data, size_t size) {
+  if (mhandle == nullptr) return true;  // NCCL always registers; in-process users may not
+  std::lock_guard<std::mutex> lk(c->mrMutex);
+  MemRegion* mr = static_cast<MemRegion*>(mhandle);
+  if (c->mrs.count(mr) == 0) return false;
+  const char* p = static_cast<const char*>(data);
+  return size == 0 || (p >= mr->base && p + size <= mr->base + mr->size);
+}
+
+}  // namespace
+
+// ---- API --------------------------------------------------------------------
+
+ncclResult_t socketInit(LogSink logger) {
+  if (logger != nullptr) logSetSink(logger);
+  std::lock_guard<std::mutex> lk(gDevMutex);
+  refreshDevicesLocked();
+  if (gDevs.empty()) {
+    WARN("NET/signlion: no usable network interface (SIGNLION_SOCKET_IFNAME=%s)",
+         signlionParamSocketIfname().c_str());
+    return ncclSystemError;
+  }
+  INFO(kSubsysNet | kSubsysInit, "NET/signlion: %zu device(s), %lld streams x %lld threads per comm", gDevs.size(),
+       (long long)signlionParamNsocks(), (long long)signlionParamNthreads());
+  return ncclSuccess;
+}
+
+ncclResult_t socketDevices(int* ndev) {
+  ARGCHECK(ndev != nullptr, "devices", "ndev", "NULL");
+  std::lock_guard<std::mutex> lk(gDevMutex);
+  refreshDevicesLocked();
+  *ndev = (int)gDevs.size();
+  return ncclSuccess;
+}
+
+ncclResult_t socketGetProperties(int dev, SocketProps* props) {
+  ARGCHECK(props != nullptr, "getProperties", "props", "NULL");
+  std::lock_guard<std::mutex> lk(gDevMutex);
+  refreshDevicesLocked();
+  ARGCHECK(dev >= 0 && dev < (int)gDevs.size(), "getProperties", "dev", "%d not in [0, %zu)", dev, gDevs.size());
+  const SocketDevice& d = gDevs[dev];
+  props->name = intern(d.name);
+  props->pciPath = d.pciPath.empty() ? nullptr : intern(d.pciPath);
+  props->guid = (uint64_t)dev;
+  props->speedMbps = d.speedMbps;
+  // Each comm holds 1 + NSOCKS descriptors; leave a quarter of the limit to the application.
+  rlimit rl{};
+  int64_t fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (int64_t)rl.rlim_cur : 65536;
+  int64_t perComm = 1 + std::max<int64_t>(1, std::min<int64_t>(signlionParamNsocks(), kSocketMaxStreams));
+  props->maxComms = (int)std::max<int64_t>(1, fds * 3 / 4 / perComm);
+  props->maxRecvs = kSocketMaxRecvs;
+  return ncclSuccess;
+}
+
+ncclResult_t socketListen(int dev, void* handle, void** listenComm) {
+  ARGCHECK(handle != nullptr, "listen", "handle", "NULL");
+  ARGCHECK(listenComm != nullptr, "listen", "listenComm", "NULL");
+  *listenComm = nullptr;
+  SocketAddress addr;
+  ARGCHECK(deviceAddress(dev, &addr), "listen", "dev", "%d is not a device", dev);
+  if (addr.sa.sa_family == AF_INET) addr.sin.sin_port = 0;
+  else addr.sin6.sin6_port = 0;
+
+  std::unique_ptr<ListenComm> l(new ListenComm());
+  l->magic = kCommMagic;
+  l->kind = kCommListen;
+  l->fd = socket(addr.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (l->fd < 0) {
+    WARN("NET/signlion: socket() failed: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  socklen_t len = addrLen(addr);
+  if (bind(l->fd, &addr.sa, len) != 0 || listen(l->fd, 1024) != 0 ||
+      getsockname(l->fd, &l->addr.sa, &len) != 0) {
+    WARN("NET/signlion: cannot listen on %s: %s", addressString(addr).c_str(), strerror(errno));
+    closeFd(&l->fd);
+    return ncclSystemError;
+  }
+  if (getrandom(&l->secret, sizeof(l->secret), 0) != (ssize_t)sizeof(l->secret)) {
+    WARN("NET/signlion: getrandom failed: %s", strerror(errno));
+    closeFd(&l->fd);
+    return ncclSystemError;
+  }
+  ListenHandle h{};
+  h.magic = kHandleMagic;
+  h.version = kWireVersion;
+  h.secret = l->secret;
+  h.addr = l->addr;
+  h.connecting = nullptr;
+  memset(handle, 0, 128);
+  memcpy(handle, &h, sizeof(h));
+  INFO(kSubsysNet, "NET/signlion: listening on %s", addressString(l->addr).c_str());
+  *listenComm = static_cast<CommHeader*>(l.release());
+  return ncclSuccess;
+}
+
+ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendComm) {
+  ARGCHECK(handle != nullptr, "connect", "handle", "NULL");
+  ARGCHECK(sendComm != nullptr, "connect", "sendComm", "NULL");
+  *sendComm = nullptr;
+  ListenHandle* h = static_cast<ListenHandle*>(handle);
+  ARGCHECK(h->magic == kHandleMagic, "connect", "handle", "bad magic 0x%x (not a signlion handle)", h->magic);
+  ARGCHECK(h->version == kWireVersion, "connect", "handle", "version %u, expected %u", h->version, kWireVersion);
+  SocketAddress unused;
+  ARGCHECK(deviceAddress(dev, &unused), "connect", "dev", "%d is not a device", dev);
+  ARGCHECK(h->addr.sa.sa_family == AF_INET || h->addr.sa.sa_family == AF_INET6, "connect", "handle",
+           "address family %d", (int)h->addr.sa.sa_family);
+
+  Comm* c = static_cast<Comm*>(h->connecting);
+  if (c == nullptr) {
+    c = newComm(true);
+    c->nsocks = (int)std::max<int64_t>(1, std::min<int64_t>(signlionParamNsocks(), kSocketMaxStreams));
+    c->chunkSize = (size_t)std::max<int64_t>(4096, std::min<int64_t>(signlionParamSocketChunkSize(), 1 << 30));
+    c->streams.resize(c->nsocks);
+    auto* cs = new Comm::Connecting();
+    c->connecting.reset(cs);
+    cs->to = h->addr;
+    cs->trafficClass = trafficClass;
+    cs->deadline = nowMs() + timeoutMs();
+    uint64_t connId = 0;
+    if (getrandom(&connId, sizeof(connId), 0) != (ssize_t)sizeof(connId)) connId = (uint64_t)nowMs() ^ (uint64_t)c;
+    int nfd = 1 + c->nsocks;
+    cs->state.assign(nfd, 0);
+    cs->off.assign(nfd, 0);
+    cs->hello.resize(nfd);
+    for (int i = 0; i < nfd; i++) {
+      Hello& he = cs->hello[i];
+      he = Hello{kHandleMagic, kWireVersion, (uint8_t)(i == 0 ? 0 : 1), (uint8_t)(i == 0 ? 0 : i - 1),
+                 (uint32_t)c->nsocks, (uint32_t)c->chunkSize, h->secret, connId};
+      int* fd = i == 0 ? &c->ctrlFd : &c->streams[i - 1].fd;
+      if (!startConnect(cs->to, trafficClass, fd)) {
+        WARN("NET/signlion: connect to %s failed: %s", addressString(cs->to).c_str(), strerror(errno));
+        destroyComm(c);
+        return ncclSystemError;
+      }
+    }
+    h->connecting = c;
+  }
+  Comm::Connecting* cs = c->connecting.get();
+  int nfd = 1 + c->nsocks;
+  bool all = true;
+  for (int i = 0; i < nfd; i++) {
+    int* fd = i == 0 ? &c->ctrlFd : &c->streams[i - 1].fd;
+    if (cs->state[i] == 0) {
+      pollfd p{*fd, POLLOUT, 0};
+      if (poll(&p, 1, 0) > 0) {
+        int err = 0;
+        socklen_t el = sizeof(err);
+        getsockopt(*fd, SOL_SOCKET, SO_ERROR, &err, &el);
+        if (err == 0) {
+          cs->state[i] = 1;
+        } else if ((err == ECONNREFUSED || err == ETIMEDOUT) && nowMs() < cs->deadline) {
+          closeFd(fd);  // the listener may not be up yet: try again on the next call
+          if (!startConnect(cs->to, cs->trafficClass, fd)) err = errno;
+          else err = 0;
+        }
+        if (err != 0 && cs->state[i] == 0) {
+          WARN("NET/signlion: connect to %s failed: %s", addressString(cs->to).c_str(), strerror(err));
+          h->connecting = nullptr;
+          destroyComm(c);
+          return ncclSystemError;
+        }
+      }
+    }
+    if (cs->state[i] == 1) {
+      ssize_t n = send(*fd, (char*)&cs->hello[i] + cs->off[i], sizeof(Hello) - cs->off[i], MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) cs->off[i] += (size_t)n;
+      else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        WARN("NET/signlion: handshake with %s failed: %s", addressString(cs->to).c_str(), strerror(errno));
+        h->connecting = nullptr;
+        destroyComm(c);
+        return ncclSystemError;
+      }
+      if (cs->off[i] == sizeof(Hello)) cs->state[i] = 2;
+    }
+    all &= cs->state[i] == 2;
+  }
+  if (!all) {
+    if (nowMs() > cs->deadline) {
+      WARN("NET/signlion: connect to %s timed out after %lld ms", addressString(cs->to).c_str(),
+           (long long)timeoutMs());
+      h->connecting = nullptr;
+      destroyComm(c);
+      return ncclSystemError;
+    }
+    return ncclSuccess;  // call again
+  }
+  h->connecting = nullptr;
+  c->connecting.reset();
+  ncclResult_t res = startHelpers(c, (int)signlionParamNthreads());
+  if (res != ncclSuccess) {
+    destroyComm(c);
+    return res;
+  }
+  INFO(kSubsysNet, "NET/signlion: connected to %s, %d streams, chunk %zu", addressString(h->addr).c_str(), c->nsocks,
+       c->chunkSize);
+  *sendComm = static_cast<CommHeader*>(c);
+  return ncclSuccess;
+}
+
+namespace {
+
+// Drops a connection that did not present our handshake.
+void refuse(PendingConn* p, const char* why) {
+  WARN("NET/signlion: dropping connection from %s: %s", addressString(p->peer).c_str(), why);
+  closeFd(&p->fd);
+}
+
+void dropGroup(ConnGroup* g) {
+  closeFd(&g->ctrlFd);
+  for (int& fd : g->dataFds) closeFd(&fd);
+}
+
+}  // namespace
+
+ncclResult_t socketAccept(void* listenComm, void** recvComm) {
+  ARGCHECK(recvComm != nullptr, "accept", "recvComm", "NULL");
+  *recvComm = nullptr;
+  ListenComm* l = static_cast<ListenComm*>(static_cast<CommHeader*>(listenComm));
+  ARGCHECK(l != nullptr && l->magic == kCommMagic && l->kind == kCommListen, "accept", "listenComm",
+           "%p is not a listen comm", listenComm);
+  int64_t now = nowMs();
+  for (int i = 0; i < 64; i++) {  // bounded per call
+    PendingConn p{};
+    socklen_t len = sizeof(p.peer);
+    p.fd = accept4(l->fd, &p.peer.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (p.fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      WARN("NET/signlion: accept failed: %s", strerror(errno));
+      return ncclSystemError;
+    }
+    tuneStream(p.fd, -1, p.peer.sa.sa_family);
+    p.start = now;
+    if (l->pending.size() >= kMaxPendingAccepts) {
+      refuse(&l->pending.front(), "too many handshakes in progress");
+      l->pending.erase(l->pending.begin());
+    }
+    l->pending.push_back(p);
+  }
+  // Read hellos; sort valid streams into their connection's group.
+  for (size_t i = 0; i < l->pending.size();) {
+    PendingConn* p = &l->pending[i];
+    ssize_t n = recv(p->fd, (char*)&p->hello + p->off, sizeof(Hello) - p->off, MSG_DONTWAIT);
+    if (n > 0) p->off += (size_t)n;
+    const char* why = nullptr;
+    if (n == 0) why = "closed during handshake";
+    else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) why = strerror(errno);
+    else if (p->off < sizeof(Hello) && now - p->start > timeoutMs()) why = "handshake timed out";
+    else if (p->off == sizeof(Hello)) {
+      const Hello& he = p->hello;
+      if (he.magic != kHandleMagic) why = "bad magic";
+      else if (he.version != kWireVersion) why = "wrong protocol version";
+      else if (he.secret != l->secret) why = "wrong secret";
+      else if (he.kind > 1 || he.nsocks < 1 || he.nsocks > (uint32_t)kSocketMaxStreams || he.index >= he.nsocks ||
+               he.chunkSize < 4096)
+        why = "malformed hello";
+      else {
+        ConnGroup* g = nullptr;
+        for (ConnGroup& x : l->groups)
+          if (x.connId == he.connId) g = &x;
+        if (g == nullptr) {
+          l->groups.emplace_back();
+          g = &l->groups.back();
+          g->connId = he.connId;
+          g->dataFds.assign(he.nsocks, -1);
+          g->start = now;
+        }
+        int* slot = he.kind == 0 ? &g->ctrlFd : (he.nsocks == g->dataFds.size() ? &g->dataFds[he.index] : nullptr);
+        if (slot == nullptr || *slot >= 0) {
+          why = "duplicate or inconsistent stream";
+        } else {
+          *slot = p->fd;
+          if (he.kind == 0) g->ctrl = he;
+          l->pending.erase(l->pending.begin() + i);
+          continue;
+        }
+      }
+    } else {
+      i++;
+      continue;
+    }
+    if (why != nullptr) {
+      refuse(p, why);
+      l->pending.erase(l->pending.begin() + i);
+      continue;
+    }
+    i++;
+  }
+  // Hand out the first complete connection; expire stale partial ones.
+  for (size_t i = 0; i < l->groups.size(); i++) {
+    ConnGroup& g = l->groups[i];
+    bool complete = g.ctrlFd >= 0;
+    for (int fd : g.dataFds) complete &= fd >= 0;
+    if (!complete) {
+      if (now - g.start > timeoutMs()) {
+        WARN("NET/signlion: dropping incomplete connection (%zu data streams expected) after timeout",
+             g.dataFds.size());
+        dropGroup(&g);
+        l->groups.erase(l->groups.begin() + i);
+        i--;
+      }
+      continue;
+    }
+    Comm* c = newComm(false);
+    c->nsocks = (int)g.dataFds.size();
+    c->chunkSize = g.ctrl.chunkSize;
+    c->ctrlFd = g.ctrlFd;
+    c->streams.resize(c->nsocks);
+    for (int s = 0; s < c->nsocks; s++) c->streams[s].fd = g.dataFds[s];
+    l->groups.erase(l->groups.begin() + i);
+    ncclResult_t res = startHelpers(c, (int)signlionParamNthreads());
+    if (res != ncclSuccess) {
+      destroyComm(c);
+      return res;
+    }
+    INFO(kSubsysNet, "NET/signlion: accepted connection, %d streams, chunk %zu", c->nsocks, c->chunkSize);
+    *recvComm = static_cast<CommHeader*>(c);
+    return ncclSuccess;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t socketRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  ARGCHECK(mhandle != nullptr, "regMr", "mhandle", "NULL");
+  *mhandle = nullptr;
+  Comm* c = asComm(comm, kCommSend);
+  if (c == nullptr) c = asComm(comm, kCommRecv);
+  ARGCHECK(c != nullptr, "regMr", "comm", "%p is not a send or recv comm", comm);
+  ARGCHECK(type == NCCL_PTR_HOST, "regMr", "type", "%d: only host memory (NCCL_PTR_HOST) is supported", type);
+  ARGCHECK(data != nullptr || size == 0, "regMr", "data", "NULL with size %zu", size);
+  MemRegion* mr = new MemRegion{kMrMagic, c, static_cast<char*>(data), size};
+  std::lock_guard<std::mutex> lk(c->mrMutex);
+  c->mrs.insert(mr);
+  *mhandle = mr;
+  return ncclSuccess;
+}
+
+ncclResult_t socketRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t, int, void** mhandle) {
+  // We do not advertise NCCL_PTR_DMABUF; host memory needs no file descriptor.
+  return socketRegMr(comm, data, size, type, mhandle);
+}
+
+ncclResult_t socketDeregMr(void* comm, void* mhandle) {
+  Comm* c = asComm(comm, kCommSend);
+  if (c == nullptr) c = asComm(comm, kCommRecv);
+  ARGCHECK(c != nullptr, "deregMr", "comm", "%p is not a send or recv comm", comm);
+  MemRegion* mr = static_cast<MemRegion*>(mhandle);
+  std::lock_guard<std::mutex> lk(c->mrMutex);
+  ARGCHECK(mr != nullptr && c->mrs.count(mr) == 1, "deregMr", "mhandle", "%p is not registered on comm %p", mhandle,
+           comm);
+  c->mrs.erase(mr);
+  mr->magic = 0;
+  delete mr;
+  return ncclSuccess;
+}
+
+ncclResult_t socketIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
+  ARGCHECK(request != nullptr, "isend", "request", "NULL");
+  *request = nullptr;
+  Comm* c = asComm(sendComm, kCommSend);
+  ARGCHECK(c != nullptr, "isend", "sendComm", "%p is not a send comm", sendComm);
+  ARGCHECK(data != nullptr || size == 0, "isend", "data", "NULL with size %zu", size);
+  ARGCHECK(size <= kSocketMaxMessage, "isend", "size", "%zu exceeds maxP2pBytes %zu", size, kSocketMaxMessage);
+  ARGCHECK(checkMr(c, mhandle, data, size), "isend", "mhandle", "%p does not cover [%p, +%zu) on this comm", mhandle,
+           data, size);
+  int err = c->error.load(std::memory_order_acquire);
+  if (err != ncclSuccess) return (ncclResult_t)err;
+  Request* r = allocRequest(c);
+  if (r == nullptr) return ncclSuccess;  // all slots busy: NCCL retries
+  r->isSend = true;
+  r->n = 1;
+  r->sub[0] = SubRequest{static_cast<char*>(data), size, size, tag, true};
+  uint64_t seq = c->seq++;
+  if (size > c->inlineMax) enqueueStreams(c, seq, r->sub[0].data, size, r);
+  c->ctrlQueue.push_back(r);
+  progressSendCtrl(c);
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t socketIrecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags, void** mhandles,
+                         void** request) {
+  ARGCHECK(request != nullptr, "irecv", "request", "NULL");
+  *request = nullptr;
+  Comm* c = asComm(recvComm, kCommRecv);
+  ARGCHECK(c != nullptr, "irecv", "recvComm", "%p is not a recv comm", recvComm);
+  ARGCHECK(n >= 1 && n <= kSocketMaxRecvs, "irecv", "n", "%d not in [1, %d]", n, kSocketMaxRecvs);
+  ARGCHECK(data != nullptr && sizes != nullptr && tags != nullptr, "irecv", data == nullptr ? "data" : sizes == nullptr ? "sizes" : "tags", "NULL");
+  for (int i = 0; i < n; i++) {
+    ARGCHECK(data[i] != nullptr || sizes[i] == 0, "irecv", "data", "data[%d] NULL with size %zu", i, sizes[i]);
+    ARGCHECK(checkMr(c, mhandles ? mhandles[i] : nullptr, data[i], sizes[i]), "irecv", "mhandles",
+             "mhandles[%d] does not cover data[%d]", i, i);
+  }
+  int err = c->error.load(std::memory_order_acquire);
+  if (err != ncclSuccess) return (ncclResult_t)err;
+  Request* r = allocRequest(c);
+  if (r == nullptr) return ncclSuccess;
+  r->isSend = false;
+  r->n = n;
+  for (int i = 0; i < n; i++) r->sub[i] = SubRequest{static_cast<char*>(data[i]), sizes[i], 0, tags[i], false};
+  c->matchQueue.push_back(r);
+  progressRecvCtrl(c);
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t socketIflush(void* recvComm, int, void**, int*, void**, void** request) {
+  ARGCHECK(request != nullptr, "iflush", "request", "NULL");
+  ARGCHECK(asComm(recvComm, kCommRecv) != nullptr, "iflush", "recvComm", "%p is not a recv comm", recvComm);
+  *request = nullptr;  // host memory: nothing to flush
+  return ncclSuccess;
+}
+
+ncclResult_t socketTest(void* request, int* done, int* sizes) {
+  ARGCHECK(done != nullptr, "test", "done", "NULL");
+  *done = 0;
+  Request* r = static_cast<Request*>(request);
+  ARGCHECK(r != nullptr && r->used && r->comm != nullptr && r->comm->magic == kCommMagic, "test", "request",
+           "%p is not an outstanding request", request);
+  Comm* c = r->comm;
+  if (c->isSend) progressSendCtrl(c);
+  else progressRecvCtrl(c);
+  int err = c->error.load(std::memory_order_acquire);
+  if (err != ncclSuccess) return (ncclResult_t)err;
+  bool complete = r->pending.load(std::memory_order_acquire) == 0;
+  if (r->isSend) complete &= r->ctrlDone;
+  else
+    for (int i = 0; i < r->n; i++) complete &= r->sub[i].matched;
+  if (c->rxInlineReq == r) complete = false;
+  if (!complete) return ncclSuccess;
+  if (sizes != nullptr)
+    for (int i = 0; i < r->n; i++) sizes[i] = (int)r->sub[i].size;
+  r->used = false;
+  *done = 1;
+  return ncclSuccess;
+}
+
+void socketCommWait(void* comm, int timeoutMs) {
+  Comm* c = asComm(comm, kCommRecv);
+  short events = POLLIN;
+  if (c == nullptr) {
+    c = asComm(comm, kCommSend);
+    if (c == nullptr || c->ctrlQueue.empty()) return;
+    events = POLLOUT;
+  }
+  pollfd p{c->ctrlFd, events, 0};
+  (void)poll(&p, 1, timeoutMs);
+}
+
+ncclResult_t socketCloseSend(void* sendComm) {
+  if (sendComm == nullptr) return ncclSuccess;
+  Comm* c = asComm(sendComm, kCommSend);
+  ARGCHECK(c != nullptr, "closeSend", "sendComm", "%p is not a send comm", sendComm);
+  destroyComm(c);
+  return ncclSuccess;
+}
+
+ncclResult_t socketCloseRecv(void* recvComm) {
+  if (recvComm == nullptr) return ncclSuccess;
+  Comm* c = asComm(recvComm, kCommRecv);
+  ARGCHECK(c != nullptr, "closeRecv", "recvComm", "%p is not a recv comm", recvComm);
+  destroyComm(c);
+  return ncclSuccess;
+}
+
+ncclResult_t socketCloseListen(void* listenComm) {
+  if (listenComm == nullptr) return ncclSuccess;
+  ListenComm* l = static_cast<ListenComm*>(static_cast<CommHeader*>(listenComm));
+  ARGCHECK(l->magic == kCommMagic && l->kind == kCommListen, "closeListen", "listenComm", "%p is not a listen comm",
+           listenComm);
+  for (PendingConn& p : l->pending) closeFd(&p.fd);
+  for (ConnGroup& g : l->groups) dropGroup(&g);
+  closeFd(&l->fd);
+  l->magic = 0;
+  delete l;
+  return ncclSuccess;
+}
+
+}  // namespace net
+}  // namespace signlion

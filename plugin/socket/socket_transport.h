@@ -1,0 +1,74 @@
+// The Ethernet-tuned socket transport, version-neutral. socket_net.cc adapts
+// it to each ncclNet version; nothing here knows about NCCL's structs.
+//
+// A connection is one control stream plus SIGNLION_NSOCKS data streams, all
+// TCP. The control stream carries a 16-byte header per message (tag, size,
+// inline flag) and small messages inline; larger ones are cut into
+// SIGNLION_SOCKET_CHUNKSIZE chunks dealt round-robin over the data streams,
+// starting one stream further for each message, and moved by the comm's
+// helper threads. The caller's thread moves the control stream inside
+// isend/irecv/test, so a small message costs one send and one recv.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "common/debug.h"
+#include "nccl_sign.h"
+
+namespace signlion {
+namespace net {
+
+constexpr int kSocketMaxDevs = 16;
+constexpr int kSocketMaxRecvs = 8;        // grouped receives per irecv
+constexpr int kSocketMaxRequests = 32;    // outstanding requests per comm (NCCL_NET_MAX_REQUESTS)
+constexpr int kSocketMaxStreams = 64;     // cap on SIGNLION_NSOCKS
+constexpr size_t kSocketMaxMessage = 1ull << 30;  // maxP2pBytes: test() reports sizes as int
+
+// First member of every comm object we hand out, so byte counters can be read
+// from a comm pointer alone (also by a copy of this code in another library).
+struct CommHeader {
+  uint32_t magic;
+  uint32_t kind;
+  std::atomic<uint64_t> bytesSent{0};
+  std::atomic<uint64_t> bytesRecv{0};
+};
+constexpr uint32_t kCommMagic = 0x534c4e43;  // "SLNC"
+enum CommKind : uint32_t { kCommListen = 1, kCommSend = 2, kCommRecv = 3 };
+
+struct SocketProps {
+  const char* name;
+  const char* pciPath;  // nullptr for virtual interfaces
+  uint64_t guid;
+  int speedMbps;
+  int maxComms;
+  int maxRecvs;
+};
+
+ncclResult_t socketInit(LogSink logger);
+ncclResult_t socketDevices(int* ndev);
+ncclResult_t socketGetProperties(int dev, SocketProps* props);
+ncclResult_t socketListen(int dev, void* handle, void** listenComm);
+// trafficClass: -1 (undefined) or an IP TOS byte applied to every stream.
+ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendComm);
+ncclResult_t socketAccept(void* listenComm, void** recvComm);
+ncclResult_t socketRegMr(void* comm, void* data, size_t size, int type, void** mhandle);
+ncclResult_t socketRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                               void** mhandle);
+ncclResult_t socketDeregMr(void* comm, void* mhandle);
+ncclResult_t socketIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
+ncclResult_t socketIrecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+                         void** mhandles, void** request);
+ncclResult_t socketIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
+ncclResult_t socketTest(void* request, int* done, int* sizes);
+// Blocks the caller up to timeoutMs until the comm's control stream has
+// something for test() to do (recv: bytes to read; send: room to write). Lets
+// a host-side caller sleep instead of spinning on test(); never required.
+void socketCommWait(void* comm, int timeoutMs);
+ncclResult_t socketCloseSend(void* sendComm);
+ncclResult_t socketCloseRecv(void* recvComm);
+ncclResult_t socketCloseListen(void* listenComm);
+
+}  // namespace net
+}  // namespace signlion

@@ -1,0 +1,93 @@
+// Test harness for ncclNet plugins: loads a plugin the way NCCL does and
+// drives any of the v8..v11 structs through one version-neutral interface,
+// the way NCCL's proxy does (non-blocking connect/accept loops, isend/irecv
+// retried while they return no request, test polled until done).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "net_v10.h"
+#include "net_v11.h"
+#include "net_v8.h"
+#include "net_v9.h"
+
+namespace signlion {
+namespace nettest {
+
+// dlopen(RTLD_NOW | RTLD_LOCAL), as NCCL's plugin loader does.
+void* openPlugin(const std::string& nameOrPath, std::string* err);
+
+class NetDriver {
+ public:
+  // version 8..11; false if the library lacks ncclNetPlugin_v<version>.
+  bool bind(void* lib, int version);
+  // The in-process transport (no dlopen).
+  void bindInProcess(int version);
+
+  int version() const { return version_; }
+  const char* name() const;
+  ncclResult_t init();
+  ncclResult_t finalize();
+  ncclResult_t devices(int* ndev);
+  ncclResult_t properties(int dev, ncclNetProperties_v11_t* props);  // v8 fields copied, rest zero
+  ncclResult_t listen(int dev, void* handle, void** listenComm);
+  ncclResult_t connect(int dev, void* handle, void** sendComm);
+  ncclResult_t accept(void* listenComm, void** recvComm);
+  ncclResult_t regMr(void* comm, void* data, size_t size, void** mhandle);
+  ncclResult_t deregMr(void* comm, void* mhandle);
+  ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, void** request);
+  ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** request);
+  ncclResult_t iflush(void* comm, int n, void** data, int* sizes, void** mhandles, void** request);
+  ncclResult_t test(void* request, int* done, int* sizes);
+  ncclResult_t closeSend(void* comm);
+  ncclResult_t closeRecv(void* comm);
+  ncclResult_t closeListen(void* comm);
+
+ private:
+  int version_ = 0;
+  const ncclNet_v8_t* v8_ = nullptr;
+  const ncclNet_v9_t* v9_ = nullptr;
+  const ncclNet_v10_t* v10_ = nullptr;
+  const ncclNet_v11_t* v11_ = nullptr;
+  void* ctx_ = nullptr;
+};
+
+// Deterministic bytes: the receiver can regenerate what the sender sent.
+void fillPattern(void* buf, size_t size, uint64_t seed);
+// Index of the first wrong byte, or SIZE_MAX when all match.
+size_t checkPattern(const void* buf, size_t size, uint64_t seed);
+
+// Bounded loops: every wait gives up after this long (tests fail, never hang).
+constexpr int kLoopLimitMs = 60000;
+
+// listen on dev, connect to it and accept it, all non-blocking from one thread.
+ncclResult_t connectPair(NetDriver& net, int dev, void** sendComm, void** recvComm, std::string* err);
+
+// Posts one receive of recvCap bytes and one send of size bytes on a pair,
+// completes both, checks the reported sizes and every received byte.
+bool transfer(NetDriver& net, void* sendComm, void* recvComm, size_t size, size_t recvCap, int tag,
+              std::string* err);
+
+// Index of the first device whose name is ifname, or -1.
+int findDevice(NetDriver& net, const std::string& ifname);
+
+// One side of a two-process exchange. Both sides listen, publish their handle
+// as <dir>/<role>.handle, connect to the other's, then per size send and
+// receive at once (interleaved both ways, receives posted larger than the
+// message), then a burst of the maximum outstanding requests each way.
+struct PeerOptions {
+  std::string lib;          // plugin path or name
+  int version = 11;
+  std::string dir;          // handle exchange directory
+  std::string role;         // "a" or "b"
+  std::string ifname = "lo";
+  std::vector<size_t> sizes;
+};
+// 0 on success; otherwise prints the failure to stderr and returns 1.
+int runPeer(const PeerOptions& opt);
+
+}  // namespace nettest
+}  // namespace signlion

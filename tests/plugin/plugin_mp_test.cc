@@ -1,0 +1,164 @@
+// The plugin across processes on loopback, as NCCL uses it: each rank a
+// process with its own copy of the dlopen'ed library. The other side is
+// signlion_net_peer, fork/exec'ed.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/param.h"
+#include "net_harness.h"
+#include "socket/socket_net.h"
+
+using namespace signlion::nettest;
+
+namespace {
+
+int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string makeTempDir() {
+  char tmpl[] = "/tmp/signlion-net-XXXXXX";
+  const char* d = mkdtemp(tmpl);
+  return d ? d : "";
+}
+
+void removeDir(const std::string& dir) {
+  std::string cmd = "rm -rf '" + dir + "'";
+  if (system(cmd.c_str()) != 0) fprintf(stderr, "could not remove %s\n", dir.c_str());
+}
+
+pid_t spawn(const std::vector<std::string>& args) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits for pid at most limitMs; kills it if still running. Returns the exit status or -1.
+int reap(pid_t pid, int limitMs) {
+  int64_t start = nowMs();
+  int status = 0;
+  while (nowMs() - start < limitMs) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+void exchange(int version, const std::string& sizes, std::vector<size_t> mySizes) {
+  setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
+  signlion::paramResetCache();
+  std::string dir = makeTempDir();
+  ASSERT_FALSE(dir.empty());
+  pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--lib", SIGNLION_PLUGIN_PATH, "--dir", dir, "--role", "b",
+                       "--version", std::to_string(version), "--sizes", sizes});
+  ASSERT_GT(child, 0);
+  PeerOptions opt;
+  opt.lib = SIGNLION_PLUGIN_PATH;
+  opt.version = version;
+  opt.dir = dir;
+  opt.role = "a";
+  opt.sizes = mySizes;
+  int mine = runPeer(opt);
+  int theirs = reap(child, 120000);
+  removeDir(dir);
+  EXPECT_EQ(mine, 0);
+  EXPECT_EQ(theirs, 0);
+}
+
+}  // namespace
+
+// Interleaved send and receive on both sides, sizes 0 .. 256 MiB (once), and a
+// burst of the maximum outstanding requests each way.
+TEST(PluginTwoProcess, ExchangeV11UpTo256MiB) {
+  exchange(11, "0,1,7,4096,16384,16385,1048579,268435456",
+           {0, 1, 7, 4096, 16384, 16385, 1048579, size_t(256) << 20});
+}
+
+TEST(PluginTwoProcess, ExchangeV8) {
+  exchange(8, "0,3,65536,3000001", {0, 3, 65536, 3000001});
+}
+
+// The receiving side of a 256 MiB message whose sender dies (SIGKILL) or
+// freezes (SIGSTOP) mid-transfer: test() must return an error within
+// SIGNLION_SOCKET_TIMEOUT, never hang.
+static void peerFailsMidTransfer(int sig) {
+  setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
+  setenv("SIGNLION_SOCKET_TIMEOUT", "2000", 1);
+  signlion::paramResetCache();
+  std::string err;
+  void* lib = openPlugin(SIGNLION_PLUGIN_PATH, &err);
+  ASSERT_NE(lib, nullptr) << err;
+  NetDriver net;
+  ASSERT_TRUE(net.bind(lib, 11));
+  ASSERT_EQ(net.init(), ncclSuccess);
+  int dev = findDevice(net, "lo");
+  ASSERT_GE(dev, 0);
+  std::string dir = makeTempDir();
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* l = nullptr;
+  ASSERT_EQ(net.listen(dev, handle, &l), ncclSuccess);
+  std::ofstream(dir + "/listener.handle", std::ios::binary).write(handle, sizeof(handle));
+  pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--mode", "sendbig", "--lib", SIGNLION_PLUGIN_PATH, "--dir", dir});
+  ASSERT_GT(child, 0);
+  void* r = nullptr;
+  int64_t start = nowMs();
+  while (r == nullptr && nowMs() - start < 30000) ASSERT_EQ(net.accept(l, &r), ncclSuccess);
+  ASSERT_NE(r, nullptr);
+  std::vector<char> buf(size_t(256) << 20);
+  void* d = buf.data();
+  size_t cap = buf.size();
+  int tag = 1;
+  void* req = nullptr;
+  ASSERT_EQ(net.irecv(r, 1, &d, &cap, &tag, nullptr, &req), ncclSuccess);
+  // Receive until some of the message has arrived, then hit the sender.
+  struct stat st;
+  while (stat((dir + "/sending").c_str(), &st) != 0 && nowMs() - start < 30000) usleep(1000);
+  int done = 0;
+  uint64_t got = 0, sent;
+  ncclResult_t res = ncclSuccess;
+  while (got < (4u << 20) && !done && res == ncclSuccess && nowMs() - start < 30000) {
+    res = net.test(req, &done, nullptr);
+    signlion::net::commBytes(r, &sent, &got);
+  }
+  ASSERT_EQ(res, ncclSuccess);
+  ASSERT_EQ(done, 0) << "the whole message arrived before the sender could be stopped";
+  ASSERT_EQ(kill(child, sig), 0);
+  int64_t hit = nowMs();
+  while (!done && res == ncclSuccess && nowMs() - hit < 20000) res = net.test(req, &done, nullptr);
+  EXPECT_EQ(done, 0);
+  EXPECT_EQ(res, ncclRemoteError) << "after " << nowMs() - hit << " ms";
+  kill(child, SIGKILL);
+  reap(child, 10000);
+  net.closeRecv(r);
+  net.closeListen(l);
+  net.finalize();
+  dlclose(lib);
+  removeDir(dir);
+  unsetenv("SIGNLION_SOCKET_TIMEOUT");
+  signlion::paramResetCache();
+}
+
+TEST(PluginTwoProcess, PeerKilledMidTransferIsAnError) { peerFailsMidTransfer(SIGKILL); }
+TEST(PluginTwoProcess, PeerFrozenMidTransferTimesOut) { peerFailsMidTransfer(SIGSTOP); }

@@ -1,0 +1,592 @@
+// The plugin in one process: loading as NCCL does, every version's struct,
+// and the behaviours NCCL's proxy relies on, driven through the dlopen'ed
+// libnccl-net-signlion.so on loopback.
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "common/param.h"
+#include "net_harness.h"
+#include "socket/socket_devices.h"
+#include "socket/socket_net.h"
+
+using namespace signlion::nettest;
+
+namespace {
+
+int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+class Env {
+ public:
+  Env(const char* name, const char* value) : name_(name) {
+    const char* old = getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+    signlion::paramResetCache();
+  }
+  ~Env() {
+    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+    else unsetenv(name_.c_str());
+    signlion::paramResetCache();
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+// Loads the plugin by path once per test and binds the requested version.
+class PluginTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
+    signlion::paramResetCache();
+    std::string err;
+    lib_ = openPlugin(SIGNLION_PLUGIN_PATH, &err);
+    ASSERT_NE(lib_, nullptr) << err;
+    ASSERT_TRUE(net_.bind(lib_, GetParam()));
+    ASSERT_EQ(net_.init(), ncclSuccess);
+    dev_ = findDevice(net_, "lo");
+    ASSERT_GE(dev_, 0);
+  }
+  void TearDown() override {
+    net_.finalize();
+    if (lib_) dlclose(lib_);
+  }
+  void pair(void** s, void** r) {
+    std::string err;
+    ASSERT_EQ(connectPair(net_, dev_, s, r, &err), ncclSuccess) << err;
+  }
+  // Tests req until done or error; the error (or success) is returned.
+  ncclResult_t waitReq(void* req, int* sizes, int64_t limitMs = kLoopLimitMs) {
+    int done = 0;
+    int64_t start = nowMs();
+    ncclResult_t r = ncclSuccess;
+    while (!done && nowMs() - start < limitMs && (r = net_.test(req, &done, sizes)) == ncclSuccess) {}
+    if (r == ncclSuccess && !done) return ncclInternalError;
+    return r;
+  }
+
+  void* lib_ = nullptr;
+  NetDriver net_;
+  int dev_ = -1;
+};
+
+}  // namespace
+
+// ---- Loading and structs ---------------------------------------------------------
+
+TEST(PluginLoad, ByNameAndByPathExportEveryVersion) {
+  // By name: NCCL_NET_PLUGIN=signlion makes NCCL dlopen "libnccl-net-signlion.so"
+  // (found on the library search path; this binary's RUNPATH names the build's lib dir).
+  for (const char* how : {"libnccl-net-signlion.so", SIGNLION_PLUGIN_PATH}) {
+    std::string err;
+    void* lib = openPlugin(how, &err);
+    ASSERT_NE(lib, nullptr) << how << ": " << err;
+    for (int v = 8; v <= 11; v++) {
+      NetDriver d;
+      ASSERT_TRUE(d.bind(lib, v)) << how << " lacks ncclNetPlugin_v" << v;
+      EXPECT_STREQ(d.name(), "signlion") << "v" << v;
+    }
+    EXPECT_EQ(dlsym(lib, "ncclNetPlugin_v7"), nullptr);
+    auto* v8 = static_cast<ncclNet_v8_t*>(dlsym(lib, "ncclNetPlugin_v8"));
+    auto* v11 = static_cast<ncclNet_v11_t*>(dlsym(lib, "ncclNetPlugin_v11"));
+    void* const* f8 = reinterpret_cast<void* const*>(&v8->init);
+    for (int i = 0; i < 16; i++) EXPECT_NE(f8[i], nullptr) << "v8 function " << i;  // init .. closeListen
+    void* const* f11 = reinterpret_cast<void* const*>(&v11->init);
+    for (int i = 0; i < 16; i++) EXPECT_NE(f11[i], nullptr) << "v11 function " << i;
+    EXPECT_NE(v11->finalize, nullptr);
+    EXPECT_EQ(v11->setNetAttr, nullptr);  // optional in NCCL
+    dlclose(lib);
+  }
+}
+
+TEST(PluginLoad, StructLayoutsMatchThePublishedInterface) {
+  // Offsets NCCL compiles against (x86-64 / aarch64 LP64).
+  EXPECT_EQ(offsetof(ncclNet_v8_t, irecvConsumed), 18 * sizeof(void*));
+  EXPECT_EQ(sizeof(ncclNet_v8_t), 19 * sizeof(void*));
+  EXPECT_EQ(sizeof(ncclNet_v9_t), 20 * sizeof(void*));
+  EXPECT_EQ(sizeof(ncclNet_v10_t), 20 * sizeof(void*));
+  EXPECT_EQ(sizeof(ncclNet_v11_t), 22 * sizeof(void*));
+  EXPECT_EQ(offsetof(ncclNet_v11_t, finalize), 20 * sizeof(void*));
+  EXPECT_EQ(offsetof(ncclNetProperties_v8_t, speed), 32u);
+  EXPECT_EQ(offsetof(ncclNetProperties_v9_t, vProps), 64u);
+  EXPECT_EQ(offsetof(ncclNetProperties_v9_t, maxP2pBytes), 88u);
+  EXPECT_EQ(sizeof(ncclNetProperties_v10_t), sizeof(ncclNetProperties_v9_t));
+  EXPECT_EQ(offsetof(ncclNetProperties_v11_t, maxMultiRequestSize), 104u);
+  EXPECT_EQ(sizeof(ncclNetProperties_v11_t), 112u);
+}
+
+TEST_P(PluginTest, PropertiesAreHonest) {
+  ncclNetProperties_v11_t p;
+  ASSERT_EQ(net_.properties(dev_, &p), ncclSuccess);
+  EXPECT_STREQ(p.name, "lo");
+  EXPECT_EQ(p.ptrSupport, NCCL_PTR_HOST);
+  EXPECT_GT(p.speed, 0);
+  EXPECT_GT(p.maxComms, 0);
+  EXPECT_EQ(p.maxRecvs, 8);
+  EXPECT_EQ(p.netDeviceType, NCCL_NET_DEVICE_HOST);
+  if (GetParam() >= 9) {
+    EXPECT_EQ(p.vProps.ndevs, 1);
+    EXPECT_EQ(p.vProps.devs[0], dev_);
+    EXPECT_EQ(p.maxP2pBytes, size_t(1) << 30);
+    EXPECT_EQ(p.forceFlush, 0);
+  }
+  if (GetParam() == 11) {
+    EXPECT_EQ(p.maxMultiRequestSize, 1);
+  }
+}
+
+TEST_P(PluginTest, TransfersAllSizesBitExact) {
+  void *s, *r;
+  pair(&s, &r);
+  for (size_t size : {size_t(0), size_t(1), size_t(3), size_t(16384), size_t(16385), size_t(131072),
+                      size_t(131073), size_t(1000003), size_t(4) << 20}) {
+    std::string err;
+    EXPECT_TRUE(transfer(net_, s, r, size, size, 3, &err)) << err;
+    EXPECT_TRUE(transfer(net_, s, r, size, size + 777, 4, &err)) << "receive larger than message: " << err;
+  }
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Versions, PluginTest, ::testing::Values(8, 9, 10, 11),
+                         [](const ::testing::TestParamInfo<int>& i) { return "v" + std::to_string(i.param); });
+
+// The remaining behaviours are version independent: run them on v11.
+class PluginV11 : public PluginTest {};
+
+TEST_P(PluginV11, GroupedReceiveMatchesByTag) {
+  void *s, *r;
+  pair(&s, &r);
+  const int n = 3;
+  std::vector<char> in[n], out[n];
+  size_t sizes[n] = {100, 200000, 0};
+  int tags[n] = {5, 6, 7};
+  void* data[n];
+  size_t caps[n];
+  for (int i = 0; i < n; i++) {
+    in[i].resize(sizes[i] + 1);
+    fillPattern(in[i].data(), sizes[i], 40 + i);
+    out[i].assign(sizes[i] + 64, 0);
+    data[i] = out[i].data();
+    caps[i] = out[i].size();
+  }
+  void* rreq = nullptr;
+  ASSERT_EQ(net_.irecv(r, n, data, caps, tags, nullptr, &rreq), ncclSuccess);
+  ASSERT_NE(rreq, nullptr);
+  void* sreq[n] = {};
+  for (int i : {1, 2, 0}) {  // send order differs from the posted order
+    ASSERT_EQ(net_.isend(s, in[i].data(), sizes[i], tags[i], nullptr, &sreq[i]), ncclSuccess);
+    ASSERT_NE(sreq[i], nullptr);
+  }
+  int got[n] = {-1, -1, -1};
+  ASSERT_EQ(waitReq(rreq, got), ncclSuccess);
+  for (int i = 0; i < n; i++) {
+    int sz = -1;
+    ASSERT_EQ(waitReq(sreq[i], &sz), ncclSuccess);
+    EXPECT_EQ(sz, (int)sizes[i]);
+    EXPECT_EQ(got[i], (int)sizes[i]);
+    EXPECT_EQ(checkPattern(out[i].data(), sizes[i], 40 + i), SIZE_MAX) << "sub " << i;
+  }
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+TEST_P(PluginV11, TagMismatchIsAnError) {
+  void *s, *r;
+  pair(&s, &r);
+  std::vector<char> buf(64);
+  void* d = buf.data();
+  size_t cap = buf.size();
+  int tag = 1;
+  void *rreq = nullptr, *sreq = nullptr;
+  ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
+  ASSERT_EQ(net_.isend(s, buf.data(), 8, 2, nullptr, &sreq), ncclSuccess);
+  EXPECT_EQ(waitReq(rreq, nullptr), ncclInvalidUsage);
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+TEST_P(PluginV11, MessageLargerThanReceiveIsAnError) {
+  void *s, *r;
+  pair(&s, &r);
+  for (size_t size : {size_t(100), size_t(1) << 20}) {  // inline and striped
+    void *s2, *r2;
+    pair(&s2, &r2);
+    std::vector<char> buf(size);
+    void* d = buf.data();
+    size_t cap = size - 1;
+    int tag = 0;
+    void *rreq = nullptr, *sreq = nullptr;
+    ASSERT_EQ(net_.irecv(r2, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
+    ASSERT_EQ(net_.isend(s2, buf.data(), size, 0, nullptr, &sreq), ncclSuccess);
+    EXPECT_EQ(waitReq(rreq, nullptr), ncclInvalidUsage) << size;
+    net_.closeSend(s2);
+    net_.closeRecv(r2);
+  }
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+TEST_P(PluginV11, FullRequestTableReturnsNoRequestUntilOneCompletes) {
+  void *s, *r;
+  pair(&s, &r);
+  std::vector<char> buf(1 << 20);
+  std::vector<void*> reqs;
+  void* req = nullptr;
+  for (int i = 0; i < NCCL_NET_MAX_REQUESTS; i++) {
+    ASSERT_EQ(net_.isend(s, buf.data(), 16, i, nullptr, &req), ncclSuccess);
+    ASSERT_NE(req, nullptr) << i;
+    reqs.push_back(req);
+  }
+  ASSERT_EQ(net_.isend(s, buf.data(), 16, 99, nullptr, &req), ncclSuccess);
+  EXPECT_EQ(req, nullptr);
+  // Receives too: same table size.
+  std::vector<void*> rreqs;
+  std::vector<std::vector<char>> rbuf(NCCL_NET_MAX_REQUESTS, std::vector<char>(16));
+  for (int i = 0; i < NCCL_NET_MAX_REQUESTS; i++) {
+    void* d = rbuf[i].data();
+    size_t cap = 16;
+    int tag = i;
+    ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &req), ncclSuccess);
+    ASSERT_NE(req, nullptr);
+    rreqs.push_back(req);
+  }
+  void* d = buf.data();
+  size_t cap = 16;
+  int tag = 0;
+  ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &req), ncclSuccess);
+  EXPECT_EQ(req, nullptr);
+  int sz = -1;
+  ASSERT_EQ(waitReq(reqs[0], &sz), ncclSuccess);
+  EXPECT_EQ(sz, 16);
+  // A slot is free again: the retried isend is posted.
+  ASSERT_EQ(net_.isend(s, buf.data(), 16, 32, nullptr, &req), ncclSuccess);
+  EXPECT_NE(req, nullptr);
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+TEST_P(PluginV11, IflushIsANoOpForHostMemory) {
+  void *s, *r;
+  pair(&s, &r);
+  char b[8];
+  void* d = b;
+  int size = 8;
+  void* req = reinterpret_cast<void*>(1);
+  EXPECT_EQ(net_.iflush(r, 1, &d, &size, nullptr, &req), ncclSuccess);
+  EXPECT_EQ(req, nullptr);
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+TEST_P(PluginV11, CloseAndDeregisterWithRequestsInFlight) {
+  for (int round = 0; round < 3; round++) {
+    void *s, *r;
+    pair(&s, &r);
+    std::vector<char> src(8 << 20, 1), dst(8 << 20);
+    void *smr, *rmr;
+    ASSERT_EQ(net_.regMr(s, src.data(), src.size(), &smr), ncclSuccess);
+    ASSERT_EQ(net_.regMr(r, dst.data(), dst.size(), &rmr), ncclSuccess);
+    void* req = nullptr;
+    for (int i = 0; i < 4; i++) {
+      ASSERT_EQ(net_.isend(s, src.data() + i * (2 << 20), 2 << 20, i, smr, &req), ncclSuccess);
+      void* d = dst.data() + i * (2 << 20);
+      size_t cap = 2 << 20;
+      int tag = i;
+      if (round != 1) {
+        ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, &rmr, &req), ncclSuccess);
+      }
+    }
+    int done = 0;
+    if (round == 2) {
+      ASSERT_EQ(net_.test(req, &done, nullptr), ncclSuccess);  // partly progressed
+    }
+    EXPECT_EQ(net_.deregMr(s, smr), ncclSuccess);
+    EXPECT_EQ(net_.deregMr(r, rmr), ncclSuccess);
+    // Closing in either order frees the comm, its threads and requests.
+    if (round == 0) {
+      EXPECT_EQ(net_.closeSend(s), ncclSuccess);
+      EXPECT_EQ(net_.closeRecv(r), ncclSuccess);
+    } else {
+      EXPECT_EQ(net_.closeRecv(r), ncclSuccess);
+      EXPECT_EQ(net_.closeSend(s), ncclSuccess);
+    }
+  }
+}
+
+TEST_P(PluginV11, OneListenCommAcceptsManyConnections) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* l = nullptr;
+  ASSERT_EQ(net_.listen(dev_, handle, &l), ncclSuccess);
+  const int kConns = 6;
+  std::vector<void*> sends, recvs;
+  // Three connected one after the other, three started together.
+  for (int i = 0; i < kConns; i++) {
+    bool together = i >= 3;
+    char h[NCCL_NET_HANDLE_MAXSIZE];
+    memcpy(h, handle, sizeof(h));
+    void* s = nullptr;
+    void* r = nullptr;
+    int64_t start = nowMs();
+    while (s == nullptr && nowMs() - start < kLoopLimitMs) ASSERT_EQ(net_.connect(dev_, h, &s), ncclSuccess);
+    ASSERT_NE(s, nullptr);
+    sends.push_back(s);
+    if (together && i < kConns - 1) continue;
+    while ((int)recvs.size() <= i && nowMs() - start < kLoopLimitMs) {
+      ASSERT_EQ(net_.accept(l, &r), ncclSuccess);
+      if (r) recvs.push_back(r), r = nullptr;
+    }
+  }
+  ASSERT_EQ((int)recvs.size(), kConns);
+  ASSERT_EQ(net_.closeListen(l), ncclSuccess);
+  // Each sender's message arrives on exactly one receiver, intact.
+  std::vector<std::vector<char>> src(kConns, std::vector<char>(300000)), dst(kConns, std::vector<char>(300000));
+  std::vector<void*> sreq(kConns), rreq(kConns);
+  for (int i = 0; i < kConns; i++) {
+    fillPattern(src[i].data(), src[i].size(), 900 + i);
+    ASSERT_EQ(net_.isend(sends[i], src[i].data(), src[i].size(), 1, nullptr, &sreq[i]), ncclSuccess);
+    void* d = dst[i].data();
+    size_t cap = dst[i].size();
+    int tag = 1;
+    ASSERT_EQ(net_.irecv(recvs[i], 1, &d, &cap, &tag, nullptr, &rreq[i]), ncclSuccess);
+  }
+  std::vector<int> seen(kConns, 0);
+  for (int i = 0; i < kConns; i++) {
+    ASSERT_EQ(waitReq(sreq[i], nullptr), ncclSuccess);
+    ASSERT_EQ(waitReq(rreq[i], nullptr), ncclSuccess);
+    for (int j = 0; j < kConns; j++)
+      if (checkPattern(dst[i].data(), dst[i].size(), 900 + j) == SIZE_MAX) seen[j]++;
+  }
+  for (int j = 0; j < kConns; j++) EXPECT_EQ(seen[j], 1) << "message of sender " << j;
+  for (int i = 0; i < kConns; i++) {
+    net_.closeSend(sends[i]);
+    net_.closeRecv(recvs[i]);
+  }
+}
+
+TEST_P(PluginV11, ThreadsDriveSeparateCommsAtOnce) {
+  const int kThreads = 4;
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++) {
+    threads.emplace_back([&, t] {
+      void *s, *r;
+      std::string err;
+      if (connectPair(net_, dev_, &s, &r, &err) != ncclSuccess) {
+        errors[t] = err;
+        return;
+      }
+      for (size_t size : {size_t(10), size_t(70000), size_t(3) << 20}) {
+        if (!transfer(net_, s, r, size, size + t, t, &err)) {
+          errors[t] = err;
+          break;
+        }
+      }
+      net_.closeSend(s);
+      net_.closeRecv(r);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; t++) EXPECT_EQ(errors[t], "") << "thread " << t;
+}
+
+TEST_P(PluginV11, ByteCountersCountPayloadAndHeaders) {
+  void *s, *r;
+  pair(&s, &r);
+  std::string err;
+  const size_t sizes[] = {100, 5 << 20};
+  for (size_t size : sizes) ASSERT_TRUE(transfer(net_, s, r, size, size, 1, &err)) << err;
+  uint64_t sent = 0, recvd = 0, dummy;
+  ASSERT_TRUE(signlion::net::commBytes(s, &sent, &dummy));
+  ASSERT_TRUE(signlion::net::commBytes(r, &dummy, &recvd));
+  const uint64_t expect = sizes[0] + sizes[1] + 2 * 16;
+  EXPECT_EQ(sent, expect);
+  EXPECT_EQ(recvd, expect);
+  int notAComm = 0;
+  EXPECT_FALSE(signlion::net::commBytes(&notAComm, &sent, &recvd));
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+TEST_P(PluginV11, BadArgumentsAreRejected) {
+  void *s, *r;
+  pair(&s, &r);
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* out = nullptr;
+  int ndev = 0;
+  ASSERT_EQ(net_.devices(&ndev), ncclSuccess);
+  ncclNetProperties_v11_t props;
+  EXPECT_EQ(net_.properties(-1, &props), ncclInvalidArgument);
+  EXPECT_EQ(net_.properties(ndev, &props), ncclInvalidArgument);
+  EXPECT_EQ(net_.devices(nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_.listen(ndev + 3, handle, &out), ncclInvalidArgument);
+  EXPECT_EQ(net_.listen(dev_, nullptr, &out), ncclInvalidArgument);
+  EXPECT_EQ(net_.connect(dev_, handle, &out), ncclInvalidArgument) << "all-zero handle";
+  EXPECT_EQ(net_.connect(dev_, nullptr, &out), ncclInvalidArgument);
+  EXPECT_EQ(net_.accept(nullptr, &out), ncclInvalidArgument);
+  EXPECT_EQ(net_.accept(s, &out), ncclInvalidArgument) << "send comm is not a listen comm";
+  char buf[64];
+  void* mr = nullptr;
+  EXPECT_EQ(net_.regMr(nullptr, buf, 64, &mr), ncclInvalidArgument);
+  EXPECT_EQ(net_.regMr(s, nullptr, 64, &mr), ncclInvalidArgument);
+  auto* v11 = static_cast<ncclNet_v11_t*>(dlsym(lib_, "ncclNetPlugin_v11"));
+  EXPECT_EQ(v11->regMr(s, buf, 64, NCCL_PTR_CUDA, &mr), ncclInvalidArgument);
+  int unknown = 0;
+  EXPECT_EQ(net_.deregMr(s, &unknown), ncclInvalidArgument);
+  EXPECT_EQ(net_.isend(s, buf, 8, 0, &unknown, &out), ncclInvalidArgument) << "unknown mhandle";
+  EXPECT_EQ(net_.isend(s, nullptr, 8, 0, nullptr, &out), ncclInvalidArgument);
+  EXPECT_EQ(net_.isend(s, buf, 8, 0, nullptr, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_.isend(r, buf, 8, 0, nullptr, &out), ncclInvalidArgument) << "recv comm passed to isend";
+  EXPECT_EQ(net_.isend(s, buf, (size_t(1) << 30) + 1, 0, nullptr, &out), ncclInvalidArgument) << "oversize";
+  ASSERT_EQ(net_.regMr(s, buf, 64, &mr), ncclSuccess);
+  EXPECT_EQ(net_.isend(s, buf + 32, 64, 0, mr, &out), ncclInvalidArgument) << "outside the registration";
+  EXPECT_EQ(net_.deregMr(s, mr), ncclSuccess);
+  void* d = buf;
+  size_t cap = 64;
+  int tag = 0;
+  EXPECT_EQ(net_.irecv(r, 0, &d, &cap, &tag, nullptr, &out), ncclInvalidArgument);
+  EXPECT_EQ(net_.irecv(r, 9, &d, &cap, &tag, nullptr, &out), ncclInvalidArgument);
+  EXPECT_EQ(net_.irecv(r, 1, nullptr, &cap, &tag, nullptr, &out), ncclInvalidArgument);
+  EXPECT_EQ(net_.irecv(s, 1, &d, &cap, &tag, nullptr, &out), ncclInvalidArgument);
+  int done = 0;
+  EXPECT_EQ(net_.test(nullptr, &done, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_.closeSend(r), ncclInvalidArgument);
+  EXPECT_EQ(net_.closeRecv(s), ncclInvalidArgument);
+  // v8 sizes are int: negative ones are refused.
+  auto* v8 = static_cast<ncclNet_v8_t*>(dlsym(lib_, "ncclNetPlugin_v8"));
+  EXPECT_EQ(v8->isend(s, buf, -1, 0, nullptr, &out), ncclInvalidArgument);
+  // The comms still work after all that.
+  std::string err;
+  EXPECT_TRUE(transfer(net_, s, r, 1000, 1000, 0, &err)) << err;
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+// Raw TCP client for the stranger tests.
+static int rawConnect(const void* handle) {
+  // The handle starts with magic, version, reserved, secret, then the address.
+  signlion::net::SocketAddress a;
+  memcpy(&a, static_cast<const char*>(handle) + 16, sizeof(a));
+  int fd = socket(a.sa.sa_family, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  socklen_t len = a.sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  if (connect(fd, &a.sa, len) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST_P(PluginV11, StrangersAreRefusedAndRealPeersStillConnect) {
+  Env timeout("SIGNLION_SOCKET_TIMEOUT", "3000");
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* l = nullptr;
+  ASSERT_EQ(net_.listen(dev_, handle, &l), ncclSuccess);
+  // 1: garbage bytes. 2: a silent connection that never speaks. 3: a real
+  // plugin connect with the wrong secret (bytes 8..15 of the handle).
+  int garbage = rawConnect(handle);
+  ASSERT_GE(garbage, 0);
+  char junk[64];
+  fillPattern(junk, sizeof(junk), 77);
+  ASSERT_EQ(write(garbage, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+  int silent = rawConnect(handle);
+  ASSERT_GE(silent, 0);
+  char wrong[NCCL_NET_HANDLE_MAXSIZE];
+  memcpy(wrong, handle, sizeof(wrong));
+  wrong[8] ^= 0x55;
+  void* bad = nullptr;
+  int64_t start = nowMs();
+  while (bad == nullptr && nowMs() - start < kLoopLimitMs) ASSERT_EQ(net_.connect(dev_, wrong, &bad), ncclSuccess);
+  ASSERT_NE(bad, nullptr);  // the connector cannot know; the listener drops it
+  void* none = nullptr;
+  for (int i = 0; i < 200; i++) {
+    ASSERT_EQ(net_.accept(l, &none), ncclSuccess);
+    ASSERT_EQ(none, nullptr) << "a stranger was accepted";
+    usleep(1000);
+  }
+  // The real peer connects while the silent stranger still holds its socket.
+  char good[NCCL_NET_HANDLE_MAXSIZE];
+  memcpy(good, handle, sizeof(good));
+  void *s = nullptr, *r = nullptr;
+  start = nowMs();
+  while ((s == nullptr || r == nullptr) && nowMs() - start < kLoopLimitMs) {
+    if (!s) {
+      ASSERT_EQ(net_.connect(dev_, good, &s), ncclSuccess);
+    }
+    if (!r) {
+      ASSERT_EQ(net_.accept(l, &r), ncclSuccess);
+    }
+  }
+  ASSERT_NE(s, nullptr);
+  ASSERT_NE(r, nullptr);
+  std::string err;
+  EXPECT_TRUE(transfer(net_, s, r, 200000, 200000, 9, &err)) << err;
+  // The refused sender learns it from test (connection reset), not a hang.
+  ncclResult_t res = ncclSuccess;
+  std::vector<char> buf(1 << 20);
+  start = nowMs();
+  while (res == ncclSuccess && nowMs() - start < 10000) {
+    void* req = nullptr;
+    res = net_.isend(bad, buf.data(), buf.size(), 0, nullptr, &req);
+    if (res == ncclSuccess && req) res = waitReq(req, nullptr, 10000);
+  }
+  EXPECT_NE(res, ncclSuccess);
+  close(garbage);
+  close(silent);
+  net_.closeSend(bad);
+  net_.closeSend(s);
+  net_.closeRecv(r);
+  net_.closeListen(l);
+}
+
+INSTANTIATE_TEST_SUITE_P(Latest, PluginV11, ::testing::Values(11),
+                         [](const ::testing::TestParamInfo<int>& i) { return "v" + std::to_string(i.param); });
+
+// ---- Interface filter (SIGNLION_SOCKET_IFNAME, NCCL syntax) ------------------------
+
+TEST(SocketIfname, PrefixExcludeAndExact) {
+  using signlion::net::parseIfnameFilter;
+  auto f = parseIfnameFilter("eth,ib");
+  EXPECT_TRUE(f.matches("eth0"));
+  EXPECT_TRUE(f.matches("ib1"));
+  EXPECT_FALSE(f.matches("lo"));
+  auto x = parseIfnameFilter("^docker,lo");
+  EXPECT_TRUE(x.matches("eth0"));
+  EXPECT_FALSE(x.matches("docker0"));
+  EXPECT_FALSE(x.matches("lo"));
+  auto e = parseIfnameFilter("=eth0");
+  EXPECT_TRUE(e.matches("eth0"));
+  EXPECT_FALSE(e.matches("eth01"));
+  auto ne = parseIfnameFilter("^=eth0,lo:1234");
+  EXPECT_FALSE(ne.matches("eth0"));
+  EXPECT_TRUE(ne.matches("eth01"));
+  EXPECT_FALSE(ne.matches("lo"));
+  EXPECT_TRUE(parseIfnameFilter("").matches("anything"));
+}
+
+TEST(SocketIfname, FilterSelectsDevices) {
+  Env only("SIGNLION_SOCKET_IFNAME", "=lo");
+  auto devs = signlion::net::findSocketDevices(16);
+  ASSERT_EQ(devs.size(), 1u);
+  EXPECT_EQ(devs[0].name, "lo");
+  EXPECT_GT(devs[0].speedMbps, 0);
+  Env none("SIGNLION_SOCKET_IFNAME", "=no-such-if");
+  EXPECT_TRUE(signlion::net::findSocketDevices(16).empty());
+}
