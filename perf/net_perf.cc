@@ -1,6 +1,7 @@
 // net_perf: the socket transport on one link, two processes (server, client).
 //   - ping-pong latency, 8 B .. 1 MiB, through the plugin (ncclNet v11 struct)
-//     and through a plain one-stream blocking TCP socket on the same link;
+//     and through a plain one-stream TCP socket on the same link, waited on
+//     with the same spin-then-poll policy;
 //   - streaming bandwidth, client -> server, versus SIGNLION_NSOCKS.
 // Handles and results go through files in --dir (both sides see the same
 // filesystem, also from two network namespaces). scripts/net_bench.sh runs it.
@@ -9,6 +10,7 @@
 //            [--nsocks 1,2,4,8] [--iters 2000]
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sched.h>
 #include <unistd.h>
@@ -64,16 +66,21 @@ void getFile(const std::string& name, void* data, size_t size) {
   die(("no file " + name).c_str());
 }
 
-// Waits like a host-side caller: test(), and between tests sleep on the comm's
-// control stream (signlion::net::commWait) instead of spinning, which on a
-// loaded 2-core machine loses the core to other work.
+// Waits like a host-side caller: spins on test() for a short while (a reply
+// that comes within it is seen at once; a sleep and wake-up costs tens of us
+// in a VM), then sleeps on the comm (signlion::net::commWait wakes on the
+// control stream and on data-stream completions) so an idle wait leaves the
+// core to the transport's helper threads.
 void wait(void* req, void* comm, int* size = nullptr) {
+  constexpr double kSpinSec = 100e-6;
   int done = 0;
   double start = nowSec();
   for (int spins = 0; !done; spins++) {
     check(gNet->test(req, &done, size), "test");
-    if (!done && spins > 16) signlion::net::commWait(comm, 1);
-    if ((spins & 1023) == 0 && nowSec() - start > 60) die("request did not complete in 60 s");
+    if (done) break;
+    double now = nowSec();
+    if (now - start > kSpinSec) signlion::net::commWait(comm, 1);
+    if (now - start > 60) die("request did not complete in 60 s");
   }
 }
 
@@ -141,16 +148,27 @@ std::vector<double> pluginPingPong(int dev, int iters) {
   return out;
 }
 
+// Moves n bytes on a non-blocking socket with the plugin waiter's policy:
+// retry at once for up to 100 us, then sleep in poll(). Both sides of the
+// comparison thus pay (or avoid) the same wake-up costs.
 void fullIo(int fd, char* p, size_t n, bool send) {
+  double start = nowSec();
   while (n > 0) {
-    ssize_t k = send ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
+    ssize_t k = send ? ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recv(fd, p, n, MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      if (nowSec() - start > 100e-6) {
+        pollfd pfd{fd, (short)(send ? POLLOUT : POLLIN), 0};
+        (void)poll(&pfd, 1, 1);
+      }
+      continue;
+    }
     if (k <= 0) die("plain tcp io");
     p += k;
     n -= (size_t)k;
   }
 }
 
-// The same ping-pong over one blocking TCP socket with TCP_NODELAY.
+// The same ping-pong over one plain TCP socket with TCP_NODELAY.
 std::vector<double> plainPingPong(const SocketAddress& local, int iters) {
   int fd = -1;
   int one = 1;

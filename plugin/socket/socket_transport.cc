@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -202,6 +203,9 @@ struct Helper {
 struct Comm : CommHeader {
   bool isSend = false;
   int ctrlFd = -1;
+  // Helpers signal it when a data-stream task completes (or fails), so a
+  // caller sleeping in commWait wakes for payloads that never touch ctrlFd.
+  int wakeFd = -1;
   int nsocks = 0;
   size_t chunkSize = 0;
   size_t inlineMax = 0;
@@ -260,10 +264,20 @@ struct ListenComm : CommHeader {
   std::vector<ConnGroup> groups;
 };
 
+void wakeCaller(Comm* c) {
+  uint64_t one = 1;
+  ssize_t r;
+  do {
+    r = write(c->wakeFd, &one, sizeof(one));
+  } while (r < 0 && errno == EINTR);  // EAGAIN: the counter is already non-zero, enough
+}
+
 void setError(Comm* c, ncclResult_t res, const char* what) {
   int expected = ncclSuccess;
-  if (c->error.compare_exchange_strong(expected, res))
+  if (c->error.compare_exchange_strong(expected, res)) {
     WARN("NET/signlion: %s comm %p: %s", c->isSend ? "send" : "recv", (void*)c, what);
+    wakeCaller(c);  // a caller asleep in commWait must see the error
+  }
 }
 
 // Mirrors an errno from send/recv into the comm's error (peer gone = remote error).
@@ -358,6 +372,7 @@ void helperLoop(Comm* c, Helper* h) {
           st->tasks.pop_front();
         }
         req->pending.fetch_sub(bytes, std::memory_order_acq_rel);  // last touch of req
+        wakeCaller(c);
         progress = true;
       }
     }
@@ -420,6 +435,7 @@ void destroyComm(Comm* c) {
     if (h->thread.joinable()) h->thread.join();
   for (Stream& s : c->streams) closeFd(&s.fd);
   closeFd(&c->ctrlFd);
+  closeFd(&c->wakeFd);
   for (MemRegion* mr : c->mrs) {
     mr->magic = 0;
     delete mr;
@@ -435,6 +451,13 @@ Comm* newComm(bool isSend) {
   c->isSend = isSend;
   c->inlineMax = (size_t)std::max<int64_t>(0, std::min<int64_t>(signlionParamSocketInline(), 1 << 20));
   c->ctrlLastProgress = nowMs();
+  c->wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (c->wakeFd < 0) {
+    WARN("NET/signlion: eventfd failed: %s", strerror(errno));
+    c->magic = 0;
+    delete c;
+    return nullptr;
+  }
   return c;
 }
 
@@ -701,6 +724,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
   Comm* c = static_cast<Comm*>(h->connecting);
   if (c == nullptr) {
     c = newComm(true);
+    if (c == nullptr) return ncclSystemError;
     c->nsocks = (int)std::max<int64_t>(1, std::min<int64_t>(signlionParamNsocks(), kSocketMaxStreams));
     c->chunkSize = (size_t)std::max<int64_t>(4096, std::min<int64_t>(signlionParamSocketChunkSize(), 1 << 30));
     c->streams.resize(c->nsocks);
@@ -895,6 +919,11 @@ ncclResult_t socketAccept(void* listenComm, void** recvComm) {
       continue;
     }
     Comm* c = newComm(false);
+    if (c == nullptr) {
+      dropGroup(&g);
+      l->groups.erase(l->groups.begin() + i);
+      return ncclSystemError;
+    }
     c->nsocks = (int)g.dataFds.size();
     c->chunkSize = g.ctrl.chunkSize;
     c->ctrlFd = g.ctrlFd;
@@ -1030,14 +1059,16 @@ ncclResult_t socketTest(void* request, int* done, int* sizes) {
 
 void socketCommWait(void* comm, int timeoutMs) {
   Comm* c = asComm(comm, kCommRecv);
-  short events = POLLIN;
-  if (c == nullptr) {
-    c = asComm(comm, kCommSend);
-    if (c == nullptr || c->ctrlQueue.empty()) return;
-    events = POLLOUT;
+  if (c == nullptr) c = asComm(comm, kCommSend);
+  if (c == nullptr) return;
+  // Headers and inline payloads arrive on ctrlFd (a send waits for room to
+  // write there); data-stream completions are signalled on wakeFd.
+  pollfd p[2] = {{c->wakeFd, POLLIN, 0}, {c->ctrlFd, (short)(c->isSend ? POLLOUT : POLLIN), 0}};
+  nfds_t n = (c->isSend && c->ctrlQueue.empty()) ? 1 : 2;
+  if (poll(p, n, timeoutMs) > 0 && (p[0].revents & POLLIN)) {
+    uint64_t drained;
+    (void)!read(c->wakeFd, &drained, sizeof(drained));
   }
-  pollfd p{c->ctrlFd, events, 0};
-  (void)poll(&p, 1, timeoutMs);
 }
 
 ncclResult_t socketCloseSend(void* sendComm) {
