@@ -146,6 +146,78 @@ typedef struct ncclSignConfig_v1 {
  * size/magic/version or an out-of-range enum or timeout. */
 ncclResult_t ncclSignConfigCheck(const ncclSignConfig_t* config);
 
+/* ---------------------------------------------------------------------------
+ * Host communicator: sign all-reduce over CPU buffers.
+ *
+ * Ranks find each other through a unique id made by one of them (as with
+ * ncclGetUniqueId) and shared out of band; links between ranks are ncclNet
+ * connections: signlion's own socket transport by default, or any NCCL net
+ * plugin named in the config. Every wait is bounded by the config's timeout:
+ * a dead or stalled peer makes the call return an error, never hang.
+ * ------------------------------------------------------------------------- */
+
+#define NCCL_SIGN_UNIQUE_ID_BYTES 128
+/* Carries the root's address and port and a fresh random secret. */
+typedef struct {
+  char internal[NCCL_SIGN_UNIQUE_ID_BYTES];
+} ncclSignUniqueId;
+
+typedef struct ncclSignComm* ncclSignComm_t;
+
+/* Makes a unique id and starts, in this process, the rendezvous that all
+ * nranks ranks of the communicator join in ncclSignCommInitRank (it ends once
+ * they have, or after SIGNLION_TIMEOUT_MS). The root listens on the first
+ * interface SIGNLION_SOCKET_IFNAME selects.
+ * Errors: ncclInvalidArgument when uniqueId is NULL; ncclSystemError when no
+ * socket could be opened. */
+ncclResult_t ncclSignGetUniqueId(ncclSignUniqueId* uniqueId);
+
+/* Creates rank `rank` of an nranks-rank communicator. Collective: every rank
+ * calls it with the same id and nranks. config may be NULL (all defaults); it
+ * is checked as by ncclSignConfigCheck.
+ * Errors: ncclInvalidArgument (comm NULL, nranks < 1, rank outside
+ * [0, nranks), an id not made by ncclSignGetUniqueId, a bad config),
+ * ncclRemoteError / ncclSystemError when a peer cannot be reached within the
+ * timeout. */
+ncclResult_t ncclSignCommInitRank(ncclSignComm_t* comm, int nranks, ncclSignUniqueId commId, int rank,
+                                  const ncclSignConfig_t* config);
+
+/* Frees the communicator once its operations are done. Not collective. */
+ncclResult_t ncclSignCommDestroy(ncclSignComm_t comm);
+
+/* Frees the communicator at once, whatever its state: links are closed so
+ * peers blocked on it see an error. Use after an error; then make a new one. */
+ncclResult_t ncclSignCommAbort(ncclSignComm_t comm);
+
+ncclResult_t ncclSignCommCount(const ncclSignComm_t comm, int* count);
+ncclResult_t ncclSignCommUserRank(const ncclSignComm_t comm, int* rank);
+
+/* Blocks until every rank has entered the barrier (or the timeout passes). */
+ncclResult_t ncclSignBarrier(ncclSignComm_t comm);
+
+/* Bytes this rank has put on and taken off the wire through its links, since
+ * the communicator was made (payload and transport headers). Benchmarks
+ * difference two readings to get the bytes of one call. */
+ncclResult_t ncclSignCommGetWireBytes(const ncclSignComm_t comm, uint64_t* sentBytes, uint64_t* recvBytes);
+
+/* The sign all-reduce on host buffers: every rank's recvbuff receives the
+ * majority vote (or average) of the signs of all ranks' sendbuff, as defined
+ * at the top of this header. sendbuff == recvbuff is in place. count may be 0.
+ * Synchronous: returns when this rank's result is complete.
+ * Errors: ncclInvalidArgument (NULL buffers with count > 0, a datatype other
+ * than fp32/fp16/bf16/int8, an op out of range, average with int8, a bad
+ * comm), ncclRemoteError / ncclSystemError on a peer failure (the comm must
+ * then be aborted). */
+ncclResult_t ncclSignHostAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                   ncclSignOp_t op, ncclSignComm_t comm);
+
+/* A plain sum all-reduce (ring reduce-scatter + all-gather) of fp32 or bf16
+ * on the same communicator and links: what plain Lion or AdamW would send,
+ * the baseline the sign all-reduce is measured against. bf16 is summed in
+ * fp32 per hop and rounded to bf16 (round to nearest even) after each hop. */
+ncclResult_t ncclSignHostSumAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                      ncclSignComm_t comm);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
