@@ -78,9 +78,9 @@ std::string readPciPath(const std::string& ifname) {
   return real;
 }
 
-// One pass over getifaddrs keeping the first usable address of each
-// interface that passes filter.
-void collect(const IfnameFilter& filter, int maxDevs, std::vector<SocketDevice>* devs) {
+// One pass over getifaddrs keeping the first usable address (of family
+// `family`, or any when AF_UNSPEC) of each interface that passes filter.
+void collect(const IfnameFilter& filter, int family, int maxDevs, std::vector<SocketDevice>* devs) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) {
     WARN("NET/signlion: getifaddrs failed: %s", strerror(errno));
@@ -88,9 +88,10 @@ void collect(const IfnameFilter& filter, int maxDevs, std::vector<SocketDevice>*
   }
   for (ifaddrs* it = list; it != nullptr && (int)devs->size() < maxDevs; it = it->ifa_next) {
     if (it->ifa_addr == nullptr || !(it->ifa_flags & IFF_UP)) continue;
-    int family = it->ifa_addr->sa_family;
-    if (family != AF_INET && family != AF_INET6) continue;
-    if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((sockaddr_in6*)it->ifa_addr)->sin6_addr)) continue;
+    int fam = it->ifa_addr->sa_family;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    if (family != AF_UNSPEC && fam != family) continue;
+    if (fam == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((sockaddr_in6*)it->ifa_addr)->sin6_addr)) continue;
     std::string name = it->ifa_name;
     if (!filter.matches(name)) continue;
     bool seen = false;
@@ -99,7 +100,7 @@ void collect(const IfnameFilter& filter, int maxDevs, std::vector<SocketDevice>*
     SocketDevice d;
     d.name = name;
     memset(&d.addr, 0, sizeof(d.addr));
-    memcpy(&d.addr, it->ifa_addr, family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    memcpy(&d.addr, it->ifa_addr, fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
     d.speedMbps = readSpeed(name);
     d.pciPath = readPciPath(name);
     devs->push_back(d);
@@ -111,16 +112,21 @@ void collect(const IfnameFilter& filter, int maxDevs, std::vector<SocketDevice>*
 
 std::vector<SocketDevice> findSocketDevices(int maxDevs) {
   std::vector<SocketDevice> devs;
+  std::string fam = signlionParamSocketFamily();
+  int family = AF_UNSPEC;
+  if (fam == "AF_INET") family = AF_INET;
+  else if (fam == "AF_INET6") family = AF_INET6;
+  else if (!fam.empty()) WARN("NET/signlion: SIGNLION_SOCKET_FAMILY=%s is not AF_INET or AF_INET6; ignored", fam.c_str());
   std::string spec = signlionParamSocketIfname();
   if (!spec.empty()) {
-    collect(parseIfnameFilter(spec), maxDevs, &devs);
+    collect(parseIfnameFilter(spec), family, maxDevs, &devs);
     if (devs.empty()) WARN("NET/signlion: no usable interface matches SIGNLION_SOCKET_IFNAME=%s", spec.c_str());
     return devs;
   }
   // NCCL's default order: real interfaces first, then docker bridges, then loopback.
-  collect(parseIfnameFilter("^docker,lo"), maxDevs, &devs);
-  if (devs.empty()) collect(parseIfnameFilter("docker"), maxDevs, &devs);
-  if (devs.empty()) collect(parseIfnameFilter("lo"), maxDevs, &devs);
+  collect(parseIfnameFilter("^docker,lo"), family, maxDevs, &devs);
+  if (devs.empty()) collect(parseIfnameFilter("docker"), family, maxDevs, &devs);
+  if (devs.empty()) collect(parseIfnameFilter("lo"), family, maxDevs, &devs);
   return devs;
 }
 

@@ -10,6 +10,9 @@ namespace net {
 // Interface filter in NCCL's syntax: "eth,ib" prefixes, "^docker" excludes,
 // "=eth0" exact. Empty: every up interface but lo and docker*, lo as last resort.
 SIGNLION_STRING_PARAM(SocketIfname, "SOCKET_IFNAME", "")
+// Address family of the interfaces' addresses, as NCCL_SOCKET_FAMILY: "AF_INET"
+// or "AF_INET6"; empty: whichever address an interface lists first.
+SIGNLION_STRING_PARAM(SocketFamily, "SOCKET_FAMILY", "")
 // Data streams (TCP connections) per comm, besides the control stream.
 SIGNLION_PARAM(Nsocks, "NSOCKS", 4)
 // Helper threads per comm serving the data streams (capped at NSOCKS).

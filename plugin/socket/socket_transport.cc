@@ -24,6 +24,7 @@
 #include "net_common.h"
 #include "socket/socket_devices.h"
 #include "socket/socket_params.h"
+#include "socket/socket_stream.h"
 
 namespace signlion {
 namespace net {
@@ -112,38 +113,6 @@ bool deviceAddress(int dev, SocketAddress* out) {
   if (dev < 0 || dev >= (int)gDevs.size()) return false;
   *out = gDevs[dev].addr;
   return true;
-}
-
-// ---- Socket helpers ---------------------------------------------------------
-
-socklen_t addrLen(const SocketAddress& a) {
-  return a.sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-}
-
-void closeFd(int* fd) {
-  if (*fd >= 0) close(*fd);
-  *fd = -1;
-}
-
-void tuneStream(int fd, int trafficClass, int family) {
-  int one = 1;
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (trafficClass >= 0) {
-    if (family == AF_INET)
-      (void)setsockopt(fd, IPPROTO_IP, IP_TOS, &trafficClass, sizeof(trafficClass));
-    else
-      (void)setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &trafficClass, sizeof(trafficClass));
-  }
-}
-
-// Non-blocking connect; *fd is the new socket. Returns false on an immediate failure.
-bool startConnect(const SocketAddress& to, int trafficClass, int* fd) {
-  *fd = socket(to.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (*fd < 0) return false;
-  tuneStream(*fd, trafficClass, to.sa.sa_family);
-  if (connect(*fd, &to.sa, addrLen(to)) == 0 || errno == EINPROGRESS) return true;
-  closeFd(fd);
-  return false;
 }
 
 // ---- Comms ------------------------------------------------------------------
@@ -673,24 +642,11 @@ ncclResult_t socketListen(int dev, void* handle, void** listenComm) {
   *listenComm = nullptr;
   SocketAddress addr;
   ARGCHECK(deviceAddress(dev, &addr), "listen", "dev", "%d is not a device", dev);
-  if (addr.sa.sa_family == AF_INET) addr.sin.sin_port = 0;
-  else addr.sin6.sin6_port = 0;
 
   std::unique_ptr<ListenComm> l(new ListenComm());
   l->magic = kCommMagic;
   l->kind = kCommListen;
-  l->fd = socket(addr.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (l->fd < 0) {
-    WARN("NET/signlion: socket() failed: %s", strerror(errno));
-    return ncclSystemError;
-  }
-  socklen_t len = addrLen(addr);
-  if (bind(l->fd, &addr.sa, len) != 0 || listen(l->fd, 1024) != 0 ||
-      getsockname(l->fd, &l->addr.sa, &len) != 0) {
-    WARN("NET/signlion: cannot listen on %s: %s", addressString(addr).c_str(), strerror(errno));
-    closeFd(&l->fd);
-    return ncclSystemError;
-  }
+  if (!listenOnFreePort(addr, 1024, &l->fd, &l->addr)) return ncclSystemError;
   if (getrandom(&l->secret, sizeof(l->secret), 0) != (ssize_t)sizeof(l->secret)) {
     WARN("NET/signlion: getrandom failed: %s", strerror(errno));
     closeFd(&l->fd);
