@@ -10,6 +10,9 @@ cmake --build "$BUILD" -j "$JOBS"
 echo
 "$BUILD"/examples/vote_selfcheck 8 1000003
 echo
+# 4 ranks over loopback: the sign all-reduce (each algorithm) vs the fp32 sum all-reduce.
+"$BUILD"/examples/host_allreduce_demo 4 4194304 5
+echo
 # 64M elements, as in docs/PERFORMANCE.md; BENCH_MIN_TIME trades time for noise.
 "$BUILD"/perf/bits_bench --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" --benchmark_repetitions="${BENCH_REPS:-3}" \
   --benchmark_report_aggregates_only=true --benchmark_color=false

@@ -16,12 +16,15 @@
 #include "bits/float16.h"
 #include "bits/local_vote.h"
 #include "bits/vote_reference.h"
+#include "common/vote_inputs.h"
 
 namespace signlion {
 namespace bits {
 namespace {
 
-using Bytes = std::vector<uint8_t>;
+using test::Bytes;
+using test::firstMismatch;
+using test::setElem;
 
 const ncclDataType_t kTypes[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt8};
 const ncclSignZeroRule_t kZeroRules[] = {ncclSignZeroPositive, ncclSignZeroNegative, ncclSignZeroAbstain};
@@ -31,16 +34,6 @@ std::vector<const Kernels*> allKernels() {
   std::vector<const Kernels*> v = {&portableKernels()};
   if (avx2Kernels()) v.push_back(avx2Kernels());
   return v;
-}
-
-// Writes `v` (a float, or its int8 sign class) as element i of dt.
-void setElem(Bytes& buf, ncclDataType_t dt, size_t i, float v) {
-  if (dt == ncclInt8) {
-    int8_t x = std::isnan(v) ? 0 : v > 0 ? (int8_t)std::min(127.0f, std::ceil(v)) : v < 0 ? (int8_t)std::max(-128.0f, std::floor(v)) : 0;
-    buf[i] = (uint8_t)x;
-  } else {
-    storeFloatAs(v, dt, buf.data(), i);
-  }
 }
 
 // The production pipeline of one element range: pack every rank, add them into
@@ -127,17 +120,7 @@ Bytes runPipeline(const Kernels& k, const std::vector<Bytes>& in, size_t count, 
 
 Bytes runReference(const std::vector<Bytes>& in, size_t count, ncclDataType_t dt, ncclSignOp_t op,
                    ncclSignZeroRule_t zero, ncclSignTieRule_t tie) {
-  std::vector<const void*> ptrs;
-  for (const Bytes& b : in) ptrs.push_back(b.data());
-  Bytes out(count * typeSize(dt));
-  referenceSignAllReduce(ptrs, count, dt, op, zero, tie, out.data());
-  return out;
-}
-
-size_t firstMismatch(const Bytes& a, const Bytes& b) {
-  for (size_t i = 0; i < a.size() && i < b.size(); i++)
-    if (a[i] != b[i]) return i;
-  return a.size() == b.size() ? std::string::npos : std::min(a.size(), b.size());
+  return test::referenceOutput(in, count, dt, op, zero, tie);
 }
 
 // ---- the reference itself --------------------------------------------------
@@ -286,27 +269,8 @@ TEST(VoteAlgebra, EveryVotePatternUpTo8Ranks) {
 
 // ---- random vectors with special values ------------------------------------
 
-std::vector<Bytes> randomInputs(int n, size_t count, ncclDataType_t dt, uint32_t seed, size_t offset) {
-  std::mt19937 rng(seed);
-  std::vector<Bytes> in(n, Bytes(count * typeSize(dt) + offset));
-  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                            1e-40f, -1e-40f, 6e-8f, -6e-8f, 1e-45f};
-  for (int r = 0; r < n; r++) {
-    for (size_t i = 0; i < count; i++) {
-      uint32_t pick = rng() % 16;
-      float v = pick < 10 ? specials[pick] : std::ldexp((float)(rng() % 2000) - 1000.0f, (int)(rng() % 40) - 30);
-      if (dt == ncclInt8) v = (float)((int)(rng() % 256) - 128);
-      // Stored at `offset`: the kernels must not assume any alignment.
-      Bytes tmp(typeSize(dt));
-      setElem(tmp, dt, 0, v);
-      memcpy(in[r].data() + offset + i * typeSize(dt), tmp.data(), typeSize(dt));
-    }
-  }
-  if (offset) {
-    for (Bytes& b : in) b.erase(b.begin(), b.begin() + offset);  // same bytes, now at an odd address
-  }
-  return in;
+std::vector<Bytes> randomInputs(int n, size_t count, ncclDataType_t dt, uint32_t seed) {
+  return test::randomVoteInputs(n, count, dt, seed);
 }
 
 TEST(VoteAlgebra, RandomVectorsAllCountsAndRanks) {
@@ -317,7 +281,7 @@ TEST(VoteAlgebra, RandomVectorsAllCountsAndRanks) {
     for (int n : ranks) {
       for (size_t count : counts) {
         for (ncclDataType_t dt : kTypes) {
-          std::vector<Bytes> in = randomInputs(n, count, dt, seed++, 0);
+          std::vector<Bytes> in = randomInputs(n, count, dt, seed++);
           for (ncclSignZeroRule_t zero : kZeroRules) {
             for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
               if (op == ncclSignAverage && dt == ncclInt8) continue;
@@ -340,7 +304,7 @@ TEST(VoteAlgebra, PackIgnoresAlignment) {
   for (const Kernels* k : allKernels()) {
     for (ncclDataType_t dt : kTypes) {
       size_t count = 1000;
-      std::vector<Bytes> base = randomInputs(1, count, dt, 99, 0);
+      std::vector<Bytes> base = randomInputs(1, count, dt, 99);
       std::vector<uint64_t> want(2 * numWords(count));
       k->pack(base[0].data(), dt, count, ncclSignZeroAbstain, want.data(), numWords(count));
       for (size_t off = 1; off < 8; off++) {
@@ -426,7 +390,7 @@ TEST(LocalVote, MatchesReference) {
     for (int n : {1, 2, 3, 4, 7, 16}) {
       for (size_t count : {0, 1, 63, 64, 65, 5000}) {
         for (ncclDataType_t dt : kTypes) {
-          std::vector<Bytes> in = randomInputs(n, count, dt, (uint32_t)(n * 1000 + count), 0);
+          std::vector<Bytes> in = randomInputs(n, count, dt, (uint32_t)(n * 1000 + count));
           for (ncclSignZeroRule_t zero : kZeroRules) {
             for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
               if (op == ncclSignAverage && dt == ncclInt8) continue;

@@ -1,0 +1,161 @@
+// Creation, destruction and queries of the host communicator (C ABI).
+#include "host/communicator.h"
+
+#include <cstring>
+
+#include "common/checks.h"
+
+#define SIGNLION_API extern "C" __attribute__((visibility("default")))
+
+namespace signlion {
+namespace host {
+
+ncclSignComm* checkComm(ncclSignComm_t comm, const char* caller) {
+  if (comm == nullptr || comm->magic != ncclSignComm::kMagic) {
+    WARN("%s: invalid argument 'comm': %p is not a live ncclSignComm_t", caller, (void*)comm);
+    return nullptr;
+  }
+  return comm;
+}
+
+namespace {
+
+// Closes everything the comm owns. Links first, so peers blocked on them see
+// an error rather than waiting for their timeout.
+void destroy(ncclSignComm* comm) {
+  if (comm->net) {
+    comm->executor.reset();
+    comm->arena.release(*comm->net);
+    comm->links.close(*comm->net);
+  }
+  comm->bootstrap.reset();
+  comm->net.reset();
+  comm->magic = 0;
+  delete comm;
+}
+
+ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id, int rank,
+                      const ncclSignConfig_t* config) {
+  NCCLCHECK(resolveConfig(config, "ncclSignCommInitRank", &comm->config));
+  comm->rank = rank;
+  comm->nranks = nranks;
+  NCCLCHECK(Bootstrap::create(id, rank, nranks, comm->config.timeoutMs, &comm->bootstrap));
+  NCCLCHECK(Net::open(comm->config.netPlugin, &comm->net));
+  NCCLCHECK(comm->links.connect(*comm->net, *comm->bootstrap, schedulePeers(nranks, rank), comm->config.timeoutMs));
+  comm->executor.reset(new ScheduleExecutor(*comm->net, comm->links, comm->arena, comm->config.timeoutMs));
+  INFO(kSubsysInit, "ncclSignCommInitRank: rank %d/%d ready, algorithm %s, net %s", rank, nranks,
+       algoName(comm->config.algorithm), comm->net->name());
+  return ncclSuccess;
+}
+
+}  // namespace
+
+ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec& spec,
+                         const algo::Schedule** out) {
+  ncclSignAlgo_t requested = comm->config.algorithm;
+  for (const auto& c : comm->schedules) {
+    if (c.requested == requested && c.nblocks == nblocks && c.op == spec.op && c.zero == spec.zeroRule &&
+        c.tie == spec.tieRule) {
+      *out = &c.schedule;
+      return ncclSuccess;
+    }
+  }
+  // The host executor runs the bit-sliced algorithms; field-sum needs a sum
+  // all-reduce of integer fields, which is the NCCL executor's.
+  const unsigned available = algo::algoBit(ncclSignAlgoRing) | algo::algoBit(ncclSignAlgoHalvingDoubling) |
+                             algo::algoBit(ncclSignAlgoAllGather);
+  ncclSignAlgo_t chosen;
+  NCCLCHECK(algo::chooseAlgorithm(comm->nranks, (uint64_t)nblocks * bits::kBlockElems, spec, available, requested,
+                                  comm->costModel, &chosen));
+  constexpr size_t kCacheSize = 8;
+  ncclSignComm::CachedSchedule entry{requested, nblocks, spec.op, spec.zeroRule, spec.tieRule, {}};
+  NCCLCHECK(algo::buildSchedule(chosen, comm->nranks, comm->rank, nblocks, spec, &entry.schedule));
+  if (comm->schedules.size() < kCacheSize) {
+    comm->schedules.push_back(std::move(entry));
+    *out = &comm->schedules.back().schedule;
+  } else {
+    size_t slot = comm->nextEvict++ % kCacheSize;
+    comm->schedules[slot] = std::move(entry);
+    *out = &comm->schedules[slot].schedule;
+  }
+  return ncclSuccess;
+}
+
+void wireBytes(const ncclSignComm* comm, uint64_t* sent, uint64_t* received) {
+  *sent = *received = 0;
+  for (int p : comm->links.peers()) {
+    uint64_t s = 0, r = 0;
+    if (comm->net->wireBytes(comm->links.peer(p).sendComm, &s, &r)) *sent += s;
+    if (comm->net->wireBytes(comm->links.peer(p).recvComm, &s, &r)) *received += r;
+  }
+}
+
+}  // namespace host
+}  // namespace signlion
+
+using signlion::host::checkComm;
+
+SIGNLION_API ncclResult_t ncclSignCommInitRank(ncclSignComm_t* comm, int nranks, ncclSignUniqueId commId, int rank,
+                                               const ncclSignConfig_t* config) {
+  ARGCHECK(comm != nullptr, "ncclSignCommInitRank", "comm", "must not be NULL");
+  *comm = nullptr;
+  ARGCHECK(nranks >= 1, "ncclSignCommInitRank", "nranks", "%d must be at least 1", nranks);
+  ARGCHECK(rank >= 0 && rank < nranks, "ncclSignCommInitRank", "rank", "%d is not in [0, %d)", rank, nranks);
+  ncclSignComm* c = new ncclSignComm();
+  ncclResult_t res = signlion::host::initRank(c, nranks, commId, rank, config);
+  if (res != ncclSuccess) {
+    signlion::host::destroy(c);
+    return res;
+  }
+  *comm = c;
+  return ncclSuccess;
+}
+
+SIGNLION_API ncclResult_t ncclSignCommDestroy(ncclSignComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;  // as ncclCommDestroy(NULL)
+  ncclSignComm* c = checkComm(comm, "ncclSignCommDestroy");
+  if (c == nullptr) return ncclInvalidArgument;
+  signlion::host::destroy(c);
+  return ncclSuccess;
+}
+
+SIGNLION_API ncclResult_t ncclSignCommAbort(ncclSignComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  ncclSignComm* c = checkComm(comm, "ncclSignCommAbort");
+  if (c == nullptr) return ncclInvalidArgument;
+  if (c->bootstrap) c->bootstrap->abort();
+  signlion::host::destroy(c);
+  return ncclSuccess;
+}
+
+SIGNLION_API ncclResult_t ncclSignCommCount(const ncclSignComm_t comm, int* count) {
+  ARGCHECK(count != nullptr, "ncclSignCommCount", "count", "must not be NULL");
+  ncclSignComm* c = checkComm(comm, "ncclSignCommCount");
+  if (c == nullptr) return ncclInvalidArgument;
+  *count = c->nranks;
+  return ncclSuccess;
+}
+
+SIGNLION_API ncclResult_t ncclSignCommUserRank(const ncclSignComm_t comm, int* rank) {
+  ARGCHECK(rank != nullptr, "ncclSignCommUserRank", "rank", "must not be NULL");
+  ncclSignComm* c = checkComm(comm, "ncclSignCommUserRank");
+  if (c == nullptr) return ncclInvalidArgument;
+  *rank = c->rank;
+  return ncclSuccess;
+}
+
+SIGNLION_API ncclResult_t ncclSignBarrier(ncclSignComm_t comm) {
+  ncclSignComm* c = checkComm(comm, "ncclSignBarrier");
+  if (c == nullptr) return ncclInvalidArgument;
+  return c->bootstrap->barrier();
+}
+
+SIGNLION_API ncclResult_t ncclSignCommGetWireBytes(const ncclSignComm_t comm, uint64_t* sentBytes,
+                                                   uint64_t* recvBytes) {
+  ARGCHECK(sentBytes != nullptr, "ncclSignCommGetWireBytes", "sentBytes", "must not be NULL");
+  ARGCHECK(recvBytes != nullptr, "ncclSignCommGetWireBytes", "recvBytes", "must not be NULL");
+  ncclSignComm* c = checkComm(comm, "ncclSignCommGetWireBytes");
+  if (c == nullptr) return ncclInvalidArgument;
+  signlion::host::wireBytes(c, sentBytes, recvBytes);
+  return ncclSuccess;
+}

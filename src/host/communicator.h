@@ -1,0 +1,60 @@
+// The host communicator behind ncclSignComm_t: bootstrap, network, links,
+// scratch, the schedule cache, and the executors that run on them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "algo/cost_model.h"
+#include "algo/schedule.h"
+#include "common/config.h"
+#include "host/arena.h"
+#include "host/bootstrap.h"
+#include "host/links.h"
+#include "host/net.h"
+#include "host/schedule_executor.h"
+
+struct ncclSignComm {
+  static constexpr uint64_t kMagic = 0x7369676e636f6d6dull;  // "signcomm"
+  uint64_t magic = kMagic;
+  int rank = 0;
+  int nranks = 0;
+  signlion::ResolvedConfig config;
+  std::unique_ptr<signlion::host::Bootstrap> bootstrap;
+  std::unique_ptr<signlion::host::Net> net;
+  signlion::host::Links links;
+  signlion::host::Arena arena;
+  std::unique_ptr<signlion::host::ScheduleExecutor> executor;
+  signlion::algo::CostModel costModel;
+
+  // Schedules of recent calls, so a warm communicator builds none.
+  struct CachedSchedule {
+    ncclSignAlgo_t requested;
+    int64_t nblocks;
+    int op, zero, tie;
+    signlion::algo::Schedule schedule;
+  };
+  std::vector<CachedSchedule> schedules;
+  size_t nextEvict = 0;
+};
+
+namespace signlion {
+namespace host {
+
+// The comm if `comm` is a live communicator, else nullptr after a WARN that
+// names `caller`.
+ncclSignComm* checkComm(ncclSignComm_t comm, const char* caller);
+
+// The schedule for one segment: the algorithm the config forces, or the cost
+// model's choice; cached by (requested algorithm, blocks, op, rules).
+ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec& spec,
+                         const algo::Schedule** out);
+
+// Bytes of wire traffic of all links so far (our transport's counters, which
+// include its headers).
+void wireBytes(const ncclSignComm* comm, uint64_t* sent, uint64_t* received);
+
+}  // namespace host
+}  // namespace signlion

@@ -1,0 +1,71 @@
+#include "host/net.h"
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "common/checks.h"
+#include "socket/socket_net.h"
+
+namespace signlion {
+namespace host {
+
+ncclResult_t Net::open(const char* plugin, std::unique_ptr<Net>* out) {
+  std::unique_ptr<Net> n(new Net());
+  bool builtin = plugin == nullptr || *plugin == '\0' || strcmp(plugin, net::kSocketNetName) == 0;
+  if (builtin) {
+    n->api_ = net::socketNetV11();
+  } else {
+    std::string lib(plugin);
+    bool isPath = lib.find('/') != std::string::npos || (lib.size() > 3 && lib.compare(lib.size() - 3, 3, ".so") == 0);
+    if (!isPath) lib = "libnccl-net-" + lib + ".so";
+    n->dl_ = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (n->dl_ == nullptr) {
+      WARN("ncclSignCommInitRank: invalid argument 'config->netPlugin': cannot load %s: %s", lib.c_str(), dlerror());
+      return ncclInvalidArgument;
+    }
+    n->api_ = static_cast<const ncclNet_v11_t*>(dlsym(n->dl_, "ncclNetPlugin_v11"));
+    if (n->api_ == nullptr) {
+      WARN("ncclSignCommInitRank: invalid argument 'config->netPlugin': %s exports no ncclNetPlugin_v11", lib.c_str());
+      return ncclInvalidArgument;
+    }
+  }
+  // The built-in one and a dlopen'ed copy of ours share the comm layout, so
+  // its byte counters and wait work on either.
+  n->ours_ = n->api_->name != nullptr && strcmp(n->api_->name, net::kSocketNetName) == 0;
+  ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  NCCLCHECK(n->api_->init(&n->ctx_, 0, &config, nullptr, nullptr));
+  int ndev = 0;
+  NCCLCHECK(n->api_->devices(&ndev));
+  if (ndev < 1) {
+    WARN("network %s has no device (check SIGNLION_SOCKET_IFNAME)", n->api_->name);
+    return ncclSystemError;
+  }
+  INFO(kSubsysInit | kSubsysNet, "host communicator network: %s (%d devices)%s", n->api_->name, ndev,
+       builtin ? " built in" : "");
+  *out = std::move(n);
+  return ncclSuccess;
+}
+
+Net::~Net() {
+  if (api_ != nullptr && ctx_ != nullptr && api_->finalize != nullptr) api_->finalize(ctx_);
+  if (dl_ != nullptr) dlclose(dl_);
+}
+
+void Net::wait(void* comm, int timeoutMs) const {
+  if (ours_) {
+    net::commWait(comm, timeoutMs);
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+bool Net::wireBytes(void* comm, uint64_t* sent, uint64_t* received) const {
+  return ours_ && net::commBytes(comm, sent, received);
+}
+
+}  // namespace host
+}  // namespace signlion

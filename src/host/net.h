@@ -1,0 +1,47 @@
+// The network the host communicator's links run on: an ncclNet v11 instance.
+// By default signlion's own socket transport, linked in; otherwise any NCCL
+// net plugin library, loaded exactly as NCCL loads one (by name or path). The
+// executor talks to nothing but the ncclNet interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "net_v11.h"
+#include "nccl_sign.h"
+
+namespace signlion {
+namespace host {
+
+class Net {
+ public:
+  // plugin: nullptr, "" or "signlion" = the built-in socket transport; "foo"
+  // loads libnccl-net-foo.so; a name containing '/' (or ending in .so) is a
+  // path. The library must export ncclNetPlugin_v11.
+  // Errors: ncclInvalidArgument (WARN naming the library) when it cannot be
+  // loaded or has no v11 struct; the plugin's own error when init fails or it
+  // has no device.
+  static ncclResult_t open(const char* plugin, std::unique_ptr<Net>* out);
+  ~Net();
+
+  const ncclNet_v11_t& api() const { return *api_; }
+  void* ctx() const { return ctx_; }
+  int dev() const { return 0; }
+  const char* name() const { return api_->name; }
+
+  // Sleeps up to timeoutMs until `comm` may have progressed (signlion's
+  // transport can say; for another plugin this is a short sleep).
+  void wait(void* comm, int timeoutMs) const;
+  // Bytes on the wire of one of our comms; false for another plugin's.
+  bool wireBytes(void* comm, uint64_t* sent, uint64_t* received) const;
+
+ private:
+  Net() = default;
+  void* dl_ = nullptr;
+  const ncclNet_v11_t* api_ = nullptr;
+  void* ctx_ = nullptr;
+  bool ours_ = false;
+};
+
+}  // namespace host
+}  // namespace signlion

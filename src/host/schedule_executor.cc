@@ -1,0 +1,175 @@
+#include "host/schedule_executor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "host/host_params.h"
+
+
+namespace signlion {
+namespace host {
+
+using algo::Buffer;
+
+uint64_t* ScheduleExecutor::plane(Buffer buf, int slot, int p, int payloadWidth) const {
+  const int64_t nb = s_->nblocks;
+  switch (buf) {
+    case Buffer::kCounter: {
+      // A counter payload is its P planes then its M planes, payloadWidth each;
+      // in the buffer the M counter starts after counterWidth P planes.
+      int c = p / payloadWidth, q = p % payloadWidth;
+      return counter_ + ((int64_t)c * s_->counterWidth + q) * nb;
+    }
+    case Buffer::kResult: return result_ + (int64_t)p * nb;
+    case Buffer::kVotes: return votes_ + ((int64_t)slot * s_->counters + p) * nb;
+    default: return nullptr;
+  }
+}
+
+ncclResult_t ScheduleExecutor::runLocal(const algo::Local& l) {
+  const int64_t nb = s_->nblocks, b = l.range.begin, len = l.range.size();
+  const bool ternary = s_->counters == 2;
+  switch (l.op) {
+    case algo::LocalOp::kPackVotes: {
+      size_t first = (size_t)b * bits::kBlockElems;
+      if (first >= count_) return ncclSuccess;
+      size_t n = std::min(count_ - first, (size_t)len * bits::kBlockElems);
+      const char* src = static_cast<const char*>(send_) + first * bits::typeSize(dt_);
+      if (l.dst == Buffer::kCounter) {
+        k_->pack(src, dt_, n, s_->spec.zeroRule, counter_ + b, (size_t)s_->counterWidth * nb);
+      } else {
+        k_->pack(src, dt_, n, s_->spec.zeroRule, plane(Buffer::kVotes, l.slot, 0, 1) + b, (size_t)nb);
+      }
+      return ncclSuccess;
+    }
+    case algo::LocalOp::kSumVotes: {
+      for (int c = 0; c < s_->counters; c++) {
+        uint64_t* acc = counter_ + (int64_t)c * s_->counterWidth * nb + b;
+        for (int r = 0; r < s_->voteSlots; r++) {
+          // Vote r makes the count at most r + 1: the ripple only spans that.
+          int wa = r == 0 ? 0 : bits::widthFor((uint64_t)r), wo = bits::widthFor((uint64_t)r + 1);
+          k_->add(acc, wa, (size_t)nb, plane(Buffer::kVotes, r, c, 1) + b, 1, (size_t)nb, acc, wo, (size_t)nb,
+                  (size_t)len);
+        }
+      }
+      return ncclSuccess;
+    }
+    case algo::LocalOp::kDecide: {
+      if (l.src != Buffer::kCounter) {
+        WARN("host executor: field-sum schedules run on the NCCL executor only");
+        return ncclInvalidUsage;
+      }
+      if (s_->spec.op == ncclSignAverage) {
+        // The average needs the full count: the result planes are the counter's.
+        for (int c = 0; c < s_->counters; c++)
+          for (int q = 0; q < l.width; q++)
+            memcpy(result_ + ((int64_t)c * l.width + q) * nb + b, counter_ + ((int64_t)c * s_->counterWidth + q) * nb + b,
+                   (size_t)len * 8);
+      } else {
+        bits::Counts cnt{counter_ + b, l.width, (size_t)nb};
+        if (ternary) cnt = bits::Counts{counter_ + b, l.width, (size_t)nb, counter_ + (int64_t)s_->counterWidth * nb + b, l.width, (size_t)nb};
+        k_->decideBits(cnt, s_->nranks, s_->spec.tieRule, result_ + b, (size_t)nb, (size_t)len);
+      }
+      return ncclSuccess;
+    }
+    default:
+      WARN("host executor: field-sum schedules run on the NCCL executor only");
+      return ncclInvalidUsage;
+  }
+}
+
+void ScheduleExecutor::onRecv(size_t cookie) {
+  const Pending& p = pending_[cookie];
+  const algo::Recv& r = *p.recv;
+  const int64_t nb = s_->nblocks;
+  if (r.op == algo::RecvOp::kAdd) {
+    for (int c = 0; c < s_->counters; c++) {
+      uint64_t* acc = counter_ + (int64_t)c * s_->counterWidth * nb + p.begin;
+      k_->add(acc, r.localWidth, (size_t)nb, p.data + (int64_t)c * r.width * p.len, r.width, (size_t)p.len, acc,
+              r.resultWidth, (size_t)nb, (size_t)p.len);
+    }
+  } else if (r.planes > 1) {  // kStore through the stage; a single plane landed in place
+    for (int q = 0; q < r.planes; q++)
+      memcpy(plane(r.buf, r.slot, q, r.width) + p.begin, p.data + (int64_t)q * p.len, (size_t)p.len * 8);
+  }
+}
+
+ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const void* send, void* recv, size_t count,
+                                   ncclDataType_t dt) {
+  s_ = &s;
+  send_ = send;
+  count_ = count;
+  dt_ = dt;
+  k_ = &bits::kernels();
+  const int64_t nb = s.nblocks;
+
+  // Arena layout: counter | result | votes | stage (the largest step's
+  // staged sends and receives).
+  int64_t stageWords = 0;
+  for (const algo::Step& st : s.steps) {
+    int64_t w = 0;
+    for (const algo::Send& x : st.sends) w += x.planes > 1 ? x.bytes() / 8 : 0;
+    for (const algo::Recv& x : st.recvs) w += (x.planes > 1 || x.op == algo::RecvOp::kAdd) ? x.bytes() / 8 : 0;
+    stageWords = std::max(stageWords, w);
+  }
+  int64_t counterWords = s.counterBytes() / 8, resultWords = s.resultBytes() / 8, votesWords = s.votesBytes() / 8;
+  NCCLCHECK(arena_.reserve((size_t)(counterWords + resultWords + votesWords + stageWords) * 8, net_, links_));
+  counter_ = reinterpret_cast<uint64_t*>(arena_.base());
+  result_ = counter_ + counterWords;
+  votes_ = result_ + resultWords;
+  stage_ = votes_ + votesWords;
+
+  const int64_t chunkBytes = std::max<int64_t>(64, signlionParamHostChunkBytes());
+  for (const algo::Step& st : s.steps) {
+    for (const algo::Local& l : st.locals) NCCLCHECK(runLocal(l));
+    if (!st.communicates()) continue;
+    transfers_.clear();
+    pending_.clear();
+    uint64_t* stage = stage_;
+    for (const algo::Send& x : st.sends) {
+      void* comm = links_.peer(x.peer).sendComm;
+      int64_t step = std::max<int64_t>(1, chunkBytes / (8 * x.planes));
+      for (int64_t b = x.range.begin; b < x.range.end; b += step) {
+        int64_t len = std::min(step, x.range.end - b);
+        uint64_t* data = plane(x.buf, x.slot, 0, x.width) + b;
+        if (x.planes > 1) {  // gather the planes of this chunk into one message
+          for (int q = 0; q < x.planes; q++) memcpy(stage + q * len, plane(x.buf, x.slot, q, x.width) + b, len * 8);
+          data = stage;
+          stage += x.planes * len;
+        }
+        transfers_.send(comm, data, (size_t)(x.planes * len * 8), arena_.mhandle(comm));
+      }
+    }
+    for (const algo::Recv& x : st.recvs) {
+      void* comm = links_.peer(x.peer).recvComm;
+      int64_t step = std::max<int64_t>(1, chunkBytes / (8 * x.planes));
+      for (int64_t b = x.range.begin; b < x.range.end; b += step) {
+        int64_t len = std::min(step, x.range.end - b);
+        uint64_t* data;
+        if (x.planes > 1 || x.op == algo::RecvOp::kAdd) {
+          data = stage;
+          stage += x.planes * len;
+        } else {
+          data = plane(x.buf, x.slot, 0, x.width) + b;  // a single plane lands where it belongs
+        }
+        transfers_.recv(comm, data, (size_t)(x.planes * len * 8), arena_.mhandle(comm), pending_.size());
+        pending_.push_back({&x, b, len, data});
+      }
+    }
+    NCCLCHECK(transfers_.run([this](size_t cookie) { onRecv(cookie); }));
+  }
+
+  // The result planes of every block are here: write the output.
+  if (s.spec.op == ncclSignAverage) {
+    int w = s.resultPlanes / s.counters;
+    bits::Counts c{result_, w, (size_t)nb};
+    if (s.counters == 2) c = bits::Counts{result_, w, (size_t)nb, result_ + (int64_t)w * nb, w, (size_t)nb};
+    k_->average(c, s.nranks, count, dt, recv);
+  } else {
+    k_->unpack(result_, s.resultPlanes, (size_t)nb, count, dt, recv);
+  }
+  return ncclSuccess;
+}
+
+}  // namespace host
+}  // namespace signlion

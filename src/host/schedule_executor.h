@@ -1,0 +1,65 @@
+// Runs one rank's sign all-reduce schedule (src/algo) on host buffers: the
+// locals with the CPU vote kernels, the transfers through Transfers, chunked
+// (SIGNLION_HOST_CHUNK_BYTES) so each received chunk is added while the next
+// ones are still on the wire. It moves bytes and calls kernels; the schedule
+// decides everything else.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "algo/schedule.h"
+#include "bits/bits.h"
+#include "host/arena.h"
+#include "host/links.h"
+#include "host/transfers.h"
+
+namespace signlion {
+namespace host {
+
+class ScheduleExecutor {
+ public:
+  ScheduleExecutor(const Net& net, const Links& links, Arena& arena, int timeoutMs)
+      : net_(net), links_(links), arena_(arena), transfers_(net, timeoutMs) {}
+
+  // count elements of dt from send (any alignment) -> count results into recv.
+  // The schedule must have been built for numWords(count) blocks. send may be
+  // recv: every pack runs before the first result is written.
+  ncclResult_t run(const algo::Schedule& s, const void* send, void* recv, size_t count, ncclDataType_t dt);
+
+ private:
+  // Where plane `plane` of `buf` (slot for kVotes) starts; `payloadWidth` is
+  // the per-counter width of a transfer on kCounter.
+  uint64_t* plane(algo::Buffer buf, int slot, int plane, int payloadWidth) const;
+  ncclResult_t runLocal(const algo::Local& l);
+  void onRecv(size_t cookie);
+
+  const Net& net_;
+  const Links& links_;
+  Arena& arena_;
+  Transfers transfers_;
+  const bits::Kernels* k_ = nullptr;
+
+  // Per call.
+  const algo::Schedule* s_ = nullptr;
+  const void* send_ = nullptr;
+  size_t count_ = 0;
+  ncclDataType_t dt_ = ncclFloat32;
+  uint64_t* counter_ = nullptr;
+  uint64_t* result_ = nullptr;
+  uint64_t* votes_ = nullptr;
+  uint64_t* stage_ = nullptr;
+
+  // A received chunk waiting for its action: the recv, its block range, and
+  // where its payload landed (planes of len words, plane-major).
+  struct Pending {
+    const algo::Recv* recv;
+    int64_t begin;
+    int64_t len;
+    uint64_t* data;
+  };
+  std::vector<Pending> pending_;
+};
+
+}  // namespace host
+}  // namespace signlion

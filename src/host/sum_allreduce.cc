@@ -1,0 +1,103 @@
+// ncclSignHostSumAllReduce: a plain ring sum all-reduce (reduce-scatter, then
+// all-gather) of fp32 or bf16 over the same links as the sign all-reduce: the
+// baseline it is measured against, 2(N-1)/N * 32 (or 16) bits per element.
+#include <algorithm>
+#include <cstring>
+
+#include "bits/bits.h"
+#include "bits/float16.h"
+#include "common/checks.h"
+#include "host/host_params.h"
+#include "host/communicator.h"
+#include "host/transfers.h"
+
+
+namespace signlion {
+namespace host {
+namespace {
+
+// dst[i] += src[i]; bf16 is added in fp32 and rounded once per hop.
+void addInto(char* dst, const char* src, size_t n, ncclDataType_t dt) {
+  if (dt == ncclFloat32) {
+    float* d = reinterpret_cast<float*>(dst);
+    const float* s = reinterpret_cast<const float*>(src);
+    for (size_t i = 0; i < n; i++) d[i] += s[i];
+  } else {
+    uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+    for (size_t i = 0; i < n; i++) d[i] = bits::floatToBf16(bits::bf16ToFloat(d[i]) + bits::bf16ToFloat(s[i]));
+  }
+}
+
+struct Shard {
+  size_t begin, count;
+};
+Shard shardOf(size_t count, int n, int i) {
+  size_t q = count / n, r = count % n;
+  return {q * i + std::min<size_t>(i, r), q + (i < (int)r ? 1 : 0)};
+}
+
+// One segment: count elements of send summed into recv. The ring runs in the
+// registered arena (the user's buffers are not registered): a working copy
+// of the segment, and a stage for one incoming shard.
+ncclResult_t ringSum(ncclSignComm* c, const char* send, char* recv, size_t count, ncclDataType_t dt) {
+  const int n = c->nranks, rank = c->rank, next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  const size_t es = bits::typeSize(dt);
+  if (n == 1 || count == 0) {
+    if (send != recv && count > 0) memmove(recv, send, count * es);
+    return ncclSuccess;
+  }
+  const size_t chunk = (size_t)std::max<int64_t>(es, signlionParamHostChunkBytes()) / es;
+  NCCLCHECK(c->arena.reserve((count + shardOf(count, n, 0).count) * es, *c->net, c->links));
+  char* buf = c->arena.base();
+  char* stage = buf + count * es;
+  memcpy(buf, send, count * es);
+  void* sendComm = c->links.peer(next).sendComm;
+  void* recvComm = c->links.peer(prev).recvComm;
+  Transfers t(*c->net, c->config.timeoutMs);
+  for (int phase = 0; phase < 2; phase++) {  // 0: reduce-scatter, 1: all-gather
+    for (int k = 0; k < n - 1; k++) {
+      // Reduce-scatter sends shard rank-k and adds shard rank-k-1; the
+      // all-gather forwards shard rank+1-k and stores shard rank-k.
+      Shard out = shardOf(count, n, ((phase == 0 ? rank - k : rank + 1 - k) % n + n) % n);
+      Shard in = shardOf(count, n, ((phase == 0 ? rank - k - 1 : rank - k) % n + n) % n);
+      t.clear();
+      for (size_t b = 0; b < out.count; b += chunk)
+        t.send(sendComm, buf + (out.begin + b) * es, std::min(chunk, out.count - b) * es, c->arena.mhandle(sendComm));
+      for (size_t b = 0; b < in.count; b += chunk) {
+        char* dst = phase == 0 ? stage + b * es : buf + (in.begin + b) * es;
+        t.recv(recvComm, dst, std::min(chunk, in.count - b) * es, c->arena.mhandle(recvComm), b);
+      }
+      NCCLCHECK(t.run([&](size_t b) {
+        if (phase == 0) addInto(buf + (in.begin + b) * es, stage + b * es, std::min(chunk, in.count - b), dt);
+      }));
+    }
+  }
+  memcpy(recv, buf, count * es);
+  return ncclSuccess;
+}
+
+}  // namespace
+}  // namespace host
+}  // namespace signlion
+
+extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostSumAllReduce(
+    const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclSignComm_t comm) {
+  static const char* kFn = "ncclSignHostSumAllReduce";
+  ncclSignComm* c = signlion::host::checkComm(comm, kFn);
+  if (c == nullptr) return ncclInvalidArgument;
+  ARGCHECK(datatype == ncclFloat32 || datatype == ncclBfloat16, kFn, "datatype",
+           "%d (%s): the sum baseline takes ncclFloat32 or ncclBfloat16", (int)datatype,
+           signlion::bits::typeName(datatype));
+  ARGCHECK(sendbuff != nullptr || count == 0, kFn, "sendbuff", "NULL with count %zu", count);
+  ARGCHECK(recvbuff != nullptr || count == 0, kFn, "recvbuff", "NULL with count %zu", count);
+  const size_t es = signlion::bits::typeSize(datatype);
+  ARGCHECK(count <= SIZE_MAX / es, kFn, "count", "%zu elements overflow the address space", count);
+  size_t segment = (size_t)std::max<int64_t>(1, signlionParamHostSegment());
+  for (size_t done = 0; done < count; done += segment) {
+    NCCLCHECK(signlion::host::ringSum(c, static_cast<const char*>(sendbuff) + done * es,
+                                      static_cast<char*>(recvbuff) + done * es, std::min(segment, count - done),
+                                      datatype));
+  }
+  return ncclSuccess;
+}

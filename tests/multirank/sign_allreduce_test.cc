@@ -1,0 +1,355 @@
+// The host sign all-reduce across ranks, bit for bit against the reference:
+// ranks as threads in one process (the matrix) and as separate processes
+// (loopback), plus dead and stalled ranks, wire bytes vs the schedule, and the
+// sum baseline.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algo/schedule.h"
+#include "bits/bits.h"
+#include "bits/float16.h"
+#include "common/config.h"
+#include "common/param.h"
+#include "common/vote_inputs.h"
+#include "nccl_sign.h"
+
+namespace signlion {
+namespace {
+
+using test::Bytes;
+
+const ncclDataType_t kTypes[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt8};
+
+ncclSignConfig_t makeConfig(ncclSignAlgo_t algo, ncclSignZeroRule_t zero = ncclSignZeroPositive,
+                            ncclSignTieRule_t tie = ncclSignTieZero, int timeoutMs = 20000) {
+  ncclSignConfig_t c = NCCL_SIGN_CONFIG_INITIALIZER;
+  c.algorithm = algo;
+  c.zeroRule = zero;
+  c.tieRule = tie;
+  c.timeoutMs = timeoutMs;
+  return c;
+}
+
+// Makes an nranks communicator with ranks as threads and runs body(rank, comm)
+// on each; every rank's results are checked inside body.
+void withRanks(int nranks, const ncclSignConfig_t& config, const std::function<void(int, ncclSignComm_t)>& body) {
+  ncclSignUniqueId id;
+  ASSERT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
+  std::vector<std::thread> threads;
+  std::vector<ncclResult_t> initRes(nranks, ncclInternalError);
+  for (int r = 0; r < nranks; r++) {
+    threads.emplace_back([&, r] {
+      ncclSignComm_t comm = nullptr;
+      initRes[r] = ncclSignCommInitRank(&comm, nranks, id, r, &config);
+      if (initRes[r] != ncclSuccess) return;
+      body(r, comm);
+      EXPECT_EQ(ncclSignCommDestroy(comm), ncclSuccess);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < nranks; r++) ASSERT_EQ(initRes[r], ncclSuccess) << "init of rank " << r << " of " << nranks;
+}
+
+// One call on every rank (threads already in a comm): rank r reduces
+// inputs[r]; in place or not; compares with want.
+void checkCall(int rank, ncclSignComm_t comm, const std::vector<Bytes>& inputs, const Bytes& want, size_t count,
+               ncclDataType_t dt, ncclSignOp_t op, bool inPlace, const std::string& what) {
+  Bytes out = inPlace ? inputs[rank] : Bytes(count * bits::typeSize(dt), 0xcd);
+  const void* send = inPlace ? out.data() : inputs[rank].data();
+  ASSERT_EQ(ncclSignHostAllReduce(send, out.data(), count, dt, op, comm), ncclSuccess) << what;
+  size_t at = test::firstMismatch(out, want);
+  ASSERT_EQ(at, std::string::npos) << what << " rank " << rank << " first bad byte " << at;
+}
+
+struct MatrixCase {
+  ncclSignAlgo_t algo;
+  int nranks;
+};
+
+std::string caseName(const ::testing::TestParamInfo<MatrixCase>& info) {
+  return std::string(algoName(info.param.algo)) + "_N" + std::to_string(info.param.nranks);
+}
+
+class SignAllReduceMatrix : public ::testing::TestWithParam<MatrixCase> {};
+
+// Every count, dtype, op, in and out of place, on one warm communicator.
+TEST_P(SignAllReduceMatrix, EveryRankGetsTheReference) {
+  const MatrixCase mc = GetParam();
+  const size_t counts[] = {0, 1, 63, 64, 65, 4097};
+  withRanks(mc.nranks, makeConfig(mc.algo), [&](int rank, ncclSignComm_t comm) {
+    uint32_t seed = 100;
+    for (size_t count : counts) {
+      for (ncclDataType_t dt : kTypes) {
+        // Every thread makes the same inputs from the same seed.
+        std::vector<Bytes> in = test::randomVoteInputs(mc.nranks, count, dt, seed++);
+        for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+          if (op == ncclSignAverage && dt == ncclInt8) continue;
+          Bytes want = test::referenceOutput(in, count, dt, op, ncclSignZeroPositive, ncclSignTieZero);
+          for (bool inPlace : {false, true}) {
+            checkCall(rank, comm, in, want, count, dt, op, inPlace,
+                      "count " + std::to_string(count) + " " + bits::typeName(dt) + (op ? " avg" : " maj") +
+                          (inPlace ? " in-place" : ""));
+          }
+        }
+      }
+    }
+  });
+}
+
+std::vector<MatrixCase> matrixCases() {
+  std::vector<MatrixCase> v;
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather})
+    for (int n = 1; n <= 16; n++) v.push_back({a, n});
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Host, SignAllReduceMatrix, ::testing::ValuesIn(matrixCases()), caseName);
+
+// Zero and tie rules (and exact ties for even N) on every algorithm.
+TEST(SignAllReduceRules, ZeroAndTieRules) {
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather}) {
+    for (int n : {2, 3, 4, 6}) {
+      for (ncclSignZeroRule_t zero : {ncclSignZeroNegative, ncclSignZeroAbstain}) {
+        for (ncclSignTieRule_t tie : {ncclSignTieZero, ncclSignTiePositive, ncclSignTieNegative}) {
+          withRanks(n, makeConfig(algo, zero, tie), [&](int rank, ncclSignComm_t comm) {
+            for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16, ncclInt8}) {
+              size_t count = 1000;
+              // Few distinct values: many zeros and exact ties.
+              std::vector<Bytes> in(n, Bytes(count * bits::typeSize(dt)));
+              std::mt19937 rng(7);
+              for (int r = 0; r < n; r++)
+                for (size_t i = 0; i < count; i++) test::setElem(in[r], dt, i, (float)((int)(rng() % 3) - 1));
+              for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+                if (op == ncclSignAverage && dt == ncclInt8) continue;
+                Bytes want = test::referenceOutput(in, count, dt, op, zero, tie);
+                checkCall(rank, comm, in, want, count, dt, op, rank % 2 == 0,
+                          std::string(algoName(algo)) + " N=" + std::to_string(n) + " zero=" +
+                              std::to_string(zero) + " tie=" + std::to_string(tie));
+              }
+            }
+          });
+        }
+      }
+    }
+  }
+}
+
+// Large counts, including one that needs several segments and a partial block.
+TEST(SignAllReduceLarge, MillionsOfElements) {
+  struct Case {
+    ncclSignAlgo_t algo;
+    int n;
+    size_t count;
+  };
+  for (Case c : {Case{ncclSignAlgoRing, 5, 1000003}, Case{ncclSignAlgoHalvingDoubling, 6, 1000003},
+                 Case{ncclSignAlgoAllGather, 3, 1000003}, Case{ncclSignAlgoRing, 4, (1u << 24) + 7},
+                 Case{ncclSignAlgoHalvingDoubling, 3, (1u << 24) + 7}}) {
+    std::vector<Bytes> in = test::randomVoteInputs(c.n, c.count, ncclFloat32, 11);
+    Bytes want = test::referenceOutput(in, c.count, ncclFloat32, ncclSignMajority, ncclSignZeroPositive,
+                                       ncclSignTieZero);
+    withRanks(c.n, makeConfig(c.algo), [&](int rank, ncclSignComm_t comm) {
+      checkCall(rank, comm, in, want, c.count, ncclFloat32, ncclSignMajority, false,
+                std::string(algoName(c.algo)) + " count " + std::to_string(c.count));
+    });
+  }
+}
+
+// The bytes each rank sends in one call are the schedule's prediction
+// (within 1%: the transport adds a header per message).
+TEST(SignAllReduceWire, BytesMatchTheSchedule) {
+  const size_t count = 1 << 20;  // 4 MiB of fp32 input
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather}) {
+    for (int n : {4, 8}) {
+      std::vector<Bytes> in = test::randomVoteInputs(n, count, ncclFloat32, 3);
+      withRanks(n, makeConfig(algo), [&](int rank, ncclSignComm_t comm) {
+        Bytes out(count * 4);
+        uint64_t s0, r0, s1, r1;
+        ASSERT_EQ(ncclSignCommGetWireBytes(comm, &s0, &r0), ncclSuccess);
+        ASSERT_EQ(ncclSignHostAllReduce(in[rank].data(), out.data(), count, ncclFloat32, ncclSignMajority, comm),
+                  ncclSuccess);
+        ASSERT_EQ(ncclSignCommGetWireBytes(comm, &s1, &r1), ncclSuccess);
+        algo::Schedule s;
+        ASSERT_EQ(algo::buildSchedule(algo, n, rank, algo::blocksForCount(count), algo::OpSpec{}, &s), ncclSuccess);
+        double predicted = (double)s.bytesSent(), measured = (double)(s1 - s0);
+        EXPECT_NEAR(measured, predicted, predicted * 0.01)
+            << algoName(algo) << " N=" << n << " rank " << rank << ": " << measured / count * 8 << " bits/elem";
+      });
+    }
+  }
+}
+
+// The baseline: a ring sum all-reduce, checked against a sum in the same order.
+TEST(SumAllReduce, RingSumMatchesSerialSum) {
+  for (int n : {1, 2, 3, 5, 8}) {
+    for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16}) {
+      for (size_t count : {0, 1, 7, 1000, 100003}) {
+        // Small integers: every order of summation gives the same exact sum.
+        std::vector<Bytes> in(n, Bytes(count * bits::typeSize(dt)));
+        std::mt19937 rng(n * 31 + (int)count);
+        Bytes want(count * bits::typeSize(dt));
+        for (size_t i = 0; i < count; i++) {
+          float sum = 0;
+          for (int r = 0; r < n; r++) {
+            float v = (float)((int)(rng() % 9) - 4);
+            sum += v;
+            test::setElem(in[r], dt, i, v);
+          }
+          test::setElem(want, dt, i, sum);
+        }
+        withRanks(n, makeConfig(ncclSignAlgoAuto), [&](int rank, ncclSignComm_t comm) {
+          Bytes out(count * bits::typeSize(dt));
+          ASSERT_EQ(ncclSignHostSumAllReduce(in[rank].data(), out.data(), count, dt, comm), ncclSuccess);
+          EXPECT_EQ(test::firstMismatch(out, want), std::string::npos) << "N=" << n << " count " << count;
+        });
+      }
+    }
+  }
+}
+
+// ---- bad input ----------------------------------------------------------------
+
+TEST(SignAllReduceArgs, BadArgumentsAreRejected) {
+  withRanks(1, makeConfig(ncclSignAlgoAuto), [&](int, ncclSignComm_t comm) {
+    float x[4] = {1, -1, 0, 2}, y[4];
+    EXPECT_EQ(ncclSignHostAllReduce(nullptr, y, 4, ncclFloat32, ncclSignMajority, comm), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignHostAllReduce(x, nullptr, 4, ncclFloat32, ncclSignMajority, comm), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignHostAllReduce(x, y, 4, ncclFloat64, ncclSignMajority, comm), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignHostAllReduce(x, y, 4, ncclInt8, ncclSignAverage, comm), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignHostAllReduce(x, y, 4, ncclFloat32, (ncclSignOp_t)7, comm), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignHostAllReduce(x, y, SIZE_MAX, ncclFloat32, ncclSignMajority, comm), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignHostAllReduce(x, y, 4, ncclFloat32, ncclSignMajority, nullptr), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignHostSumAllReduce(x, y, 4, ncclInt8, comm), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignHostAllReduce(nullptr, nullptr, 0, ncclFloat32, ncclSignMajority, comm), ncclSuccess);
+    int v;
+    EXPECT_EQ(ncclSignCommCount(comm, &v), ncclSuccess);
+    EXPECT_EQ(v, 1);
+    EXPECT_EQ(ncclSignCommUserRank(comm, &v), ncclSuccess);
+    EXPECT_EQ(v, 0);
+    EXPECT_EQ(ncclSignCommCount(comm, nullptr), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignBarrier(comm), ncclSuccess);
+  });
+  ncclSignComm_t comm;
+  ncclSignUniqueId id;
+  ASSERT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
+  EXPECT_EQ(ncclSignCommInitRank(nullptr, 1, id, 0, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclSignCommInitRank(&comm, 0, id, 0, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclSignCommInitRank(&comm, 2, id, 2, nullptr), ncclInvalidArgument);
+  ncclSignUniqueId zero;
+  memset(&zero, 0, sizeof(zero));
+  EXPECT_EQ(ncclSignCommInitRank(&comm, 1, zero, 0, nullptr), ncclInvalidArgument);
+  ncclSignConfig_t bad = makeConfig(ncclSignAlgoFieldSum);  // the NCCL executor's, not the host's
+  EXPECT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
+  ASSERT_EQ(ncclSignCommInitRank(&comm, 1, id, 0, &bad), ncclSuccess);
+  float x = 1, y;
+  EXPECT_EQ(ncclSignHostAllReduce(&x, &y, 1, ncclFloat32, ncclSignMajority, comm), ncclInvalidArgument);
+  EXPECT_EQ(ncclSignCommDestroy(comm), ncclSuccess);
+}
+
+// ---- ranks as processes, and ranks that fail ------------------------------------
+
+// Forks nranks children that each run child(rank) and exit with its status;
+// returns the exit codes (or 128+signal). Children never return.
+std::vector<int> forkRanks(int nranks, const std::function<int(int)>& child) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < nranks; r++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int rc = child(r);
+      _exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  return codes;
+}
+
+TEST(SignAllReduceProcesses, SeparateProcessesOnLoopback) {
+  const int n = 4;
+  const size_t count = 100003;
+  ncclSignUniqueId id;
+  ASSERT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
+  std::vector<int> codes = forkRanks(n, [&](int rank) {
+    ncclSignConfig_t cfg = makeConfig(ncclSignAlgoAuto);
+    ncclSignComm_t comm;
+    if (ncclSignCommInitRank(&comm, n, id, rank, &cfg) != ncclSuccess) return 2;
+    for (ncclDataType_t dt : kTypes) {
+      std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, 5);
+      Bytes want = test::referenceOutput(in, count, dt, ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero);
+      Bytes out(count * bits::typeSize(dt));
+      if (ncclSignHostAllReduce(in[rank].data(), out.data(), count, dt, ncclSignMajority, comm) != ncclSuccess) return 3;
+      if (test::firstMismatch(out, want) != std::string::npos) return 4;
+    }
+    return ncclSignCommDestroy(comm) == ncclSuccess ? 0 : 5;
+  });
+  for (int r = 0; r < n; r++) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+// A rank that dies (or stalls) mid-run: the others return an error within the
+// timeout, abort, and can make a new communicator.
+void survivorsSeeAnError(bool kill) {
+  const int n = 3, timeoutMs = 2000;
+  ncclSignUniqueId id, id2;
+  ASSERT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
+  ASSERT_EQ(ncclSignGetUniqueId(&id2), ncclSuccess);
+  std::vector<int> codes = forkRanks(n, [&](int rank) {
+    ncclSignConfig_t cfg = makeConfig(ncclSignAlgoRing, ncclSignZeroPositive, ncclSignTieZero, timeoutMs);
+    ncclSignComm_t comm;
+    if (ncclSignCommInitRank(&comm, n, id, rank, &cfg) != ncclSuccess) return 2;
+    std::vector<float> x(1 << 20, 1.0f), y(x.size());
+    if (rank == n - 1) {
+      if (kill) _exit(9);  // gone without a word
+      sleep(2 * timeoutMs / 1000 + 2);  // stalled well past everyone's timeout
+      _exit(9);
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    ncclResult_t res = ncclSignHostAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSignMajority, comm);
+    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (res == ncclSuccess) return 3;
+    if (sec > 2.0 * timeoutMs / 1000 + 1) return 4;  // bounded by the timeout (plus slack for a loaded machine)
+    ncclSignCommAbort(comm);
+    // The survivors make a fresh communicator and it works.
+    ncclSignComm_t again;
+    if (ncclSignCommInitRank(&again, n - 1, id2, rank, &cfg) != ncclSuccess) return 5;
+    if (ncclSignHostAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSignMajority, again) != ncclSuccess) return 6;
+    if (y[0] != 1.0f) return 7;
+    ncclSignCommDestroy(again);
+    return 0;
+  });
+  for (int r = 0; r < n - 1; r++) EXPECT_EQ(codes[r], 0) << "survivor rank " << r;
+}
+
+TEST(SignAllReduceFailures, KilledRankIsAnErrorNotAHang) { survivorsSeeAnError(true); }
+TEST(SignAllReduceFailures, StalledRankIsAnErrorNotAHang) { survivorsSeeAnError(false); }
+
+}  // namespace
+}  // namespace signlion
+
+int main(int argc, char** argv) {
+  // Tests only ever talk over loopback.
+  setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
+  // 16 ranks in one process hold a few thousand sockets.
+  rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
