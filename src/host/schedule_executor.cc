@@ -29,6 +29,7 @@ uint64_t* ScheduleExecutor::plane(Buffer buf, int slot, int p, int payloadWidth)
 ncclResult_t ScheduleExecutor::runLocal(const algo::Local& l) {
   const int64_t nb = s_->nblocks, b = l.range.begin, len = l.range.size();
   const bool ternary = s_->counters == 2;
+  if (len <= 0) return ncclSuccess;  // an empty shard (fewer blocks than ranks, or count 0)
   switch (l.op) {
     case algo::LocalOp::kPackVotes: {
       size_t first = (size_t)b * bits::kBlockElems;
