@@ -585,6 +585,7 @@ ncclResult_t Bootstrap::beginOp(const char* op) {
 ncclResult_t Bootstrap::endOp(ncclResult_t res) {
   std::lock_guard<std::mutex> lk(mu_);
   busy_--;
+  if (res != ncclSuccess && aborted_) res = ncclSystemError;  // our own abort, whatever the link said
   if (res != ncclSuccess && error_ == ncclSuccess) {
     error_ = res;
     shutdownLocked();  // peers blocked on us fail now instead of at their timeout
@@ -608,11 +609,11 @@ void Bootstrap::abort() {
   std::lock_guard<std::mutex> lk(mu_);
   if (!aborted_) INFO(kSubsysBootstrap, "bootstrap: rank %d: abort", rank_);
   aborted_ = true;
-  shutdownLocked();
-  if (wakeFd_ >= 0) {
+  if (wakeFd_ >= 0) {  // before the shutdown, so a blocked call sees why its link closed
     uint64_t one = 1;
     (void)!write(wakeFd_, &one, sizeof(one));
   }
+  shutdownLocked();
   if (busy_ == 0) closeLocked();
 }
 
