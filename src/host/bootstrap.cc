@@ -35,6 +35,7 @@ constexpr int kMaxRanks = 1 << 20;
 constexpr size_t kMaxPending = 1024;       // unproven connections held by one listener
 constexpr int64_t kHelloTimeoutMs = 10000;  // a connection must say hello within this
 constexpr int kPollSliceMs = 100;           // longest single poll: bounds reaction to expiries
+constexpr int kMaxConnectAttempts = 1000;   // refused connects retried (with back-off) before the deadline
 
 enum HelloKind : uint16_t { kHelloRoot = 1, kHelloRing = 2, kHelloRingAck = 3 };
 enum OpKind : uint32_t { kOpAllGather = 1, kOpBarrier = 2 };
@@ -183,7 +184,7 @@ ncclResult_t transfer(int sendFd, const void* sendBuf, size_t sendLen, int recvF
 // Connects to `to`, retrying a refused connection (the listener may not be up
 // yet) until deadline.
 ncclResult_t connectTo(const SocketAddress& to, int64_t deadline, const char* peer, UniqueFd* out) {
-  for (int attempt = 0;; attempt++) {
+  for (int attempt = 0; attempt < kMaxConnectAttempts; attempt++) {
     int fd = -1;
     if (!net::startConnect(to, -1, &fd)) {
       WARN("bootstrap: connect to %s (%s) failed: %s", peer, net::addressString(to).c_str(), strerror(errno));
@@ -212,6 +213,8 @@ ncclResult_t connectTo(const SocketAddress& to, int64_t deadline, const char* pe
     WARN("bootstrap: connect to %s (%s) failed: %s", peer, net::addressString(to).c_str(), strerror(err));
     return ncclRemoteError;
   }
+  WARN("bootstrap: connect to %s (%s) refused %d times", peer, net::addressString(to).c_str(), kMaxConnectAttempts);
+  return ncclRemoteError;
 }
 
 Hello makeHello(uint16_t kind, uint64_t secret, int rank, int nranks, const SocketAddress* addr) {
@@ -585,6 +588,7 @@ ncclResult_t Bootstrap::beginOp(const char* op) {
 ncclResult_t Bootstrap::endOp(ncclResult_t res) {
   std::lock_guard<std::mutex> lk(mu_);
   busy_--;
+  if (res != ncclSuccess && aborted_) res = ncclSystemError;  // our own abort, whatever the link said
   if (res != ncclSuccess && error_ == ncclSuccess) {
     error_ = res;
     shutdownLocked();  // peers blocked on us fail now instead of at their timeout
@@ -608,11 +612,11 @@ void Bootstrap::abort() {
   std::lock_guard<std::mutex> lk(mu_);
   if (!aborted_) INFO(kSubsysBootstrap, "bootstrap: rank %d: abort", rank_);
   aborted_ = true;
-  shutdownLocked();
-  if (wakeFd_ >= 0) {
+  if (wakeFd_ >= 0) {  // before the shutdown, so a blocked call sees why its link closed
     uint64_t one = 1;
     (void)!write(wakeFd_, &one, sizeof(one));
   }
+  shutdownLocked();
   if (busy_ == 0) closeLocked();
 }
 
