@@ -25,6 +25,7 @@ namespace {
 void destroy(ncclSignComm* comm) {
   if (comm->net) {
     comm->executor.reset();
+    comm->sumTransfers.reset();
     comm->arena.release(*comm->net);
     comm->links.close(*comm->net);
   }
@@ -43,6 +44,7 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
   NCCLCHECK(Net::open(comm->config.netPlugin, &comm->net));
   NCCLCHECK(comm->links.connect(*comm->net, *comm->bootstrap, schedulePeers(nranks, rank), comm->config.timeoutMs));
   comm->executor.reset(new ScheduleExecutor(*comm->net, comm->links, comm->arena, comm->config.timeoutMs));
+  comm->sumTransfers.reset(new Transfers(*comm->net, comm->config.timeoutMs));
   INFO(kSubsysInit, "ncclSignCommInitRank: rank %d/%d ready, algorithm %s, net %s", rank, nranks,
        algoName(comm->config.algorithm), comm->net->name());
   return ncclSuccess;

@@ -15,6 +15,7 @@
 #include "host/links.h"
 #include "host/net.h"
 #include "host/schedule_executor.h"
+#include "host/transfers.h"
 
 struct ncclSignComm {
   static constexpr uint64_t kMagic = 0x7369676e636f6d6dull;  // "signcomm"
@@ -27,6 +28,7 @@ struct ncclSignComm {
   signlion::host::Links links;
   signlion::host::Arena arena;
   std::unique_ptr<signlion::host::ScheduleExecutor> executor;
+  std::unique_ptr<signlion::host::Transfers> sumTransfers;  // the sum baseline's, reused across calls
   signlion::algo::CostModel costModel;
 
   // Schedules of recent calls, so a warm communicator builds none.

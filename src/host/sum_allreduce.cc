@@ -54,7 +54,7 @@ ncclResult_t ringSum(ncclSignComm* c, const char* send, char* recv, size_t count
   memcpy(buf, send, count * es);
   void* sendComm = c->links.peer(next).sendComm;
   void* recvComm = c->links.peer(prev).recvComm;
-  Transfers t(*c->net, c->config.timeoutMs);
+  Transfers& t = *c->sumTransfers;
   for (int phase = 0; phase < 2; phase++) {  // 0: reduce-scatter, 1: all-gather
     for (int k = 0; k < n - 1; k++) {
       // Reduce-scatter sends shard rank-k and adds shard rank-k-1; the

@@ -257,6 +257,25 @@ TEST(SignAllReduceArgs, BadArgumentsAreRejected) {
   EXPECT_EQ(ncclSignCommDestroy(comm), ncclSuccess);
 }
 
+// The links can run on any NCCL net plugin: here ours again, but loaded by
+// path with dlopen as NCCL would, and driven only through its ncclNet_v11.
+TEST(SignAllReduceNetPlugin, PluginLoadedByPath) {
+  const char* path = SIGNLION_TEST_PLUGIN_PATH;  // the build's libnccl-net-signlion.so
+  ncclSignConfig_t cfg = makeConfig(ncclSignAlgoRing);
+  cfg.netPlugin = path;
+  const size_t count = 10000;
+  std::vector<Bytes> in = test::randomVoteInputs(3, count, ncclFloat32, 9);
+  Bytes want = test::referenceOutput(in, count, ncclFloat32, ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero);
+  withRanks(3, cfg, [&](int rank, ncclSignComm_t comm) {
+    checkCall(rank, comm, in, want, count, ncclFloat32, ncclSignMajority, false, "plugin by path");
+  });
+  ncclSignUniqueId id;
+  ASSERT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
+  cfg.netPlugin = "no-such-plugin";  // libnccl-net-no-such-plugin.so
+  ncclSignComm_t comm;
+  EXPECT_EQ(ncclSignCommInitRank(&comm, 1, id, 0, &cfg), ncclInvalidArgument);
+}
+
 // ---- ranks as processes, and ranks that fail ------------------------------------
 
 // Forks nranks children that each run child(rank) and exit with its status;
