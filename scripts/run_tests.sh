@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds signlion and runs every test: the full CTest suite (unit, multirank,
-# plugin, netns; gpu tests skip without a device), then the unit tests again
+# plugin, netns; gpu tests skip without a device), then the unit and multirank tests again
 # under AddressSanitizer + UndefinedBehaviorSanitizer. README command (2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,9 +31,9 @@ cmake -S . -B "$BUILD_SAN" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIGNLION_SANITIZE
   -DSIGNLION_ENABLE_CUDA=OFF -DSIGNLION_BUILD_PERF=OFF
 cmake --build "$BUILD_SAN" -j "$JOBS"
 
-echo "== ctest ($BUILD_SAN, label unit) =="
+echo "== ctest ($BUILD_SAN, labels unit and multirank) =="
 (cd "$BUILD_SAN" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --output-on-failure -j "$JOBS" -L unit --timeout 600) 2>&1 | tee "$LOGDIR/san.log" || rc=1
+  ctest --output-on-failure -j "$JOBS" -L "unit|multirank" --timeout 900) 2>&1 | tee "$LOGDIR/san.log" || rc=1
 
 read -r p1 f1 s1 < <(summarize "$LOGDIR/main.log")
 read -r p2 f2 s2 < <(summarize "$LOGDIR/san.log")
