@@ -1,5 +1,6 @@
-// Field-sum: every vote becomes a field of width(N) bits in uint64 words
-// (floor(64/width(N)) fields per word; in ternary mode a word plane of P
+// Field-sum: every vote becomes a field of width(N) bits (or the fixed width
+// SIGNLION_FIELD_BITS asks for, as Lion Cub's 4- and 8-bit fields) in uint64
+// words (floor(64/bits) fields per word; in ternary mode a word plane of P
 // fields and one of M fields), and the words are added by a ring sum
 // all-reduce. A field holds at most N, which fits, so no carry crosses a field
 // boundary. The NCCL executor may run the whole exchange as one
@@ -13,7 +14,7 @@ namespace detail {
 
 void buildFieldSum(Schedule* s) {
   const int n = s->nranks, next = ringNext(*s), prev = ringPrev(*s);
-  s->fieldBits = counterWidth(n);
+  // s->fieldBits arrives set (buildSchedule: SIGNLION_FIELD_BITS, or width(N)).
   s->fieldsPerWord = 64 / s->fieldBits;
   s->fieldWords = (s->nblocks * kBlockElems + s->fieldsPerWord - 1) / s->fieldsPerWord;
   s->counterMax = n;  // the counts live in the fields; kCounter is not used

@@ -4,6 +4,7 @@
 
 #include "common/checks.h"
 #include "common/config.h"
+#include "common/param.h"
 
 namespace signlion {
 namespace algo {
@@ -62,6 +63,9 @@ ncclResult_t checkOpSpec(const OpSpec& spec, const char* caller) {
   return ncclSuccess;
 }
 
+// The field width of the field-sum algorithm: 0 = the narrowest that holds N.
+SIGNLION_PARAM(FieldBits, "FIELD_BITS", 0)
+
 ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nblocks, const OpSpec& spec,
                            Schedule* out) {
   const char* fn = "buildSchedule";
@@ -85,7 +89,16 @@ ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nb
     case ncclSignAlgoRing: detail::buildRing(&s); break;
     case ncclSignAlgoHalvingDoubling: detail::buildHalvingDoubling(&s); break;
     case ncclSignAlgoAllGather: detail::buildAllGather(&s); break;
-    case ncclSignAlgoFieldSum: detail::buildFieldSum(&s); break;
+    case ncclSignAlgoFieldSum: {
+      // Fields as narrow as N allows, or fixed ones (Lion Cub: 4 or 8 bits).
+      int64_t bits = signlionParamFieldBits();
+      ARGCHECK(bits == 0 || (bits >= counterWidth(nranks) && bits <= 32), fn, "SIGNLION_FIELD_BITS",
+               "%lld-bit fields cannot hold a count of %d votes (need %d..32, or 0 for the narrowest)",
+               (long long)bits, nranks, counterWidth(nranks));
+      s.fieldBits = bits ? (int)bits : counterWidth(nranks);
+      detail::buildFieldSum(&s);
+      break;
+    }
     default: return ncclInternalError;  // excluded by the ARGCHECK above
   }
   TRACE(kSubsysAlgo, "schedule %s nranks %d rank %d nblocks %lld: %zu steps, %lld bytes sent", algoName(algo),

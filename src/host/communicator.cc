@@ -62,10 +62,7 @@ ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec
       return ncclSuccess;
     }
   }
-  // The host executor runs the bit-sliced algorithms; field-sum needs a sum
-  // all-reduce of integer fields, which is the NCCL executor's.
-  const unsigned available = algo::algoBit(ncclSignAlgoRing) | algo::algoBit(ncclSignAlgoHalvingDoubling) |
-                             algo::algoBit(ncclSignAlgoAllGather);
+  const unsigned available = algo::kAllAlgorithms;
   ncclSignAlgo_t chosen;
   NCCLCHECK(algo::chooseAlgorithm(comm->nranks, (uint64_t)nblocks * bits::kBlockElems, spec, available, requested,
                                   comm->costModel, &chosen));

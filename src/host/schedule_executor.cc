@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "bits/fields.h"
+
 #include "host/host_params.h"
 
 
@@ -22,13 +24,13 @@ uint64_t* ScheduleExecutor::plane(Buffer buf, int slot, int p, int payloadWidth)
     }
     case Buffer::kResult: return result_ + (int64_t)p * nb;
     case Buffer::kVotes: return votes_ + ((int64_t)slot * s_->counters + p) * nb;
+    case Buffer::kFields: return fields_ + (int64_t)p * s_->fieldWords;
     default: return nullptr;
   }
 }
 
 ncclResult_t ScheduleExecutor::runLocal(const algo::Local& l) {
   const int64_t nb = s_->nblocks, b = l.range.begin, len = l.range.size();
-  const bool ternary = s_->counters == 2;
   if (len <= 0) return ncclSuccess;  // an empty shard (fewer blocks than ranks, or count 0)
   switch (l.op) {
     case algo::LocalOp::kPackVotes: {
@@ -55,35 +57,57 @@ ncclResult_t ScheduleExecutor::runLocal(const algo::Local& l) {
       }
       return ncclSuccess;
     }
+    case algo::LocalOp::kPackFields:
+      bits::packFields(*k_, send_, dt_, count_, s_->spec.zeroRule, s_->fieldBits, fields_, (size_t)s_->fieldWords);
+      return ncclSuccess;
     case algo::LocalOp::kDecide: {
-      if (l.src != Buffer::kCounter) {
-        WARN("host executor: field-sum schedules run on the NCCL executor only");
-        return ncclInvalidUsage;
+      if (l.src == Buffer::kCounter) {
+        decide(counter_, (int64_t)s_->counterWidth * nb, l.width, b, len);
+        return ncclSuccess;
       }
-      if (s_->spec.op == ncclSignAverage) {
-        // The average needs the full count: the result planes are the counter's.
-        for (int c = 0; c < s_->counters; c++)
-          for (int q = 0; q < l.width; q++)
-            memcpy(result_ + ((int64_t)c * l.width + q) * nb + b, counter_ + ((int64_t)c * s_->counterWidth + q) * nb + b,
-                   (size_t)len * 8);
-      } else {
-        bits::Counts cnt{counter_ + b, l.width, (size_t)nb};
-        if (ternary) cnt = bits::Counts{counter_ + b, l.width, (size_t)nb, counter_ + (int64_t)s_->counterWidth * nb + b, l.width, (size_t)nb};
-        k_->decideBits(cnt, s_->nranks, s_->spec.tieRule, result_ + b, (size_t)nb, (size_t)len);
-      }
+      // Field-sum: the counts in the fields (however wide) become bit-sliced
+      // planes of the width that holds N, then decide as a counter.
+      const int w = bits::widthFor((uint64_t)s_->nranks);
+      size_t first = (size_t)b * bits::kBlockElems;
+      size_t n = first < count_ ? std::min(count_ - first, (size_t)len * bits::kBlockElems) : 0;
+      for (int c = 0; c < s_->counters; c++)
+        bits::fieldsToPlanes(fields_ + (int64_t)c * s_->fieldWords, s_->fieldBits, first, n,
+                             fieldPlanes_ + (int64_t)c * w * nb + b, w, (size_t)nb);
+      decide(fieldPlanes_, (int64_t)w * nb, w, b, len);
       return ncclSuccess;
     }
-    default:
-      WARN("host executor: field-sum schedules run on the NCCL executor only");
-      return ncclInvalidUsage;
   }
+  return ncclInternalError;
+}
+
+void ScheduleExecutor::decide(const uint64_t* counter, int64_t mStride, int width, int64_t b, int64_t len) {
+  const int64_t nb = s_->nblocks;
+  if (s_->spec.op == ncclSignAverage) {
+    // The average needs the full count: the result planes are the counter's.
+    for (int c = 0; c < s_->counters; c++)
+      for (int q = 0; q < width; q++)
+        memcpy(result_ + ((int64_t)c * width + q) * nb + b, counter + c * mStride + (int64_t)q * nb + b,
+               (size_t)len * 8);
+    return;
+  }
+  bits::Counts cnt{counter + b, width, (size_t)nb};
+  if (s_->counters == 2) cnt = bits::Counts{counter + b, width, (size_t)nb, counter + mStride + b, width, (size_t)nb};
+  k_->decideBits(cnt, s_->nranks, s_->spec.tieRule, result_ + b, (size_t)nb, (size_t)len);
 }
 
 void ScheduleExecutor::onRecv(size_t cookie) {
   const Pending& p = pending_[cookie];
   const algo::Recv& r = *p.recv;
   const int64_t nb = s_->nblocks;
-  if (r.op == algo::RecvOp::kAdd) {
+  if (r.op == algo::RecvOp::kSumWords) {
+    // Integer sums of field words: no carry crosses a field (the schedule
+    // sized the fields for the largest count).
+    for (int c = 0; c < r.planes; c++) {
+      uint64_t* dst = plane(r.buf, r.slot, c, r.width) + p.begin;
+      const uint64_t* src = p.data + (int64_t)c * p.len;
+      for (int64_t i = 0; i < p.len; i++) dst[i] += src[i];
+    }
+  } else if (r.op == algo::RecvOp::kAdd) {
     for (int c = 0; c < s_->counters; c++) {
       uint64_t* acc = counter_ + (int64_t)c * s_->counterWidth * nb + p.begin;
       k_->add(acc, r.localWidth, (size_t)nb, p.data + (int64_t)c * r.width * p.len, r.width, (size_t)p.len, acc,
@@ -110,15 +134,21 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const void* send, vo
   for (const algo::Step& st : s.steps) {
     int64_t w = 0;
     for (const algo::Send& x : st.sends) w += x.planes > 1 ? x.bytes() / 8 : 0;
-    for (const algo::Recv& x : st.recvs) w += (x.planes > 1 || x.op == algo::RecvOp::kAdd) ? x.bytes() / 8 : 0;
+    for (const algo::Recv& x : st.recvs) w += (x.planes > 1 || x.op != algo::RecvOp::kStore) ? x.bytes() / 8 : 0;
     stageWords = std::max(stageWords, w);
   }
   int64_t counterWords = s.counterBytes() / 8, resultWords = s.resultBytes() / 8, votesWords = s.votesBytes() / 8;
-  NCCLCHECK(arena_.reserve((size_t)(counterWords + resultWords + votesWords + stageWords) * 8, net_, links_));
+  int64_t fieldsWords = s.fieldsBytes() / 8;
+  int64_t fieldPlaneWords = fieldsWords ? (int64_t)s.counters * bits::widthFor((uint64_t)s.nranks) * nb : 0;
+  NCCLCHECK(arena_.reserve(
+      (size_t)(counterWords + resultWords + votesWords + fieldsWords + fieldPlaneWords + stageWords) * 8, net_,
+      links_));
   counter_ = reinterpret_cast<uint64_t*>(arena_.base());
   result_ = counter_ + counterWords;
   votes_ = result_ + resultWords;
-  stage_ = votes_ + votesWords;
+  fields_ = votes_ + votesWords;
+  fieldPlanes_ = fields_ + fieldsWords;
+  stage_ = fieldPlanes_ + fieldPlaneWords;
 
   const int64_t chunkBytes = std::max<int64_t>(64, signlionParamHostChunkBytes());
   for (const algo::Step& st : s.steps) {
@@ -147,7 +177,7 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const void* send, vo
       for (int64_t b = x.range.begin; b < x.range.end; b += step) {
         int64_t len = std::min(step, x.range.end - b);
         uint64_t* data;
-        if (x.planes > 1 || x.op == algo::RecvOp::kAdd) {
+        if (x.planes > 1 || x.op != algo::RecvOp::kStore) {
           data = stage;
           stage += x.planes * len;
         } else {

@@ -32,6 +32,9 @@ class ScheduleExecutor {
   // the per-counter width of a transfer on kCounter.
   uint64_t* plane(algo::Buffer buf, int slot, int plane, int payloadWidth) const;
   ncclResult_t runLocal(const algo::Local& l);
+  // Decides blocks [b, b + len) of a counter whose M counter starts mStride
+  // words after its P counter (planes nblocks apart) into the result planes.
+  void decide(const uint64_t* counter, int64_t mStride, int width, int64_t b, int64_t len);
   void onRecv(size_t cookie);
 
   const Net& net_;
@@ -48,6 +51,8 @@ class ScheduleExecutor {
   uint64_t* counter_ = nullptr;
   uint64_t* result_ = nullptr;
   uint64_t* votes_ = nullptr;
+  uint64_t* fields_ = nullptr;       // field-sum words: counters planes of fieldWords
+  uint64_t* fieldPlanes_ = nullptr;  // field-sum counts turned into bit-sliced planes to decide
   uint64_t* stage_ = nullptr;
 
   // A received chunk waiting for its action: the recv, its block range, and

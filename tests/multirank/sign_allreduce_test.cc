@@ -111,7 +111,7 @@ TEST_P(SignAllReduceMatrix, EveryRankGetsTheReference) {
 
 std::vector<MatrixCase> matrixCases() {
   std::vector<MatrixCase> v;
-  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather})
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum})
     for (int n = 1; n <= 16; n++) v.push_back({a, n});
   return v;
 }
@@ -119,7 +119,8 @@ INSTANTIATE_TEST_SUITE_P(Host, SignAllReduceMatrix, ::testing::ValuesIn(matrixCa
 
 // Zero and tie rules (and exact ties for even N) on every algorithm.
 TEST(SignAllReduceRules, ZeroAndTieRules) {
-  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather}) {
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
+                              ncclSignAlgoFieldSum}) {
     for (int n : {2, 3, 4, 6}) {
       for (ncclSignZeroRule_t zero : {ncclSignZeroNegative, ncclSignZeroAbstain}) {
         for (ncclSignTieRule_t tie : {ncclSignTieZero, ncclSignTiePositive, ncclSignTieNegative}) {
@@ -249,12 +250,36 @@ TEST(SignAllReduceArgs, BadArgumentsAreRejected) {
   ncclSignUniqueId zero;
   memset(&zero, 0, sizeof(zero));
   EXPECT_EQ(ncclSignCommInitRank(&comm, 1, zero, 0, nullptr), ncclInvalidArgument);
-  ncclSignConfig_t bad = makeConfig(ncclSignAlgoFieldSum);  // the NCCL executor's, not the host's
-  EXPECT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
-  ASSERT_EQ(ncclSignCommInitRank(&comm, 1, id, 0, &bad), ncclSuccess);
-  float x = 1, y;
-  EXPECT_EQ(ncclSignHostAllReduce(&x, &y, 1, ncclFloat32, ncclSignMajority, comm), ncclInvalidArgument);
-  EXPECT_EQ(ncclSignCommDestroy(comm), ncclSuccess);
+}
+
+// Lion Cub's fixed 4- and 8-bit fields (SIGNLION_FIELD_BITS), and 4-bit
+// fields refused when N votes do not fit in them.
+TEST(SignAllReduceFieldSum, FixedFieldWidths) {
+  struct Case {
+    const char* bits;
+    int n;
+  };
+  for (Case c : {Case{"4", 5}, Case{"4", 15}, Case{"8", 6}}) {
+    setenv("SIGNLION_FIELD_BITS", c.bits, 1);
+    paramResetCache();
+    const size_t count = 20000;
+    std::vector<Bytes> in = test::randomVoteInputs(c.n, count, ncclBfloat16, 21);
+    for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+      Bytes want = test::referenceOutput(in, count, ncclBfloat16, op, ncclSignZeroPositive, ncclSignTieZero);
+      withRanks(c.n, makeConfig(ncclSignAlgoFieldSum), [&](int rank, ncclSignComm_t comm) {
+        checkCall(rank, comm, in, want, count, ncclBfloat16, op, false,
+                  std::string(c.bits) + "-bit fields N=" + std::to_string(c.n));
+      });
+    }
+  }
+  setenv("SIGNLION_FIELD_BITS", "4", 1);
+  paramResetCache();
+  withRanks(16, makeConfig(ncclSignAlgoFieldSum), [&](int, ncclSignComm_t comm) {
+    float x = 1, y;
+    EXPECT_EQ(ncclSignHostAllReduce(&x, &y, 1, ncclFloat32, ncclSignMajority, comm), ncclInvalidArgument);
+  });
+  unsetenv("SIGNLION_FIELD_BITS");
+  paramResetCache();
 }
 
 // The links can run on any NCCL net plugin: here ours again, but loaded by

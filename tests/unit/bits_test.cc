@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bits/bits.h"
+#include "bits/fields.h"
 #include "bits/float16.h"
 #include "bits/local_vote.h"
 #include "bits/vote_reference.h"
@@ -425,6 +426,67 @@ TEST(VoteArgs, RejectsWhatTheContractExcludes) {
   EXPECT_EQ(checkVoteArgs((ncclDataType_t)42, ncclSignMajority, "test"), ncclInvalidArgument);
   EXPECT_EQ(checkVoteArgs(ncclFloat32, ncclSignNumOps, "test"), ncclInvalidArgument);
   EXPECT_EQ(checkVoteArgs(ncclFloat32, -1, "test"), ncclInvalidArgument);
+}
+
+}  // namespace
+}  // namespace bits
+}  // namespace signlion
+
+namespace signlion {
+namespace bits {
+namespace {
+
+// Votes in integer fields (field-sum), against a per-element reading.
+TEST(Fields, PackAndReadBackEveryWidth) {
+  for (int fieldBits : {1, 2, 3, 4, 5, 7, 8, 16, 32}) {
+    for (size_t count : {0, 1, 63, 64, 65, 1000, 70001}) {
+      for (ncclSignZeroRule_t zero : kZeroRules) {
+        std::vector<Bytes> in = randomInputs(1, count, ncclFloat32, (uint32_t)(count + fieldBits));
+        const size_t nwf = fieldWordsFor(count, fieldBits), per = 64 / fieldBits;
+        std::vector<uint64_t> fields(2 * nwf + 1, 0x1234);
+        packFields(kernels(), in[0].data(), ncclFloat32, count, zero, fieldBits, fields.data(), nwf);
+        if (zero == ncclSignZeroAbstain) {
+          EXPECT_EQ(fields[2 * nwf], 0x1234u) << "wrote past its planes";
+        }
+        for (size_t e = 0; e < count; e++) {
+          int vote = referenceVote(in[0].data(), ncclFloat32, e, zero);
+          uint64_t mask = (fieldBits == 64 ? ~0ull : (1ull << fieldBits) - 1);
+          uint64_t p = (fields[e / per] >> ((e % per) * fieldBits)) & mask;
+          ASSERT_EQ(p, vote > 0 ? 1u : 0u) << "bits " << fieldBits << " e " << e;
+          if (zero == ncclSignZeroAbstain) {
+            uint64_t m = (fields[nwf + e / per] >> ((e % per) * fieldBits)) & mask;
+            ASSERT_EQ(m, vote < 0 ? 1u : 0u);
+          }
+        }
+        // Unused fields of the last word are zero.
+        if (count % per) {
+          EXPECT_EQ(fields[nwf - 1] >> ((count % per) * fieldBits), 0u);
+        }
+      }
+    }
+  }
+}
+
+TEST(Fields, CountsBecomeBitSlicedPlanes) {
+  std::mt19937_64 rng(3);
+  for (int fieldBits : {3, 4, 5, 8}) {
+    const size_t count = 5000, per = 64 / fieldBits, nwf = fieldWordsFor(count, fieldBits);
+    const int width = fieldBits;  // counts use the whole field here
+    std::vector<uint64_t> words(nwf);
+    for (auto& w : words) w = rng() & (per * fieldBits == 64 ? ~0ull : (1ull << (per * fieldBits)) - 1);
+    for (size_t first : {0, 64, 1024}) {
+      size_t n = count - first;
+      std::vector<uint64_t> planes(width * numWords(n));
+      fieldsToPlanes(words.data(), fieldBits, first, n, planes.data(), width, numWords(n));
+      for (size_t i = 0; i < n; i++) {
+        size_t e = first + i;
+        uint64_t want = (words[e / per] >> ((e % per) * fieldBits)) & ((1ull << fieldBits) - 1);
+        uint64_t got = 0;
+        for (int p = 0; p < width; p++) got |= ((planes[p * numWords(n) + i / 64] >> (i % 64)) & 1) << p;
+        ASSERT_EQ(got, want) << "bits " << fieldBits << " element " << e;
+      }
+    }
+  }
 }
 
 }  // namespace
