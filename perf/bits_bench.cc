@@ -184,6 +184,19 @@ void BM_Decide(benchmark::State& state) {
          esize == 4 ? kWriteF32 : kWriteBf16);
 }
 
+// The output pass of the executor: a whole message's result planes -> dt.
+void BM_Unpack(benchmark::State& state) {
+  const sb::Kernels& k = kernelsFor(state.range(0));
+  size_t esize = (size_t)state.range(1);
+  Inputs& in = inputs();
+  ncclDataType_t dt = esize == 4 ? ncclFloat32 : ncclBfloat16;
+  for (auto _ : state) {
+    k.unpack(in.counter.as<uint64_t>(), 2, in.nw, gElems, dt, in.out.p);
+    benchmark::ClobberMemory();
+  }
+  record(state, k.name, in.nw * 8 * 2, gElems * esize, gElems * esize, "vs", esize == 4 ? kWriteF32 : kWriteBf16);
+}
+
 void registerAll() {
   auto reg = [](const char* name, void (*fn)(benchmark::State&), std::vector<int64_t> args) {
     benchmark::RegisterBenchmark(name, fn)->Args(args)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -203,6 +216,7 @@ void registerAll() {
     for (int64_t esize : {4, 2}) {
       reg("Decide", BM_Decide, {isa, esize, 8, 0});
       reg("Average", BM_Decide, {isa, esize, 8, 1});
+      reg("Unpack", BM_Unpack, {isa, esize});
     }
   }
 }

@@ -492,3 +492,33 @@ TEST(Fields, CountsBecomeBitSlicedPlanes) {
 }  // namespace
 }  // namespace bits
 }  // namespace signlion
+
+namespace signlion {
+namespace bits {
+namespace {
+
+// Outputs past the streaming-store threshold (4 MiB) take the non-temporal
+// path on AVX2: the same bytes as the portable unpack, aligned or not.
+TEST(VoteAlgebra, LargeUnpackMatchesPortable) {
+  const Kernels* avx2 = avx2Kernels();
+  if (!avx2) GTEST_SKIP() << "no AVX2+F16C on this CPU";
+  const size_t count = (4u << 20) + 77;  // int8 output too crosses 4 MiB
+  std::mt19937_64 rng(17);
+  std::vector<uint64_t> planes(2 * numWords(count));
+  for (auto& w : planes) w = rng();
+  for (ncclDataType_t dt : kTypes) {
+    for (int nplanes : {1, 2}) {
+      for (size_t offset : {0, 16, 4}) {  // 16-byte aligned (streams), and not
+        Bytes want(count * typeSize(dt) + 32), got(count * typeSize(dt) + 32);
+        portableKernels().unpack(planes.data(), nplanes, numWords(count), count, dt, want.data() + offset);
+        // std::vector's buffer is 16-byte aligned; +offset shifts it.
+        avx2->unpack(planes.data(), nplanes, numWords(count), count, dt, got.data() + offset);
+        ASSERT_EQ(firstMismatch(got, want), std::string::npos) << typeName(dt) << " planes " << nplanes << " offset " << offset;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bits
+}  // namespace signlion
