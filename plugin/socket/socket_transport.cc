@@ -187,17 +187,24 @@ struct StreamTask {
   Request* req;
 };
 
-struct Stream {
-  int fd = -1;
-  std::deque<StreamTask> tasks;  // guarded by the serving helper's mutex
-};
-
 struct Helper {
   std::thread thread;
-  std::mutex mu;
+  std::mutex mu;  // with cv: sleep and wake-up only, guards stop
   std::condition_variable cv;
   std::vector<int> streams;
   bool stop = false;
+};
+
+// One data stream. Whoever holds ioMu (the caller's thread inside
+// isend/irecv/test, or the stream's helper) moves bytes of the front task;
+// only that thread advances or pops it, so tasks stay FIFO and one thread at a
+// time touches fd. The caller only try_locks ioMu: it never waits for a helper.
+struct Stream {
+  int fd = -1;
+  std::mutex ioMu;
+  std::mutex qMu;                // guards tasks (push by the caller, pop by the ioMu holder)
+  std::deque<StreamTask> tasks;  // push_back/pop_front keep references to the others valid
+  std::atomic<int> queued{0};    // tasks.size(), readable without qMu
 };
 
 struct Comm : CommHeader {
@@ -209,11 +216,12 @@ struct Comm : CommHeader {
   int nsocks = 0;
   size_t chunkSize = 0;
   size_t inlineMax = 0;
-  std::vector<Stream> streams;
+  std::deque<Stream> streams;  // a deque: Stream holds mutexes and never moves
   std::vector<std::unique_ptr<Helper>> helpers;
   Request reqs[kSocketMaxRequests];
   uint64_t seq = 0;                     // messages so far, the same count on both sides
   std::atomic<int> error{ncclSuccess};  // first failure, sticky
+  std::atomic<int64_t> dataProgressMs{0};  // last time any thread moved data-stream bytes
   std::mutex mrMutex;
   std::unordered_set<MemRegion*> mrs;
 
@@ -289,8 +297,9 @@ void setSysError(Comm* c, int err, const char* op) {
 
 // ---- Helper threads: data streams -------------------------------------------
 
-// Moves bytes of the front task of stream s. Returns bytes moved; -1 on error.
-ssize_t progressStream(Comm* c, Stream* st, StreamTask* t, bool* taskDone) {
+// Moves bytes of task t on stream st until it is done or the socket would
+// block. Returns bytes moved; -1 on error (recorded in the comm).
+ssize_t progressTask(Comm* c, Stream* st, StreamTask* t, bool* taskDone) {
   ssize_t moved = 0;
   *taskDone = false;
   while (t->nextChunk * t->chunk < t->size) {
@@ -316,76 +325,109 @@ ssize_t progressStream(Comm* c, Stream* st, StreamTask* t, bool* taskDone) {
   return moved;
 }
 
+// Moves stream st's tasks, front first, until the socket would block or the
+// queue is empty. A helper waits for ioMu; the caller's thread only tries it
+// (a helper busy on the stream is progress already). Returns true if bytes
+// moved or a task completed.
+bool progressStream(Comm* c, Stream* st, bool byHelper) {
+  std::unique_lock<std::mutex> io(st->ioMu, std::defer_lock);
+  if (byHelper) io.lock();
+  else if (!io.try_lock()) return false;
+  bool progress = false;
+  while (c->error.load(std::memory_order_relaxed) == ncclSuccess) {
+    StreamTask* t;
+    {
+      std::lock_guard<std::mutex> q(st->qMu);
+      if (st->tasks.empty()) break;
+      t = &st->tasks.front();
+    }
+    bool done = false;
+    ssize_t moved = progressTask(c, st, t, &done);
+    if (moved < 0) break;
+    if (moved > 0) {
+      progress = true;
+      (c->isSend ? c->bytesSent : c->bytesRecv).fetch_add((uint64_t)moved, std::memory_order_relaxed);
+    }
+    if (!done) break;
+    Request* req = t->req;
+    size_t bytes = t->share;
+    {
+      std::lock_guard<std::mutex> q(st->qMu);
+      st->tasks.pop_front();
+      st->queued.fetch_sub(1, std::memory_order_release);
+    }
+    req->pending.fetch_sub(bytes, std::memory_order_acq_rel);  // last touch of req
+    if (byHelper) wakeCaller(c);  // the caller may sleep in commWait
+    progress = true;
+  }
+  if (progress) c->dataProgressMs.store(nowMs(), std::memory_order_relaxed);
+  return progress;
+}
+
+// The caller's share of the work: every data stream with queued tasks, no waiting.
+void callerProgressStreams(Comm* c) {
+  for (Stream& st : c->streams)
+    if (st.queued.load(std::memory_order_acquire) > 0) progressStream(c, &st, false);
+}
+
+// Hands the streams the caller could not finish to their helpers.
+void wakeHelpers(Comm* c) {
+  for (auto& h : c->helpers) {
+    bool busy = false;
+    for (int s : h->streams) busy |= c->streams[s].queued.load(std::memory_order_acquire) > 0;
+    if (!busy) continue;
+    { std::lock_guard<std::mutex> lk(h->mu); }  // a helper between its check and its wait sees the task
+    h->cv.notify_one();
+  }
+}
+
 void helperLoop(Comm* c, Helper* h) {
   std::vector<pollfd> pfds;
   std::vector<int> which;
   int64_t lastProgress = nowMs();
+  auto busy = [&] {
+    if (c->error.load(std::memory_order_relaxed) != ncclSuccess) return false;
+    for (int s : h->streams)
+      if (c->streams[s].queued.load(std::memory_order_acquire) > 0) return true;
+    return false;
+  };
   for (;;) {
-    pfds.clear();
-    which.clear();
     {
       std::unique_lock<std::mutex> lk(h->mu);
-      auto busy = [&] {
-        if (c->error.load(std::memory_order_relaxed) != ncclSuccess) return false;
-        for (int s : h->streams)
-          if (!c->streams[s].tasks.empty()) return true;
-        return false;
-      };
       if (!h->stop && !busy()) {
         h->cv.wait_for(lk, std::chrono::milliseconds(kPollMs), [&] { return h->stop || busy(); });
         lastProgress = nowMs();  // idle time is not a stall
       }
       if (h->stop) return;
-      if (!busy()) continue;
-      for (int s : h->streams) {
-        if (c->streams[s].tasks.empty()) continue;
-        pfds.push_back({c->streams[s].fd, (short)(c->isSend ? POLLOUT : POLLIN), 0});
-        which.push_back(s);
-      }
     }
+    pfds.clear();
+    which.clear();
+    for (int s : h->streams) {
+      if (c->streams[s].queued.load(std::memory_order_acquire) == 0) continue;
+      pfds.push_back({c->streams[s].fd, (short)(c->isSend ? POLLOUT : POLLIN), 0});
+      which.push_back(s);
+    }
+    if (pfds.empty()) continue;
     int r = poll(pfds.data(), pfds.size(), kPollMs);
     if (r < 0 && errno != EINTR) {
       setSysError(c, errno, "poll");
       continue;
     }
     bool progress = false;
-    for (size_t i = 0; r > 0 && i < pfds.size(); i++) {
-      if (pfds[i].revents == 0) continue;
-      Stream* st = &c->streams[which[i]];
-      StreamTask* t;
-      {
-        std::lock_guard<std::mutex> lk(h->mu);
-        t = &st->tasks.front();  // stays valid: only this thread pops
-      }
-      bool done = false;
-      ssize_t moved = progressStream(c, st, t, &done);
-      if (moved < 0) break;
-      if (moved > 0) {
-        progress = true;
-        (c->isSend ? c->bytesSent : c->bytesRecv).fetch_add((uint64_t)moved, std::memory_order_relaxed);
-      }
-      if (done) {
-        Request* req = t->req;
-        size_t bytes = t->share;
-        {
-          std::lock_guard<std::mutex> lk(h->mu);
-          st->tasks.pop_front();
-        }
-        req->pending.fetch_sub(bytes, std::memory_order_acq_rel);  // last touch of req
-        wakeCaller(c);
-        progress = true;
-      }
-    }
+    for (size_t i = 0; r > 0 && i < pfds.size(); i++)
+      if (pfds[i].revents != 0) progress |= progressStream(c, &c->streams[which[i]], true);
     int64_t now = nowMs();
     if (progress) {
       lastProgress = now;
-    } else if (now - lastProgress > timeoutMs()) {
+    } else if (now - std::max(lastProgress, c->dataProgressMs.load(std::memory_order_relaxed)) > timeoutMs() &&
+               busy()) {
       setError(c, ncclRemoteError, "no progress on a data stream within SIGNLION_SOCKET_TIMEOUT");
     }
   }
 }
 
 // Deals the payload of message `seq` (size bytes at buf) to the data streams.
+// The caller moves what the sockets take at once; helpers are woken for the rest.
 void enqueueStreams(Comm* c, uint64_t seq, char* buf, size_t size, Request* req) {
   size_t nchunks = (size + c->chunkSize - 1) / c->chunkSize;
   if (nchunks == 0) return;
@@ -397,13 +439,13 @@ void enqueueStreams(Comm* c, uint64_t seq, char* buf, size_t size, Request* req)
     if (first >= nchunks) continue;
     size_t share = 0;
     for (size_t k = first; k < nchunks; k += n) share += std::min(c->chunkSize, size - k * c->chunkSize);
-    Helper* h = c->helpers[s % c->helpers.size()].get();
-    {
-      std::lock_guard<std::mutex> lk(h->mu);
-      c->streams[s].tasks.push_back({buf, size, c->chunkSize, first, n, 0, share, req});
-    }
-    h->cv.notify_one();
+    Stream& st = c->streams[s];
+    std::lock_guard<std::mutex> q(st.qMu);
+    st.tasks.push_back({buf, size, c->chunkSize, first, n, 0, share, req});
+    st.queued.fetch_add(1, std::memory_order_release);
   }
+  callerProgressStreams(c);
+  wakeHelpers(c);
 }
 
 ncclResult_t startHelpers(Comm* c, int nthreads) {
@@ -727,7 +769,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
     if (c == nullptr) return ncclSystemError;
     c->nsocks = (int)std::max<int64_t>(1, std::min<int64_t>(signlionParamNsocks(), kSocketMaxStreams));
     c->chunkSize = (size_t)std::max<int64_t>(4096, std::min<int64_t>(signlionParamSocketChunkSize(), 1 << 30));
-    c->streams.resize(c->nsocks);
+    for (int s = 0; s < c->nsocks; s++) c->streams.emplace_back();
     auto* cs = new Comm::Connecting();
     c->connecting.reset(cs);
     cs->to = h->addr;
@@ -927,8 +969,7 @@ ncclResult_t socketAccept(void* listenComm, void** recvComm) {
     c->nsocks = (int)g.dataFds.size();
     c->chunkSize = g.ctrl.chunkSize;
     c->ctrlFd = g.ctrlFd;
-    c->streams.resize(c->nsocks);
-    for (int s = 0; s < c->nsocks; s++) c->streams[s].fd = g.dataFds[s];
+    for (int s = 0; s < c->nsocks; s++) c->streams.emplace_back().fd = g.dataFds[s];
     l->groups.erase(l->groups.begin() + i);
     ncclResult_t res = startHelpers(c, (int)signlionParamNthreads());
     if (res != ncclSuccess) {
@@ -1042,6 +1083,7 @@ ncclResult_t socketTest(void* request, int* done, int* sizes) {
   Comm* c = r->comm;
   if (c->isSend) progressSendCtrl(c);
   else progressRecvCtrl(c);
+  callerProgressStreams(c);
   int err = c->error.load(std::memory_order_acquire);
   if (err != ncclSuccess) return (ncclResult_t)err;
   bool complete = r->pending.load(std::memory_order_acquire) == 0;
@@ -1062,9 +1104,15 @@ void socketCommWait(void* comm, int timeoutMs) {
   if (c == nullptr) c = asComm(comm, kCommSend);
   if (c == nullptr) return;
   // Headers and inline payloads arrive on ctrlFd (a send waits for room to
-  // write there); data-stream completions are signalled on wakeFd.
-  pollfd p[2] = {{c->wakeFd, POLLIN, 0}, {c->ctrlFd, (short)(c->isSend ? POLLOUT : POLLIN), 0}};
-  nfds_t n = (c->isSend && c->ctrlQueue.empty()) ? 1 : 2;
+  // write there); helpers signal data-stream completions on wakeFd; a stream
+  // with queued tasks wakes the caller directly, so it can move the bytes
+  // itself in test() without waiting for a helper's hand-off.
+  pollfd p[2 + kSocketMaxStreams];
+  nfds_t n = 0;
+  p[n++] = {c->wakeFd, POLLIN, 0};
+  if (!c->isSend || !c->ctrlQueue.empty()) p[n++] = {c->ctrlFd, (short)(c->isSend ? POLLOUT : POLLIN), 0};
+  for (Stream& st : c->streams)
+    if (st.queued.load(std::memory_order_acquire) > 0) p[n++] = {st.fd, (short)(c->isSend ? POLLOUT : POLLIN), 0};
   if (poll(p, n, timeoutMs) > 0 && (p[0].revents & POLLIN)) {
     uint64_t drained;
     (void)!read(c->wakeFd, &drained, sizeof(drained));
