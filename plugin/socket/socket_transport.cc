@@ -34,6 +34,9 @@ constexpr uint16_t kWireVersion = 1;
 constexpr uint32_t kMrMagic = 0x534c4d52;      // "SLMR"
 constexpr int kPollMs = 50;                    // helper wake-up period, bounds close latency
 constexpr size_t kMaxPendingAccepts = 256;
+constexpr size_t kStageBytes = 64 * 1024;      // recv comm staging buffer for the control stream
+constexpr size_t kDirectRead = 4096;           // inline remainder read straight into the user buffer
+constexpr int kCtrlRounds = 1024;              // parse/read steps per progress call (fairness bound)
 
 int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -229,8 +232,12 @@ struct Comm : CommHeader {
   std::deque<Request*> ctrlQueue;  // send: requests whose header is not fully out
   std::deque<Request*> matchQueue; // recv: requests with unmatched sub-requests
   size_t ctrlOff = 0;              // send: bytes of the front entry already written
-  MsgHeader rxHdr{};
-  size_t rxHdrOff = 0;
+  // recv: one recv() fills the staging buffer with headers and inline
+  // payloads; they are parsed from it, and what no posted receive wants yet
+  // waits there. Bytes [stageHead, stageTail) are unparsed.
+  std::vector<char> stage;
+  size_t stageHead = 0;
+  size_t stageTail = 0;
   SubRequest* rxInline = nullptr;  // recv: inline payload being read
   Request* rxInlineReq = nullptr;
   size_t rxInlineOff = 0;
@@ -493,6 +500,7 @@ Comm* newComm(bool isSend) {
   c->isSend = isSend;
   c->inlineMax = (size_t)std::max<int64_t>(0, std::min<int64_t>(signlionParamSocketInline(), 1 << 20));
   c->ctrlLastProgress = nowMs();
+  if (!isSend) c->stage.resize(kStageBytes);
   c->wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (c->wakeFd < 0) {
     WARN("NET/signlion: eventfd failed: %s", strerror(errno));
@@ -569,73 +577,101 @@ ssize_t readCtrl(Comm* c, char* buf, size_t want) {
   }
 }
 
-// Reads headers and inline payloads, matching each header to the oldest
-// posted receive with an unmatched sub-request of that tag.
+// Refills the staging buffer from the control stream (keeping the unparsed
+// tail, always shorter than a header here). Returns readCtrl's result.
+ssize_t fillStage(Comm* c) {
+  size_t avail = c->stageTail - c->stageHead;
+  if (c->stageHead > 0) {
+    memmove(c->stage.data(), c->stage.data() + c->stageHead, avail);
+    c->stageHead = 0;
+    c->stageTail = avail;
+  }
+  ssize_t n = readCtrl(c, c->stage.data() + c->stageTail, c->stage.size() - c->stageTail);
+  if (n > 0) c->stageTail += (size_t)n;
+  return n;
+}
+
+// Matches a header to the oldest posted receive with an unmatched
+// sub-request of that tag. Returns false after recording a protocol error.
+bool matchHeader(Comm* c, const MsgHeader& hdr) {
+  Request* r = c->matchQueue.front();
+  SubRequest* s = nullptr;
+  for (int i = 0; i < r->n && s == nullptr; i++)
+    if (!r->sub[i].matched && r->sub[i].tag == hdr.tag) s = &r->sub[i];
+  char what[160];
+  if (s == nullptr) {
+    snprintf(what, sizeof(what), "message with tag %d matches no posted receive (grouped receive of %d)", hdr.tag,
+             r->n);
+    setError(c, ncclInvalidUsage, what);
+    return false;
+  }
+  if (hdr.size > s->posted) {
+    snprintf(what, sizeof(what), "message of %llu bytes (tag %d) is larger than the posted receive of %zu bytes",
+             (unsigned long long)hdr.size, hdr.tag, s->posted);
+    setError(c, ncclInvalidUsage, what);
+    return false;
+  }
+  s->matched = true;
+  s->size = hdr.size;
+  bool allMatched = true;
+  for (int i = 0; i < r->n; i++) allMatched &= r->sub[i].matched;
+  if (allMatched) c->matchQueue.pop_front();
+  uint64_t seq = c->seq++;
+  if (hdr.flags & kMsgInline) {
+    r->pending.fetch_add(s->size, std::memory_order_acq_rel);
+    c->rxInline = s;
+    c->rxInlineReq = r;
+    c->rxInlineOff = 0;
+  } else {
+    enqueueStreams(c, seq, s->data, s->size, r);
+  }
+  return true;
+}
+
+// Parses headers and inline payloads from the staging buffer, refilling it
+// with one recv() whenever it runs short: a small message whose header and
+// payload came together costs one system call.
 void progressRecvCtrl(Comm* c) {
-  bool partial = false;
   bool moved = false;
-  while (c->error.load(std::memory_order_relaxed) == ncclSuccess) {
+  for (int round = 0; round < kCtrlRounds && c->error.load(std::memory_order_relaxed) == ncclSuccess; round++) {
+    size_t avail = c->stageTail - c->stageHead;
+    const char* head = c->stage.data() + c->stageHead;
     if (c->rxInline != nullptr) {
       SubRequest* s = c->rxInline;
+      size_t k = std::min(avail, s->size - c->rxInlineOff);
+      if (k > 0) memcpy(s->data + c->rxInlineOff, head, k);
+      c->stageHead += k;
+      c->rxInlineOff += k;
       size_t want = s->size - c->rxInlineOff;
-      ssize_t n = want ? readCtrl(c, s->data + c->rxInlineOff, want) : 0;
-      if (n < 0) return;
-      moved |= n > 0;
-      c->rxInlineOff += (size_t)n;
-      if (c->rxInlineOff < s->size) {
-        partial = true;
-        break;
+      if (want == 0) {
+        c->rxInlineReq->pending.fetch_sub(s->size, std::memory_order_acq_rel);
+        c->rxInline = nullptr;
+        c->rxInlineReq = nullptr;
+        continue;
       }
-      c->rxInlineReq->pending.fetch_sub(s->size, std::memory_order_acq_rel);
-      c->rxInline = nullptr;
-      c->rxInlineReq = nullptr;
+      if (want >= kDirectRead) {  // staging is empty: no copy for a large remainder
+        ssize_t n = readCtrl(c, s->data + c->rxInlineOff, want);
+        if (n <= 0) break;
+        moved = true;
+        c->rxInlineOff += (size_t)n;
+        continue;
+      }
+    } else if (avail >= sizeof(MsgHeader)) {
+      if (c->matchQueue.empty()) break;  // the message waits in staging for its receive
+      MsgHeader hdr;
+      memcpy(&hdr, head, sizeof(hdr));
+      c->stageHead += sizeof(hdr);
+      if (!matchHeader(c, hdr)) return;
       continue;
+    } else if (c->matchQueue.empty()) {
+      break;  // nothing posted: leave the bytes in the socket
     }
-    if (c->rxHdrOff < sizeof(MsgHeader)) {
-      if (c->matchQueue.empty()) break;  // nothing posted: leave the bytes in the socket
-      ssize_t n = readCtrl(c, (char*)&c->rxHdr + c->rxHdrOff, sizeof(MsgHeader) - c->rxHdrOff);
-      if (n < 0) return;
-      moved |= n > 0;
-      c->rxHdrOff += (size_t)n;
-      if (c->rxHdrOff < sizeof(MsgHeader)) {
-        partial = c->rxHdrOff > 0;
-        break;
-      }
-    }
-    if (c->matchQueue.empty()) break;
-    Request* r = c->matchQueue.front();
-    SubRequest* s = nullptr;
-    for (int i = 0; i < r->n && s == nullptr; i++)
-      if (!r->sub[i].matched && r->sub[i].tag == c->rxHdr.tag) s = &r->sub[i];
-    char what[160];
-    if (s == nullptr) {
-      snprintf(what, sizeof(what), "message with tag %d matches no posted receive (grouped receive of %d)",
-               c->rxHdr.tag, r->n);
-      setError(c, ncclInvalidUsage, what);
-      return;
-    }
-    if (c->rxHdr.size > s->posted) {
-      snprintf(what, sizeof(what), "message of %llu bytes (tag %d) is larger than the posted receive of %zu bytes",
-               (unsigned long long)c->rxHdr.size, c->rxHdr.tag, s->posted);
-      setError(c, ncclInvalidUsage, what);
-      return;
-    }
-    s->matched = true;
-    s->size = c->rxHdr.size;
-    bool allMatched = true;
-    for (int i = 0; i < r->n; i++) allMatched &= r->sub[i].matched;
-    if (allMatched) c->matchQueue.pop_front();
-    c->rxHdrOff = 0;
-    uint64_t seq = c->seq++;
-    if (c->rxHdr.flags & kMsgInline) {
-      r->pending.fetch_add(s->size, std::memory_order_acq_rel);
-      c->rxInline = s;
-      c->rxInlineReq = r;
-      c->rxInlineOff = 0;
-    } else {
-      enqueueStreams(c, seq, s->data, s->size, r);
-    }
+    ssize_t n = fillStage(c);
+    if (n <= 0) break;
+    moved = true;
   }
+  size_t avail = c->stageTail - c->stageHead;
+  bool partial = c->rxInline != nullptr || (avail > 0 && avail < sizeof(MsgHeader));
   int64_t now = nowMs();
   if (moved || !partial) c->ctrlLastProgress = now;
   else if (now - c->ctrlLastProgress > timeoutMs())
@@ -1107,6 +1143,7 @@ void socketCommWait(void* comm, int timeoutMs) {
   // write there); helpers signal data-stream completions on wakeFd; a stream
   // with queued tasks wakes the caller directly, so it can move the bytes
   // itself in test() without waiting for a helper's hand-off.
+  if (!c->isSend && !c->matchQueue.empty() && c->stageTail - c->stageHead >= sizeof(MsgHeader)) return;  // parse first
   pollfd p[2 + kSocketMaxStreams];
   nfds_t n = 0;
   p[n++] = {c->wakeFd, POLLIN, 0};
