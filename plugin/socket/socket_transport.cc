@@ -238,6 +238,7 @@ struct Comm : CommHeader {
   std::vector<char> stage;
   size_t stageHead = 0;
   size_t stageTail = 0;
+  int64_t ackModeMs = -1;  // recv: last TCP_QUICKACK=0 on ctrlFd (see delayAcks)
   SubRequest* rxInline = nullptr;  // recv: inline payload being read
   Request* rxInlineReq = nullptr;
   size_t rxInlineOff = 0;
@@ -304,12 +305,14 @@ void setSysError(Comm* c, int err, const char* op) {
 
 // ---- Helper threads: data streams -------------------------------------------
 
-// Moves bytes of task t on stream st until it is done or the socket would
-// block. Returns bytes moved; -1 on error (recorded in the comm).
-ssize_t progressTask(Comm* c, Stream* st, StreamTask* t, bool* taskDone) {
+// Moves bytes of task t on stream st until it is done, the socket would
+// block or `budget` bytes moved. Returns bytes moved; -1 on error (recorded in
+// the comm).
+ssize_t progressTask(Comm* c, Stream* st, StreamTask* t, size_t budget, bool* taskDone) {
   ssize_t moved = 0;
   *taskDone = false;
   while (t->nextChunk * t->chunk < t->size) {
+    if ((size_t)moved >= budget) return moved;
     size_t begin = t->nextChunk * t->chunk;
     size_t len = std::min(t->chunk, t->size - begin);
     char* p = t->buf + begin + t->off;
@@ -334,14 +337,16 @@ ssize_t progressTask(Comm* c, Stream* st, StreamTask* t, bool* taskDone) {
 
 // Moves stream st's tasks, front first, until the socket would block or the
 // queue is empty. A helper waits for ioMu; the caller's thread only tries it
-// (a helper busy on the stream is progress already). Returns true if bytes
-// moved or a task completed.
+// (a helper busy on the stream is progress already) and moves at most one
+// chunk per stream per call, so one test() never runs long, however fast the
+// peer sends. Returns true if bytes moved or a task completed.
 bool progressStream(Comm* c, Stream* st, bool byHelper) {
   std::unique_lock<std::mutex> io(st->ioMu, std::defer_lock);
   if (byHelper) io.lock();
   else if (!io.try_lock()) return false;
   bool progress = false;
-  while (c->error.load(std::memory_order_relaxed) == ncclSuccess) {
+  size_t budget = byHelper ? SIZE_MAX : c->chunkSize;
+  while (budget > 0 && c->error.load(std::memory_order_relaxed) == ncclSuccess) {
     StreamTask* t;
     {
       std::lock_guard<std::mutex> q(st->qMu);
@@ -349,8 +354,9 @@ bool progressStream(Comm* c, Stream* st, bool byHelper) {
       t = &st->tasks.front();
     }
     bool done = false;
-    ssize_t moved = progressTask(c, st, t, &done);
+    ssize_t moved = progressTask(c, st, t, budget, &done);
     if (moved < 0) break;
+    budget -= std::min(budget, (size_t)moved);
     if (moved > 0) {
       progress = true;
       (c->isSend ? c->bytesSent : c->bytesRecv).fetch_add((uint64_t)moved, std::memory_order_relaxed);
@@ -577,6 +583,20 @@ ssize_t readCtrl(Comm* c, char* buf, size_t want) {
   }
 }
 
+// The control stream carries data one way only, so every ACK the receiver
+// sends is a packet of its own, and by default Linux sends it from recv()
+// itself, ahead of the reply the caller is about to send. TCP_QUICKACK=0
+// puts the socket in "ping-pong" mode, which delays those ACKs (the kernel
+// still ACKs at once once two full segments wait, and leaves the mode when a
+// delayed ACK timer fires, hence the re-arm at most once per millisecond).
+void delayAcks(Comm* c) {
+  int64_t now = nowMs();
+  if (now == c->ackModeMs) return;
+  c->ackModeMs = now;
+  int zero = 0;
+  (void)setsockopt(c->ctrlFd, IPPROTO_TCP, TCP_QUICKACK, &zero, sizeof(zero));
+}
+
 // Refills the staging buffer from the control stream (keeping the unparsed
 // tail, always shorter than a header here). Returns readCtrl's result.
 ssize_t fillStage(Comm* c) {
@@ -630,8 +650,10 @@ bool matchHeader(Comm* c, const MsgHeader& hdr) {
 
 // Parses headers and inline payloads from the staging buffer, refilling it
 // with one recv() whenever it runs short: a small message whose header and
-// payload came together costs one system call.
-void progressRecvCtrl(Comm* c) {
+// payload came together costs one system call. irecv passes readSocket=false:
+// it only parses what is staged, as test() reads next anyway (a receive is
+// mostly posted before its message is sent, so reading then is a wasted call).
+void progressRecvCtrl(Comm* c, bool readSocket) {
   bool moved = false;
   for (int round = 0; round < kCtrlRounds && c->error.load(std::memory_order_relaxed) == ncclSuccess; round++) {
     size_t avail = c->stageTail - c->stageHead;
@@ -649,6 +671,7 @@ void progressRecvCtrl(Comm* c) {
         c->rxInlineReq = nullptr;
         continue;
       }
+      if (!readSocket) break;
       if (want >= kDirectRead) {  // staging is empty: no copy for a large remainder
         ssize_t n = readCtrl(c, s->data + c->rxInlineOff, want);
         if (n <= 0) break;
@@ -666,9 +689,11 @@ void progressRecvCtrl(Comm* c) {
     } else if (c->matchQueue.empty()) {
       break;  // nothing posted: leave the bytes in the socket
     }
+    if (!readSocket) break;
     ssize_t n = fillStage(c);
     if (n <= 0) break;
     moved = true;
+    delayAcks(c);
   }
   size_t avail = c->stageTail - c->stageHead;
   bool partial = c->rxInline != nullptr || (avail > 0 && avail < sizeof(MsgHeader));
@@ -1098,7 +1123,7 @@ ncclResult_t socketIrecv(void* recvComm, int n, void** data, const size_t* sizes
   r->n = n;
   for (int i = 0; i < n; i++) r->sub[i] = SubRequest{static_cast<char*>(data[i]), sizes[i], 0, tags[i], false};
   c->matchQueue.push_back(r);
-  progressRecvCtrl(c);
+  progressRecvCtrl(c, false);
   *request = r;
   return ncclSuccess;
 }
@@ -1118,7 +1143,7 @@ ncclResult_t socketTest(void* request, int* done, int* sizes) {
            "%p is not an outstanding request", request);
   Comm* c = r->comm;
   if (c->isSend) progressSendCtrl(c);
-  else progressRecvCtrl(c);
+  else progressRecvCtrl(c, true);
   callerProgressStreams(c);
   int err = c->error.load(std::memory_order_acquire);
   if (err != ncclSuccess) return (ncclResult_t)err;

@@ -578,12 +578,17 @@ TEST_P(PluginV11, HelpersCompleteTransfersNobodyTests) {
   void* d = out.data();
   size_t cap = size;
   int tag = 1;
-  // isend wrote the header; irecv reads it and hands the payload to the streams.
+  // isend wrote the header; test() reads it and hands the payload to the
+  // streams (moving at most a chunk per stream itself), then is not called.
   uint64_t sent = 0, recvd = 0, dummy;
-  for (int64_t start = nowMs(); nowMs() - start < kLoopLimitMs && rreq == nullptr;) {
-    ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
-  }
+  ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
   ASSERT_NE(rreq, nullptr);
+  for (int64_t start = nowMs(); nowMs() - start < kLoopLimitMs && recvd == 0;) {
+    int done = 0;
+    ASSERT_EQ(net_.test(rreq, &done, nullptr), ncclSuccess);
+    ASSERT_EQ(done, 0);
+    ASSERT_TRUE(signlion::net::commBytes(r, &dummy, &recvd));
+  }
   const uint64_t expect = size + 16;
   for (int64_t start = nowMs(); nowMs() - start < kLoopLimitMs && (sent < expect || recvd < expect);) {
     signlion::net::commWait(r, 10);  // sleeps; moves nothing itself
