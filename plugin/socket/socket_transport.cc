@@ -1173,8 +1173,15 @@ void socketCommWait(void* comm, int timeoutMs) {
   nfds_t n = 0;
   p[n++] = {c->wakeFd, POLLIN, 0};
   if (!c->isSend || !c->ctrlQueue.empty()) p[n++] = {c->ctrlFd, (short)(c->isSend ? POLLOUT : POLLIN), 0};
-  for (Stream& st : c->streams)
-    if (st.queued.load(std::memory_order_acquire) > 0) p[n++] = {st.fd, (short)(c->isSend ? POLLOUT : POLLIN), 0};
+  for (Stream& st : c->streams) {
+    if (st.queued.load(std::memory_order_acquire) == 0) continue;
+    // A helper in the middle of moving this stream's bytes keeps it readable
+    // or writable; test() would only fail its try_lock. Leave the stream to
+    // the helper then (its completion signals wakeFd) rather than spin.
+    if (!st.ioMu.try_lock()) continue;
+    st.ioMu.unlock();
+    p[n++] = {st.fd, (short)(c->isSend ? POLLOUT : POLLIN), 0};
+  }
   if (poll(p, n, timeoutMs) > 0 && (p[0].revents & POLLIN)) {
     uint64_t drained;
     (void)!read(c->wakeFd, &drained, sizeof(drained));
