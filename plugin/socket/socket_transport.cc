@@ -35,6 +35,9 @@ constexpr uint16_t kWireVersion = 1;
 constexpr uint32_t kMrMagic = 0x534c4d52;      // "SLMR"
 constexpr int kPollMs = 50;                    // helper wake-up period, bounds close latency
 constexpr size_t kMaxPendingAccepts = 256;
+constexpr size_t kStageBytes = 64 * 1024;      // recv comm staging buffer for the control stream
+constexpr size_t kDirectRead = 4096;           // inline remainder read straight into the user buffer
+constexpr int kCtrlRounds = 1024;              // parse/read steps per progress call (fairness bound)
 
 int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -156,17 +159,24 @@ struct StreamTask {
   Request* req;
 };
 
-struct Stream {
-  int fd = -1;
-  std::deque<StreamTask> tasks;  // guarded by the serving helper's mutex
-};
-
 struct Helper {
   std::thread thread;
-  std::mutex mu;
+  std::mutex mu;  // with cv: sleep and wake-up only, guards stop
   std::condition_variable cv;
   std::vector<int> streams;
   bool stop = false;
+};
+
+// One data stream. Whoever holds ioMu (the caller's thread inside
+// isend/irecv/test, or the stream's helper) moves bytes of the front task;
+// only that thread advances or pops it, so tasks stay FIFO and one thread at a
+// time touches fd. The caller only try_locks ioMu: it never waits for a helper.
+struct Stream {
+  int fd = -1;
+  std::mutex ioMu;
+  std::mutex qMu;                // guards tasks (push by the caller, pop by the ioMu holder)
+  std::deque<StreamTask> tasks;  // push_back/pop_front keep references to the others valid
+  std::atomic<int> queued{0};    // tasks.size(), readable without qMu
 };
 
 struct Comm : CommHeader {
@@ -178,11 +188,12 @@ struct Comm : CommHeader {
   int nsocks = 0;
   size_t chunkSize = 0;
   size_t inlineMax = 0;
-  std::vector<Stream> streams;
+  std::deque<Stream> streams;  // a deque: Stream holds mutexes and never moves
   std::vector<std::unique_ptr<Helper>> helpers;
   Request reqs[kSocketMaxRequests];
   uint64_t seq = 0;                     // messages so far, the same count on both sides
   std::atomic<int> error{ncclSuccess};  // first failure, sticky
+  std::atomic<int64_t> dataProgressMs{0};  // last time any thread moved data-stream bytes
   std::mutex mrMutex;
   std::unordered_set<MemRegion*> mrs;
 
@@ -190,8 +201,13 @@ struct Comm : CommHeader {
   std::deque<Request*> ctrlQueue;  // send: requests whose header is not fully out
   std::deque<Request*> matchQueue; // recv: requests with unmatched sub-requests
   size_t ctrlOff = 0;              // send: bytes of the front entry already written
-  MsgHeader rxHdr{};
-  size_t rxHdrOff = 0;
+  // recv: one recv() fills the staging buffer with headers and inline
+  // payloads; they are parsed from it, and what no posted receive wants yet
+  // waits there. Bytes [stageHead, stageTail) are unparsed.
+  std::vector<char> stage;
+  size_t stageHead = 0;
+  size_t stageTail = 0;
+  int64_t ackModeMs = -1;  // recv: last TCP_QUICKACK=0 on ctrlFd (see delayAcks)
   SubRequest* rxInline = nullptr;  // recv: inline payload being read
   Request* rxInlineReq = nullptr;
   size_t rxInlineOff = 0;
@@ -258,11 +274,14 @@ void setSysError(Comm* c, int err, const char* op) {
 
 // ---- Helper threads: data streams -------------------------------------------
 
-// Moves bytes of the front task of stream s. Returns bytes moved; -1 on error.
-ssize_t progressStream(Comm* c, Stream* st, StreamTask* t, bool* taskDone) {
+// Moves bytes of task t on stream st until it is done, the socket would
+// block or `budget` bytes moved. Returns bytes moved; -1 on error (recorded in
+// the comm).
+ssize_t progressTask(Comm* c, Stream* st, StreamTask* t, size_t budget, bool* taskDone) {
   ssize_t moved = 0;
   *taskDone = false;
   while (t->nextChunk * t->chunk < t->size) {
+    if ((size_t)moved >= budget) return moved;
     size_t begin = t->nextChunk * t->chunk;
     size_t len = std::min(t->chunk, t->size - begin);
     char* p = t->buf + begin + t->off;
@@ -285,76 +304,112 @@ ssize_t progressStream(Comm* c, Stream* st, StreamTask* t, bool* taskDone) {
   return moved;
 }
 
+// Moves stream st's tasks, front first, until the socket would block or the
+// queue is empty. A helper waits for ioMu; the caller's thread only tries it
+// (a helper busy on the stream is progress already) and moves at most one
+// chunk per stream per call, so one test() never runs long, however fast the
+// peer sends. Returns true if bytes moved or a task completed.
+bool progressStream(Comm* c, Stream* st, bool byHelper) {
+  std::unique_lock<std::mutex> io(st->ioMu, std::defer_lock);
+  if (byHelper) io.lock();
+  else if (!io.try_lock()) return false;
+  bool progress = false;
+  size_t budget = byHelper ? SIZE_MAX : c->chunkSize;
+  while (budget > 0 && c->error.load(std::memory_order_relaxed) == ncclSuccess) {
+    StreamTask* t;
+    {
+      std::lock_guard<std::mutex> q(st->qMu);
+      if (st->tasks.empty()) break;
+      t = &st->tasks.front();
+    }
+    bool done = false;
+    ssize_t moved = progressTask(c, st, t, budget, &done);
+    if (moved < 0) break;
+    budget -= std::min(budget, (size_t)moved);
+    if (moved > 0) {
+      progress = true;
+      (c->isSend ? c->bytesSent : c->bytesRecv).fetch_add((uint64_t)moved, std::memory_order_relaxed);
+    }
+    if (!done) break;
+    Request* req = t->req;
+    size_t bytes = t->share;
+    {
+      std::lock_guard<std::mutex> q(st->qMu);
+      st->tasks.pop_front();
+      st->queued.fetch_sub(1, std::memory_order_release);
+    }
+    req->pending.fetch_sub(bytes, std::memory_order_acq_rel);  // last touch of req
+    if (byHelper) wakeCaller(c);  // the caller may sleep in commWait
+    progress = true;
+  }
+  if (progress) c->dataProgressMs.store(nowMs(), std::memory_order_relaxed);
+  return progress;
+}
+
+// The caller's share of the work: every data stream with queued tasks, no waiting.
+void callerProgressStreams(Comm* c) {
+  for (Stream& st : c->streams)
+    if (st.queued.load(std::memory_order_acquire) > 0) progressStream(c, &st, false);
+}
+
+// Hands the streams the caller could not finish to their helpers.
+void wakeHelpers(Comm* c) {
+  for (auto& h : c->helpers) {
+    bool busy = false;
+    for (int s : h->streams) busy |= c->streams[s].queued.load(std::memory_order_acquire) > 0;
+    if (!busy) continue;
+    { std::lock_guard<std::mutex> lk(h->mu); }  // a helper between its check and its wait sees the task
+    h->cv.notify_one();
+  }
+}
+
 void helperLoop(Comm* c, Helper* h) {
   std::vector<pollfd> pfds;
   std::vector<int> which;
   int64_t lastProgress = nowMs();
+  auto busy = [&] {
+    if (c->error.load(std::memory_order_relaxed) != ncclSuccess) return false;
+    for (int s : h->streams)
+      if (c->streams[s].queued.load(std::memory_order_acquire) > 0) return true;
+    return false;
+  };
   for (;;) {
-    pfds.clear();
-    which.clear();
     {
       std::unique_lock<std::mutex> lk(h->mu);
-      auto busy = [&] {
-        if (c->error.load(std::memory_order_relaxed) != ncclSuccess) return false;
-        for (int s : h->streams)
-          if (!c->streams[s].tasks.empty()) return true;
-        return false;
-      };
       if (!h->stop && !busy()) {
         h->cv.wait_for(lk, std::chrono::milliseconds(kPollMs), [&] { return h->stop || busy(); });
         lastProgress = nowMs();  // idle time is not a stall
       }
       if (h->stop) return;
-      if (!busy()) continue;
-      for (int s : h->streams) {
-        if (c->streams[s].tasks.empty()) continue;
-        pfds.push_back({c->streams[s].fd, (short)(c->isSend ? POLLOUT : POLLIN), 0});
-        which.push_back(s);
-      }
     }
+    pfds.clear();
+    which.clear();
+    for (int s : h->streams) {
+      if (c->streams[s].queued.load(std::memory_order_acquire) == 0) continue;
+      pfds.push_back({c->streams[s].fd, (short)(c->isSend ? POLLOUT : POLLIN), 0});
+      which.push_back(s);
+    }
+    if (pfds.empty()) continue;
     int r = poll(pfds.data(), pfds.size(), kPollMs);
     if (r < 0 && errno != EINTR) {
       setSysError(c, errno, "poll");
       continue;
     }
     bool progress = false;
-    for (size_t i = 0; r > 0 && i < pfds.size(); i++) {
-      if (pfds[i].revents == 0) continue;
-      Stream* st = &c->streams[which[i]];
-      StreamTask* t;
-      {
-        std::lock_guard<std::mutex> lk(h->mu);
-        t = &st->tasks.front();  // stays valid: only this thread pops
-      }
-      bool done = false;
-      ssize_t moved = progressStream(c, st, t, &done);
-      if (moved < 0) break;
-      if (moved > 0) {
-        progress = true;
-        (c->isSend ? c->bytesSent : c->bytesRecv).fetch_add((uint64_t)moved, std::memory_order_relaxed);
-      }
-      if (done) {
-        Request* req = t->req;
-        size_t bytes = t->share;
-        {
-          std::lock_guard<std::mutex> lk(h->mu);
-          st->tasks.pop_front();
-        }
-        req->pending.fetch_sub(bytes, std::memory_order_acq_rel);  // last touch of req
-        wakeCaller(c);
-        progress = true;
-      }
-    }
+    for (size_t i = 0; r > 0 && i < pfds.size(); i++)
+      if (pfds[i].revents != 0) progress |= progressStream(c, &c->streams[which[i]], true);
     int64_t now = nowMs();
     if (progress) {
       lastProgress = now;
-    } else if (now - lastProgress > timeoutMs()) {
+    } else if (now - std::max(lastProgress, c->dataProgressMs.load(std::memory_order_relaxed)) > timeoutMs() &&
+               busy()) {
       setError(c, ncclRemoteError, "no progress on a data stream within SIGNLION_SOCKET_TIMEOUT");
     }
   }
 }
 
 // Deals the payload of message `seq` (size bytes at buf) to the data streams.
+// The caller moves what the sockets take at once; helpers are woken for the rest.
 void enqueueStreams(Comm* c, uint64_t seq, char* buf, size_t size, Request* req) {
   size_t nchunks = (size + c->chunkSize - 1) / c->chunkSize;
   if (nchunks == 0) return;
@@ -366,13 +421,13 @@ void enqueueStreams(Comm* c, uint64_t seq, char* buf, size_t size, Request* req)
     if (first >= nchunks) continue;
     size_t share = 0;
     for (size_t k = first; k < nchunks; k += n) share += std::min(c->chunkSize, size - k * c->chunkSize);
-    Helper* h = c->helpers[s % c->helpers.size()].get();
-    {
-      std::lock_guard<std::mutex> lk(h->mu);
-      c->streams[s].tasks.push_back({buf, size, c->chunkSize, first, n, 0, share, req});
-    }
-    h->cv.notify_one();
+    Stream& st = c->streams[s];
+    std::lock_guard<std::mutex> q(st.qMu);
+    st.tasks.push_back({buf, size, c->chunkSize, first, n, 0, share, req});
+    st.queued.fetch_add(1, std::memory_order_release);
   }
+  callerProgressStreams(c);
+  wakeHelpers(c);
 }
 
 ncclResult_t startHelpers(Comm* c, int nthreads) {
@@ -420,6 +475,7 @@ Comm* newComm(bool isSend) {
   c->isSend = isSend;
   c->inlineMax = (size_t)std::max<int64_t>(0, std::min<int64_t>(signlionParamSocketInline(), 1 << 20));
   c->ctrlLastProgress = nowMs();
+  if (!isSend) c->stage.resize(kStageBytes);
   c->wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (c->wakeFd < 0) {
     WARN("NET/signlion: eventfd failed: %s", strerror(errno));
@@ -496,73 +552,120 @@ ssize_t readCtrl(Comm* c, char* buf, size_t want) {
   }
 }
 
-// Reads headers and inline payloads, matching each header to the oldest
-// posted receive with an unmatched sub-request of that tag.
-void progressRecvCtrl(Comm* c) {
-  bool partial = false;
+// The control stream carries data one way only, so every ACK the receiver
+// sends is a packet of its own, and by default Linux sends it from recv()
+// itself, ahead of the reply the caller is about to send. TCP_QUICKACK=0
+// puts the socket in "ping-pong" mode, which delays those ACKs (the kernel
+// still ACKs at once once two full segments wait, and leaves the mode when a
+// delayed ACK timer fires, hence the re-arm at most once per millisecond).
+void delayAcks(Comm* c) {
+  int64_t now = nowMs();
+  if (now == c->ackModeMs) return;
+  c->ackModeMs = now;
+  int zero = 0;
+  (void)setsockopt(c->ctrlFd, IPPROTO_TCP, TCP_QUICKACK, &zero, sizeof(zero));
+}
+
+// Refills the staging buffer from the control stream (keeping the unparsed
+// tail, always shorter than a header here). Returns readCtrl's result.
+ssize_t fillStage(Comm* c) {
+  size_t avail = c->stageTail - c->stageHead;
+  if (c->stageHead > 0) {
+    memmove(c->stage.data(), c->stage.data() + c->stageHead, avail);
+    c->stageHead = 0;
+    c->stageTail = avail;
+  }
+  ssize_t n = readCtrl(c, c->stage.data() + c->stageTail, c->stage.size() - c->stageTail);
+  if (n > 0) c->stageTail += (size_t)n;
+  return n;
+}
+
+// Matches a header to the oldest posted receive with an unmatched
+// sub-request of that tag. Returns false after recording a protocol error.
+bool matchHeader(Comm* c, const MsgHeader& hdr) {
+  Request* r = c->matchQueue.front();
+  SubRequest* s = nullptr;
+  for (int i = 0; i < r->n && s == nullptr; i++)
+    if (!r->sub[i].matched && r->sub[i].tag == hdr.tag) s = &r->sub[i];
+  char what[160];
+  if (s == nullptr) {
+    snprintf(what, sizeof(what), "message with tag %d matches no posted receive (grouped receive of %d)", hdr.tag,
+             r->n);
+    setError(c, ncclInvalidUsage, what);
+    return false;
+  }
+  if (hdr.size > s->posted) {
+    snprintf(what, sizeof(what), "message of %llu bytes (tag %d) is larger than the posted receive of %zu bytes",
+             (unsigned long long)hdr.size, hdr.tag, s->posted);
+    setError(c, ncclInvalidUsage, what);
+    return false;
+  }
+  s->matched = true;
+  s->size = hdr.size;
+  bool allMatched = true;
+  for (int i = 0; i < r->n; i++) allMatched &= r->sub[i].matched;
+  if (allMatched) c->matchQueue.pop_front();
+  uint64_t seq = c->seq++;
+  if (hdr.flags & kMsgInline) {
+    r->pending.fetch_add(s->size, std::memory_order_acq_rel);
+    c->rxInline = s;
+    c->rxInlineReq = r;
+    c->rxInlineOff = 0;
+  } else {
+    enqueueStreams(c, seq, s->data, s->size, r);
+  }
+  return true;
+}
+
+// Parses headers and inline payloads from the staging buffer, refilling it
+// with one recv() whenever it runs short: a small message whose header and
+// payload came together costs one system call. irecv passes readSocket=false:
+// it only parses what is staged, as test() reads next anyway (a receive is
+// mostly posted before its message is sent, so reading then is a wasted call).
+void progressRecvCtrl(Comm* c, bool readSocket) {
   bool moved = false;
-  while (c->error.load(std::memory_order_relaxed) == ncclSuccess) {
+  for (int round = 0; round < kCtrlRounds && c->error.load(std::memory_order_relaxed) == ncclSuccess; round++) {
+    size_t avail = c->stageTail - c->stageHead;
+    const char* head = c->stage.data() + c->stageHead;
     if (c->rxInline != nullptr) {
       SubRequest* s = c->rxInline;
+      size_t k = std::min(avail, s->size - c->rxInlineOff);
+      if (k > 0) memcpy(s->data + c->rxInlineOff, head, k);
+      c->stageHead += k;
+      c->rxInlineOff += k;
       size_t want = s->size - c->rxInlineOff;
-      ssize_t n = want ? readCtrl(c, s->data + c->rxInlineOff, want) : 0;
-      if (n < 0) return;
-      moved |= n > 0;
-      c->rxInlineOff += (size_t)n;
-      if (c->rxInlineOff < s->size) {
-        partial = true;
-        break;
+      if (want == 0) {
+        c->rxInlineReq->pending.fetch_sub(s->size, std::memory_order_acq_rel);
+        c->rxInline = nullptr;
+        c->rxInlineReq = nullptr;
+        continue;
       }
-      c->rxInlineReq->pending.fetch_sub(s->size, std::memory_order_acq_rel);
-      c->rxInline = nullptr;
-      c->rxInlineReq = nullptr;
+      if (!readSocket) break;
+      if (want >= kDirectRead) {  // staging is empty: no copy for a large remainder
+        ssize_t n = readCtrl(c, s->data + c->rxInlineOff, want);
+        if (n <= 0) break;
+        moved = true;
+        c->rxInlineOff += (size_t)n;
+        continue;
+      }
+    } else if (avail >= sizeof(MsgHeader)) {
+      if (c->matchQueue.empty()) break;  // the message waits in staging for its receive
+      MsgHeader hdr;
+      memcpy(&hdr, head, sizeof(hdr));
+      c->stageHead += sizeof(hdr);
+      if (!matchHeader(c, hdr)) return;
       continue;
+    } else if (c->matchQueue.empty()) {
+      break;  // nothing posted: leave the bytes in the socket
     }
-    if (c->rxHdrOff < sizeof(MsgHeader)) {
-      if (c->matchQueue.empty()) break;  // nothing posted: leave the bytes in the socket
-      ssize_t n = readCtrl(c, (char*)&c->rxHdr + c->rxHdrOff, sizeof(MsgHeader) - c->rxHdrOff);
-      if (n < 0) return;
-      moved |= n > 0;
-      c->rxHdrOff += (size_t)n;
-      if (c->rxHdrOff < sizeof(MsgHeader)) {
-        partial = c->rxHdrOff > 0;
-        break;
-      }
-    }
-    if (c->matchQueue.empty()) break;
-    Request* r = c->matchQueue.front();
-    SubRequest* s = nullptr;
-    for (int i = 0; i < r->n && s == nullptr; i++)
-      if (!r->sub[i].matched && r->sub[i].tag == c->rxHdr.tag) s = &r->sub[i];
-    char what[160];
-    if (s == nullptr) {
-      snprintf(what, sizeof(what), "message with tag %d matches no posted receive (grouped receive of %d)",
-               c->rxHdr.tag, r->n);
-      setError(c, ncclInvalidUsage, what);
-      return;
-    }
-    if (c->rxHdr.size > s->posted) {
-      snprintf(what, sizeof(what), "message of %llu bytes (tag %d) is larger than the posted receive of %zu bytes",
-               (unsigned long long)c->rxHdr.size, c->rxHdr.tag, s->posted);
-      setError(c, ncclInvalidUsage, what);
-      return;
-    }
-    s->matched = true;
-    s->size = c->rxHdr.size;
-    bool allMatched = true;
-    for (int i = 0; i < r->n; i++) allMatched &= r->sub[i].matched;
-    if (allMatched) c->matchQueue.pop_front();
-    c->rxHdrOff = 0;
-    uint64_t seq = c->seq++;
-    if (c->rxHdr.flags & kMsgInline) {
-      r->pending.fetch_add(s->size, std::memory_order_acq_rel);
-      c->rxInline = s;
-      c->rxInlineReq = r;
-      c->rxInlineOff = 0;
-    } else {
-      enqueueStreams(c, seq, s->data, s->size, r);
-    }
+    if (!readSocket) break;
+    ssize_t n = fillStage(c);
+    if (n <= 0) break;
+    moved = true;
+    delayAcks(c);
   }
+  size_t avail = c->stageTail - c->stageHead;
+  bool partial = c->rxInline != nullptr || (avail > 0 && avail < sizeof(MsgHeader));
   int64_t now = nowMs();
   if (moved || !partial) c->ctrlLastProgress = now;
   else if (now - c->ctrlLastProgress > timeoutMs())
@@ -683,7 +786,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
     if (c == nullptr) return ncclSystemError;
     c->nsocks = (int)std::max<int64_t>(1, std::min<int64_t>(signlionParamNsocks(), kSocketMaxStreams));
     c->chunkSize = (size_t)std::max<int64_t>(4096, std::min<int64_t>(signlionParamSocketChunkSize(), 1 << 30));
-    c->streams.resize(c->nsocks);
+    for (int s = 0; s < c->nsocks; s++) c->streams.emplace_back();
     auto* cs = new Comm::Connecting();
     c->connecting.reset(cs);
     cs->to = h->addr;
@@ -883,8 +986,7 @@ ncclResult_t socketAccept(void* listenComm, void** recvComm) {
     c->nsocks = (int)g.dataFds.size();
     c->chunkSize = g.ctrl.chunkSize;
     c->ctrlFd = g.ctrlFd;
-    c->streams.resize(c->nsocks);
-    for (int s = 0; s < c->nsocks; s++) c->streams[s].fd = g.dataFds[s];
+    for (int s = 0; s < c->nsocks; s++) c->streams.emplace_back().fd = g.dataFds[s];
     l->groups.erase(l->groups.begin() + i);
     ncclResult_t res = startHelpers(c, (int)signlionParamNthreads());
     if (res != ncclSuccess) {
@@ -977,7 +1079,7 @@ ncclResult_t socketIrecv(void* recvComm, int n, void** data, const size_t* sizes
   r->n = n;
   for (int i = 0; i < n; i++) r->sub[i] = SubRequest{static_cast<char*>(data[i]), sizes[i], 0, tags[i], false};
   c->matchQueue.push_back(r);
-  progressRecvCtrl(c);
+  progressRecvCtrl(c, false);
   *request = r;
   return ncclSuccess;
 }
@@ -997,7 +1099,8 @@ ncclResult_t socketTest(void* request, int* done, int* sizes) {
            "%p is not an outstanding request", request);
   Comm* c = r->comm;
   if (c->isSend) progressSendCtrl(c);
-  else progressRecvCtrl(c);
+  else progressRecvCtrl(c, true);
+  callerProgressStreams(c);
   int err = c->error.load(std::memory_order_acquire);
   if (err != ncclSuccess) return (ncclResult_t)err;
   bool complete = r->pending.load(std::memory_order_acquire) == 0;
@@ -1018,9 +1121,23 @@ void socketCommWait(void* comm, int timeoutMs) {
   if (c == nullptr) c = asComm(comm, kCommSend);
   if (c == nullptr) return;
   // Headers and inline payloads arrive on ctrlFd (a send waits for room to
-  // write there); data-stream completions are signalled on wakeFd.
-  pollfd p[2] = {{c->wakeFd, POLLIN, 0}, {c->ctrlFd, (short)(c->isSend ? POLLOUT : POLLIN), 0}};
-  nfds_t n = (c->isSend && c->ctrlQueue.empty()) ? 1 : 2;
+  // write there); helpers signal data-stream completions on wakeFd; a stream
+  // with queued tasks wakes the caller directly, so it can move the bytes
+  // itself in test() without waiting for a helper's hand-off.
+  if (!c->isSend && !c->matchQueue.empty() && c->stageTail - c->stageHead >= sizeof(MsgHeader)) return;  // parse first
+  pollfd p[2 + kSocketMaxStreams];
+  nfds_t n = 0;
+  p[n++] = {c->wakeFd, POLLIN, 0};
+  if (!c->isSend || !c->ctrlQueue.empty()) p[n++] = {c->ctrlFd, (short)(c->isSend ? POLLOUT : POLLIN), 0};
+  for (Stream& st : c->streams) {
+    if (st.queued.load(std::memory_order_acquire) == 0) continue;
+    // A helper in the middle of moving this stream's bytes keeps it readable
+    // or writable; test() would only fail its try_lock. Leave the stream to
+    // the helper then (its completion signals wakeFd) rather than spin.
+    if (!st.ioMu.try_lock()) continue;
+    st.ioMu.unlock();
+    p[n++] = {st.fd, (short)(c->isSend ? POLLOUT : POLLIN), 0};
+  }
   if (poll(p, n, timeoutMs) > 0 && (p[0].revents & POLLIN)) {
     uint64_t drained;
     (void)!read(c->wakeFd, &drained, sizeof(drained));

@@ -5,9 +5,12 @@
 // TCP. The control stream carries a 16-byte header per message (tag, size,
 // inline flag) and small messages inline; larger ones are cut into
 // SIGNLION_SOCKET_CHUNKSIZE chunks dealt round-robin over the data streams,
-// starting one stream further for each message, and moved by the comm's
-// helper threads. The caller's thread moves the control stream inside
-// isend/irecv/test, so a small message costs one send and one recv.
+// starting one stream further for each message. The caller's thread moves
+// the control stream inside isend/irecv/test (a small message costs one
+// sendmsg and one recv into the receiver's staging buffer) and as much of the
+// data streams as their sockets take at once (never waiting for a helper);
+// the comm's helper threads move the rest, so a message that fits in the
+// socket buffers completes without a thread hand-off.
 #pragma once
 
 #include <atomic>
@@ -62,8 +65,9 @@ ncclResult_t socketIrecv(void* recvComm, int n, void** data, const size_t* sizes
                          void** mhandles, void** request);
 ncclResult_t socketIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
 ncclResult_t socketTest(void* request, int* done, int* sizes);
-// Blocks the caller up to timeoutMs until the comm's control stream has
-// something for test() to do (recv: bytes to read; send: room to write). Lets
+// Blocks the caller up to timeoutMs until the comm has something for test()
+// to do (control stream or a data stream with queued work: bytes to read or
+// room to write) or a helper completed a task. Lets
 // a host-side caller sleep instead of spinning on test(); never required.
 void socketCommWait(void* comm, int timeoutMs);
 ncclResult_t socketCloseSend(void* sendComm);

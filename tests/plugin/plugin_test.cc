@@ -407,6 +407,210 @@ TEST_P(PluginV11, ThreadsDriveSeparateCommsAtOnce) {
   for (int t = 0; t < kThreads; t++) EXPECT_EQ(errors[t], "") << "thread " << t;
 }
 
+// Messages sent before their receive is posted: the receiver's first recv()
+// pulls several headers and inline payloads into its staging buffer at once;
+// they wait there (and in the sockets) until a receive claims each in turn.
+TEST_P(PluginV11, MessagesSentBeforeTheirReceiveIsPostedWaitBitExact) {
+  void *s, *r;
+  pair(&s, &r);
+  const std::vector<size_t> sizes = {0, 1, 8, 100, 4095, 16384, 16385, 70000, 9, 300000, 16384, 3, 0, 5000};
+  const size_t n = sizes.size();
+  std::vector<std::vector<char>> in(n), out(n);
+  std::vector<void*> sreq(n, nullptr);
+  for (size_t i = 0; i < n; i++) {
+    in[i].resize(sizes[i] + 1);
+    fillPattern(in[i].data(), sizes[i], 500 + i);
+    ASSERT_EQ(net_.isend(s, in[i].data(), sizes[i], 9, nullptr, &sreq[i]), ncclSuccess);
+    ASSERT_NE(sreq[i], nullptr) << i;
+  }
+  // Let the sender push what it can while nothing is posted on the other side.
+  for (int k = 0; k < 20; k++) {
+    for (size_t i = 0; i < n; i++) {
+      int done = 0;
+      if (sreq[i] != nullptr) {
+        ASSERT_EQ(net_.test(sreq[i], &done, nullptr), ncclSuccess);
+      }
+      if (done) sreq[i] = nullptr;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (size_t i = 0; i < n; i++) {
+    out[i].assign(sizes[i] + 64, 0);
+    void* d = out[i].data();
+    size_t cap = out[i].size();
+    int tag = 9;
+    void* rreq = nullptr;
+    ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
+    ASSERT_NE(rreq, nullptr);
+    int got = -1;
+    // The sender's remaining data-stream bytes move while the receiver waits.
+    int64_t start = nowMs();
+    int done = 0;
+    while (!done && nowMs() - start < kLoopLimitMs) {
+      ASSERT_EQ(net_.test(rreq, &done, &got), ncclSuccess);
+      for (size_t j = 0; j < n; j++) {
+        int sdone = 0;
+        if (sreq[j] != nullptr) {
+          ASSERT_EQ(net_.test(sreq[j], &sdone, nullptr), ncclSuccess);
+        }
+        if (sdone) sreq[j] = nullptr;
+      }
+    }
+    ASSERT_EQ(done, 1) << "message " << i;
+    EXPECT_EQ(got, (int)sizes[i]) << "message " << i;
+    EXPECT_EQ(checkPattern(out[i].data(), sizes[i], 500 + i), SIZE_MAX) << "message " << i;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (sreq[i] != nullptr) {
+      EXPECT_EQ(waitReq(sreq[i], nullptr), ncclSuccess) << i;
+    }
+  }
+  uint64_t sent = 0, recvd = 0, dummy;
+  ASSERT_TRUE(signlion::net::commBytes(s, &sent, &dummy));
+  ASSERT_TRUE(signlion::net::commBytes(r, &dummy, &recvd));
+  uint64_t expect = 16 * n;
+  for (size_t sz : sizes) expect += sz;
+  EXPECT_EQ(sent, expect);
+  EXPECT_EQ(recvd, expect);
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+namespace {
+
+// One thread's side of a two-way stream of medium messages: it sends on
+// `s` and receives on `r`, keeping up to kWindow of each in flight, and checks
+// every received byte. Returns "" or what went wrong.
+std::string mediumTraffic(NetDriver& net, void* s, void* r, uint64_t sendSeed, uint64_t recvSeed, int count) {
+  const size_t kSizes[] = {32768, 131072, 131073, 262144, 524288, 40000, 16385, 200000};
+  const int kWindow = 8;
+  const size_t kCap = 524288 + 64;
+  auto sizeOf = [&](int k) { return kSizes[k % (sizeof(kSizes) / sizeof(kSizes[0]))]; };
+  std::vector<std::vector<char>> sbuf(kWindow, std::vector<char>(kCap)), rbuf(kWindow, std::vector<char>(kCap));
+  std::vector<void*> sreq(kWindow, nullptr), rreq(kWindow, nullptr);
+  std::vector<int> sIdx(kWindow, -1), rIdx(kWindow, -1);
+  int sent = 0, received = 0, sPosted = 0, rPosted = 0;
+  int64_t start = nowMs();
+  while (sent < count || received < count) {
+    if (nowMs() - start > kLoopLimitMs) return "timed out";
+    for (int w = 0; w < kWindow; w++) {
+      if (sreq[w] == nullptr && sPosted < count) {
+        fillPattern(sbuf[w].data(), sizeOf(sPosted), sendSeed + sPosted);
+        if (net.isend(s, sbuf[w].data(), sizeOf(sPosted), 7, nullptr, &sreq[w]) != ncclSuccess) return "isend";
+        if (sreq[w] != nullptr) sIdx[w] = sPosted++;
+      }
+      if (rreq[w] == nullptr && rPosted < count) {
+        void* d = rbuf[w].data();
+        size_t cap = kCap;
+        int tag = 7;
+        if (net.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq[w]) != ncclSuccess) return "irecv";
+        if (rreq[w] != nullptr) rIdx[w] = rPosted++;
+      }
+      int done = 0, size = -1;
+      if (sreq[w] != nullptr) {
+        if (net.test(sreq[w], &done, nullptr) != ncclSuccess) return "test send";
+        if (done) sreq[w] = nullptr, sent++;
+      }
+      done = 0;
+      if (rreq[w] != nullptr) {
+        if (net.test(rreq[w], &done, &size) != ncclSuccess) return "test recv";
+        if (done) {
+          int k = rIdx[w];
+          if (size != (int)sizeOf(k)) return "message " + std::to_string(k) + ": size " + std::to_string(size);
+          size_t bad = checkPattern(rbuf[w].data(), sizeOf(k), recvSeed + k);
+          if (bad != SIZE_MAX) return "message " + std::to_string(k) + ": wrong byte at " + std::to_string(bad);
+          rreq[w] = nullptr;
+          received++;
+        }
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+// Many 32 KiB .. 512 KiB messages in flight both ways at once, on default
+// settings and with small chunks: the callers move data-stream bytes inside
+// isend/irecv/test while the helper threads move the rest, on the same
+// streams. Every byte is checked; the byte counters must come out exact.
+TEST_P(PluginV11, ManyMediumMessagesInFlightBothWaysBitExact) {
+  for (const char* chunk : {"131072", "32768"}) {
+    Env env("SIGNLION_SOCKET_CHUNKSIZE", chunk);
+    void *s1, *r1, *s2, *r2;
+    pair(&s1, &r1);  // thread A -> thread B
+    pair(&s2, &r2);  // thread B -> thread A
+    const int kCount = 150;
+    std::string errA, errB;
+    std::thread a([&] { errA = mediumTraffic(net_, s1, r2, 1000, 2000, kCount); });
+    std::thread b([&] { errB = mediumTraffic(net_, s2, r1, 2000, 1000, kCount); });
+    a.join();
+    b.join();
+    EXPECT_EQ(errA, "") << "chunk " << chunk;
+    EXPECT_EQ(errB, "") << "chunk " << chunk;
+    uint64_t sent1, recvd1, sent2, recvd2, dummy;
+    ASSERT_TRUE(signlion::net::commBytes(s1, &sent1, &dummy));
+    ASSERT_TRUE(signlion::net::commBytes(r1, &dummy, &recvd1));
+    ASSERT_TRUE(signlion::net::commBytes(s2, &sent2, &dummy));
+    ASSERT_TRUE(signlion::net::commBytes(r2, &dummy, &recvd2));
+    EXPECT_EQ(sent1, recvd1);
+    EXPECT_EQ(sent2, recvd2);
+    EXPECT_EQ(sent1, sent2);  // the same sizes went each way
+    net_.closeSend(s1);
+    net_.closeRecv(r1);
+    net_.closeSend(s2);
+    net_.closeRecv(r2);
+  }
+}
+
+// Neither side calls test() while a message larger than the socket buffers
+// moves: the helper threads carry it, and the first test() after that finds
+// both requests done.
+TEST_P(PluginV11, HelpersCompleteTransfersNobodyTests) {
+  void *s, *r;
+  pair(&s, &r);
+  const size_t size = 16 << 20;
+  std::vector<char> in(size), out(size);
+  fillPattern(in.data(), size, 77);
+  void *sreq = nullptr, *rreq = nullptr;
+  ASSERT_EQ(net_.isend(s, in.data(), size, 1, nullptr, &sreq), ncclSuccess);
+  ASSERT_NE(sreq, nullptr);
+  void* d = out.data();
+  size_t cap = size;
+  int tag = 1;
+  // isend wrote the header; the one test() that reads it hands the payload to
+  // the streams (moving at most two chunks per stream itself: 1 MiB of 16),
+  // and test() is not called again. The helpers it woke may already finish
+  // the message while that call runs (a preempted caller): then it is done.
+  uint64_t sent = 0, recvd = 0, dummy;
+  ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
+  ASSERT_NE(rreq, nullptr);
+  int rdone = 0, got = -1;
+  for (int64_t start = nowMs(); nowMs() - start < kLoopLimitMs && recvd == 0;) {
+    ASSERT_EQ(net_.test(rreq, &rdone, &got), ncclSuccess);
+    ASSERT_TRUE(signlion::net::commBytes(r, &dummy, &recvd));
+  }
+  const uint64_t expect = size + 16;
+  for (int64_t start = nowMs(); nowMs() - start < kLoopLimitMs && (sent < expect || recvd < expect);) {
+    signlion::net::commWait(r, 10);  // sleeps; moves nothing itself
+    ASSERT_TRUE(signlion::net::commBytes(s, &sent, &dummy));
+    ASSERT_TRUE(signlion::net::commBytes(r, &dummy, &recvd));
+  }
+  EXPECT_EQ(sent, expect);
+  EXPECT_EQ(recvd, expect);
+  if (!rdone) {
+    ASSERT_EQ(net_.test(rreq, &rdone, &got), ncclSuccess);
+  }
+  EXPECT_EQ(rdone, 1);
+  EXPECT_EQ(got, (int)size);
+  int done = 0;
+  ASSERT_EQ(net_.test(sreq, &done, nullptr), ncclSuccess);
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(checkPattern(out.data(), size, 77), SIZE_MAX);
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
 TEST_P(PluginV11, ByteCountersCountPayloadAndHeaders) {
   void *s, *r;
   pair(&s, &r);
