@@ -22,6 +22,7 @@
 
 #include "common/checks.h"
 #include "net_common.h"
+#include "socket/fixed_queue.h"
 #include "socket/socket_devices.h"
 #include "socket/socket_params.h"
 #include "socket/socket_stream.h"
@@ -175,7 +176,9 @@ struct Stream {
   int fd = -1;
   std::mutex ioMu;
   std::mutex qMu;                // guards tasks (push by the caller, pop by the ioMu holder)
-  std::deque<StreamTask> tasks;  // push_back/pop_front keep references to the others valid
+  // At most one task per stream per message in flight: kSocketMaxRequests
+  // requests of up to kSocketMaxRecvs messages each.
+  FixedQueue<StreamTask, kSocketMaxRequests * kSocketMaxRecvs> tasks;
   std::atomic<int> queued{0};    // tasks.size(), readable without qMu
 };
 
@@ -198,8 +201,8 @@ struct Comm : CommHeader {
   std::unordered_set<MemRegion*> mrs;
 
   // Control stream state, touched only by the caller's thread.
-  std::deque<Request*> ctrlQueue;  // send: requests whose header is not fully out
-  std::deque<Request*> matchQueue; // recv: requests with unmatched sub-requests
+  FixedQueue<Request*, kSocketMaxRequests> ctrlQueue;   // send: requests whose header is not fully out
+  FixedQueue<Request*, kSocketMaxRequests> matchQueue;  // recv: requests with unmatched sub-requests
   size_t ctrlOff = 0;              // send: bytes of the front entry already written
   // recv: one recv() fills the staging buffer with headers and inline
   // payloads; they are parsed from it, and what no posted receive wants yet
@@ -423,7 +426,11 @@ void enqueueStreams(Comm* c, uint64_t seq, char* buf, size_t size, Request* req)
     for (size_t k = first; k < nchunks; k += n) share += std::min(c->chunkSize, size - k * c->chunkSize);
     Stream& st = c->streams[s];
     std::lock_guard<std::mutex> q(st.qMu);
-    st.tasks.push_back({buf, size, c->chunkSize, first, n, 0, share, req});
+    bool queued = st.tasks.push_back({buf, size, c->chunkSize, first, n, 0, share, req});
+    if (!queued) {  // cannot happen: the request table bounds the tasks
+      setError(c, ncclInternalError, "stream task queue overflow");
+      return;
+    }
     st.queued.fetch_add(1, std::memory_order_release);
   }
   callerProgressStreams(c);
@@ -1052,7 +1059,7 @@ ncclResult_t socketIsend(void* sendComm, void* data, size_t size, int tag, void*
   r->sub[0] = SubRequest{static_cast<char*>(data), size, size, tag, true};
   uint64_t seq = c->seq++;
   if (size > c->inlineMax) enqueueStreams(c, seq, r->sub[0].data, size, r);
-  c->ctrlQueue.push_back(r);
+  if (!c->ctrlQueue.push_back(r)) return ncclInternalError;  // bounded by the request table
   progressSendCtrl(c);
   *request = r;
   return ncclSuccess;
@@ -1078,7 +1085,7 @@ ncclResult_t socketIrecv(void* recvComm, int n, void** data, const size_t* sizes
   r->isSend = false;
   r->n = n;
   for (int i = 0; i < n; i++) r->sub[i] = SubRequest{static_cast<char*>(data[i]), sizes[i], 0, tags[i], false};
-  c->matchQueue.push_back(r);
+  if (!c->matchQueue.push_back(r)) return ncclInternalError;  // bounded by the request table
   progressRecvCtrl(c, false);
   *request = r;
   return ncclSuccess;

@@ -1,0 +1,65 @@
+// A warm communicator allocates nothing on the calling thread: schedules are
+// cached, scratch is the registered arena, transfer lists keep their capacity.
+// Counted by replacing the global operator new of this test binary.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include "nccl_sign.h"
+
+namespace {
+thread_local long tAllocations = 0;
+}
+
+void* operator new(size_t n) {
+  tAllocations++;
+  if (void* p = malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { free(p); }
+void operator delete[](void* p) noexcept { free(p); }
+void operator delete(void* p, size_t) noexcept { free(p); }
+void operator delete[](void* p, size_t) noexcept { free(p); }
+
+namespace {
+
+TEST(WarmPath, NoAllocationOnTheCallingThread) {
+  const int n = 4;
+  const size_t count = 300000;  // several chunks per transfer
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather}) {
+    ncclSignUniqueId id;
+    ASSERT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
+    std::vector<long> warmAllocs(n, -1);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; r++) {
+      threads.emplace_back([&, r] {
+        ncclSignConfig_t cfg = NCCL_SIGN_CONFIG_INITIALIZER;
+        cfg.algorithm = algo;
+        ncclSignComm_t comm;
+        if (ncclSignCommInitRank(&comm, n, id, r, &cfg) != ncclSuccess) return;
+        std::vector<float> x(count, r % 2 ? 1.0f : -1.0f), y(count);
+        bool ok = true;
+        for (int warm = 0; warm < 2; warm++) {
+          ok &= ncclSignHostAllReduce(x.data(), y.data(), count, ncclFloat32, ncclSignMajority, comm) == ncclSuccess;
+          ok &= ncclSignHostSumAllReduce(x.data(), y.data(), count, ncclFloat32, comm) == ncclSuccess;
+        }
+        long before = tAllocations;
+        for (int it = 0; it < 3; it++) {
+          ok &= ncclSignHostAllReduce(x.data(), y.data(), count, ncclFloat32, ncclSignMajority, comm) == ncclSuccess;
+          ok &= ncclSignHostSumAllReduce(x.data(), y.data(), count, ncclFloat32, comm) == ncclSuccess;
+        }
+        if (ok) warmAllocs[r] = tAllocations - before;
+        ncclSignCommDestroy(comm);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; r++) EXPECT_EQ(warmAllocs[r], 0) << "algorithm " << algo << " rank " << r;
+  }
+}
+
+}  // namespace
