@@ -53,3 +53,60 @@ netns_rate() {
   _netns_tbf "$NS_A" "$IF_A" "$1" change
   _netns_tbf "$NS_B" "$IF_B" "$1" change
 }
+
+# ---- A star: N namespaces joined by veth pairs to a bridge -------------------
+# The bridge lives in a hub namespace of its own; every rank namespace sees one
+# interface, $STAR_IF, addressed 198.18.0.(i+1)/24; each link is rate-limited
+# by tc tbf in both directions (rank -> bridge on the rank's end, bridge -> rank
+# on the bridge port), like a switch port of that speed.
+#
+#   netns_star_up N RATE -> sets STAR_NS[i] STAR_ADDR[i] STAR_IF STAR_HUB
+#                           STAR_NET; returns 1 if it cannot (NETNS_WHY says why)
+#   netns_star_rate RATE -> changes the tbf rate on every link
+#   netns_star_down      -> deletes everything (safe to call twice; use in a trap)
+
+STAR_HUB="sl$$hub"; STAR_IF=slv0; STAR_NET=198.18.0.0/24
+STAR_NS=(); STAR_ADDR=()
+
+netns_star_down() {
+  local ns
+  for ns in "${STAR_NS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+  ip netns del "$STAR_HUB" 2>/dev/null || true
+  STAR_NS=(); STAR_ADDR=()
+}
+
+netns_star_up() {
+  local n=$1 rate=$2 i ns
+  netns_star_down
+  if ! ip netns add "$STAR_HUB" 2>/tmp/netns_err.$$; then
+    NETNS_WHY="ip netns add failed: $(cat /tmp/netns_err.$$)"
+    rm -f /tmp/netns_err.$$
+    return 1
+  fi
+  rm -f /tmp/netns_err.$$
+  ip -n "$STAR_HUB" link set lo up
+  ip -n "$STAR_HUB" link add br0 type bridge || { NETNS_WHY="bridge unavailable"; netns_star_down; return 1; }
+  ip -n "$STAR_HUB" link set br0 up
+  for ((i = 0; i < n; i++)); do
+    ns="sl$$r$i"
+    STAR_NS+=("$ns"); STAR_ADDR+=("198.18.0.$((i + 1))")
+    ip netns add "$ns" || { NETNS_WHY="namespace $ns"; netns_star_down; return 1; }
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link add "$STAR_IF" type veth peer name "p$i" netns "$STAR_HUB" ||
+      { NETNS_WHY="veth unavailable"; netns_star_down; return 1; }
+    ip -n "$ns" addr add "${STAR_ADDR[$i]}/24" dev "$STAR_IF"
+    ip -n "$ns" link set "$STAR_IF" up
+    ip -n "$STAR_HUB" link set "p$i" master br0
+    ip -n "$STAR_HUB" link set "p$i" up
+    _netns_tbf "$ns" "$STAR_IF" "$rate" add && _netns_tbf "$STAR_HUB" "p$i" "$rate" add ||
+      { NETNS_WHY="tc tbf unavailable"; netns_star_down; return 1; }
+  done
+}
+
+netns_star_rate() {
+  local i
+  for ((i = 0; i < ${#STAR_NS[@]}; i++)); do
+    _netns_tbf "${STAR_NS[$i]}" "$STAR_IF" "$1" change
+    _netns_tbf "$STAR_HUB" "p$i" "$1" change
+  done
+}

@@ -10,6 +10,7 @@ PACKAGES=(
   iproute2 iperf3 procps
   libucx-dev ucx-utils libibverbs-dev rdma-core
   openmpi-bin libopenmpi-dev
+  python3-matplotlib
 )
 
 missing=()

@@ -1,0 +1,51 @@
+# sign_allreduce_perf: nccl-tests' all_reduce_perf for the host sign all-reduce
+# (ranks as threads, as processes started by hand, or as MPI processes when
+# OpenMPI is found: the same binary initializes MPI only under mpirun).
+# It calls the library as users do, through libnccl-sign.so; signlion_core gives
+# it the plain reference of the contract (bits/vote_reference.h) for -c.
+if(TARGET nccl-sign)
+  add_executable(sign_allreduce_perf ${CMAKE_CURRENT_LIST_DIR}/sign_allreduce_perf.cc
+                                     ${CMAKE_CURRENT_LIST_DIR}/perf_inputs.cc)
+  target_link_libraries(sign_allreduce_perf PRIVATE nccl-sign signlion_core Threads::Threads)
+  find_package(MPI COMPONENTS C QUIET)
+  if(MPI_C_FOUND)
+    target_link_libraries(sign_allreduce_perf PRIVATE MPI::MPI_C)
+    # OMPI_SKIP_MPICXX: the C API only, from C++ (no libmpi_cxx).
+    target_compile_definitions(sign_allreduce_perf PRIVATE SIGNLION_PERF_MPI OMPI_SKIP_MPICXX MPICH_SKIP_MPICXX)
+    message(STATUS "signlion: sign_allreduce_perf with MPI (${MPI_C_LIB_NAMES})")
+  else()
+    message(STATUS "signlion: sign_allreduce_perf without MPI (no MPI found)")
+  endif()
+endif()
+
+# The inputs and expected outputs of its -c check, against the plain reference (label "unit").
+if(SIGNLION_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  include(GoogleTest)
+  add_executable(sign_allreduce_perf_inputs_test ${CMAKE_CURRENT_LIST_DIR}/perf_inputs_test.cc
+                                                 ${CMAKE_CURRENT_LIST_DIR}/perf_inputs.cc)
+  target_link_libraries(sign_allreduce_perf_inputs_test PRIVATE signlion_core GTest::gtest_main)
+  gtest_discover_tests(sign_allreduce_perf_inputs_test TEST_PREFIX "perf." PROPERTIES LABELS unit
+                       DISCOVERY_TIMEOUT 60)
+endif()
+
+# The binary itself, ranks as threads on loopback: every op and datatype,
+# checked (a wrong element makes it exit non-zero). Label "multirank".
+if(SIGNLION_BUILD_TESTS)
+  add_test(NAME perf.sign_allreduce_perf_threads
+           COMMAND sign_allreduce_perf -t 5 -b 8 -e 1M -f 16 -w 1 -n 1 -c 1 -o all -d all)
+  set_tests_properties(perf.sign_allreduce_perf_threads PROPERTIES LABELS multirank TIMEOUT 300
+                       ENVIRONMENT SIGNLION_SOCKET_IFNAME=lo PASS_REGULAR_EXPRESSION "Out of bounds values : 0 OK")
+endif()
+
+# A small emulated-Ethernet run (scripts/ethernet_bench.sh): 4 namespaces on a
+# 1 Gbit/s bridge, 2 sizes, 1 iteration, a few contenders; exit 77 = skipped.
+if(SIGNLION_BUILD_TESTS)
+  add_test(NAME netns.ethernet_bench_small
+           COMMAND ${CMAKE_COMMAND} -E env RANKS=4 RATES=1gbit MINB=1M MAXB=4M ITERS=1 WARMUP=0 RUN_TIMEOUT=60
+                   "CONTENDERS=sign-auto sign-hd sign-allgather fieldsum-4 fp32-sum mpi-fp32"
+                   bash ${PROJECT_SOURCE_DIR}/scripts/ethernet_bench.sh ${PROJECT_BINARY_DIR}
+                   ${CMAKE_CURRENT_BINARY_DIR}/ethernet_small)
+  set_tests_properties(netns.ethernet_bench_small PROPERTIES LABELS netns SKIP_RETURN_CODE 77 TIMEOUT 120
+                       FAIL_REGULAR_EXPRESSION "FAILED")
+endif()

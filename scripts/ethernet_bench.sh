@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Emulated Ethernet: every contender of the sign all-reduce across N network
+# namespaces joined by tbf-limited veth pairs to a bridge (netns_lib.sh's
+# star), one rank per namespace, for fp32 inputs of MINB..MAXB. Writes
+# OUT/ethernet.csv, OUT/ethernet.png (time vs size, one line per contender;
+# needs python3-matplotlib) and every rank-0 table under OUT/logs. Deletes
+# every namespace it made, also on failure or interrupt.
+#   scripts/ethernet_bench.sh [BUILD_DIR] [OUT_DIR]            (root)
+# Environment (defaults: the full benchmark of docs/PERFORMANCE_ethernet.md):
+#   RANKS="4 8" RATES="1gbit 10gbit" MINB=1M MAXB=256M FACTOR=4 ITERS=2 WARMUP=1
+#   CONTENDERS="sign-auto sign-ring sign-hd sign-allgather fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"
+#   RUN_TIMEOUT=600 (seconds per contender run)
+# Exit: 0 when every run that could run passed its check; 77 when namespaces
+# cannot be made. A contender the build cannot run (fieldsum on a host
+# communicator without it, mpi-fp32 without mpirun) is listed as skipped.
+set -uo pipefail
+BUILD=$(realpath "${1:-build}")
+OUT=$(realpath -m "${2:-ethernet-out}")
+PERF=$BUILD/perf/sign_allreduce_perf
+HERE=$(cd "$(dirname "$0")" && pwd)
+RANKS=${RANKS:-"4 8"}
+RATES=${RATES:-"1gbit 10gbit"}
+MINB=${MINB:-1M} MAXB=${MAXB:-256M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-2} WARMUP=${WARMUP:-1}
+CONTENDERS=${CONTENDERS:-"sign-auto sign-ring sign-hd sign-allgather fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"}
+RUN_TIMEOUT=${RUN_TIMEOUT:-600}
+source "$HERE/netns_lib.sh"
+
+[[ -x $PERF ]] || { echo "no $PERF: build the target sign_allreduce_perf first" >&2; exit 2; }
+mkdir -p "$OUT/logs"
+WORK=$(mktemp -d /tmp/signlion-eth-XXXXXX)
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  netns_star_down
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+CSV=$OUT/ethernet.csv
+echo "nranks,rate,contender,bytes,count,type,redop,time_us,algbw_GBps,busbw_GBps,wrong,time_inplace_us,wire_bytes_per_rank,wire_bits_per_elt" >"$CSV"
+FAILED=() SKIPPED=()
+
+# contender -> perf arguments and environment for it
+contender_args() {  # name nranks -> prints "ENV... -- ARGS..." or nothing when it does not apply
+  local b=(-b "$MINB" -e "$MAXB")
+  case $1 in
+    sign-auto) echo "-- -o mavo -A auto ${b[*]}" ;;
+    sign-ring) echo "-- -o mavo -A ring ${b[*]}" ;;
+    sign-hd) echo "-- -o mavo -A hd ${b[*]}" ;;
+    sign-allgather) echo "-- -o mavo -A allgather ${b[*]}" ;;
+    fieldsum-4) (($2 <= 15)) && echo "SIGNLION_FIELD_BITS=4 -- -o mavo -A fieldsum ${b[*]}" ;;
+    fieldsum-8) echo "SIGNLION_FIELD_BITS=8 -- -o mavo -A fieldsum ${b[*]}" ;;
+    fp32-sum) echo "-- -o sum -d float ${b[*]}" ;;
+    # the same element counts as the fp32 runs, in bf16: half the bytes
+    bf16-sum) echo "-- -o sum -d bfloat16 -b $(half "$MINB") -e $(half "$MAXB")" ;;
+    mpi-fp32) echo "-- -o mpisum -d float ${b[*]}" ;;
+  esac
+}
+half() { local v=$1 s=${1//[0-9]/}; v=${v%[KMGkmg]}; case $s in M|m) echo "$((v * 512))K" ;; G|g) echo "$((v * 512))M" ;; K|k) echo "$((v * 512))" ;; *) echo $((v / 2)) ;; esac; }
+
+run_contender() {  # name nranks rate
+  local name=$1 n=$2 rate=$3 spec envs args log r rc=0
+  spec=$(contender_args "$name" "$n") || true
+  [[ -z $spec ]] && return 0
+  envs=${spec%%--*}; args=${spec#*--}
+  log=$OUT/logs/n$n-$rate-$name.txt
+  local common=(-f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c 1 -T 120)
+  echo "== N=$n $rate $name"
+  if [[ $name == mpi-* ]]; then
+    if ! command -v mpirun >/dev/null; then SKIPPED+=("$name (no mpirun)"); return 0; fi
+    # mpirun runs in the hub namespace; each rank enters its namespace
+    # (netns_exec_rank.sh) and reaches mpirun's PMIx server over the bridge.
+    ip netns exec "$STAR_HUB" env PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=$STAR_NET \
+      OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=$STAR_NET OMPI_MCA_oob_tcp_if_include=$STAR_NET \
+      timeout "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np "$n" \
+      "$HERE/netns_exec_rank.sh" "sl$$r" "$STAR_IF" $envs "$PERF" $args "${common[@]}" >"$log" 2>&1 || rc=$?
+  else
+    local idf=$WORK/id.$name.$n.$rate
+    rm -f "$idf"; PIDS=()
+    for ((r = n - 1; r >= 0; r--)); do
+      ip netns exec "${STAR_NS[$r]}" env SIGNLION_SOCKET_IFNAME="=$STAR_IF" $envs timeout "$RUN_TIMEOUT" \
+        "$PERF" --rank "$r" --nranks "$n" --id-file "$idf" $args "${common[@]}" \
+        >"$([[ $r == 0 ]] && echo "$log" || echo "$WORK/rank$r.log")" 2>&1 &
+      PIDS+=($!)
+    done
+    for p in "${PIDS[@]}"; do wait "$p" || rc=$?; done
+    PIDS=()
+  fi
+  if ((rc != 0)); then
+    if [[ $name == fieldsum-* ]] && grep -q "fieldsum is forced but not available" "$log" "$WORK"/rank*.log 2>/dev/null; then
+      SKIPPED+=("$name (the host communicator has no fieldsum)")
+    else
+      FAILED+=("N=$n $rate $name (exit $rc, $log)")
+      tail -5 "$log"
+    fi
+    return 0
+  fi
+  awk -v n="$n" -v rate="$rate" -v c="$name" 'BEGIN { OFS = "," }
+    !/^#/ && NF >= 15 { print n, rate, c, $1, $2, $3, $4, $6, $7, $8, $9, $10, $14, $15 }' "$log" >>"$CSV"
+  grep -v '^#  Rank' "$log" | grep -v '^#$' | tail -n +2
+}
+
+echo "# $(date -u +%FT%TZ) $(uname -r), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+for n in $RANKS; do
+  if ! netns_star_up "$n" "${RATES%% *}"; then
+    echo "SKIP: cannot create network namespaces ($NETNS_WHY)"
+    exit 77
+  fi
+  ip -n "$STAR_HUB" addr add 198.18.0.254/24 dev br0
+  for rate in $RATES; do
+    netns_star_rate "$rate"
+    for c in $CONTENDERS; do run_contender "$c" "$n" "$rate"; done
+  done
+  netns_star_down
+done
+
+PY=""  # Debian's python3-matplotlib is for /usr/bin/python3, which may not be first on PATH
+for p in python3 /usr/bin/python3; do "$p" -c 'import matplotlib' 2>/dev/null && { PY=$p; break; }; done
+if [[ -n $PY ]]; then
+  "$PY" "$HERE/plot_ethernet.py" "$CSV" "$OUT/ethernet.png" && echo "plot: $OUT/ethernet.png"
+else
+  echo "no plot: python3-matplotlib is not installed (scripts/setup.sh)"
+fi
+echo "csv: $CSV ($(($(wc -l <"$CSV") - 1)) rows)"
+for s in "${SKIPPED[@]}"; do echo "skipped: $s"; done
+for f in "${FAILED[@]}"; do echo "FAILED: $f"; done
+((${#FAILED[@]} == 0))
