@@ -16,6 +16,7 @@
 
 #include "bits/bits.h"
 #include "common/lion_reference.h"
+#include "common/ranks.h"
 #include "lion/distributed_lion.h"
 #include "nccl_sign.h"
 
@@ -26,23 +27,9 @@ using test::Bytes;
 
 // One host communicator with ranks as threads; body(rank, comm) runs on each.
 void onRanks(int nranks, const std::function<void(int, ncclSignComm_t)>& body) {
-  ncclSignUniqueId id;
-  ASSERT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
   ncclSignConfig_t config = NCCL_SIGN_CONFIG_INITIALIZER;
   config.timeoutMs = 20000;
-  std::vector<ncclResult_t> init(nranks, ncclInternalError);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < nranks; r++) {
-    threads.emplace_back([&, r] {
-      ncclSignComm_t comm = nullptr;
-      init[r] = ncclSignCommInitRank(&comm, nranks, id, r, &config);
-      if (init[r] != ncclSuccess) return;
-      body(r, comm);
-      EXPECT_EQ(ncclSignCommDestroy(comm), ncclSuccess);
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < nranks; r++) ASSERT_EQ(init[r], ncclSuccess) << "rank " << r;
+  test::withRanks(nranks, config, body);
 }
 
 // Rank r's gradient at a step: multiples of 2^-8 in [-4, 4], so that sums of
