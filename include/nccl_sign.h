@@ -218,6 +218,94 @@ ncclResult_t ncclSignHostAllReduce(const void* sendbuff, void* recvbuff, size_t 
 ncclResult_t ncclSignHostSumAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                       ncclSignComm_t comm);
 
+/* ---------------------------------------------------------------------------
+ * Distributed Lion (Liu et al., Algorithm 1) on flat buffers.
+ *
+ * One optimizer object updates `count` parameters held in one flat buffer of
+ * fp32, fp16 or bf16 (gradients in the same datatype). Every rank keeps its own
+ * fp32 momentum m. A step is two fused passes around one collective:
+ *   pass 1, per element: g' = g / d (d = N for "global", else 1),
+ *     c = beta1*m + (1-beta1)*g',  m <- beta2*m + (1-beta2)*g',
+ *     and c's vote goes to a scratch buffer;
+ *   the votes are combined (sign all-reduce, or nothing for "local");
+ *   pass 2, per element: p <- p - lr*(u + weightDecay*p), u the combined update.
+ * Weight decay and momentum never travel. All arithmetic is fp32, one rounding
+ * per operation in the order written (1-beta is computed in fp32), and
+ * fp16/bf16 parameters are rounded to nearest even when stored.
+ * ------------------------------------------------------------------------- */
+
+/* How the ranks' updates are combined. */
+typedef enum {
+  ncclSignLionMajority = 0, /* "mavo": u = majority vote of the ranks' sign(c) (ncclSignMajority) */
+  ncclSignLionAverage = 1,  /* u = mean of the ranks' sign(c), in [-1, 1] (ncclSignAverage) */
+  ncclSignLionGlobal = 2,   /* plain Lion on the mean gradient (fp32 sum all-reduce, / N): the baseline */
+  ncclSignLionLocal = 3,    /* plain Lion on this rank's gradient, no communication */
+  ncclSignLionNumAggregations = 4
+} ncclSignLionAggregation_t;
+
+typedef struct ncclSignLionConfig_v1 {
+  size_t size;          /* sizeof(ncclSignLionConfig_t), set by the initializer */
+  unsigned int magic;   /* NCCL_SIGN_LION_CONFIG_MAGIC */
+  unsigned int version; /* NCCL_SIGN_VERSION_CODE of the header used */
+  float lr;             /* learning rate, > 0; default 1e-4 */
+  float beta1;          /* interpolation factor of the update, in [0, 1); default 0.9 */
+  float beta2;          /* momentum decay, in [0, 1); default 0.99 */
+  float weightDecay;    /* decoupled, local, multiplied by lr, outside the sign; >= 0; default 0 */
+  int aggregation;      /* ncclSignLionAggregation_t; ncclSignLionMajority by default */
+  int masterWeights;    /* 1: fp16/bf16 parameters are updated through an fp32 master copy,
+                           taken from the parameters at the first step (or from a loaded state) */
+  int momentumAverageEvery; /* K > 0: after every K-th applied step the momenta are averaged
+                               over the ranks (Lion Cub; fp32 sum all-reduce); 0 = never */
+  int skipNonFinite;    /* 1: a step in which any rank has a non-finite gradient changes
+                           nothing on any rank (the ranks agree through the communicator) */
+} ncclSignLionConfig_t;
+
+#define NCCL_SIGN_LION_CONFIG_MAGIC 0x4c494f4eu /* "LION" */
+#define NCCL_SIGN_LION_CONFIG_INITIALIZER                                                        \
+  {                                                                                              \
+    sizeof(ncclSignLionConfig_t), NCCL_SIGN_LION_CONFIG_MAGIC, NCCL_SIGN_VERSION_CODE, 1e-4f, 0.9f, \
+        0.99f, 0.0f, ncclSignLionMajority, 0, 0, 0                                               \
+  }
+
+typedef struct ncclSignLion* ncclSignLion_t;
+
+/* Creates an optimizer for `count` parameters of `datatype` (fp32, fp16,
+ * bf16) on host buffers. comm is the host communicator the ranks share (it
+ * must outlive the optimizer); it may be NULL only for ncclSignLionLocal.
+ * Collective on comm only in that every rank must create its optimizer with
+ * the same count, datatype and config before its first step.
+ * The zero and tie rules of the votes are comm's (docs/LION.md).
+ * Errors: ncclInvalidArgument (a NULL lion, a bad datatype, a bad config),
+ * ncclSystemError when the state cannot be allocated. */
+ncclResult_t ncclSignLionCreate(ncclSignLion_t* lion, size_t count, ncclDataType_t datatype,
+                                const ncclSignLionConfig_t* config, ncclSignComm_t comm);
+
+ncclResult_t ncclSignLionDestroy(ncclSignLion_t lion);
+
+/* Changes the hyperparameters for the next steps (learning-rate schedules). */
+ncclResult_t ncclSignLionSetHyperparameters(ncclSignLion_t lion, float lr, float beta1, float beta2,
+                                            float weightDecay);
+
+/* One step: updates params (count elements of the datatype) in place from
+ * grads. Collective: every rank of comm calls it. *applied (may be NULL) is
+ * set to 0 when the step was skipped for a non-finite gradient, else 1.
+ * Errors: ncclInvalidArgument (NULL buffers with count > 0), the
+ * communicator's errors (the optimizer state is then undefined). */
+ncclResult_t ncclSignLionStep(ncclSignLion_t lion, void* params, const void* grads, int* applied);
+
+/* Steps applied and skipped since creation (or as restored by a load). */
+ncclResult_t ncclSignLionGetStepCount(const ncclSignLion_t lion, uint64_t* applied, uint64_t* skipped);
+
+/* This rank's state (momentum, master copy, counters) as bytes: the size,
+ * then a save into a caller buffer of at least that size. Loading it into an
+ * optimizer made with the same count, datatype, aggregation and master option
+ * continues training bit for bit. Not collective.
+ * Errors: ncclInvalidArgument (a buffer too small, a state of another shape
+ * or a corrupt one). */
+ncclResult_t ncclSignLionGetStateSize(const ncclSignLion_t lion, size_t* bytes);
+ncclResult_t ncclSignLionSaveState(const ncclSignLion_t lion, void* buffer, size_t bytes);
+ncclResult_t ncclSignLionLoadState(ncclSignLion_t lion, const void* buffer, size_t bytes);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -23,6 +23,7 @@
 #include "bits/float16.h"
 #include "common/config.h"
 #include "common/param.h"
+#include "common/ranks.h"
 #include "common/vote_inputs.h"
 #include "nccl_sign.h"
 
@@ -30,6 +31,7 @@ namespace signlion {
 namespace {
 
 using test::Bytes;
+using test::withRanks;
 
 const ncclDataType_t kTypes[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt8};
 
@@ -41,26 +43,6 @@ ncclSignConfig_t makeConfig(ncclSignAlgo_t algo, ncclSignZeroRule_t zero = ncclS
   c.tieRule = tie;
   c.timeoutMs = timeoutMs;
   return c;
-}
-
-// Makes an nranks communicator with ranks as threads and runs body(rank, comm)
-// on each; every rank's results are checked inside body.
-void withRanks(int nranks, const ncclSignConfig_t& config, const std::function<void(int, ncclSignComm_t)>& body) {
-  ncclSignUniqueId id;
-  ASSERT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
-  std::vector<std::thread> threads;
-  std::vector<ncclResult_t> initRes(nranks, ncclInternalError);
-  for (int r = 0; r < nranks; r++) {
-    threads.emplace_back([&, r] {
-      ncclSignComm_t comm = nullptr;
-      initRes[r] = ncclSignCommInitRank(&comm, nranks, id, r, &config);
-      if (initRes[r] != ncclSuccess) return;
-      body(r, comm);
-      EXPECT_EQ(ncclSignCommDestroy(comm), ncclSuccess);
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < nranks; r++) ASSERT_EQ(initRes[r], ncclSuccess) << "init of rank " << r << " of " << nranks;
 }
 
 // One call on every rank (threads already in a comm): rank r reduces

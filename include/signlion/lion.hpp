@@ -1,0 +1,143 @@
+// signlion::DistributedLion: the C++ face of the Distributed Lion optimizer of
+// nccl_sign.h, header-only over the C ABI (link signlion::nccl-sign).
+//
+//   ncclSignComm_t comm = ...;                          // the host communicator
+//   signlion::LionOptions opt;
+//   opt.lr = 3e-4f; opt.weightDecay = 0.1f;
+//   opt.aggregation = signlion::Aggregation::kMajority;  // "mavo"
+//   signlion::DistributedLion lion(nparams, ncclBfloat16, opt, comm);
+//   lion.step(params, grads);                            // collective
+//
+// Errors throw signlion::Error, which carries the ncclResult_t; the library's
+// WARN line names the cause.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nccl_sign.h"
+
+namespace signlion {
+
+class Error : public std::runtime_error {
+ public:
+  Error(ncclResult_t result, const std::string& what)
+      : std::runtime_error(what + ": " + ncclSignGetErrorString(result)), result_(result) {}
+  ncclResult_t result() const { return result_; }
+
+ private:
+  ncclResult_t result_;
+};
+
+inline void check(ncclResult_t result, const char* what) {
+  if (result != ncclSuccess) throw Error(result, what);
+}
+
+enum class Aggregation {
+  kMajority = ncclSignLionMajority,  // "mavo"
+  kAverage = ncclSignLionAverage,
+  kGlobal = ncclSignLionGlobal,  // plain Lion on the sum-all-reduced gradient (the baseline)
+  kLocal = ncclSignLionLocal,    // no communication
+};
+
+struct LionOptions {
+  float lr = 1e-4f;
+  std::pair<float, float> betas{0.9f, 0.99f};
+  float weightDecay = 0.0f;  // decoupled, local, times lr, outside the sign
+  Aggregation aggregation = Aggregation::kMajority;
+  bool masterWeights = false;    // fp16/bf16 parameters through an fp32 master copy
+  int momentumAverageEvery = 0;  // Lion Cub: average momenta every K steps; 0 = never
+  bool skipNonFinite = false;    // all ranks skip a step where any gradient is inf/NaN
+
+  ncclSignLionConfig_t toConfig() const {
+    ncclSignLionConfig_t c = NCCL_SIGN_LION_CONFIG_INITIALIZER;
+    c.lr = lr;
+    c.beta1 = betas.first;
+    c.beta2 = betas.second;
+    c.weightDecay = weightDecay;
+    c.aggregation = static_cast<int>(aggregation);
+    c.masterWeights = masterWeights ? 1 : 0;
+    c.momentumAverageEvery = momentumAverageEvery;
+    c.skipNonFinite = skipNonFinite ? 1 : 0;
+    return c;
+  }
+};
+
+// One rank's optimizer over a flat buffer of `count` parameters of datatype
+// (fp32, fp16, bf16). comm (the caller's, outliving this object) may be null
+// only for Aggregation::kLocal.
+class DistributedLion {
+ public:
+  DistributedLion(size_t count, ncclDataType_t datatype, const LionOptions& options, ncclSignComm_t comm)
+      : options_(options) {
+    ncclSignLionConfig_t c = options.toConfig();
+    check(ncclSignLionCreate(&lion_, count, datatype, &c, comm), "ncclSignLionCreate");
+  }
+  ~DistributedLion() { ncclSignLionDestroy(lion_); }
+  DistributedLion(const DistributedLion&) = delete;
+  DistributedLion& operator=(const DistributedLion&) = delete;
+  DistributedLion(DistributedLion&& o) noexcept : lion_(o.lion_), options_(o.options_) { o.lion_ = nullptr; }
+  DistributedLion& operator=(DistributedLion&& o) noexcept {
+    std::swap(lion_, o.lion_);
+    std::swap(options_, o.options_);
+    return *this;
+  }
+
+  // Updates params in place from grads (same datatype). Collective. Returns
+  // false when the step was skipped for a non-finite gradient.
+  bool step(void* params, const void* grads) {
+    int applied = 0;
+    check(ncclSignLionStep(lion_, params, grads, &applied), "ncclSignLionStep");
+    return applied != 0;
+  }
+
+  // Learning-rate schedules: takes effect at the next step.
+  void setLr(float lr) {
+    options_.lr = lr;
+    applyHyperparameters();
+  }
+  void setWeightDecay(float weightDecay) {
+    options_.weightDecay = weightDecay;
+    applyHyperparameters();
+  }
+  const LionOptions& options() const { return options_; }
+
+  uint64_t appliedSteps() const { return counts().first; }
+  uint64_t skippedSteps() const { return counts().second; }
+
+  // This rank's state; loading it into an optimizer of the same shape
+  // continues training bit for bit.
+  std::vector<uint8_t> saveState() const {
+    size_t bytes = 0;
+    check(ncclSignLionGetStateSize(lion_, &bytes), "ncclSignLionGetStateSize");
+    std::vector<uint8_t> state(bytes);
+    check(ncclSignLionSaveState(lion_, state.data(), state.size()), "ncclSignLionSaveState");
+    return state;
+  }
+  void loadState(const std::vector<uint8_t>& state) {
+    check(ncclSignLionLoadState(lion_, state.data(), state.size()), "ncclSignLionLoadState");
+  }
+
+  ncclSignLion_t handle() const { return lion_; }
+
+ private:
+  void applyHyperparameters() {
+    check(ncclSignLionSetHyperparameters(lion_, options_.lr, options_.betas.first, options_.betas.second,
+                                         options_.weightDecay),
+          "ncclSignLionSetHyperparameters");
+  }
+  std::pair<uint64_t, uint64_t> counts() const {
+    uint64_t a = 0, s = 0;
+    check(ncclSignLionGetStepCount(lion_, &a, &s), "ncclSignLionGetStepCount");
+    return {a, s};
+  }
+
+  ncclSignLion_t lion_ = nullptr;
+  LionOptions options_;
+};
+
+}  // namespace signlion

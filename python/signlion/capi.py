@@ -1,0 +1,241 @@
+"""The C ABI of libnccl-sign.so (include/nccl_sign.h) through ctypes.
+
+Every wrapper raises SignError (carrying the ncclResult_t) when a call fails;
+the library's WARN line on stderr names the cause.
+"""
+import ctypes
+import os
+import pathlib
+
+# ncclDataType_t values (nccl.h).
+INT8, FLOAT16, FLOAT32, BFLOAT16 = 0, 6, 7, 9
+# ncclSignOp_t
+MAJORITY, AVERAGE = 0, 1
+# ncclSignZeroRule_t, ncclSignTieRule_t
+ZERO_POSITIVE, ZERO_NEGATIVE, ZERO_ABSTAIN = 0, 1, 2
+TIE_ZERO, TIE_POSITIVE, TIE_NEGATIVE = 0, 1, 2
+ZERO_RULES = {"positive": ZERO_POSITIVE, "negative": ZERO_NEGATIVE, "abstain": ZERO_ABSTAIN}
+TIE_RULES = {"zero": TIE_ZERO, "positive": TIE_POSITIVE, "negative": TIE_NEGATIVE}
+# ncclSignLionAggregation_t
+AGGREGATIONS = {"mavo": 0, "average": 1, "global": 2, "local": 3}
+
+UNIQUE_ID_BYTES = 128
+_CONFIG_MAGIC = 0x5349474E
+_LION_CONFIG_MAGIC = 0x4C494F4E
+
+
+class SignError(RuntimeError):
+    def __init__(self, call, result):
+        self.result = result
+        super().__init__("%s failed: %s (ncclResult_t %d)" % (call, _lib().ncclSignGetErrorString(result).decode(),
+                                                                result))
+
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * UNIQUE_ID_BYTES)]
+
+
+class Config(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
+                ("algorithm", ctypes.c_int), ("zeroRule", ctypes.c_int), ("tieRule", ctypes.c_int),
+                ("timeoutMs", ctypes.c_int), ("netPlugin", ctypes.c_char_p)]
+
+
+class LionConfig(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
+                ("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
+                ("weightDecay", ctypes.c_float), ("aggregation", ctypes.c_int), ("masterWeights", ctypes.c_int),
+                ("momentumAverageEvery", ctypes.c_int), ("skipNonFinite", ctypes.c_int)]
+
+
+def _candidates():
+    env = os.environ.get("SIGNLION_LIBRARY")
+    if env:
+        yield env
+        return
+    here = pathlib.Path(__file__).resolve().parent
+    for p in sorted(here.glob("libnccl-sign.so*")):
+        yield str(p)
+    yield "libnccl-sign.so.0"
+    for build in ("build", "build-release"):
+        p = here.parent.parent / build / "src" / "host" / "libnccl-sign.so"
+        if p.exists():
+            yield str(p)
+
+
+_LIB = None
+
+
+def _lib():
+    global _LIB
+    if _LIB is not None:
+        return _LIB
+    errors = []
+    for path in _candidates():
+        try:
+            lib = ctypes.CDLL(path)
+            break
+        except OSError as e:
+            errors.append("%s: %s" % (path, e))
+    else:
+        raise OSError("libnccl-sign.so not found; set SIGNLION_LIBRARY to its path. Tried:\n  " + "\n  ".join(errors))
+    vp, sz, i, u64p = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)
+    protos = {
+        "ncclSignGetVersion": [ctypes.POINTER(i)],
+        "ncclSignConfigCheck": [ctypes.POINTER(Config)],
+        "ncclSignGetUniqueId": [ctypes.POINTER(UniqueId)],
+        "ncclSignCommInitRank": [ctypes.POINTER(vp), i, UniqueId, i, ctypes.POINTER(Config)],
+        "ncclSignCommDestroy": [vp],
+        "ncclSignCommAbort": [vp],
+        "ncclSignCommCount": [vp, ctypes.POINTER(i)],
+        "ncclSignCommUserRank": [vp, ctypes.POINTER(i)],
+        "ncclSignBarrier": [vp],
+        "ncclSignCommGetWireBytes": [vp, u64p, u64p],
+        "ncclSignHostAllReduce": [vp, vp, sz, i, i, vp],
+        "ncclSignHostSumAllReduce": [vp, vp, sz, i, vp],
+        "ncclSignLionCreate": [ctypes.POINTER(vp), sz, i, ctypes.POINTER(LionConfig), vp],
+        "ncclSignLionDestroy": [vp],
+        "ncclSignLionSetHyperparameters": [vp, ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_float],
+        "ncclSignLionStep": [vp, vp, vp, ctypes.POINTER(i)],
+        "ncclSignLionGetStepCount": [vp, u64p, u64p],
+        "ncclSignLionGetStateSize": [vp, ctypes.POINTER(sz)],
+        "ncclSignLionSaveState": [vp, vp, sz],
+        "ncclSignLionLoadState": [vp, vp, sz],
+    }
+    for name, args in protos.items():
+        f = getattr(lib, name)
+        f.argtypes = args
+        f.restype = ctypes.c_int
+    lib.ncclSignGetErrorString.argtypes = [ctypes.c_int]
+    lib.ncclSignGetErrorString.restype = ctypes.c_char_p
+    _LIB = lib
+    return lib
+
+
+def library_path():
+    """The path of the loaded libnccl-sign.so."""
+    return _lib()._name
+
+
+def _check(call, *args):
+    res = getattr(_lib(), call)(*args)
+    if res != 0:
+        raise SignError(call, res)
+
+
+def version():
+    """NCCL_SIGN_VERSION_CODE of the loaded library (major*10000 + minor*100 + patch)."""
+    v = ctypes.c_int()
+    _check("ncclSignGetVersion", ctypes.byref(v))
+    return v.value
+
+
+def get_unique_id():
+    """128 bytes made by the root rank; share them with all ranks out of band."""
+    uid = UniqueId()
+    _check("ncclSignGetUniqueId", ctypes.byref(uid))
+    return ctypes.string_at(ctypes.addressof(uid), UNIQUE_ID_BYTES)  # .internal would stop at a NUL
+
+
+def _version_code():
+    return version()
+
+
+class Comm:
+    """A host communicator (ncclSignComm_t) over CPU buffers."""
+
+    def __init__(self, nranks, unique_id, rank, zero_rule="positive", tie_rule="zero", algorithm=0, timeout_ms=0):
+        cfg = Config(ctypes.sizeof(Config), _CONFIG_MAGIC, _version_code(), algorithm, ZERO_RULES[zero_rule],
+                     TIE_RULES[tie_rule], timeout_ms, None)
+        uid = UniqueId()
+        ctypes.memmove(ctypes.byref(uid), bytes(unique_id), UNIQUE_ID_BYTES)
+        self.handle = ctypes.c_void_p()
+        _check("ncclSignCommInitRank", ctypes.byref(self.handle), nranks, uid, rank, ctypes.byref(cfg))
+        self.nranks, self.rank = nranks, rank
+
+    def destroy(self):
+        if self.handle:
+            _check("ncclSignCommDestroy", self.handle)
+            self.handle = ctypes.c_void_p()
+
+    def abort(self):
+        if self.handle:
+            _lib().ncclSignCommAbort(self.handle)
+            self.handle = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.destroy()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def barrier(self):
+        _check("ncclSignBarrier", self.handle)
+
+    def wire_bytes(self):
+        """(sent, received) bytes through this rank's links since creation."""
+        s, r = ctypes.c_uint64(), ctypes.c_uint64()
+        _check("ncclSignCommGetWireBytes", self.handle, ctypes.byref(s), ctypes.byref(r))
+        return s.value, r.value
+
+    def sign_all_reduce(self, send_ptr, recv_ptr, count, datatype, op=MAJORITY):
+        """The sign all-reduce on host buffers given by address."""
+        _check("ncclSignHostAllReduce", send_ptr, recv_ptr, count, datatype, op, self.handle)
+
+    def sum_all_reduce(self, send_ptr, recv_ptr, count, datatype=FLOAT32):
+        _check("ncclSignHostSumAllReduce", send_ptr, recv_ptr, count, datatype, self.handle)
+
+
+class Lion:
+    """One rank's Distributed Lion optimizer over a flat host buffer (ncclSignLion_t)."""
+
+    def __init__(self, count, datatype, comm=None, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0,
+                 aggregation="mavo", master_weights=False, momentum_average_every=0, skip_nonfinite=False):
+        if aggregation not in AGGREGATIONS:
+            raise ValueError("aggregation must be one of %s, not %r" % (sorted(AGGREGATIONS), aggregation))
+        cfg = LionConfig(ctypes.sizeof(LionConfig), _LION_CONFIG_MAGIC, _version_code(), lr, betas[0], betas[1],
+                         weight_decay, AGGREGATIONS[aggregation], int(master_weights), int(momentum_average_every),
+                         int(skip_nonfinite))
+        self.handle = ctypes.c_void_p()
+        _check("ncclSignLionCreate", ctypes.byref(self.handle), count, datatype, ctypes.byref(cfg),
+               comm.handle if comm is not None else None)
+        self.count = count
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            _lib().ncclSignLionDestroy(self.handle)
+            self.handle = None
+
+    def set_hyperparameters(self, lr, betas, weight_decay):
+        _check("ncclSignLionSetHyperparameters", self.handle, lr, betas[0], betas[1], weight_decay)
+
+    def step(self, params_ptr, grads_ptr):
+        """Updates the parameters at params_ptr in place; collective. False when skipped (non-finite)."""
+        applied = ctypes.c_int()
+        _check("ncclSignLionStep", self.handle, params_ptr, grads_ptr, ctypes.byref(applied))
+        return bool(applied.value)
+
+    def step_counts(self):
+        a, s = ctypes.c_uint64(), ctypes.c_uint64()
+        _check("ncclSignLionGetStepCount", self.handle, ctypes.byref(a), ctypes.byref(s))
+        return a.value, s.value
+
+    def state_size(self):
+        n = ctypes.c_size_t()
+        _check("ncclSignLionGetStateSize", self.handle, ctypes.byref(n))
+        return n.value
+
+    def save_state_into(self, ptr, nbytes):
+        _check("ncclSignLionSaveState", self.handle, ptr, nbytes)
+
+    def load_state_from(self, ptr, nbytes):
+        _check("ncclSignLionLoadState", self.handle, ptr, nbytes)
+
+    def save_state(self):
+        buf = ctypes.create_string_buffer(self.state_size())
+        self.save_state_into(ctypes.addressof(buf), len(buf))
+        return buf.raw
+
+    def load_state(self, data):
+        buf = ctypes.create_string_buffer(bytes(data), len(data))
+        self.load_state_from(ctypes.addressof(buf), len(data))

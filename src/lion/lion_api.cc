@@ -1,0 +1,136 @@
+// The C entry points of the Distributed Lion optimizer (nccl_sign.h).
+#include <memory>
+#include <new>
+
+#include "bits/bits.h"
+#include "common/checks.h"
+#include "common/debug.h"
+#include "lion/distributed_lion.h"
+
+struct ncclSignLion {
+  static constexpr uint64_t kMagic = 0x6c696f6e6f707431ull;  // "lionopt1"
+  uint64_t magic = kMagic;
+  std::unique_ptr<signlion::lion::Optimizer> opt;
+};
+
+namespace {
+
+ncclSignLion* checkLion(const ncclSignLion_t lion, const char* caller) {
+  if (lion == nullptr || lion->magic != ncclSignLion::kMagic) {
+    WARN("%s: invalid argument 'lion': not a live optimizer", caller);
+    return nullptr;
+  }
+  return lion;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) ncclResult_t ncclSignLionCreate(ncclSignLion_t* lion, size_t count,
+                                                                        ncclDataType_t datatype,
+                                                                        const ncclSignLionConfig_t* config,
+                                                                        ncclSignComm_t comm) {
+  const char* fn = "ncclSignLionCreate";
+  ARGCHECK(lion != nullptr, fn, "lion", "NULL");
+  ARGCHECK(datatype == ncclFloat32 || datatype == ncclFloat16 || datatype == ncclBfloat16, fn, "datatype",
+           "%d (fp32, fp16 or bf16)", (int)datatype);
+  ncclSignLionConfig_t c = NCCL_SIGN_LION_CONFIG_INITIALIZER;
+  if (config != nullptr) c = *config;
+  NCCLCHECK(signlion::lion::checkConfig(c, fn));
+  ARGCHECK(comm != nullptr || c.aggregation == ncclSignLionLocal, fn, "comm", "NULL with aggregation %d",
+           c.aggregation);
+  std::unique_ptr<signlion::lion::Communicator> lc;
+  if (comm != nullptr) {
+    int n = 0;
+    NCCLCHECK(ncclSignCommCount(comm, &n));  // also rejects a dead comm
+    lc.reset(new signlion::lion::HostCommunicator(comm));
+  }
+  try {
+    auto h = std::make_unique<ncclSignLion>();
+    h->opt = std::make_unique<signlion::lion::Optimizer>(count, datatype, c, std::move(lc));
+    *lion = h.release();
+  } catch (const std::bad_alloc&) {
+    WARN("%s: cannot allocate the state of %zu parameters", fn, count);
+    return ncclSystemError;
+  }
+  INFO(signlion::kSubsysLion, "Lion: %zu %s parameters, aggregation %d, lr %g, betas (%g, %g), wd %g", count,
+       signlion::bits::typeName(datatype), c.aggregation, (double)c.lr, (double)c.beta1, (double)c.beta2,
+       (double)c.weightDecay);
+  return ncclSuccess;
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclSignLionDestroy(ncclSignLion_t lion) {
+  if (lion == nullptr) return ncclSuccess;
+  ncclSignLion* l = checkLion(lion, "ncclSignLionDestroy");
+  if (l == nullptr) return ncclInvalidArgument;
+  l->magic = 0;
+  delete l;
+  return ncclSuccess;
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclSignLionSetHyperparameters(ncclSignLion_t lion, float lr,
+                                                                                    float beta1, float beta2,
+                                                                                    float weightDecay) {
+  const char* fn = "ncclSignLionSetHyperparameters";
+  ncclSignLion* l = checkLion(lion, fn);
+  if (l == nullptr) return ncclInvalidArgument;
+  ncclSignLionConfig_t c = NCCL_SIGN_LION_CONFIG_INITIALIZER;
+  c.lr = lr;
+  c.beta1 = beta1;
+  c.beta2 = beta2;
+  c.weightDecay = weightDecay;
+  NCCLCHECK(signlion::lion::checkConfig(c, fn));
+  l->opt->setHyperparameters(lr, beta1, beta2, weightDecay);
+  return ncclSuccess;
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclSignLionStep(ncclSignLion_t lion, void* params,
+                                                                      const void* grads, int* applied) {
+  const char* fn = "ncclSignLionStep";
+  ncclSignLion* l = checkLion(lion, fn);
+  if (l == nullptr) return ncclInvalidArgument;
+  const bool empty = l->opt->momentum().empty();
+  ARGCHECK(empty || params != nullptr, fn, "params", "NULL");
+  ARGCHECK(empty || grads != nullptr, fn, "grads", "NULL");
+  bool done = false;
+  ncclResult_t res = l->opt->step(params, grads, &done);
+  if (applied != nullptr) *applied = done ? 1 : 0;
+  return res;
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclSignLionGetStepCount(const ncclSignLion_t lion,
+                                                                              uint64_t* applied, uint64_t* skipped) {
+  const char* fn = "ncclSignLionGetStepCount";
+  ncclSignLion* l = checkLion(lion, fn);
+  if (l == nullptr) return ncclInvalidArgument;
+  if (applied != nullptr) *applied = l->opt->appliedSteps();
+  if (skipped != nullptr) *skipped = l->opt->skippedSteps();
+  return ncclSuccess;
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclSignLionGetStateSize(const ncclSignLion_t lion,
+                                                                              size_t* bytes) {
+  const char* fn = "ncclSignLionGetStateSize";
+  ncclSignLion* l = checkLion(lion, fn);
+  if (l == nullptr) return ncclInvalidArgument;
+  ARGCHECK(bytes != nullptr, fn, "bytes", "NULL");
+  *bytes = l->opt->stateSize();
+  return ncclSuccess;
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclSignLionSaveState(const ncclSignLion_t lion, void* buffer,
+                                                                           size_t bytes) {
+  ncclSignLion* l = checkLion(lion, "ncclSignLionSaveState");
+  if (l == nullptr) return ncclInvalidArgument;
+  return l->opt->saveState(buffer, bytes);
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclSignLionLoadState(ncclSignLion_t lion, const void* buffer,
+                                                                           size_t bytes) {
+  ncclSignLion* l = checkLion(lion, "ncclSignLionLoadState");
+  if (l == nullptr) return ncclInvalidArgument;
+  return l->opt->loadState(buffer, bytes);
+}
+
+}  // extern "C"

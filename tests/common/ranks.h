@@ -1,0 +1,18 @@
+// Ranks as threads for the multirank tests: one host communicator, every
+// rank a thread of this process running the test's body.
+#pragma once
+
+#include <functional>
+
+#include "nccl_sign.h"
+
+namespace signlion {
+namespace test {
+
+// Makes an nranks communicator with ranks as threads and runs body(rank, comm)
+// on each; every rank's results are checked inside body. Init failures fail
+// the calling test.
+void withRanks(int nranks, const ncclSignConfig_t& config, const std::function<void(int, ncclSignComm_t)>& body);
+
+}  // namespace test
+}  // namespace signlion

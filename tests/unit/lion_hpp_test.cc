@@ -1,0 +1,69 @@
+// include/signlion/lion.hpp as a user meets it: the header over
+// libnccl-sign.so (its own executable, like abi_test.cc).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "signlion/lion.hpp"
+
+namespace signlion {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+// bf16 values (the top half of fp32), reproducible from a seed.
+Bytes bf16Values(size_t count, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  Bytes b(count * 2);
+  for (size_t i = 0; i < count; i++) {
+    float f = normal(rng);
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t h = (uint16_t)(u >> 16);
+    memcpy(b.data() + 2 * i, &h, 2);
+  }
+  return b;
+}
+Bytes makeParams(ncclDataType_t, size_t count, uint32_t seed) { return bf16Values(count, seed, 1.0f); }
+Bytes makeGrads(ncclDataType_t, size_t count, uint32_t seed, int step) {
+  return bf16Values(count, seed * 7919u + step, 1.0f);
+}
+
+// The C++ wrapper: same steps as the reference, state round trip bit for
+// bit, hyperparameter changes, errors as signlion::Error.
+TEST(LionCpp, WrapperStepsSavesAndLoads) {
+  const size_t count = 300;
+  LionOptions o;
+  o.lr = 0.05f;
+  o.weightDecay = 0.01f;
+  o.aggregation = Aggregation::kLocal;
+  o.masterWeights = true;
+  DistributedLion a(count, ncclBfloat16, o, nullptr);
+  Bytes pa = makeParams(ncclBfloat16, count, 5);
+  for (int s = 0; s < 3; s++) ASSERT_TRUE(a.step(pa.data(), makeGrads(ncclBfloat16, count, 6, s).data()));
+  std::vector<uint8_t> saved = a.saveState();
+  Bytes pb = pa;
+  DistributedLion b(count, ncclBfloat16, o, nullptr);
+  b.loadState(saved);
+  EXPECT_EQ(b.appliedSteps(), 3u);
+  a.setLr(0.01f);
+  b.setLr(0.01f);
+  for (int s = 3; s < 6; s++) {
+    Bytes g = makeGrads(ncclBfloat16, count, 6, s);
+    a.step(pa.data(), g.data());
+    b.step(pb.data(), g.data());
+  }
+  EXPECT_EQ(pa, pb);
+  EXPECT_EQ(a.saveState(), b.saveState());
+  LionOptions bad = o;
+  bad.lr = 0.0f;
+  EXPECT_THROW(DistributedLion(count, ncclFloat32, bad, nullptr), Error);
+  DistributedLion wrongShape(count + 1, ncclBfloat16, o, nullptr);
+  EXPECT_THROW(wrongShape.loadState(saved), Error);
+}
+
+}  // namespace
+}  // namespace signlion
