@@ -25,7 +25,25 @@ void spread(const uint64_t* votes, size_t count, int fieldBits, uint64_t* out) {
   }
 }
 
+#if defined(__x86_64__)
+// SIGNLION_BITS_ISA=portable (the portable kernels) turns BMI2 off as well.
+bool haveBmi2() {
+  static const bool have = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("bmi2") != 0 && strcmp(kernels().name, "portable") != 0;
+  }();
+  return have;
+}
+#else
+bool haveBmi2() { return false; }
+#endif
+
 }  // namespace
+
+// fields_bmi2.cc: the same conversions with pdep/pext.
+void spreadBmi2(const uint64_t* votes, size_t count, int fieldBits, uint64_t* out);
+void fieldsToPlanesBmi2(const uint64_t* words, int fieldBits, size_t first, size_t n, uint64_t* planes, int width,
+                        size_t planeStride);
 
 void packFields(const Kernels& k, const void* src, ncclDataType_t dt, size_t count, ncclSignZeroRule_t zero,
                 int fieldBits, uint64_t* out, size_t stride) {
@@ -43,7 +61,14 @@ void packFields(const Kernels& k, const void* src, ncclDataType_t dt, size_t cou
     size_t n = std::min(tileElems, count - first);
     size_t tw = numWords(n);
     k.pack(static_cast<const char*>(src) + first * es, dt, n, zero, tile, tw);
-    for (int p = 0; p < planes; p++) spread(tile + p * tw, n, fieldBits, out + (size_t)p * stride + first / per);
+    for (int p = 0; p < planes; p++) {
+      uint64_t* dst = out + (size_t)p * stride + first / per;
+      if (haveBmi2()) {
+        spreadBmi2(tile + p * tw, n, fieldBits, dst);
+      } else {
+        spread(tile + p * tw, n, fieldBits, dst);
+      }
+    }
   }
 }
 
@@ -53,6 +78,7 @@ void fieldsToPlanes(const uint64_t* words, int fieldBits, size_t first, size_t n
   const uint64_t mask = fieldBits >= 64 ? ~0ull : ((1ull << fieldBits) - 1);
   const size_t nblocks = numWords(n);
   for (int p = 0; p < width; p++) memset(planes + (size_t)p * planeStride, 0, nblocks * 8);
+  if (haveBmi2()) return fieldsToPlanesBmi2(words, fieldBits, first, n, planes, width, planeStride);
   for (size_t i = 0; i < n; i++) {
     size_t e = first + i;
     uint64_t v = (words[e / per] >> ((e % per) * fieldBits)) & mask;

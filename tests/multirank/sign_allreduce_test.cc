@@ -285,17 +285,40 @@ TEST(SignAllReduceNetPlugin, PluginLoadedByPath) {
 
 // ---- ranks as processes, and ranks that fail ------------------------------------
 
-// Forks nranks children that each run child(rank) and exit with its status;
-// returns the exit codes (or 128+signal). Children never return.
-std::vector<int> forkRanks(int nranks, const std::function<int(int)>& child) {
+// Forks nranks children, then makes `nids` unique ids (whose rendezvous
+// threads run in this process) and sends them to every child through a pipe:
+// forking before any thread exists means no child inherits a lock that a
+// thread held. Each child runs child(rank, ids) and exits with its status;
+// returns the exit codes (or 128 + signal).
+std::vector<int> forkRanks(int nranks, int nids,
+                           const std::function<int(int, const std::vector<ncclSignUniqueId>&)>& child) {
   std::vector<pid_t> pids;
+  std::vector<int> pipes;
   for (int r = 0; r < nranks; r++) {
+    int fds[2];
+    if (pipe(fds) != 0) ADD_FAILURE() << "pipe";
     pid_t pid = fork();
     if (pid == 0) {
-      int rc = child(r);
-      _exit(rc);
+      close(fds[1]);
+      std::vector<ncclSignUniqueId> ids(nids);
+      size_t want = sizeof(ncclSignUniqueId) * nids, got = 0;
+      while (got < want) {
+        ssize_t k = read(fds[0], reinterpret_cast<char*>(ids.data()) + got, want - got);
+        if (k <= 0) _exit(90);  // the parent failed to make the ids
+        got += (size_t)k;
+      }
+      _exit(child(r, ids));
     }
+    close(fds[0]);
     pids.push_back(pid);
+    pipes.push_back(fds[1]);
+  }
+  std::vector<ncclSignUniqueId> ids(nids);
+  for (auto& id : ids) EXPECT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
+  for (int fd : pipes) {
+    ssize_t k = write(fd, ids.data(), sizeof(ncclSignUniqueId) * nids);
+    EXPECT_EQ(k, (ssize_t)(sizeof(ncclSignUniqueId) * nids));
+    close(fd);
   }
   std::vector<int> codes;
   for (pid_t pid : pids) {
@@ -309,12 +332,10 @@ std::vector<int> forkRanks(int nranks, const std::function<int(int)>& child) {
 TEST(SignAllReduceProcesses, SeparateProcessesOnLoopback) {
   const int n = 4;
   const size_t count = 100003;
-  ncclSignUniqueId id;
-  ASSERT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
-  std::vector<int> codes = forkRanks(n, [&](int rank) {
+  std::vector<int> codes = forkRanks(n, 1, [&](int rank, const std::vector<ncclSignUniqueId>& ids) {
     ncclSignConfig_t cfg = makeConfig(ncclSignAlgoAuto);
     ncclSignComm_t comm;
-    if (ncclSignCommInitRank(&comm, n, id, rank, &cfg) != ncclSuccess) return 2;
+    if (ncclSignCommInitRank(&comm, n, ids[0], rank, &cfg) != ncclSuccess) return 2;
     for (ncclDataType_t dt : kTypes) {
       std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, 5);
       Bytes want = test::referenceOutput(in, count, dt, ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero);
@@ -331,13 +352,10 @@ TEST(SignAllReduceProcesses, SeparateProcessesOnLoopback) {
 // timeout, abort, and can make a new communicator.
 void survivorsSeeAnError(bool kill) {
   const int n = 3, timeoutMs = 2000;
-  ncclSignUniqueId id, id2;
-  ASSERT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
-  ASSERT_EQ(ncclSignGetUniqueId(&id2), ncclSuccess);
-  std::vector<int> codes = forkRanks(n, [&](int rank) {
+  std::vector<int> codes = forkRanks(n, 2, [&](int rank, const std::vector<ncclSignUniqueId>& ids) {
     ncclSignConfig_t cfg = makeConfig(ncclSignAlgoRing, ncclSignZeroPositive, ncclSignTieZero, timeoutMs);
     ncclSignComm_t comm;
-    if (ncclSignCommInitRank(&comm, n, id, rank, &cfg) != ncclSuccess) return 2;
+    if (ncclSignCommInitRank(&comm, n, ids[0], rank, &cfg) != ncclSuccess) return 2;
     std::vector<float> x(1 << 20, 1.0f), y(x.size());
     if (rank == n - 1) {
       if (kill) _exit(9);  // gone without a word
@@ -352,7 +370,7 @@ void survivorsSeeAnError(bool kill) {
     ncclSignCommAbort(comm);
     // The survivors make a fresh communicator and it works.
     ncclSignComm_t again;
-    if (ncclSignCommInitRank(&again, n - 1, id2, rank, &cfg) != ncclSuccess) return 5;
+    if (ncclSignCommInitRank(&again, n - 1, ids[1], rank, &cfg) != ncclSuccess) return 5;
     if (ncclSignHostAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSignMajority, again) != ncclSuccess) return 6;
     if (y[0] != 1.0f) return 7;
     ncclSignCommDestroy(again);
