@@ -186,7 +186,9 @@ ncclResult_t ncclSignCommInitRank(ncclSignComm_t* comm, int nranks, ncclSignUniq
 ncclResult_t ncclSignCommDestroy(ncclSignComm_t comm);
 
 /* Frees the communicator at once, whatever its state: links are closed so
- * peers blocked on it see an error. Use after an error; then make a new one. */
+ * peers blocked on it see an error. Use after an error; then make a new one.
+ * Like every call on a communicator, it must not overlap another call on the
+ * same communicator from another thread. */
 ncclResult_t ncclSignCommAbort(ncclSignComm_t comm);
 
 ncclResult_t ncclSignCommCount(const ncclSignComm_t comm, int* count);
@@ -197,7 +199,9 @@ ncclResult_t ncclSignBarrier(ncclSignComm_t comm);
 
 /* Bytes this rank has put on and taken off the wire through its links, since
  * the communicator was made (payload and transport headers). Benchmarks
- * difference two readings to get the bytes of one call. */
+ * difference two readings to get the bytes of one call. Counted by
+ * signlion's built-in socket transport; with another net plugin
+ * (config.netPlugin) both read 0. */
 ncclResult_t ncclSignCommGetWireBytes(const ncclSignComm_t comm, uint64_t* sentBytes, uint64_t* recvBytes);
 
 /* The sign all-reduce on host buffers: every rank's recvbuff receives the

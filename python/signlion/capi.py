@@ -145,10 +145,17 @@ class Comm:
     """A host communicator (ncclSignComm_t) over CPU buffers."""
 
     def __init__(self, nranks, unique_id, rank, zero_rule="positive", tie_rule="zero", algorithm=0, timeout_ms=0):
+        unique_id = bytes(unique_id)
+        if len(unique_id) != UNIQUE_ID_BYTES:
+            raise ValueError("unique_id must be %d bytes (from get_unique_id), not %d" % (UNIQUE_ID_BYTES, len(unique_id)))
+        if zero_rule not in ZERO_RULES:
+            raise ValueError("zero_rule must be one of %s, not %r" % (sorted(ZERO_RULES), zero_rule))
+        if tie_rule not in TIE_RULES:
+            raise ValueError("tie_rule must be one of %s, not %r" % (sorted(TIE_RULES), tie_rule))
         cfg = Config(ctypes.sizeof(Config), _CONFIG_MAGIC, _version_code(), algorithm, ZERO_RULES[zero_rule],
                      TIE_RULES[tie_rule], timeout_ms, None)
         uid = UniqueId()
-        ctypes.memmove(ctypes.byref(uid), bytes(unique_id), UNIQUE_ID_BYTES)
+        ctypes.memmove(ctypes.byref(uid), unique_id, UNIQUE_ID_BYTES)
         self.handle = ctypes.c_void_p()
         _check("ncclSignCommInitRank", ctypes.byref(self.handle), nranks, uid, rank, ctypes.byref(cfg))
         self.nranks, self.rank = nranks, rank
@@ -200,6 +207,7 @@ class Lion:
         _check("ncclSignLionCreate", ctypes.byref(self.handle), count, datatype, ctypes.byref(cfg),
                comm.handle if comm is not None else None)
         self.count = count
+        self._comm = comm  # the optimizer uses the communicator until it is destroyed: keep it alive
 
     def __del__(self):
         if getattr(self, "handle", None):

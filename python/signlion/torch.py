@@ -76,7 +76,9 @@ class DistributedLion(torch.optim.Optimizer):
     skip_nonfinite (every rank skips a step where any rank's gradient holds inf/NaN).
     zero_rule / tie_rule set the host communicator's vote rules (docs/SEMANTICS.md).
 
-    A parameter whose .grad is None steps with a zero gradient (the bucket steps as a whole).
+    A parameter whose .grad is None keeps its value, as with torch.optim (a zero gradient would
+    still vote, and decay); the bucket steps as a whole, so its momentum decays as for a zero
+    gradient.
     """
 
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, aggregation="mavo",
@@ -137,17 +139,21 @@ class DistributedLion(torch.optim.Optimizer):
         for b in self._buckets:
             group = self.param_groups[b.group_index]
             b.lion.set_hyperparameters(group["lr"], group["betas"], group["weight_decay"])
+            frozen = []  # parameters without a gradient: their values are put back after the step
             for p, (offset, n, ptr) in zip(b.params, b.slices):
                 if p.data.data_ptr() != ptr:
                     raise RuntimeError("signlion: a parameter's .data was replaced after the optimizer was made; "
                                        "copy into it in place (p.data.copy_(...)) instead")
                 if p.grad is None:
                     b.grad[offset:offset + n].zero_()
+                    frozen.append((p, p.data.clone()))
                 else:
                     if p.grad.is_sparse:
                         raise RuntimeError("signlion: sparse gradients are not supported")
                     b.grad[offset:offset + n].copy_(p.grad.reshape(-1))
             b.lion.step(b.flat.data_ptr(), b.grad.data_ptr())
+            for p, saved in frozen:
+                p.data.copy_(saved)
         return loss
 
     def state_dict(self):

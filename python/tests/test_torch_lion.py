@@ -212,6 +212,23 @@ class DistributedLionTorch(unittest.TestCase):
         with self.assertRaises(TypeError):
             DistributedLion([torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))], aggregation="local")
 
+    def test_parameters_without_gradient_keep_their_values(self):
+        from signlion.torch import DistributedLion
+        params = make_model()
+        before = [p.detach().clone() for p in params]
+        opt = DistributedLion(params, lr=LR, weight_decay=0.1, aggregation="local")
+        params[0].grad = torch.ones_like(params[0])  # params[1] has no gradient
+        opt.step()
+        self.assertFalse(torch.equal(params[0].detach(), before[0]))
+        self.assertTrue(torch.equal(params[1].detach(), before[1]))
+
+    def test_comm_rejects_a_malformed_unique_id(self):
+        from signlion import capi
+        with self.assertRaises(ValueError):
+            capi.Comm(1, b"short", 0)
+        with self.assertRaises(ValueError):
+            capi.Comm(1, capi.get_unique_id(), 0, zero_rule="sideways")
+
     @unittest.skipUnless(HAVE_TORCH and torch.cuda.is_available(), "no CUDA device")
     def test_cuda_names_the_missing_entry_point(self):
         from signlion.torch import DistributedLion

@@ -48,7 +48,7 @@ ncclResult_t resolveConfig(const ncclSignConfig_t* config, const char* caller, R
              sizeof(ncclSignConfig_t));
     ARGCHECK(config->magic == NCCL_SIGN_CONFIG_MAGIC, caller, "config->magic",
              "0x%x is not NCCL_SIGN_CONFIG_MAGIC; start from NCCL_SIGN_CONFIG_INITIALIZER", config->magic);
-    ARGCHECK(config->version / 100 == NCCL_SIGN_VERSION_CODE / 100, caller, "config->version",
+    ARGCHECK(headerVersionCompatible(config->version), caller, "config->version",
              "%u is from an incompatible header (library %d)", config->version, NCCL_SIGN_VERSION_CODE);
     ARGCHECK(config->algorithm >= 0 && config->algorithm < ncclSignNumAlgos, caller, "config->algorithm",
              "%d is not an ncclSignAlgo_t", config->algorithm);

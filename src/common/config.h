@@ -14,6 +14,10 @@ struct ResolvedConfig {
   const char* netPlugin = nullptr;
 };
 
+// Whether a config struct made with the header of version `v` can be read by
+// this library: same major and minor version (patch releases keep layouts).
+constexpr bool headerVersionCompatible(unsigned v) { return v / 100 == NCCL_SIGN_VERSION_CODE / 100; }
+
 // Parses an algorithm name as accepted by SIGNLION_ALGO ("auto", "ring", "hd"
 // or "halving_doubling", "allgather", "fieldsum"). Returns false if unknown.
 bool parseAlgoName(const char* name, ncclSignAlgo_t* algo);

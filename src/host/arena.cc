@@ -14,20 +14,28 @@ ncclResult_t Arena::reserve(size_t bytes, const Net& net, const Links& links) {
   void* p = nullptr;
   SYSCHECKRET(posix_memalign(&p, 64, want), "posix_memalign");
   base_ = static_cast<char*>(p);
-  capacity_ = want;
   INFO(kSubsysAlloc, "host arena: %zu bytes", want);
   for (int peer : links.peers()) {
     for (void* comm : {links.peer(peer).sendComm, links.peer(peer).recvComm}) {
       void* mh = nullptr;
-      NCCLCHECK(net.api().regMr(comm, base_, capacity_, NCCL_PTR_HOST, &mh));
+      ncclResult_t res = net.api().regMr(comm, base_, want, NCCL_PTR_HOST, &mh);
+      if (res != ncclSuccess) {
+        release(net);  // all or nothing: a later call must not find it half registered
+        return res;
+      }
       regs_.emplace_back(comm, mh);
     }
   }
+  capacity_ = want;  // usable only once registered on every comm
   return ncclSuccess;
 }
 
 void Arena::release(const Net& net) {
   for (auto& r : regs_) net.api().deregMr(r.first, r.second);
+  forget();
+}
+
+void Arena::forget() {
   regs_.clear();
   free(base_);
   base_ = nullptr;

@@ -19,7 +19,12 @@ class Arena {
  public:
   // Makes at least `bytes` available (contents are not kept when it grows).
   ncclResult_t reserve(size_t bytes, const Net& net, const Links& links);
+  // Deregisters from every comm and frees the memory.
   void release(const Net& net);
+  // Frees the memory of an arena whose comms are already closed (closing a
+  // comm releases its registrations).
+  void forget();
+  ~Arena() { forget(); }
   char* base() const { return base_; }
   size_t capacity() const { return capacity_; }
   // The registration of the arena on one of the link comms.

@@ -20,14 +20,17 @@ ncclSignComm* checkComm(ncclSignComm_t comm, const char* caller) {
 
 namespace {
 
-// Closes everything the comm owns. Links first, so peers blocked on them see
-// an error rather than waiting for their timeout.
+// Closes everything the comm owns. Links first: peers blocked on them see an
+// error rather than waiting for their timeout, and closing a comm joins the
+// transport's helper threads, which may still be writing into the arena after
+// a failed call. Only then is the arena's memory freed (its registrations
+// went with the comms).
 void destroy(ncclSignComm* comm) {
   if (comm->net) {
     comm->executor.reset();
     comm->sumTransfers.reset();
-    comm->arena.release(*comm->net);
     comm->links.close(*comm->net);
+    comm->arena.forget();
   }
   comm->bootstrap.reset();
   comm->net.reset();
@@ -66,7 +69,9 @@ ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec
   ncclSignAlgo_t chosen;
   NCCLCHECK(algo::chooseAlgorithm(comm->nranks, (uint64_t)nblocks * bits::kBlockElems, spec, available, requested,
                                   comm->costModel, &chosen));
-  constexpr size_t kCacheSize = 8;
+  // One entry per distinct message size: an optimizer with many buckets
+  // (parameter groups) must still find every one warm.
+  constexpr size_t kCacheSize = 64;
   ncclSignComm::CachedSchedule entry{requested, nblocks, spec.op, spec.zeroRule, spec.tieRule, {}};
   NCCLCHECK(algo::buildSchedule(chosen, comm->nranks, comm->rank, nblocks, spec, &entry.schedule));
   if (comm->schedules.size() < kCacheSize) {

@@ -33,9 +33,10 @@ ncclResult_t Net::open(const char* plugin, std::unique_ptr<Net>* out) {
       return ncclInvalidArgument;
     }
   }
-  // The built-in one and a dlopen'ed copy of ours share the comm layout, so
-  // its byte counters and wait work on either.
-  n->ours_ = n->api_->name != nullptr && strcmp(n->api_->name, net::kSocketNetName) == 0;
+  // Only the built-in transport's comms may be read as ours (byte counters,
+  // waits): a dlopen'ed library of the same name may be another build with
+  // another comm layout.
+  n->ours_ = n->api_ == net::socketNetV11();
   ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
   NCCLCHECK(n->api_->init(&n->ctx_, 0, &config, nullptr, nullptr));
   int ndev = 0;

@@ -150,7 +150,7 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const void* send, vo
   fieldPlanes_ = fields_ + fieldsWords;
   stage_ = fieldPlanes_ + fieldPlaneWords;
 
-  const int64_t chunkBytes = std::max<int64_t>(64, signlionParamHostChunkBytes());
+  const int64_t chunkBytes = hostChunkBytes();
   for (const algo::Step& st : s.steps) {
     for (const algo::Local& l : st.locals) NCCLCHECK(runLocal(l));
     if (!st.communicates()) continue;

@@ -47,7 +47,7 @@ ncclResult_t ringSum(ncclSignComm* c, const char* send, char* recv, size_t count
     if (send != recv && count > 0) memmove(recv, send, count * es);
     return ncclSuccess;
   }
-  const size_t chunk = (size_t)std::max<int64_t>(es, signlionParamHostChunkBytes()) / es;
+  const size_t chunk = (size_t)hostChunkBytes() / es;
   NCCLCHECK(c->arena.reserve((count + shardOf(count, n, 0).count) * es, *c->net, c->links));
   char* buf = c->arena.base();
   char* stage = buf + count * es;

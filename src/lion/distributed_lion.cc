@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/checks.h"
+#include "common/config.h"
 #include "common/debug.h"
 #include "lion/lion_passes.h"
 
@@ -29,8 +30,8 @@ struct StateHeader {
 ncclResult_t checkConfig(const ncclSignLionConfig_t& c, const char* caller) {
   ARGCHECK(c.size == sizeof(ncclSignLionConfig_t) && c.magic == NCCL_SIGN_LION_CONFIG_MAGIC, caller, "config",
            "not made from NCCL_SIGN_LION_CONFIG_INITIALIZER (size %zu, magic 0x%x)", c.size, c.magic);
-  ARGCHECK(c.version == NCCL_SIGN_VERSION_CODE, caller, "config.version", "%u, the library is %d", c.version,
-           NCCL_SIGN_VERSION_CODE);
+  ARGCHECK(headerVersionCompatible(c.version), caller, "config.version",
+           "%u is from an incompatible header (library %d)", c.version, NCCL_SIGN_VERSION_CODE);
   ARGCHECK(std::isfinite(c.lr) && c.lr > 0.0f, caller, "config.lr", "%g (must be > 0)", (double)c.lr);
   ARGCHECK(c.beta1 >= 0.0f && c.beta1 < 1.0f, caller, "config.beta1", "%g (must be in [0, 1))", (double)c.beta1);
   ARGCHECK(c.beta2 >= 0.0f && c.beta2 < 1.0f, caller, "config.beta2", "%g (must be in [0, 1))", (double)c.beta2);

@@ -46,12 +46,15 @@ __attribute__((visibility("default"))) ncclResult_t ncclSignLionCreate(ncclSignL
     NCCLCHECK(ncclSignCommCount(comm, &n));  // also rejects a dead comm
     lc.reset(new signlion::lion::HostCommunicator(comm));
   }
+  // The state is a few copies of count elements: anything that cannot be
+  // addressed is a bad count, not an allocation failure.
+  ARGCHECK(count <= (SIZE_MAX >> 4), fn, "count", "%zu parameters cannot be addressed", count);
   try {
     auto h = std::make_unique<ncclSignLion>();
     h->opt = std::make_unique<signlion::lion::Optimizer>(count, datatype, c, std::move(lc));
     *lion = h.release();
-  } catch (const std::bad_alloc&) {
-    WARN("%s: cannot allocate the state of %zu parameters", fn, count);
+  } catch (const std::exception& e) {  // bad_alloc, length_error: never out of an extern "C" call
+    WARN("%s: cannot allocate the state of %zu parameters: %s", fn, count, e.what());
     return ncclSystemError;
   }
   INFO(signlion::kSubsysLion, "Lion: %zu %s parameters, aggregation %d, lr %g, betas (%g, %g), wd %g", count,

@@ -428,13 +428,6 @@ TEST(VoteArgs, RejectsWhatTheContractExcludes) {
   EXPECT_EQ(checkVoteArgs(ncclFloat32, -1, "test"), ncclInvalidArgument);
 }
 
-}  // namespace
-}  // namespace bits
-}  // namespace signlion
-
-namespace signlion {
-namespace bits {
-namespace {
 
 // Votes in integer fields (field-sum), against a per-element reading.
 TEST(Fields, PackAndReadBackEveryWidth) {
@@ -489,13 +482,6 @@ TEST(Fields, CountsBecomeBitSlicedPlanes) {
   }
 }
 
-}  // namespace
-}  // namespace bits
-}  // namespace signlion
-
-namespace signlion {
-namespace bits {
-namespace {
 
 // Outputs past the streaming-store threshold (4 MiB) take the non-temporal
 // path on AVX2: the same bytes as the portable unpack, aligned or not.
