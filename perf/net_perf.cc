@@ -113,6 +113,24 @@ std::vector<size_t> latencySizes() {
 
 int itersFor(size_t size, int iters) { return size <= 65536 ? iters : std::max(20, iters / 10); }
 
+// Half round-trip times (us) for each latency size: roundTrip(size) is timed
+// over itersFor(size) trips after 20 warm-up trips. The same skeleton times
+// the plugin and the plain socket.
+template <typename RoundTrip>
+std::vector<double> timePingPong(int iters, RoundTrip roundTrip) {
+  std::vector<double> out;
+  for (size_t size : latencySizes()) {
+    int n = itersFor(size, iters), warm = 20;
+    double t0 = 0;
+    for (int i = 0; i < warm + n; i++) {
+      if (i == warm) t0 = nowSec();
+      roundTrip(size);
+    }
+    out.push_back((nowSec() - t0) / n / 2 * 1e6);
+  }
+  return out;
+}
+
 // Half round-trip times, us, per size.
 std::vector<double> pluginPingPong(int dev, int iters) {
   void *s, *r;
@@ -121,26 +139,19 @@ std::vector<double> pluginPingPong(int dev, int iters) {
   void *smr, *rmr;
   check(gNet->regMr(s, sbuf.data(), sbuf.size(), NCCL_PTR_HOST, &smr), "regMr");
   check(gNet->regMr(r, rbuf.data(), rbuf.size(), NCCL_PTR_HOST, &rmr), "regMr");
-  std::vector<double> out;
-  for (size_t size : latencySizes()) {
-    int n = itersFor(size, iters), warm = 20;
-    double t0 = 0;
-    for (int i = 0; i < warm + n; i++) {
-      if (i == warm) t0 = nowSec();
-      void* rd = rbuf.data();
-      size_t cap = rbuf.size();
-      int tag = 0;
-      void *sreq = nullptr, *rreq = nullptr;
-      check(gNet->irecv(r, 1, &rd, &cap, &tag, &rmr, nullptr, &rreq), "irecv");
-      if (!rreq) die("irecv not posted");
-      if (gServer) wait(rreq, r);
-      check(gNet->isend(s, sbuf.data(), size, 0, smr, nullptr, &sreq), "isend");
-      if (!sreq) die("isend not posted");
-      if (!gServer) wait(rreq, r);
-      wait(sreq, s);
-    }
-    out.push_back((nowSec() - t0) / n / 2 * 1e6);
-  }
+  std::vector<double> out = timePingPong(iters, [&](size_t size) {
+    void* rd = rbuf.data();
+    size_t cap = rbuf.size();
+    int tag = 0;
+    void *sreq = nullptr, *rreq = nullptr;
+    check(gNet->irecv(r, 1, &rd, &cap, &tag, &rmr, nullptr, &rreq), "irecv");
+    if (!rreq) die("irecv not posted");
+    if (gServer) wait(rreq, r);
+    check(gNet->isend(s, sbuf.data(), size, 0, smr, nullptr, &sreq), "isend");
+    if (!sreq) die("isend not posted");
+    if (!gServer) wait(rreq, r);
+    wait(sreq, s);
+  });
   gNet->deregMr(s, smr);
   gNet->deregMr(r, rmr);
   gNet->closeSend(s);
@@ -192,17 +203,10 @@ std::vector<double> plainPingPong(const SocketAddress& local, int iters) {
   if (fd < 0) die("plain socket");
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   std::vector<char> buf(1 << 20, 2);
-  std::vector<double> out;
-  for (size_t size : latencySizes()) {
-    int n = itersFor(size, iters), warm = 20;
-    double t0 = 0;
-    for (int i = 0; i < warm + n; i++) {
-      if (i == warm) t0 = nowSec();
-      fullIo(fd, buf.data(), size, !gServer);
-      fullIo(fd, buf.data(), size, gServer);
-    }
-    out.push_back((nowSec() - t0) / n / 2 * 1e6);
-  }
+  std::vector<double> out = timePingPong(iters, [&](size_t size) {
+    fullIo(fd, buf.data(), size, !gServer);
+    fullIo(fd, buf.data(), size, gServer);
+  });
   close(fd);
   return out;
 }
