@@ -12,11 +12,29 @@ namespace signlion {
 namespace host {
 
 namespace {
+// One published listen handle: for which peer, and the handle itself.
+struct HandleSlot {
+  int32_t peer;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+};
+
+const char* findHandle(const HandleSlot* row, int slots, int peer) {
+  for (int i = 0; i < slots; i++)
+    if (row[i].peer == peer) return row[i].handle;
+  return nullptr;
+}
+
 int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 }  // namespace
+
+int maxPeerSlots(int nranks) {
+  int lg = 0;
+  while ((1 << lg) < nranks) lg++;
+  return 2 * lg + 4;
+}
 
 std::vector<int> schedulePeers(int nranks, int rank) {
   std::set<int> peers;
@@ -44,15 +62,22 @@ ncclResult_t Links::connect(const Net& net, Bootstrap& bootstrap, const std::vec
   const ncclNet_v11_t& api = net.api();
   links_.assign(nranks, Link{});
   peers_ = peers;
-  // Handle table: row r holds rank r's listen handle for each peer p.
-  std::vector<char> table((size_t)nranks * nranks * NCCL_NET_HANDLE_MAXSIZE, 0);
+  // Handle table: row r holds rank r's listen handles, one slot per peer of
+  // r. A rank has O(log N) peers (ring neighbours, halving-doubling partners,
+  // the fold partner), so the table is O(N log N), not O(N^2).
+  const int slots = maxPeerSlots(nranks);
+  if ((int)peers.size() > slots) {
+    WARN("rank %d: %zu peers exceed the %d handle slots of %d ranks", rank, peers.size(), slots, nranks);
+    return ncclInternalError;
+  }
+  std::vector<HandleSlot> table((size_t)nranks * slots);
   std::vector<void*> listens(nranks, nullptr);
   ncclResult_t res = ncclSuccess;
-  auto handle = [&](int owner, int peer) {
-    return table.data() + ((size_t)owner * nranks + peer) * NCCL_NET_HANDLE_MAXSIZE;
-  };
-  for (int p : peers) NCCLCHECKGOTO(api.listen(net.ctx(), net.dev(), handle(rank, p), &listens[p]), res, done);
-  NCCLCHECKGOTO(bootstrap.allGather(table.data(), (size_t)nranks * NCCL_NET_HANDLE_MAXSIZE), res, done);
+  HandleSlot* mine = table.data() + (size_t)rank * slots;
+  for (int i = 0; i < slots; i++) mine[i].peer = i < (int)peers.size() ? peers[i] : -1;
+  for (int i = 0; i < (int)peers.size(); i++)
+    NCCLCHECKGOTO(api.listen(net.ctx(), net.dev(), mine[i].handle, &listens[peers[i]]), res, done);
+  NCCLCHECKGOTO(bootstrap.allGather(table.data(), (size_t)slots * sizeof(HandleSlot)), res, done);
   {
     int64_t deadline = nowMs() + timeoutMs;
     size_t pending = peers.size() * 2;
@@ -61,7 +86,13 @@ ncclResult_t Links::connect(const Net& net, Bootstrap& bootstrap, const std::vec
       for (int p : peers) {
         Link& l = links_[p];
         if (l.sendComm == nullptr) {
-          NCCLCHECKGOTO(api.connect(net.ctx(), net.dev(), handle(p, rank), &l.sendComm, nullptr), res, done);
+          const char* h = findHandle(table.data() + (size_t)p * slots, slots, rank);
+          if (h == nullptr) {
+            WARN("rank %d: rank %d published no handle for it (the peer sets are not symmetric)", rank, p);
+            res = ncclInternalError;
+            goto done;
+          }
+          NCCLCHECKGOTO(api.connect(net.ctx(), net.dev(), const_cast<char*>(h), &l.sendComm, nullptr), res, done);
           if (l.sendComm != nullptr) pending--;
         }
         if (l.recvComm == nullptr) {

@@ -39,5 +39,9 @@ class Links {
 // plus the ring neighbours of the sum all-reduce.
 std::vector<int> schedulePeers(int nranks, int rank);
 
+// Handle slots each rank publishes at link setup: generously above the ring's
+// 2 neighbours plus halving-doubling's ceil(log2 N) partners and fold partner.
+int maxPeerSlots(int nranks);
+
 }  // namespace host
 }  // namespace signlion
