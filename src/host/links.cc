@@ -12,10 +12,12 @@ namespace signlion {
 namespace host {
 
 namespace {
-// One published listen handle: for which peer, and the handle itself.
+// One published listen handle: for which peer, and the handle itself. The
+// handle is kept 16-byte aligned: transports (ours among them) read their
+// own struct out of it, as they may from NCCL's aligned handle buffers.
 struct HandleSlot {
-  int32_t peer;
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  int64_t peer;
+  alignas(16) char handle[NCCL_NET_HANDLE_MAXSIZE];
 };
 
 const char* findHandle(const HandleSlot* row, int slots, int peer) {
