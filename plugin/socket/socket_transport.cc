@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/checks.h"
+#include "common/clock.h"
 #include "net_common.h"
 #include "socket/fixed_queue.h"
 #include "socket/socket_devices.h"
@@ -39,11 +40,6 @@ constexpr size_t kMaxPendingAccepts = 256;
 constexpr size_t kStageBytes = 64 * 1024;      // recv comm staging buffer for the control stream
 constexpr size_t kDirectRead = 4096;           // inline remainder read straight into the user buffer
 constexpr int kCtrlRounds = 1024;              // parse/read steps per progress call (fairness bound)
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 int64_t timeoutMs() {
   int64_t t = signlionParamSocketTimeoutMs();

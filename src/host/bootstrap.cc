@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/checks.h"
+#include "common/clock.h"
 #include "socket/socket_stream.h"
 
 namespace signlion {
@@ -77,11 +78,6 @@ struct OpHeader {
 };
 
 std::atomic<int> gRootsRunning{0};
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // An owned descriptor.
 class UniqueFd {

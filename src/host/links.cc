@@ -7,6 +7,7 @@
 
 #include "algo/schedule.h"
 #include "common/checks.h"
+#include "common/clock.h"
 
 namespace signlion {
 namespace host {
@@ -26,10 +27,6 @@ const char* findHandle(const HandleSlot* row, int slots, int peer) {
   return nullptr;
 }
 
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 }  // namespace
 
 int maxPeerSlots(int nranks) {

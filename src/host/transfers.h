@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/checks.h"
+#include "common/clock.h"
 #include "host/net.h"
 
 namespace signlion {
@@ -52,11 +53,6 @@ class Transfers {
   };
   ncclResult_t post(Op& op);
   ncclResult_t test(Op& op, bool* completed);
-  static int64_t nowUs() {
-    return std::chrono::duration_cast<std::chrono::microseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
 
   const Net& net_;
   int timeoutMs_;
