@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "algo/schedule.h"
 #include "bits/bits.h"
 #include "bits/float16.h"
 #include "common/checks.h"
@@ -29,12 +30,13 @@ void addInto(char* dst, const char* src, size_t n, ncclDataType_t dt) {
   }
 }
 
+// Shard i of n over count elements: the schedules' balanced split.
 struct Shard {
   size_t begin, count;
 };
 Shard shardOf(size_t count, int n, int i) {
-  size_t q = count / n, r = count % n;
-  return {q * i + std::min<size_t>(i, r), q + (i < (int)r ? 1 : 0)};
+  algo::Range r = algo::shardRange((int64_t)count, n, i);
+  return {(size_t)r.begin, (size_t)r.size()};
 }
 
 // One segment: count elements of send summed into recv. The ring runs in the
