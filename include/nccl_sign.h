@@ -223,6 +223,49 @@ ncclResult_t ncclSignHostSumAllReduce(const void* sendbuff, void* recvbuff, size
                                       ncclSignComm_t comm);
 
 /* ---------------------------------------------------------------------------
+ * Sign all-reduce on the user's NCCL communicator (device buffers).
+ *
+ * Declared when nccl.h is available (it brings cudaStream_t). The library
+ * uses the libnccl.so already loaded in the process (the framework's); it
+ * never carries its own copy. Per communicator it caches scratch buffers,
+ * schedules and events, made on the first call of a size: warm a
+ * communicator up outside CUDA graph capture, then calls are capturable and
+ * allocate nothing. ncclSignCommRelease frees that cache (NCCL has no
+ * destruction hook): call it before ncclCommDestroy/ncclCommAbort.
+ * ------------------------------------------------------------------------- */
+#ifdef NCCL_SIGN_HAVE_NCCL
+
+/* The sign all-reduce of this header's semantics on device buffers, in the
+ * style of ncclAllReduce: stream-ordered and asynchronous (returns once the
+ * work is enqueued on `stream`), collective over every rank of comm, with
+ * the same count, datatype and op. sendbuff == recvbuff is in place. The
+ * zero rule, tie rule and algorithm are the communicator's (see
+ * ncclSignCommSetConfig; SIGNLION_ALGO forces an algorithm). The call issues
+ * NCCL operations and kernels that depend on one another, so it must not be
+ * made between ncclGroupStart and ncclGroupEnd.
+ * Errors: ncclInvalidArgument (NULL buffers with count > 0, host buffers, a
+ * datatype other than fp32/fp16/bf16/int8, an op out of range, average with
+ * int8, a count whose bytes overflow, a NULL comm, a comm NCCL rejects),
+ * ncclInvalidUsage (scratch would have to grow during graph capture),
+ * NCCL's and CUDA's errors otherwise. */
+ncclResult_t ncclSignAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                               ncclSignOp_t op, ncclComm_t comm, cudaStream_t stream);
+
+/* Sets the zero rule, tie rule and algorithm of ncclSignAllReduce on comm
+ * (timeoutMs and netPlugin do not apply to NCCL communicators). Every rank
+ * must set the same. NULL restores the defaults.
+ * Errors: ncclInvalidArgument (a NULL comm, a config ncclSignConfigCheck
+ * rejects). */
+ncclResult_t ncclSignCommSetConfig(ncclComm_t comm, const ncclSignConfig_t* config);
+
+/* Frees what signlion cached for comm (scratch, schedules, events) once the
+ * work already enqueued on it is done. Not collective; comm may be used
+ * again afterwards (the cache is made anew). A comm never used is fine. */
+ncclResult_t ncclSignCommRelease(ncclComm_t comm);
+
+#endif /* NCCL_SIGN_HAVE_NCCL */
+
+/* ---------------------------------------------------------------------------
  * Distributed Lion (Liu et al., Algorithm 1) on flat buffers.
  *
  * One optimizer object updates `count` parameters held in one flat buffer of
