@@ -381,6 +381,13 @@ inline void averageWord(const Counts& c, int nranks, size_t w, ncclDataType_t dt
 }
 
 void average(const Counts& c, int nranks, size_t count, ncclDataType_t dt, void* dst) {
+  // The vector path writes fp32/fp16/bf16 only (checkVoteArgs refuses an int8
+  // average at every entry point); anything else takes the portable path
+  // rather than being written with the wrong element size.
+  if (dt != ncclFloat32 && dt != ncclFloat16 && dt != ncclBfloat16) {
+    portableKernels().average(c, nranks, count, dt, dst);
+    return;
+  }
   char* d = static_cast<char*>(dst);
   size_t esize = dt == ncclFloat32 ? 4 : 2;
   size_t full = count / kBlockElems;

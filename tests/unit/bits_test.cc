@@ -505,6 +505,23 @@ TEST(VoteAlgebra, LargeUnpackMatchesPortable) {
   }
 }
 
+// The public entry points refuse an int8 average (checkVoteArgs); the table's
+// average must still never write an int8 buffer with another element size.
+TEST(VoteAlgebra, Int8AverageStaysInsideItsBuffer) {
+  const Kernels* avx2 = avx2Kernels();
+  if (!avx2) GTEST_SKIP() << "no AVX2+F16C on this CPU";
+  for (size_t count : {1, 63, 64, 65, 200}) {
+    size_t nw = numWords(count);
+    std::vector<uint64_t> p(2 * nw, ~0ull);
+    Counts c{p.data(), 2, nw};
+    Bytes d1(count + 8, 0xa5), d2(count + 8, 0xa5);
+    portableKernels().average(c, 3, count, ncclInt8, d1.data());
+    avx2->average(c, 3, count, ncclInt8, d2.data());
+    EXPECT_EQ(d1, d2) << "count=" << count;
+    for (size_t i = 0; i < 8; i++) EXPECT_EQ(d2[count + i], 0xa5) << "average wrote past count=" << count;
+  }
+}
+
 }  // namespace
 }  // namespace bits
 }  // namespace signlion
