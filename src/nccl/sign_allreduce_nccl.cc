@@ -29,8 +29,8 @@ namespace {
 
 // The largest count whose blocks, and whose element index of any block,
 // int64 arithmetic still holds (schedules count in int64 blocks).
-constexpr uint64_t kMaxCount = (static_cast<uint64_t>(INT64_MAX) - (bits::kBlockElems - 1)) / bits::kBlockElems *
-                               bits::kBlockElems;
+constexpr uint64_t kMaxCount =
+    (static_cast<uint64_t>(INT64_MAX) - (bits::kBlockElems - 1)) / bits::kBlockElems * bits::kBlockElems;
 
 // A buffer the comm's device can read and write: device memory of that
 // device, managed memory, or host memory mapped into the device.
@@ -45,8 +45,7 @@ ncclResult_t checkDeviceBuffer(const void* ptr, const char* name, int dev, const
     CUDACHECK(err);
   }
   ARGCHECK(attr.devicePointer != nullptr, caller, name,
-           "%p is host memory the device cannot access; pass device memory (or managed or mapped pinned memory)",
-           ptr);
+           "%p is host memory the device cannot access; pass device memory (or managed or mapped pinned memory)", ptr);
   ARGCHECK(attr.type != cudaMemoryTypeDevice || attr.device == dev, caller, name,
            "%p is memory of device %d; the communicator's device is %d", ptr, attr.device, dev);
   return ncclSuccess;
@@ -94,8 +93,8 @@ ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
     uint64_t* scratch;
     NCCLCHECK(ctx->scratch(static_cast<size_t>(entry->extra.layout.bytes()), stream, capturing, &scratch));
     DeviceBackend backend(*api, comm, stream, ctx->side(), ctx->forkEvent(), ctx->joinEvent());
-    NCCLCHECK(runSchedule(entry->schedule, entry->extra, scratch, send + done * esize, recv + done * esize, n,
-                          datatype, backend));
+    NCCLCHECK(runSchedule(entry->schedule, entry->extra, scratch, send + done * esize, recv + done * esize, n, datatype,
+                          backend));
     done += n;
   }
   return ctx->endCall(stream, capturing);
@@ -122,7 +121,7 @@ ncclResult_t setConfig(ncclComm_t comm, const ncclSignConfig_t* config) {
 ncclResult_t release(ncclComm_t comm) {
   ARGCHECK(comm != nullptr, "ncclSignCommRelease", "comm", "must not be NULL");
   std::shared_ptr<CommContext> ctx = takeCommContext(comm);
-  if (!ctx) return ncclSuccess;  // never used: nothing cached
+  if (!ctx) return ncclSuccess;               // never used: nothing cached
   std::lock_guard<std::mutex> lock(ctx->mu);  // a call enqueuing on another thread finishes first
   INFO(kSubsysInit, "ncclSignCommRelease: comm %p rank %d/%d", (void*)comm, ctx->shape.rank, ctx->shape.nranks);
   return ctx->release();
@@ -132,9 +131,8 @@ ncclResult_t release(ncclComm_t comm) {
 }  // namespace nccl
 }  // namespace signlion
 
-SIGNLION_API ncclResult_t ncclSignAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                                            ncclDataType_t datatype, ncclSignOp_t op, ncclComm_t comm,
-                                            cudaStream_t stream) {
+SIGNLION_API ncclResult_t ncclSignAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                            ncclSignOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return signlion::nccl::allReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 

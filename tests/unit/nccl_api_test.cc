@@ -40,8 +40,7 @@ TEST(NcclSignAllReduce, DatatypesAndOpsOutsideTheContractAreInvalidArguments) {
     EXPECT_EQ(ncclSignAllReduce(gBuf, gBuf, 8, dt, ncclSignMajority, comm.get(), nullptr), ncclInvalidArgument)
         << "datatype " << (int)dt;
   for (int op : {-1, (int)ncclSignNumOps, 17})
-    EXPECT_EQ(ncclSignAllReduce(gBuf, gBuf, 8, ncclFloat32, (ncclSignOp_t)op, comm.get(), nullptr),
-              ncclInvalidArgument)
+    EXPECT_EQ(ncclSignAllReduce(gBuf, gBuf, 8, ncclFloat32, (ncclSignOp_t)op, comm.get(), nullptr), ncclInvalidArgument)
         << "op " << op;
   // int8 votes have no average (the result would not fit the datatype).
   EXPECT_EQ(ncclSignAllReduce(gBuf, gBuf, 8, ncclInt8, ncclSignAverage, comm.get(), nullptr), ncclInvalidArgument);
@@ -62,8 +61,7 @@ TEST(NcclSignAllReduce, ACommNcclRejectsIsAnInvalidArgument) {
   NotAComm comm;
   EXPECT_EQ(ncclSignAllReduce(gBuf, gBuf, 128, ncclFloat32, ncclSignMajority, comm.get(), nullptr),
             ncclInvalidArgument);
-  EXPECT_EQ(ncclSignAllReduce(gBuf, gBuf, 0, ncclBfloat16, ncclSignAverage, comm.get(), nullptr),
-            ncclInvalidArgument);
+  EXPECT_EQ(ncclSignAllReduce(gBuf, gBuf, 0, ncclBfloat16, ncclSignAverage, comm.get(), nullptr), ncclInvalidArgument);
 }
 
 TEST(NcclSignCommSetConfig, ArgumentErrors) {
