@@ -43,6 +43,7 @@
 #include "nccl_sign.h"
 #include "perf_inputs.h"
 #include "sign_allreduce_perf_nccl.h"
+#include "sign_allreduce_perf_options.h"
 
 namespace {
 
@@ -55,17 +56,7 @@ constexpr bool kHaveMpi = false;
 
 // ---- options (nccl-tests' defaults) --------------------------------------------
 
-struct Options {
-  int nThreads = 1;
-  size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepBytes = 1 << 20, stepFactor = 1;
-  int iters = 20, warmupIters = 5, aggIters = 1, runCycles = 1, check = 1;
-  int blocking = 0, timeoutSec = 0, average = 1;  // average: 0 rank 0, 1 mean, 2 min, 3 max
-  std::string op = "mavo", type = "float", algo = "auto";
-  // Processes started by hand.
-  int rank = -1, nranks = 0;
-  std::string idFile;
-  bool nccl = false;  // the GPU mode
-};
+using signlion::perf::Options;
 
 struct OpInfo {
   const char* name;
@@ -536,23 +527,7 @@ int ncclMain(const Options& o, int algo) {
     return 2;
   }
 #ifdef SIGNLION_PERF_NCCL
-  signlion::perf::NcclPerfOptions n;
-  n.nranks = o.nThreads;
-  n.minBytes = o.minBytes;
-  n.maxBytes = o.maxBytes;
-  n.stepBytes = o.stepBytes;
-  n.stepFactor = o.stepFactor;
-  n.iters = o.iters;
-  n.warmupIters = o.warmupIters;
-  n.aggIters = o.aggIters;
-  n.runCycles = o.runCycles;
-  n.check = o.check;
-  n.average = o.average;
-  n.op = o.op;
-  n.type = o.type;
-  n.algo = algo;
-  n.algoName = o.algo;
-  return signlion::perf::runNcclMode(n);
+  return signlion::perf::runNcclMode(o, algo);
 #else
   (void)algo;
   fprintf(stderr,

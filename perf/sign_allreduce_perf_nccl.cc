@@ -56,8 +56,8 @@ struct DeviceBuffer {
 // One rank's run: every row of the table, printed by rank 0.
 class Bench {
  public:
-  Bench(const NcclPerfOptions& o, int rank, int nranks, ncclComm_t comm)
-      : o_(o), rank_(rank), n_(nranks), comm_(comm) {}
+  Bench(const Options& o, int algo, int rank, int nranks, ncclComm_t comm)
+      : o_(o), algo_(algo), rank_(rank), n_(nranks), comm_(comm) {}
 
   int run() {
     cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -75,7 +75,7 @@ class Bench {
     cuda(cudaMemset(recv_, 0, o_.maxBytes), "cudaMemset");
     cuda(cudaMemset(base_, 0, maxCount * 4), "cudaMemset");
     ncclSignConfig_t config = NCCL_SIGN_CONFIG_INITIALIZER;
-    config.algorithm = o_.algo;
+    config.algorithm = algo_;
     nccl(ncclSignCommSetConfig(comm_, &config), "ncclSignCommSetConfig");
     header();
     for (const Type& t : kTypes) {
@@ -230,7 +230,7 @@ class Bench {
     cuda(cudaGetDeviceProperties(&prop, mine.device), "cudaGetDeviceProperties");
     mine.busId = prop.pciBusID;
     gethostname(mine.host, sizeof(mine.host) - 1);
-    snprintf(mine.name, sizeof(mine.name), "%s", prop.name);
+    snprintf(mine.name, sizeof(mine.name), "%.63s", prop.name);
     DeviceBuffer gathered(sizeof(Info) * n_), own(sizeof(Info));
     cuda(cudaMemcpy(own.get(), &mine, sizeof(Info), cudaMemcpyHostToDevice), "cudaMemcpy");
     nccl(ncclAllGather(own.get(), gathered.get(), sizeof(Info), ncclChar, comm_, stream_), "ncclAllGather");
@@ -249,7 +249,7 @@ class Bench {
         o_.stepFactor > 1 ? "factor" : "bytes", o_.warmupIters, o_.iters, o_.aggIters, o_.check, 0);
     printf("# signlion %d.%d.%d ncclSignAllReduce on NCCL %d.%d.%d: %d ranks (processes), algorithm %s%s%s%s\n",
            version / 10000, version / 100 % 100, version % 100, ncclVersion / 10000, ncclVersion / 100 % 100,
-           ncclVersion % 100, n_, o_.algoName.c_str(), env ? " (SIGNLION_ALGO=" : "", env ? env : "", env ? ")" : "");
+           ncclVersion % 100, n_, o_.algo.c_str(), env ? " (SIGNLION_ALGO=" : "", env ? env : "", env ? ")" : "");
     printf(
         "# NCCL's ncclAllReduce (sum) of the same element count in fp32 and bf16 on the same communicators;\n"
         "# x fp32, x bf16: its time over ncclSignAllReduce's out-of-place time (> 1: the sign all-reduce is "
@@ -269,7 +269,8 @@ class Bench {
            "");
   }
 
-  const NcclPerfOptions& o_;
+  const Options& o_;
+  int algo_;
   int rank_, n_;
   ncclComm_t comm_;
   cudaStream_t stream_ = nullptr;
@@ -283,8 +284,8 @@ class Bench {
 
 }  // namespace
 
-int runNcclMode(const NcclPerfOptions& o) {
-  if (o.nranks < 1) {
+int runNcclMode(const Options& o, int algo) {
+  if (o.nThreads < 1) {
     fprintf(stderr, "--nccl: -t must be at least 1 (ranks, one process each)\n");
     return 2;
   }
@@ -298,13 +299,13 @@ int runNcclMode(const NcclPerfOptions& o) {
     return 77;
   }
   NcclRanksOptions ro;
-  ro.nranks = o.nranks;
+  ro.nranks = o.nThreads;
   ro.devices = devices;
   ro.hostIdPrefix = "sign-allreduce-perf";
   ro.timeoutSec = 3600;
   std::vector<int> codes = runNcclRanks(ro, [&](int rank, int nranks, ncclComm_t comm) {
     try {
-      return Bench(o, rank, nranks, comm).run();
+      return Bench(o, algo, rank, nranks, comm).run();
     } catch (const Failure& f) {
       fflush(stdout);
       fprintf(stderr, "sign_allreduce_perf --nccl: rank %d: %s\n", rank, f.what.c_str());
@@ -312,7 +313,7 @@ int runNcclMode(const NcclPerfOptions& o) {
     }
   });
   int rc = 0;
-  for (int r = 0; r < o.nranks; r++) {
+  for (int r = 0; r < o.nThreads; r++) {
     if (codes[r] == 0) continue;
     fprintf(stderr, "sign_allreduce_perf --nccl: rank %d exited with %d\n", r, codes[r]);
     rc = 1;

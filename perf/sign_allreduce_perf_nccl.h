@@ -5,26 +5,16 @@
 // on GPU r % devices.
 #pragma once
 
-#include <cstddef>
-#include <string>
+#include "sign_allreduce_perf_options.h"
 
 namespace signlion {
 namespace perf {
 
-struct NcclPerfOptions {
-  int nranks = 2;
-  size_t minBytes = 0, maxBytes = 0, stepBytes = 0, stepFactor = 1;
-  int iters = 20, warmupIters = 5, aggIters = 1, runCycles = 1, check = 1, average = 1;
-  std::string op = "mavo";     // mavo, avg, all
-  std::string type = "float";  // float, half, bfloat16, int8, all
-  int algo = 0;                // ncclSignAlgo_t for ncclSignCommSetConfig
-  std::string algoName = "auto";
-};
-
-// Runs the GPU mode; returns the exit code: 0, 1 (a wrong result or a failed
+// Runs the GPU mode with o.nThreads ranks and algorithm `algo` (an
+// ncclSignAlgo_t); returns the exit code: 0, 1 (a wrong result or a failed
 // call), 2 (bad options), 77 (no GPU: the mode cannot run here; a message
 // says why).
-int runNcclMode(const NcclPerfOptions& options);
+int runNcclMode(const Options& o, int algo);
 
 }  // namespace perf
 }  // namespace signlion

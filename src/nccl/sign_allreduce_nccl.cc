@@ -51,6 +51,26 @@ ncclResult_t checkDeviceBuffer(const void* ptr, const char* name, int dev, const
   return ncclSuccess;
 }
 
+// The message as segments of SIGNLION_NCCL_SEGMENT elements, each a whole
+// schedule on the comm's scratch.
+ncclResult_t runSegments(const NcclApi& api, CommContext& ctx, const algo::OpSpec& spec, const char* send, char* recv,
+                         size_t count, ncclDataType_t dt, cudaStream_t stream, bool capturing) {
+  const uint64_t segment = segmentElements();
+  const size_t esize = bits::typeSize(dt);
+  for (size_t done = 0; done < count;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(segment, count - done));
+    const algo::ScheduleCache<Plan>::Entry* entry = nullptr;
+    NCCLCHECK(ctx.planFor(algo::blocksForCount(n), spec, &entry));
+    uint64_t* scratch;
+    NCCLCHECK(ctx.scratch(static_cast<size_t>(entry->extra.layout.bytes()), stream, capturing, &scratch));
+    DeviceBackend backend(api, ctx.comm, stream, ctx.side(), ctx.forkEvent(), ctx.joinEvent());
+    NCCLCHECK(
+        runSchedule(entry->schedule, entry->extra, scratch, send + done * esize, recv + done * esize, n, dt, backend));
+    done += n;
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclSignOp_t op,
                        ncclComm_t comm, cudaStream_t stream) {
   static const char* kFn = "ncclSignAllReduce";
@@ -83,21 +103,12 @@ ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
   const algo::OpSpec spec{op, ctx->config.zeroRule, ctx->config.tieRule};
   bool capturing;
   NCCLCHECK(ctx->beginCall(stream, &capturing));
-  const uint64_t segment = segmentElements();
-  const char* send = static_cast<const char*>(sendbuff);
-  char* recv = static_cast<char*>(recvbuff);
-  for (size_t done = 0; done < count;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(segment, count - done));
-    const algo::ScheduleCache<Plan>::Entry* entry = nullptr;
-    NCCLCHECK(ctx->planFor(algo::blocksForCount(n), spec, &entry));
-    uint64_t* scratch;
-    NCCLCHECK(ctx->scratch(static_cast<size_t>(entry->extra.layout.bytes()), stream, capturing, &scratch));
-    DeviceBackend backend(*api, comm, stream, ctx->side(), ctx->forkEvent(), ctx->joinEvent());
-    NCCLCHECK(runSchedule(entry->schedule, entry->extra, scratch, send + done * esize, recv + done * esize, n, datatype,
-                          backend));
-    done += n;
-  }
-  return ctx->endCall(stream, capturing);
+  ncclResult_t res = runSegments(*api, *ctx, spec, static_cast<const char*>(sendbuff), static_cast<char*>(recvbuff),
+                                 count, datatype, stream, capturing);
+  // Also after a failure: the next call must come after whatever was enqueued.
+  ncclResult_t end = ctx->endCall(stream, capturing);
+  NCCLCHECK(res);
+  return end;
 }
 
 ncclResult_t setConfig(ncclComm_t comm, const ncclSignConfig_t* config) {
