@@ -1,7 +1,7 @@
 // The NCCL executor's device path without a GPU: the executor, the
 // DeviceBackend that maps every step onto kernels/ launchers and NCCL calls,
 // and the kernels' own source on the SIMT emulator (tests/simt). NCCL is
-// played by ranks as threads behind an NcclApi table, the one nccl_symbols.h
+// played by ranks as threads (common/fake_fabric.h) behind an NcclApi table, the one nccl_symbols.h
 // fills from the real library, with NCCL's matching rule (a peer's
 // point-to-point operations of a group in posting order). Device memory is
 // the emulator's (a guard page after every buffer), so a launch that reads or
@@ -13,10 +13,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +21,7 @@
 #include "algo/schedule.h"
 #include "bits/bits.h"
 #include "common/config.h"
+#include "common/fake_fabric.h"
 #include "common/vote_inputs.h"
 #include "nccl/device_backend.h"
 #include "nccl/nccl_executor.h"
@@ -46,15 +44,14 @@ namespace nccl {
 namespace {
 
 // The emulator runs one launch at a time, so one rank thread runs at a time:
-// each holds gTurn except while it waits for a message or a collective.
-std::mutex gTurn;
-std::condition_variable gWake;
-thread_local std::unique_lock<std::mutex>* tTurn = nullptr;
+// each holds the fabric's lock except while it waits for a message or a
+// collective.
+thread_local test::FakeFabric::Lock* tTurn = nullptr;
 
 // One rank's end of the fabric; its address is the rank's ncclComm_t.
 struct FakeComm {
   int rank = 0;
-  struct Fabric* fabric = nullptr;
+  test::FakeFabric* fabric = nullptr;
   struct Pending {
     int peer;
     void* data;
@@ -65,27 +62,6 @@ struct FakeComm {
 };
 thread_local FakeComm* tComm = nullptr;  // ncclGroupStart/End name no comm
 
-struct Fabric {
-  explicit Fabric(int n) : n(n), mail(n * n), slots(n) {}
-  int n;
-  std::vector<std::deque<std::vector<char>>> mail;  // [from * n + to]
-  std::vector<std::vector<char>> slots;
-  int arrived = 0;
-  uint64_t generation = 0;
-  int wordsMismatch = 0;
-
-  void barrier() {
-    uint64_t gen = generation;
-    if (++arrived == n) {
-      arrived = 0;
-      generation++;
-      gWake.notify_all();
-    } else {
-      gWake.wait(*tTurn, [&] { return generation != gen; });
-    }
-  }
-};
-
 FakeComm* fake(ncclComm_t comm) { return reinterpret_cast<FakeComm*>(comm); }
 
 ncclResult_t fakeGroupStart() {
@@ -95,22 +71,14 @@ ncclResult_t fakeGroupStart() {
 ncclResult_t fakeGroupEnd() {
   FakeComm& c = *tComm;
   if (--c.groupDepth > 0) return ncclSuccess;
-  for (const FakeComm::Pending& p : c.pending) {
-    auto& box = c.fabric->mail[p.peer * c.fabric->n + c.rank];
-    gWake.wait(*tTurn, [&] { return !box.empty(); });
-    if (box.front().size() != p.bytes) c.fabric->wordsMismatch++;
-    memcpy(p.data, box.front().data(), std::min(p.bytes, box.front().size()));
-    box.pop_front();
-  }
+  for (const FakeComm::Pending& p : c.pending) c.fabric->take(*tTurn, p.peer, c.rank, p.data, p.bytes);
   c.pending.clear();
   return ncclSuccess;
 }
 ncclResult_t fakeSend(const void* buf, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t) {
   FakeComm& c = *fake(comm);
   if (dt != ncclUint64 || c.groupDepth == 0) return ncclInvalidUsage;
-  const char* p = static_cast<const char*>(buf);
-  c.fabric->mail[c.rank * c.fabric->n + peer].emplace_back(p, p + count * 8);
-  gWake.notify_all();
+  c.fabric->post(*tTurn, c.rank, peer, buf, count * 8);
   return ncclSuccess;
 }
 ncclResult_t fakeRecv(void* buf, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t) {
@@ -123,26 +91,14 @@ ncclResult_t fakeAllGather(const void* send, void* recv, size_t count, ncclDataT
                            cudaStream_t) {
   FakeComm& c = *fake(comm);
   if (dt != ncclUint64) return ncclInvalidUsage;
-  const size_t bytes = count * 8;
-  c.fabric->slots[c.rank].assign(static_cast<const char*>(send), static_cast<const char*>(send) + bytes);
-  c.fabric->barrier();
-  for (int r = 0; r < c.fabric->n; r++) memcpy(static_cast<char*>(recv) + r * bytes, c.fabric->slots[r].data(), bytes);
-  c.fabric->barrier();
+  c.fabric->allGather(*tTurn, c.rank, send, recv, count * 8);
   return ncclSuccess;
 }
 ncclResult_t fakeAllReduce(const void* send, void* recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t) {
   FakeComm& c = *fake(comm);
   if (dt != ncclUint64 || op != ncclSum) return ncclInvalidUsage;
-  c.fabric->slots[c.rank].assign(static_cast<const char*>(send), static_cast<const char*>(send) + count * 8);
-  c.fabric->barrier();
-  std::vector<uint64_t> sum(count, 0);
-  for (int r = 0; r < c.fabric->n; r++) {
-    const uint64_t* w = reinterpret_cast<const uint64_t*>(c.fabric->slots[r].data());
-    for (size_t i = 0; i < count; i++) sum[i] += w[i];
-  }
-  c.fabric->barrier();
-  memcpy(recv, sum.data(), count * 8);
+  c.fabric->allReduceSum(*tTurn, c.rank, static_cast<const uint64_t*>(send), static_cast<uint64_t*>(recv), count);
   return ncclSuccess;
 }
 ncclResult_t fakeAsyncError(ncclComm_t, ncclResult_t* err) {
@@ -190,7 +146,7 @@ void runEmulated(ncclSignAlgo_t algo, int n, size_t count, ncclDataType_t dt, co
   std::vector<test::Bytes> in = test::randomVoteInputs(n, count, dt, 11 + (uint32_t)count + 17u * n);
   test::Bytes want = test::referenceOutput(in, count, dt, sp.op, sp.zero, sp.tie);
   const NcclApi api = fakeApi();
-  Fabric fabric(n);
+  test::FakeFabric fabric(n);
   std::vector<FakeComm> comms(n);
   std::vector<test::Bytes> out(n, test::Bytes(bytes));
   std::vector<ncclResult_t> res(n, ncclInternalError);
@@ -199,7 +155,7 @@ void runEmulated(ncclSignAlgo_t algo, int n, size_t count, ncclDataType_t dt, co
     comms[r].rank = r;
     comms[r].fabric = &fabric;
     threads.emplace_back([&, r] {
-      std::unique_lock<std::mutex> turn(gTurn);
+      test::FakeFabric::Lock turn(fabric.mutex());
       tTurn = &turn;
       tComm = &comms[r];
       algo::Schedule s;
@@ -226,8 +182,7 @@ void runEmulated(ncclSignAlgo_t algo, int n, size_t count, ncclDataType_t dt, co
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(fabric.wordsMismatch, 0) << "a receive expected another size than its send";
-  for (const auto& box : fabric.mail) EXPECT_TRUE(box.empty()) << "messages left undelivered";
+  EXPECT_TRUE(fabric.drained()) << "messages left undelivered, or of another size than received";
   for (int r = 0; r < n; r++) {
     ASSERT_EQ(res[r], ncclSuccess) << "rank " << r;
     size_t bad = test::firstMismatch(out[r], want);
