@@ -61,8 +61,10 @@
     }                                                                                \
   } while (0)
 
-#ifdef __CUDACC__
-#include <cuda_runtime.h>
+// CUDA checks, in nvcc's translation units and in host ones that include the
+// CUDA runtime API (cuda_runtime_api.h defines CUDART_VERSION) before this.
+#if defined(__CUDACC__) || defined(CUDART_VERSION)
+#include <cuda_runtime_api.h>
 // A CUDA runtime call. cudaGetLastError() clears the sticky error so the next
 // call is not blamed for this one.
 #define CUDACHECK(call)                                                   \
