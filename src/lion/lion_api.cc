@@ -23,6 +23,22 @@ ncclSignLion* checkLion(const ncclSignLion_t lion, const char* caller) {
   return lion;
 }
 
+// The handle around an optimizer whose state lives in lc's memory space.
+ncclResult_t makeLion(ncclSignLion_t* lion, size_t count, ncclDataType_t datatype, const ncclSignLionConfig_t& c,
+                      std::unique_ptr<signlion::lion::Communicator> lc, const char* fn) {
+  std::unique_ptr<ncclSignLion> h;
+  try {
+    h = std::make_unique<ncclSignLion>();
+    h->opt = std::make_unique<signlion::lion::Optimizer>(count, datatype, c, std::move(lc));
+  } catch (const std::exception& e) {  // bad_alloc: never out of an extern "C" call
+    WARN("%s: cannot allocate the optimizer of %zu parameters: %s", fn, count, e.what());
+    return ncclSystemError;
+  }
+  NCCLCHECK(h->opt->status());
+  *lion = h.release();
+  return ncclSuccess;
+}
+
 }  // namespace
 
 extern "C" {
@@ -49,14 +65,7 @@ __attribute__((visibility("default"))) ncclResult_t ncclSignLionCreate(ncclSignL
   // The state is a few copies of count elements: anything that cannot be
   // addressed is a bad count, not an allocation failure.
   ARGCHECK(count <= (SIZE_MAX >> 4), fn, "count", "%zu parameters cannot be addressed", count);
-  try {
-    auto h = std::make_unique<ncclSignLion>();
-    h->opt = std::make_unique<signlion::lion::Optimizer>(count, datatype, c, std::move(lc));
-    *lion = h.release();
-  } catch (const std::exception& e) {  // bad_alloc, length_error: never out of an extern "C" call
-    WARN("%s: cannot allocate the state of %zu parameters: %s", fn, count, e.what());
-    return ncclSystemError;
-  }
+  NCCLCHECK(makeLion(lion, count, datatype, c, std::move(lc), fn));
   INFO(signlion::kSubsysLion, "Lion: %zu %s parameters, aggregation %d, lr %g, betas (%g, %g), wd %g", count,
        signlion::bits::typeName(datatype), c.aggregation, (double)c.lr, (double)c.beta1, (double)c.beta2,
        (double)c.weightDecay);
@@ -93,7 +102,7 @@ __attribute__((visibility("default"))) ncclResult_t ncclSignLionStep(ncclSignLio
   const char* fn = "ncclSignLionStep";
   ncclSignLion* l = checkLion(lion, fn);
   if (l == nullptr) return ncclInvalidArgument;
-  const bool empty = l->opt->momentum().empty();
+  const bool empty = l->opt->count() == 0;
   ARGCHECK(empty || params != nullptr, fn, "params", "NULL");
   ARGCHECK(empty || grads != nullptr, fn, "grads", "NULL");
   bool done = false;
