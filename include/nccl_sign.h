@@ -240,9 +240,11 @@ ncclResult_t ncclSignHostSumAllReduce(const void* sendbuff, void* recvbuff, size
  * work is enqueued on `stream`), collective over every rank of comm, with
  * the same count, datatype and op. sendbuff == recvbuff is in place. The
  * zero rule, tie rule and algorithm are the communicator's (see
- * ncclSignCommSetConfig; SIGNLION_ALGO forces an algorithm). The call issues
- * NCCL operations and kernels that depend on one another, so it must not be
- * made between ncclGroupStart and ncclGroupEnd.
+ * ncclSignCommSetConfig; SIGNLION_ALGO forces an algorithm). Calls on one
+ * comm run one after another even when made on different streams (they
+ * share its scratch). The call issues NCCL operations and kernels that
+ * depend on one another, so it must not be made between ncclGroupStart and
+ * ncclGroupEnd (docs/NCCL.md says why).
  * Errors: ncclInvalidArgument (NULL buffers with count > 0, host buffers, a
  * datatype other than fp32/fp16/bf16/int8, an op out of range, average with
  * int8, a count whose bytes overflow, a NULL comm, a comm NCCL rejects),
@@ -252,15 +254,21 @@ ncclResult_t ncclSignAllReduce(const void* sendbuff, void* recvbuff, size_t coun
                                ncclSignOp_t op, ncclComm_t comm, cudaStream_t stream);
 
 /* Sets the zero rule, tie rule and algorithm of ncclSignAllReduce on comm
- * (timeoutMs and netPlugin do not apply to NCCL communicators). Every rank
- * must set the same. NULL restores the defaults.
+ * (timeoutMs and netPlugin do not apply to NCCL communicators); the calls
+ * enqueued after it use them. Every rank must set the same. NULL restores
+ * the defaults. SIGNLION_ALGO, when set, still forces the algorithm.
  * Errors: ncclInvalidArgument (a NULL comm, a config ncclSignConfigCheck
- * rejects). */
+ * rejects, a comm NCCL rejects). */
 ncclResult_t ncclSignCommSetConfig(ncclComm_t comm, const ncclSignConfig_t* config);
 
-/* Frees what signlion cached for comm (scratch, schedules, events) once the
- * work already enqueued on it is done. Not collective; comm may be used
- * again afterwards (the cache is made anew). A comm never used is fine. */
+/* Frees what signlion cached for comm (scratch, schedules, events, and the
+ * config of ncclSignCommSetConfig) once the work already enqueued on it
+ * outside graph capture is done; CUDA graphs that captured calls on comm
+ * must not be replayed afterwards. Not collective; comm may be used again
+ * afterwards (the cache is made anew, with the default config). A comm never
+ * used is fine.
+ * Errors: ncclInvalidArgument (a NULL comm), CUDA's errors (everything is
+ * freed regardless). */
 ncclResult_t ncclSignCommRelease(ncclComm_t comm);
 
 #endif /* NCCL_SIGN_HAVE_NCCL */

@@ -17,18 +17,25 @@ namespace algo {
 
 namespace {
 // A tunable that must be positive; anything else keeps the default.
-double positiveParam(int64_t value, const char* name, double deflt) {
+double positiveParam(int64_t value, const char* prefix, const char* name, double deflt) {
   if (value > 0) return static_cast<double>(value);
-  WARN("SIGNLION_%s=%lld must be positive; using the default", name, (long long)value);
+  WARN("SIGNLION_%s_%s=%lld must be positive; using the default", prefix, name, (long long)value);
   return deflt;
 }
 }  // namespace
 
-CostModel::CostModel() {
-  params_.alphaUs = positiveParam(signlionParamCostAlphaNs(), "COST_ALPHA_NS", 20000) * 1e-3;
-  params_.betaBytesPerUs = positiveParam(signlionParamCostBetaMBps(), "COST_BETA_MBPS", 1250);  // MB/s == B/us
-  params_.gammaUsPerPlane = positiveParam(signlionParamCostGammaPs(), "COST_GAMMA_PS", 10) * 1e-6;
+CostParams costParamsFrom(const char* prefix, int64_t alphaNs, int64_t betaMBps, int64_t gammaPs,
+                          const CostParams& defaults) {
+  CostParams p = defaults;
+  p.alphaUs = positiveParam(alphaNs, prefix, "ALPHA_NS", defaults.alphaUs * 1e3) * 1e-3;
+  p.betaBytesPerUs = positiveParam(betaMBps, prefix, "BETA_MBPS", defaults.betaBytesPerUs);  // MB/s == B/us
+  p.gammaUsPerPlane = positiveParam(gammaPs, prefix, "GAMMA_PS", defaults.gammaUsPerPlane * 1e6) * 1e-6;
+  return p;
 }
+
+CostModel::CostModel()
+    : params_(costParamsFrom("COST", signlionParamCostAlphaNs(), signlionParamCostBetaMBps(),
+                             signlionParamCostGammaPs(), CostParams())) {}
 
 ncclResult_t CostModel::setMeasured(double alphaUs, double betaBytesPerUs) {
   ARGCHECK(alphaUs >= 0 && std::isfinite(alphaUs), "CostModel::setMeasured", "alphaUs", "%g is not >= 0", alphaUs);
@@ -41,13 +48,19 @@ ncclResult_t CostModel::setMeasured(double alphaUs, double betaBytesPerUs) {
 }
 
 double CostModel::predict(const Schedule& s) const {
+  const bool oneCollective = params_.collectiveStepUs >= 0 &&
+                             (s.algo == ncclSignAlgoAllGather || s.algo == ncclSignAlgoFieldSum);
+  const double stepUs = oneCollective ? params_.collectiveStepUs : params_.alphaUs;
   double us = 0, receivedBits = 0;
+  bool any = false;
   for (const Step& st : s.steps) {
     if (!st.anyRankCommunicates) continue;
     int64_t bytes = std::max(st.bytesSent(), st.bytesReceived());
-    us += params_.alphaUs + static_cast<double>(bytes) / params_.betaBytesPerUs;
+    us += stepUs + static_cast<double>(bytes) / params_.betaBytesPerUs;
     receivedBits += 8.0 * static_cast<double>(st.bytesReceived());
+    any = true;
   }
+  if (oneCollective && any) us += params_.alphaUs;
   double elems = static_cast<double>(s.nblocks) * kBlockElems;
   return us + params_.gammaUsPerPlane * (receivedBits + elems * (s.counters + s.resultPlanes));
 }

@@ -22,7 +22,19 @@ struct CostParams {
   double alphaUs = 20.0;            // per message step; SIGNLION_COST_ALPHA_NS (20000)
   double betaBytesPerUs = 1250.0;   // link bandwidth; SIGNLION_COST_BETA_MBPS (1250 = 10 Gb/s)
   double gammaUsPerPlane = 1e-5;    // compute per element-plane; SIGNLION_COST_GAMMA_PS (10)
+  // Negative: every algorithm runs its schedule's steps one after the other
+  // (the host executor). Otherwise allgather and field-sum run as one library
+  // collective (the NCCL executor: ncclAllGather, ncclAllReduce), whose steps
+  // are pipelined inside one launch: alphaUs once per call, then this per
+  // message step.
+  double collectiveStepUs = -1.0;
 };
+
+// Cost parameters from SIGNLION_<prefix>_ALPHA_NS, _BETA_MBPS and _GAMMA_PS
+// as the caller's cached parameters read them: a value <= 0 logs a WARN
+// naming the variable and keeps the one in `defaults`.
+CostParams costParamsFrom(const char* prefix, int64_t alphaNs, int64_t betaMBps, int64_t gammaPs,
+                          const CostParams& defaults);
 
 // Bit i set when algorithm i (ncclSignAlgo_t) may be used.
 constexpr unsigned algoBit(ncclSignAlgo_t algo) { return 1u << static_cast<unsigned>(algo); }

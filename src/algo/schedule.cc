@@ -54,6 +54,17 @@ int64_t Schedule::maxRecvBytesPerStep() const {
   return m;
 }
 
+int64_t Schedule::planeOffset(Buffer buf, int slot, int plane, int payloadWidth) const {
+  switch (buf) {
+    case Buffer::kCounter:
+      return (static_cast<int64_t>(plane / payloadWidth) * counterWidth + plane % payloadWidth) * nblocks;
+    case Buffer::kResult: return static_cast<int64_t>(plane) * nblocks;
+    case Buffer::kVotes: return (static_cast<int64_t>(slot) * counters + plane) * nblocks;
+    case Buffer::kFields: return static_cast<int64_t>(plane) * fieldWords;
+  }
+  return 0;
+}
+
 ncclResult_t checkOpSpec(const OpSpec& spec, const char* caller) {
   ARGCHECK(spec.op >= 0 && spec.op < ncclSignNumOps, caller, "op", "%d is not an ncclSignOp_t", (int)spec.op);
   ARGCHECK(spec.zeroRule >= 0 && spec.zeroRule < ncclSignNumZeroRules, caller, "zeroRule",

@@ -163,6 +163,13 @@ struct Schedule {
   int64_t resultBytes() const { return 8 * nblocks * resultPlanes; }
   int64_t votesBytes() const { return 8 * nblocks * counters * voteSlots; }
   int64_t fieldsBytes() const { return 8 * fieldWords * counters; }
+  // Where plane `plane` of `buf` starts, in words from the start of that
+  // buffer (kVotes: of vote slot `slot`). Planes hold nblocks words (kFields:
+  // fieldWords). For kCounter, `payloadWidth` is the per-counter width of a
+  // transfer's payload: its plane p is bit p % payloadWidth of counter
+  // p / payloadWidth (P, then M), and in the buffer counter c starts
+  // c * counterWidth planes in. Every executor addresses buffers this way.
+  int64_t planeOffset(Buffer buf, int slot, int plane, int payloadWidth) const;
 };
 
 // Builds rank `rank`'s schedule of `algo` (a concrete algorithm, not Auto) for

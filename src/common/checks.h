@@ -61,8 +61,10 @@
     }                                                                                \
   } while (0)
 
-#ifdef __CUDACC__
-#include <cuda_runtime.h>
+// CUDA checks, in nvcc's translation units and in host ones that include the
+// CUDA runtime API (cuda_runtime_api.h defines CUDART_VERSION) before this.
+#if defined(__CUDACC__) || defined(CUDART_VERSION)
+#include <cuda_runtime_api.h>
 // A CUDA runtime call. cudaGetLastError() clears the sticky error so the next
 // call is not blamed for this one.
 #define CUDACHECK(call)                                                   \
@@ -72,6 +74,18 @@
       (void)cudaGetLastError();                                           \
       WARN("Cuda failure %d '%s'", (int)err_, cudaGetErrorString(err_)); \
       return ncclUnhandledCudaError;                                      \
+    }                                                                     \
+  } while (0)
+
+// The same, recording the result in RES and jumping to LABEL (cleanup path).
+#define CUDACHECKGOTO(call, RES, label)                                   \
+  do {                                                                    \
+    cudaError_t err_ = (call);                                            \
+    if (err_ != cudaSuccess) {                                            \
+      (void)cudaGetLastError();                                           \
+      WARN("Cuda failure %d '%s'", (int)err_, cudaGetErrorString(err_)); \
+      (RES) = ncclUnhandledCudaError;                                     \
+      goto label;                                                         \
     }                                                                     \
   } while (0)
 #endif

@@ -1,5 +1,6 @@
 #include "common/param.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <string>
@@ -42,6 +43,15 @@ std::string paramReadString(const char* name, const char* deflt) {
   if (s == nullptr) return deflt ? deflt : "";
   INFO(kSubsysEnv, "%s set by environment to %s", var.c_str(), s);
   return s;
+}
+
+int64_t paramClamp(int64_t value, int64_t lo, int64_t hi, const char* name, std::atomic<bool>* warned) {
+  if (value >= lo && value <= hi) return value;
+  int64_t clamped = std::clamp(value, lo, hi);
+  if (!warned->exchange(true))
+    WARN("SIGNLION_%s=%lld is outside [%lld, %lld]; using %lld", name, (long long)value, (long long)lo,
+         (long long)hi, (long long)clamped);
+  return clamped;
 }
 
 void paramResetCache() { gParamEpoch.fetch_add(1, std::memory_order_acq_rel); }

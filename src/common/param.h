@@ -17,6 +17,10 @@ int64_t paramReadInt(const char* name, int64_t deflt);
 // SIGNLION_<name> or deflt when unset.
 std::string paramReadString(const char* name, const char* deflt);
 
+// value within [lo, hi]. When it is not, the nearest bound, after a WARN
+// naming SIGNLION_<name> (once per `warned` flag, so a hot path may call it).
+int64_t paramClamp(int64_t value, int64_t lo, int64_t hi, const char* name, std::atomic<bool>* warned);
+
 // Forget cached values (tests set variables after first use).
 void paramResetCache();
 

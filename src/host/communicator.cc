@@ -57,31 +57,11 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
 
 ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec& spec,
                          const algo::Schedule** out) {
-  ncclSignAlgo_t requested = comm->config.algorithm;
-  for (const auto& c : comm->schedules) {
-    if (c.requested == requested && c.nblocks == nblocks && c.op == spec.op && c.zero == spec.zeroRule &&
-        c.tie == spec.tieRule) {
-      *out = &c.schedule;
-      return ncclSuccess;
-    }
-  }
-  const unsigned available = algo::kAllAlgorithms;
-  ncclSignAlgo_t chosen;
-  NCCLCHECK(algo::chooseAlgorithm(comm->nranks, (uint64_t)nblocks * bits::kBlockElems, spec, available, requested,
-                                  comm->costModel, &chosen));
-  // One entry per distinct message size: an optimizer with many buckets
-  // (parameter groups) must still find every one warm.
-  constexpr size_t kCacheSize = 64;
-  ncclSignComm::CachedSchedule entry{requested, nblocks, spec.op, spec.zeroRule, spec.tieRule, {}};
-  NCCLCHECK(algo::buildSchedule(chosen, comm->nranks, comm->rank, nblocks, spec, &entry.schedule));
-  if (comm->schedules.size() < kCacheSize) {
-    comm->schedules.push_back(std::move(entry));
-    *out = &comm->schedules.back().schedule;
-  } else {
-    size_t slot = comm->nextEvict++ % kCacheSize;
-    comm->schedules[slot] = std::move(entry);
-    *out = &comm->schedules[slot].schedule;
-  }
+  const algo::ScheduleCache<>::Entry* entry = nullptr;
+  NCCLCHECK(comm->schedules.get(
+      comm->nranks, comm->rank, nblocks, spec, comm->config.algorithm, algo::kAllAlgorithms, comm->costModel,
+      [](algo::ScheduleCache<>::Entry*) { return ncclSuccess; }, &entry));
+  *out = &entry->schedule;
   return ncclSuccess;
 }
 

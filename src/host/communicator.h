@@ -9,6 +9,7 @@
 
 #include "algo/cost_model.h"
 #include "algo/schedule.h"
+#include "algo/schedule_cache.h"
 #include "common/config.h"
 #include "host/arena.h"
 #include "host/bootstrap.h"
@@ -31,15 +32,7 @@ struct ncclSignComm {
   std::unique_ptr<signlion::host::Transfers> sumTransfers;  // the sum baseline's, reused across calls
   signlion::algo::CostModel costModel;
 
-  // Schedules of recent calls, so a warm communicator builds none.
-  struct CachedSchedule {
-    ncclSignAlgo_t requested;
-    int64_t nblocks;
-    int op, zero, tie;
-    signlion::algo::Schedule schedule;
-  };
-  std::vector<CachedSchedule> schedules;
-  size_t nextEvict = 0;
+  signlion::algo::ScheduleCache<> schedules;  // so a warm communicator builds none
 };
 
 namespace signlion {

@@ -14,19 +14,11 @@ namespace host {
 using algo::Buffer;
 
 uint64_t* ScheduleExecutor::plane(Buffer buf, int slot, int p, int payloadWidth) const {
-  const int64_t nb = s_->nblocks;
-  switch (buf) {
-    case Buffer::kCounter: {
-      // A counter payload is its P planes then its M planes, payloadWidth each;
-      // in the buffer the M counter starts after counterWidth P planes.
-      int c = p / payloadWidth, q = p % payloadWidth;
-      return counter_ + ((int64_t)c * s_->counterWidth + q) * nb;
-    }
-    case Buffer::kResult: return result_ + (int64_t)p * nb;
-    case Buffer::kVotes: return votes_ + ((int64_t)slot * s_->counters + p) * nb;
-    case Buffer::kFields: return fields_ + (int64_t)p * s_->fieldWords;
-    default: return nullptr;
-  }
+  uint64_t* base = buf == Buffer::kCounter ? counter_
+                   : buf == Buffer::kResult ? result_
+                   : buf == Buffer::kVotes  ? votes_
+                                            : fields_;
+  return base + s_->planeOffset(buf, slot, p, payloadWidth);
 }
 
 ncclResult_t ScheduleExecutor::runLocal(const algo::Local& l) {

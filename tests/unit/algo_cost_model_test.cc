@@ -148,6 +148,43 @@ TEST(AlgoCostModel, ParamsAndMeasuredValuesOverrideDefaults) {
   EXPECT_DOUBLE_EQ(m.params().alphaUs, 0.0);  // unchanged by the failed calls
 }
 
+// The NCCL executor runs allgather and field-sum as one library collective:
+// one alpha for the call, a small cost per ring step inside it; the other
+// algorithms still pay alpha per step.
+TEST(AlgoCostModel, OneLibraryCollectivePaysAlphaOnce) {
+  CostParams p{10.0, 1e30, 0.0};
+  CostModel steps(p);
+  p.collectiveStepUs = 1.0;
+  CostModel collective(p);
+  double a = 0, b = 0;
+  ASSERT_EQ(steps.predict(ncclSignAlgoAllGather, 8, 6400, OpSpec(), &a), ncclSuccess);
+  ASSERT_EQ(collective.predict(ncclSignAlgoAllGather, 8, 6400, OpSpec(), &b), ncclSuccess);
+  EXPECT_DOUBLE_EQ(a, 7 * 10.0);
+  EXPECT_DOUBLE_EQ(b, 10.0 + 7 * 1.0);
+  ASSERT_EQ(collective.predict(ncclSignAlgoFieldSum, 8, 6400, OpSpec(), &b), ncclSuccess);
+  EXPECT_DOUBLE_EQ(b, 10.0 + 14 * 1.0);
+  ASSERT_EQ(steps.predict(ncclSignAlgoRing, 8, 6400, OpSpec(), &a), ncclSuccess);
+  ASSERT_EQ(collective.predict(ncclSignAlgoRing, 8, 6400, OpSpec(), &b), ncclSuccess);
+  EXPECT_DOUBLE_EQ(a, b);
+  // Nothing travels for one rank: not even the collective's alpha.
+  ASSERT_EQ(collective.predict(ncclSignAlgoAllGather, 1, 6400, OpSpec(), &b), ncclSuccess);
+  EXPECT_EQ(b, 0.0);
+}
+
+TEST(AlgoCostModel, ParamsFromAnotherPrefixKeepTheirDefaults) {
+  CostParams d{5.0, 100000.0, 1e-6};
+  CostParams p = costParamsFrom("NCCL_COST", 7000, 200000, 3, d);
+  EXPECT_DOUBLE_EQ(p.alphaUs, 7.0);
+  EXPECT_DOUBLE_EQ(p.betaBytesPerUs, 200000.0);
+  EXPECT_DOUBLE_EQ(p.gammaUsPerPlane, 3e-6);
+  WarnCapture w;
+  p = costParamsFrom("NCCL_COST", 0, -1, 0, d);
+  EXPECT_EQ(w.count(), 3);
+  EXPECT_DOUBLE_EQ(p.alphaUs, d.alphaUs);
+  EXPECT_DOUBLE_EQ(p.betaBytesPerUs, d.betaBytesPerUs);
+  EXPECT_DOUBLE_EQ(p.gammaUsPerPlane, d.gammaUsPerPlane);
+}
+
 }  // namespace
 }  // namespace algo
 }  // namespace signlion

@@ -1,0 +1,117 @@
+// What signlion keeps per NCCL communicator (ncclComm_t): its shape, the
+// config of ncclSignCommSetConfig, the schedules and plans of recent calls,
+// and device resources (scratch, a side stream, events). Made by the first
+// call that names the communicator; freed by ncclSignCommRelease, since NCCL
+// has no destruction hook to tie it to.
+//
+// Scratch is one allocation that only grows (geometrically, so a warm-up
+// over increasing sizes allocates O(log) times, and at most to twice the
+// largest need, which segments bound) until release. It never grows while
+// the user's stream is being captured: a graph keeps the addresses it was
+// captured with. For the same reason scratch that a capture used is not
+// freed when it grows, only retired until release.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "algo/cost_model.h"
+#include "algo/schedule_cache.h"
+#include "common/config.h"
+#include "nccl/nccl_plan.h"
+#include "nccl/nccl_symbols.h"
+
+namespace signlion {
+namespace nccl {
+
+// What NCCL says of a communicator.
+struct CommShape {
+  int nranks = 0;
+  int rank = 0;
+  int cudaDev = -1;
+};
+
+// The comm's shape, and that NCCL knows it and it holds no error.
+// Errors (each with a WARN naming `caller`): ncclInvalidArgument when NCCL
+// rejects comm; the comm's pending asynchronous error; ncclInvalidUsage when
+// a nonblocking comm is still being initialized.
+ncclResult_t queryComm(const NcclApi& api, ncclComm_t comm, const char* caller, CommShape* out);
+
+class CommContext {
+ public:
+  CommContext(ncclComm_t comm, const CommShape& shape, const ResolvedConfig& config);
+  CommContext(const CommContext&) = delete;
+  CommContext& operator=(const CommContext&) = delete;
+
+  const ncclComm_t comm;
+  const CommShape shape;
+  // Calls on the communicator hold it while they enqueue; so do
+  // ncclSignCommSetConfig and ncclSignCommRelease.
+  std::mutex mu;
+  ResolvedConfig config;
+
+  // The schedule and plan of one segment of nblocks blocks.
+  ncclResult_t planFor(int64_t nblocks, const algo::OpSpec& spec, const algo::ScheduleCache<Plan>::Entry** out);
+
+  // Device side; the comm's device must be current.
+  // Opens a call on `stream`: makes the side stream and events on first use,
+  // tells whether the stream is being captured, and (outside capture) orders
+  // the call after the previous one, whatever stream that ran on: both use
+  // the same scratch.
+  ncclResult_t beginCall(cudaStream_t stream, bool* capturing);
+  // Scratch of at least `bytes` (see above).
+  // Errors: ncclInvalidUsage when it would grow during capture.
+  ncclResult_t scratch(size_t bytes, cudaStream_t stream, bool capturing, uint64_t** out);
+  // Closes the call: outside capture, marks where its work ends.
+  ncclResult_t endCall(cudaStream_t stream, bool capturing);
+  cudaStream_t side() const { return side_; }
+  cudaEvent_t forkEvent() const { return fork_; }
+  cudaEvent_t joinEvent() const { return join_; }
+
+  // Waits for the work enqueued by calls outside capture, then frees the
+  // device resources (the first error is returned; everything is freed
+  // regardless). Graphs that captured calls on this comm must not be
+  // replayed afterwards. Makes the comm's device current itself.
+  ncclResult_t release();
+
+ private:
+  algo::CostModel costModel_;
+  algo::ScheduleCache<Plan> plans_;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ = nullptr;
+  cudaEvent_t join_ = nullptr;
+  cudaEvent_t lastUse_ = nullptr;  // recorded at the end of each call outside capture
+  void* scratch_ = nullptr;
+  size_t scratchBytes_ = 0;
+  bool scratchCaptured_ = false;    // a graph may hold scratch_
+  std::vector<void*> retired_;      // earlier scratch that graphs may hold
+};
+
+// The context of comm, made on first use; `shape` is what queryComm said
+// now. A context whose shape differs belonged to a communicator destroyed
+// without ncclSignCommRelease whose address NCCL reused: it is released
+// (with a WARN) and a fresh one made.
+ncclResult_t commContext(ncclComm_t comm, const CommShape& shape, std::shared_ptr<CommContext>* out);
+
+// Removes comm's context from the table and returns it (null if none).
+std::shared_ptr<CommContext> takeCommContext(ncclComm_t comm);
+
+// Makes `dev` the current device for the scope, restoring the previous one.
+class DeviceGuard {
+ public:
+  DeviceGuard() = default;
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  ~DeviceGuard();
+  ncclResult_t set(int dev);
+
+ private:
+  int prev_ = -1;
+};
+
+}  // namespace nccl
+}  // namespace signlion

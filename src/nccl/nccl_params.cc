@@ -1,0 +1,52 @@
+#include "nccl/nccl_params.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "common/param.h"
+
+namespace {
+// The cost model's defaults for NCCL links (docs/NCCL.md, "Choosing").
+constexpr int64_t kAlphaNs = 5000;          // one grouped ncclSend/ncclRecv step: launch and handshake
+constexpr int64_t kBetaMBps = 100000;       // between two ranks: NVLink-class, 100 GB/s
+constexpr int64_t kGammaPs = 1;             // GPU compute per element-plane
+constexpr int64_t kCollectiveStepNs = 1000;  // one ring step inside an NCCL collective
+}  // namespace
+
+// Each chunk is one NCCL group launch (a few microseconds), so a chunk must
+// move long enough to hide it at NVLink rates; the add kernels are an order
+// of magnitude faster than the transfer, so a few chunks per step suffice.
+SIGNLION_PARAM(NcclChunkBytes, "NCCL_CHUNK_BYTES", 4 << 20)
+SIGNLION_PARAM(NcclSegment, "NCCL_SEGMENT", 64 << 20)
+SIGNLION_PARAM(NcclCostAlphaNs, "NCCL_COST_ALPHA_NS", kAlphaNs)
+SIGNLION_PARAM(NcclCostBetaMBps, "NCCL_COST_BETA_MBPS", kBetaMBps)
+SIGNLION_PARAM(NcclCostGammaPs, "NCCL_COST_GAMMA_PS", kGammaPs)
+SIGNLION_PARAM(NcclCostCollectiveStepNs, "NCCL_COST_COLLECTIVE_STEP_NS", kCollectiveStepNs)
+
+namespace signlion {
+namespace nccl {
+
+int64_t chunkBytes() {
+  static std::atomic<bool> warned{false};
+  return paramClamp(signlionParamNcclChunkBytes(), 64, int64_t{1} << 30, "NCCL_CHUNK_BYTES", &warned);
+}
+
+uint64_t segmentElements() {
+  return static_cast<uint64_t>(std::max<int64_t>(64, signlionParamNcclSegment())) / 64 * 64;
+}
+
+algo::CostParams costParams() {
+  algo::CostParams defaults;
+  defaults.alphaUs = kAlphaNs * 1e-3;
+  defaults.betaBytesPerUs = kBetaMBps;
+  defaults.gammaUsPerPlane = kGammaPs * 1e-6;
+  algo::CostParams p = algo::costParamsFrom("NCCL_COST", signlionParamNcclCostAlphaNs(),
+                                            signlionParamNcclCostBetaMBps(), signlionParamNcclCostGammaPs(), defaults);
+  // 0 is a valid collective step cost (all of it in alpha); negative is not.
+  int64_t step = signlionParamNcclCostCollectiveStepNs();
+  p.collectiveStepUs = static_cast<double>(step >= 0 ? step : kCollectiveStepNs) * 1e-3;
+  return p;
+}
+
+}  // namespace nccl
+}  // namespace signlion

@@ -1,0 +1,145 @@
+// ncclSignAllReduce, ncclSignCommSetConfig and ncclSignCommRelease: the sign
+// all-reduce on device buffers and the user's NCCL communicator
+// (docs/NCCL.md). Arguments are checked before anything touches CUDA or
+// NCCL where that is possible; long messages run as segments of
+// SIGNLION_NCCL_SEGMENT elements, each a whole schedule, so the scratch stays
+// bounded whatever the count.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "algo/schedule.h"
+#include "bits/bits.h"
+#include "common/checks.h"
+#include "common/config.h"
+#include "nccl/comm_context.h"
+#include "nccl/device_backend.h"
+#include "nccl/nccl_executor.h"
+#include "nccl/nccl_params.h"
+#include "nccl/nccl_symbols.h"
+
+#define SIGNLION_API extern "C" __attribute__((visibility("default")))
+
+namespace signlion {
+namespace nccl {
+namespace {
+
+// The largest count whose blocks, and whose element index of any block,
+// int64 arithmetic still holds (schedules count in int64 blocks).
+constexpr uint64_t kMaxCount = (static_cast<uint64_t>(INT64_MAX) - (bits::kBlockElems - 1)) / bits::kBlockElems *
+                               bits::kBlockElems;
+
+// A buffer the comm's device can read and write: device memory of that
+// device, managed memory, or host memory mapped into the device.
+ncclResult_t checkDeviceBuffer(const void* ptr, const char* name, int dev, const char* caller) {
+  cudaPointerAttributes attr;
+  cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+  if (err == cudaErrorInvalidValue) {  // some drivers say so of plain host memory
+    (void)cudaGetLastError();
+    attr.type = cudaMemoryTypeUnregistered;
+    attr.devicePointer = nullptr;
+  } else {
+    CUDACHECK(err);
+  }
+  ARGCHECK(attr.devicePointer != nullptr, caller, name,
+           "%p is host memory the device cannot access; pass device memory (or managed or mapped pinned memory)",
+           ptr);
+  ARGCHECK(attr.type != cudaMemoryTypeDevice || attr.device == dev, caller, name,
+           "%p is memory of device %d; the communicator's device is %d", ptr, attr.device, dev);
+  return ncclSuccess;
+}
+
+ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclSignOp_t op,
+                       ncclComm_t comm, cudaStream_t stream) {
+  static const char* kFn = "ncclSignAllReduce";
+  ARGCHECK(comm != nullptr, kFn, "comm", "must not be NULL");
+  ARGCHECK(sendbuff != nullptr || count == 0, kFn, "sendbuff", "NULL with count %zu", count);
+  ARGCHECK(recvbuff != nullptr || count == 0, kFn, "recvbuff", "NULL with count %zu", count);
+  NCCLCHECK(bits::checkVoteArgs(datatype, (int)op, kFn));
+  const size_t esize = bits::typeSize(datatype);
+  ARGCHECK(count <= SIZE_MAX / esize, kFn, "count", "%zu elements of %zu bytes overflow size_t", count, esize);
+  ARGCHECK(count <= kMaxCount, kFn, "count", "%zu elements exceed the %llu that int64 block arithmetic holds", count,
+           (unsigned long long)kMaxCount);
+
+  const NcclApi* api;
+  NCCLCHECK(ncclApi(&api));
+  CommShape shape;
+  NCCLCHECK(queryComm(*api, comm, kFn, &shape));
+  TRACE(kSubsysColl, "%s send %p recv %p count %zu %s op %d comm %p (rank %d/%d, device %d) stream %p", kFn, sendbuff,
+        recvbuff, count, bits::typeName(datatype), (int)op, (void*)comm, shape.rank, shape.nranks, shape.cudaDev,
+        (void*)stream);
+  if (count == 0) return ncclSuccess;  // every rank passes 0: nothing moves
+
+  std::shared_ptr<CommContext> ctx;
+  NCCLCHECK(commContext(comm, shape, &ctx));
+  std::lock_guard<std::mutex> lock(ctx->mu);
+  DeviceGuard device;
+  NCCLCHECK(device.set(shape.cudaDev));
+  NCCLCHECK(checkDeviceBuffer(sendbuff, "sendbuff", shape.cudaDev, kFn));
+  if (recvbuff != sendbuff) NCCLCHECK(checkDeviceBuffer(recvbuff, "recvbuff", shape.cudaDev, kFn));
+
+  const algo::OpSpec spec{op, ctx->config.zeroRule, ctx->config.tieRule};
+  bool capturing;
+  NCCLCHECK(ctx->beginCall(stream, &capturing));
+  const uint64_t segment = segmentElements();
+  const char* send = static_cast<const char*>(sendbuff);
+  char* recv = static_cast<char*>(recvbuff);
+  for (size_t done = 0; done < count;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(segment, count - done));
+    const algo::ScheduleCache<Plan>::Entry* entry = nullptr;
+    NCCLCHECK(ctx->planFor(algo::blocksForCount(n), spec, &entry));
+    uint64_t* scratch;
+    NCCLCHECK(ctx->scratch(static_cast<size_t>(entry->extra.layout.bytes()), stream, capturing, &scratch));
+    DeviceBackend backend(*api, comm, stream, ctx->side(), ctx->forkEvent(), ctx->joinEvent());
+    NCCLCHECK(runSchedule(entry->schedule, entry->extra, scratch, send + done * esize, recv + done * esize, n,
+                          datatype, backend));
+    done += n;
+  }
+  return ctx->endCall(stream, capturing);
+}
+
+ncclResult_t setConfig(ncclComm_t comm, const ncclSignConfig_t* config) {
+  static const char* kFn = "ncclSignCommSetConfig";
+  ARGCHECK(comm != nullptr, kFn, "comm", "must not be NULL");
+  ResolvedConfig resolved;
+  NCCLCHECK(resolveConfig(config, kFn, &resolved));
+  const NcclApi* api;
+  NCCLCHECK(ncclApi(&api));
+  CommShape shape;
+  NCCLCHECK(queryComm(*api, comm, kFn, &shape));
+  std::shared_ptr<CommContext> ctx;
+  NCCLCHECK(commContext(comm, shape, &ctx));
+  std::lock_guard<std::mutex> lock(ctx->mu);
+  ctx->config = resolved;
+  INFO(kSubsysInit, "%s: comm %p rank %d/%d: algorithm %s, zero rule %d, tie rule %d", kFn, (void*)comm, shape.rank,
+       shape.nranks, algoName(resolved.algorithm), (int)resolved.zeroRule, (int)resolved.tieRule);
+  return ncclSuccess;
+}
+
+ncclResult_t release(ncclComm_t comm) {
+  ARGCHECK(comm != nullptr, "ncclSignCommRelease", "comm", "must not be NULL");
+  std::shared_ptr<CommContext> ctx = takeCommContext(comm);
+  if (!ctx) return ncclSuccess;  // never used: nothing cached
+  std::lock_guard<std::mutex> lock(ctx->mu);  // a call enqueuing on another thread finishes first
+  INFO(kSubsysInit, "ncclSignCommRelease: comm %p rank %d/%d", (void*)comm, ctx->shape.rank, ctx->shape.nranks);
+  return ctx->release();
+}
+
+}  // namespace
+}  // namespace nccl
+}  // namespace signlion
+
+SIGNLION_API ncclResult_t ncclSignAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                            ncclDataType_t datatype, ncclSignOp_t op, ncclComm_t comm,
+                                            cudaStream_t stream) {
+  return signlion::nccl::allReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+}
+
+SIGNLION_API ncclResult_t ncclSignCommSetConfig(ncclComm_t comm, const ncclSignConfig_t* config) {
+  return signlion::nccl::setConfig(comm, config);
+}
+
+SIGNLION_API ncclResult_t ncclSignCommRelease(ncclComm_t comm) { return signlion::nccl::release(comm); }

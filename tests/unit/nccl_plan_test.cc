@@ -1,0 +1,567 @@
+// nccl/: the NCCL executor's plan and the executor itself, on the CPU.
+//
+// The plan (chunks, groups, stage, fusion, scratch layout) is checked on its
+// own over N = 1..16, every algorithm, counts 0, 1, 63, 64, 65 and large.
+// Then the very executor that drives the GPU runs here over a CPU backend:
+// the vote kernels of src/bits, NCCL's point-to-point groups and collectives
+// played by threads, and side-lane kernels optionally held back until the
+// join (the latest a stream could run them), so a missing dependency between
+// a chunk's action and the next chunk's transfer changes the result. Every
+// rank's output must equal the plain reference bit for bit.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "algo/schedule.h"
+#include "bits/bits.h"
+#include "bits/fields.h"
+#include "common/config.h"
+#include "common/vote_inputs.h"
+#include "nccl/backend.h"
+#include "nccl/nccl_executor.h"
+#include "nccl/nccl_plan.h"
+
+namespace signlion {
+namespace nccl {
+namespace {
+
+using algo::Buffer;
+using algo::Range;
+using algo::Schedule;
+
+constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
+                                     ncclSignAlgoFieldSum};
+
+struct Spec {
+  ncclSignOp_t op;
+  ncclSignZeroRule_t zero;
+  ncclSignTieRule_t tie;
+};
+constexpr Spec kSpecs[] = {
+    {ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero},
+    {ncclSignMajority, ncclSignZeroNegative, ncclSignTiePositive},
+    {ncclSignMajority, ncclSignZeroAbstain, ncclSignTieZero},
+    {ncclSignMajority, ncclSignZeroAbstain, ncclSignTieNegative},
+    {ncclSignAverage, ncclSignZeroPositive, ncclSignTieZero},
+    {ncclSignAverage, ncclSignZeroAbstain, ncclSignTieZero},
+};
+
+std::string name(ncclSignAlgo_t algo, int n, int64_t nblocks, const Spec& sp, int64_t chunk) {
+  return std::string(algoName(algo)) + " N=" + std::to_string(n) + " nblocks=" + std::to_string(nblocks) +
+         " op=" + std::to_string(sp.op) + " zero=" + std::to_string(sp.zero) + " tie=" + std::to_string(sp.tie) +
+         " chunk=" + std::to_string(chunk);
+}
+
+struct RankPlan {
+  Schedule s;
+  Plan p;
+};
+
+std::vector<RankPlan> planAll(ncclSignAlgo_t algo, int n, int64_t nblocks, const Spec& sp, int64_t chunkBytes) {
+  std::vector<RankPlan> all(n);
+  for (int r = 0; r < n; r++) {
+    EXPECT_EQ(algo::buildSchedule(algo, n, r, nblocks, algo::OpSpec{sp.op, sp.zero, sp.tie}, &all[r].s), ncclSuccess);
+    EXPECT_EQ(makePlan(all[r].s, chunkBytes, &all[r].p), ncclSuccess);
+  }
+  return all;
+}
+
+bool overlaps(const Range& a, const Range& b) { return a.begin < b.end && b.begin < a.end; }
+
+// Regions in order, aligned, disjoint, each as large as the schedule needs.
+void checkLayout(const RankPlan& rp) {
+  const Schedule& s = rp.s;
+  const ScratchLayout& L = rp.p.layout;
+  struct Region {
+    const char* name;
+    int64_t at, need;
+  };
+  const int64_t fieldPlanes = s.algo == ncclSignAlgoFieldSum && s.spec.op == ncclSignMajority
+                                  ? s.counters * algo::counterWidth(s.nranks) * s.nblocks
+                                  : 0;
+  const Region regions[] = {{"counter", L.counter, s.counterBytes() / 8}, {"result", L.result, s.resultBytes() / 8},
+                            {"votes", L.votes, s.votesBytes() / 8},       {"fields", L.fields, s.fieldsBytes() / 8},
+                            {"fieldPlanes", L.fieldPlanes, fieldPlanes},  {"stage", L.stage, rp.p.stageWords}};
+  int64_t end = 0;
+  for (const Region& r : regions) {
+    EXPECT_EQ(r.at % kScratchAlignWords, 0) << r.name;
+    EXPECT_GE(r.at, end) << r.name << " overlaps the region before it";
+    end = r.at + r.need;
+  }
+  EXPECT_GE(L.words, end);
+  EXPECT_EQ(L.bytes(), 8 * L.words);
+}
+
+// Chunks cover every transfer exactly, in order, within the chunk size; stage
+// space only for adding receives, disjoint within a step and inside the region.
+void checkChunks(const RankPlan& rp, int64_t chunkBytes) {
+  for (const StepPlan& sp : rp.p.steps) {
+    const algo::Step& st = rp.s.steps[sp.step];
+    if (sp.exchange != Exchange::kSteps) {
+      EXPECT_TRUE(sp.groups.empty());
+      continue;
+    }
+    std::vector<int64_t> sendAt, recvAt;
+    for (const auto& x : st.sends) sendAt.push_back(x.range.begin);
+    for (const auto& x : st.recvs) recvAt.push_back(x.range.begin);
+    std::vector<Range> stage;
+    for (const ChunkGroup& g : sp.groups) {
+      EXPECT_FALSE(g.sends.empty() && g.recvs.empty()) << "empty group, step " << sp.step;
+      bool actions = false;
+      for (int dir = 0; dir < 2; dir++) {
+        for (const Chunk& c : dir ? g.recvs : g.sends) {
+          const algo::Transfer& x = dir ? static_cast<const algo::Transfer&>(st.recvs[c.index])
+                                        : static_cast<const algo::Transfer&>(st.sends[c.index]);
+          int64_t& at = (dir ? recvAt : sendAt)[c.index];
+          EXPECT_EQ(c.begin, at) << "chunks out of order, step " << sp.step;
+          EXPECT_GT(c.len, 0);
+          EXPECT_LE(8 * x.planes * c.len, std::max<int64_t>(chunkBytes, 8 * x.planes));
+          at = c.begin + c.len;
+          const bool adds = dir && st.recvs[c.index].op == algo::RecvOp::kAdd;
+          EXPECT_EQ(c.stage >= 0, adds);
+          if (adds) {
+            actions = true;
+            Range r{c.stage, c.stage + x.planes * c.len};
+            EXPECT_LE(r.end, rp.p.stageWords);
+            for (const Range& o : stage) EXPECT_FALSE(overlaps(r, o)) << "stage reused within step " << sp.step;
+            stage.push_back(r);
+          }
+        }
+      }
+      EXPECT_EQ(g.hasActions, actions);
+    }
+    for (size_t t = 0; t < st.sends.size(); t++) EXPECT_EQ(sendAt[t], st.sends[t].range.end) << "send " << t;
+    for (size_t t = 0; t < st.recvs.size(); t++) EXPECT_EQ(recvAt[t], st.recvs[t].range.end) << "recv " << t;
+  }
+}
+
+// What rank r posts to (or expects from) one peer in group k of a step, as
+// the (begin, len, planes) of each chunk in order.
+using Posted = std::vector<std::tuple<int64_t, int64_t, int>>;
+
+Posted posted(const RankPlan& rp, size_t step, size_t k, bool recv, int peer) {
+  Posted out;
+  const StepPlan& sp = rp.p.steps[step];
+  if (k >= sp.groups.size()) return out;
+  const algo::Step& st = rp.s.steps[sp.step];
+  for (const Chunk& c : recv ? sp.groups[k].recvs : sp.groups[k].sends) {
+    const algo::Transfer& x = recv ? static_cast<const algo::Transfer&>(st.recvs[c.index])
+                                   : static_cast<const algo::Transfer&>(st.sends[c.index]);
+    if (x.peer == peer) out.emplace_back(c.begin, c.len, x.planes);
+  }
+  return out;
+}
+
+// Every rank has the same steps and exchanges, and in every group every send
+// has its receive on the peer: same chunks, same planes, same order.
+void checkMatching(const std::vector<RankPlan>& all) {
+  const int n = static_cast<int>(all.size());
+  for (int r = 0; r < n; r++) {
+    ASSERT_EQ(all[r].p.steps.size(), all[0].p.steps.size());
+    for (size_t i = 0; i < all[r].p.steps.size(); i++) {
+      EXPECT_EQ(all[r].p.steps[i].step, all[0].p.steps[i].step);
+      EXPECT_EQ(all[r].p.steps[i].exchange, all[0].p.steps[i].exchange);
+    }
+  }
+  for (size_t i = 0; i < all[0].p.steps.size(); i++) {
+    size_t groups = 0;
+    for (int r = 0; r < n; r++) groups = std::max(groups, all[r].p.steps[i].groups.size());
+    for (size_t k = 0; k < groups; k++)
+      for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++)
+          EXPECT_EQ(posted(all[a], i, k, false, b), posted(all[b], i, k, true, a))
+              << "step " << i << " group " << k << ": rank " << a << " -> rank " << b;
+  }
+}
+
+// The fused receive and the final unpack write every output block once; the
+// fused one runs after every pack (in place) and while no send of its step
+// reads the result planes it writes.
+void checkOutputWrites(const RankPlan& rp) {
+  const Plan& p = rp.p;
+  const Schedule& s = rp.s;
+  std::vector<int> written(static_cast<size_t>(s.nblocks), 0);
+  auto mark = [&](const Range& r) {
+    for (int64_t b = r.begin; b < r.end; b++) written[b]++;
+  };
+  mark(p.fused);
+  for (const Range& r : p.unpack) mark(r);
+  for (int64_t b = 0; b < s.nblocks; b++) EXPECT_EQ(written[b], 1) << "block " << b;
+  int fusedStep = -1;
+  for (const StepPlan& sp : p.steps)
+    if (sp.fusedRecv >= 0) {
+      EXPECT_EQ(fusedStep, -1) << "two fused receives";
+      fusedStep = sp.step;
+      const algo::Recv& r = s.steps[sp.step].recvs[sp.fusedRecv];
+      EXPECT_EQ(r.op, algo::RecvOp::kAdd);
+      EXPECT_EQ(r.range, p.fused);
+      for (const algo::Send& x : s.steps[sp.step].sends)
+        EXPECT_FALSE(x.buf == Buffer::kResult && overlaps(x.range, p.fused));
+    }
+  EXPECT_EQ(fusedStep >= 0, !p.fused.empty());
+  if (fusedStep < 0) return;
+  for (size_t i = 0; i < s.steps.size(); i++) {
+    for (const algo::Local& l : s.steps[i].locals) {
+      if (l.op == algo::LocalOp::kPackVotes || l.op == algo::LocalOp::kPackFields) {
+        EXPECT_LE((int)i, fusedStep) << "a pack after the first result is written";
+      }
+    }
+  }
+}
+
+TEST(NcclPlan, ChunksGroupsStageAndLayoutOverTheMatrix) {
+  for (ncclSignAlgo_t algo : kAlgos)
+    for (int n = 1; n <= 16; n++)
+      for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{1000003}})
+        for (const Spec& sp : kSpecs)
+          for (int64_t chunk : {int64_t{64}, int64_t{4096}, int64_t{4} << 20}) {
+            const int64_t nblocks = algo::blocksForCount((uint64_t)count);
+            if (chunk == 64 && nblocks > 2000) continue;  // a million tiny chunks tell nothing more
+            SCOPED_TRACE(name(algo, n, nblocks, sp, chunk));
+            std::vector<RankPlan> all = planAll(algo, n, nblocks, sp, chunk);
+            checkMatching(all);
+            for (const RankPlan& rp : all) {
+              checkLayout(rp);
+              checkChunks(rp, chunk);
+              checkOutputWrites(rp);
+            }
+            if (HasFailure()) return;
+          }
+}
+
+// Ring and halving-doubling fuse the last add with the decide on every rank
+// that decides; allgather and field-sum run one collective and fuse nothing.
+TEST(NcclPlan, FusionAndExchanges) {
+  const Spec sp = kSpecs[0];
+  for (int n : {2, 3, 4, 5, 8}) {
+    for (ncclSignAlgo_t algo : kAlgos) {
+      SCOPED_TRACE(name(algo, n, 1000, sp, 4096));
+      std::vector<RankPlan> all = planAll(algo, n, 1000, sp, 4096);
+      int p2 = 1;
+      while (p2 * 2 <= n) p2 *= 2;
+      for (int r = 0; r < n; r++) {
+        const Plan& p = all[r].p;
+        if (algo == ncclSignAlgoAllGather || algo == ncclSignAlgoFieldSum) {
+          ASSERT_EQ(p.steps.size(), 2u);
+          EXPECT_EQ(p.steps[0].exchange, algo == ncclSignAlgoAllGather ? Exchange::kAllGather : Exchange::kAllReduce);
+          EXPECT_TRUE(p.fused.empty());
+        } else {
+          const bool decides = algo == ncclSignAlgoRing || r < p2;
+          EXPECT_EQ(!p.fused.empty(), decides) << "rank " << r;
+          EXPECT_EQ(p.fusedStoresPlanes, decides);  // every decided shard is sent on
+        }
+      }
+    }
+  }
+  // One rank: nothing to exchange.
+  std::vector<RankPlan> one = planAll(ncclSignAlgoAllGather, 1, 10, sp, 4096);
+  EXPECT_EQ(one[0].p.steps[0].exchange, Exchange::kSteps);
+}
+
+// A schedule this executor cannot run is refused, not mis-run.
+TEST(NcclPlan, RefusesFieldWordsSummedByMessages) {
+  Schedule s;
+  ASSERT_EQ(algo::buildSchedule(ncclSignAlgoFieldSum, 4, 0, 100, algo::OpSpec(), &s), ncclSuccess);
+  s.algo = ncclSignAlgoRing;  // as if its ring steps were to run as messages
+  Plan p;
+  EXPECT_EQ(makePlan(s, 4096, &p), ncclInternalError);
+}
+
+// ---- the executor on a CPU backend ----------------------------------------------
+
+// NCCL played by threads: sends are buffered copies, receives taken in
+// posting order per peer at the group's end (NCCL's matching rule), the
+// collectives are barriers.
+class World {
+ public:
+  explicit World(int n) : n_(n), gather_(n), mail_(n * n) {}
+  int size() const { return n_; }
+
+  void post(int from, int to, const uint64_t* data, size_t words) {
+    std::lock_guard<std::mutex> lock(mu_);
+    mail_[from * n_ + to].emplace_back(data, data + words);
+    cv_.notify_all();
+  }
+  void take(int from, int to, uint64_t* data, size_t words) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto& box = mail_[from * n_ + to];
+    cv_.wait(lock, [&] { return !box.empty(); });
+    EXPECT_EQ(box.front().size(), words) << "rank " << to << " expected " << words << " words from " << from;
+    std::memcpy(data, box.front().data(), std::min(words, box.front().size()) * 8);
+    box.pop_front();
+  }
+  // Rank r's words into slot r; after the barrier every slot is readable.
+  void contribute(int r, const uint64_t* data, size_t words) {
+    gather_[r].assign(data, data + words);
+    barrier();
+  }
+  const std::vector<uint64_t>& slot(int r) const { return gather_[r]; }
+  void barrier() {
+    std::unique_lock<std::mutex> lock(mu_);
+    uint64_t gen = generation_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      generation_++;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != gen; });
+    }
+  }
+  bool drained() const {
+    for (const auto& box : mail_)
+      if (!box.empty()) return false;
+    return true;
+  }
+
+ private:
+  int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  std::vector<std::vector<uint64_t>> gather_;
+  std::vector<std::deque<std::vector<uint64_t>>> mail_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(World& world, int rank, bool holdSide) : w_(world), rank_(rank), hold_(holdSide) {}
+  ~CpuBackend() override {
+    EXPECT_FALSE(diverted_) << "the executor left the side lane diverted";
+    EXPECT_FALSE(inGroup_);
+  }
+
+  ncclResult_t pack(const void* src, ncclDataType_t dt, size_t count, ncclSignZeroRule_t rule, uint64_t* out,
+                    size_t stride) override {
+    return run([=] { k_.pack(src, dt, count, rule, out, stride); });
+  }
+  ncclResult_t add(const uint64_t* a, int wa, size_t sa, const uint64_t* b, int wb, size_t sb, uint64_t* out,
+                   int wout, size_t so, size_t nwords) override {
+    return run([=] { k_.add(a, wa, sa, b, wb, sb, out, wout, so, nwords); });
+  }
+  ncclResult_t sumVotes(const uint64_t* votes, int nslots, size_t slotStride, uint64_t* out, int wout, size_t so,
+                        size_t nwords) override {
+    EXPECT_EQ(wout, bits::widthFor((uint64_t)nslots));
+    return run([=] {
+      for (int r = 0; r < nslots; r++)  // vote r makes the count at most r + 1
+        k_.add(out, r == 0 ? 0 : bits::widthFor((uint64_t)r), so, votes + r * slotStride, 1, slotStride, out,
+               bits::widthFor((uint64_t)r + 1), so, nwords);
+    });
+  }
+  ncclResult_t decideBits(const bits::Counts& c, int nranks, ncclSignTieRule_t tie, uint64_t* out, size_t so,
+                          size_t nwords) override {
+    return run([=] { k_.decideBits(c, nranks, tie, out, so, nwords); });
+  }
+  ncclResult_t unpack(const uint64_t* planes, int nplanes, size_t stride, size_t count, ncclDataType_t dt,
+                      void* dst) override {
+    return run([=] { k_.unpack(planes, nplanes, stride, count, dt, dst); });
+  }
+  ncclResult_t average(const bits::Counts& c, int nranks, size_t count, ncclDataType_t dt, void* dst) override {
+    return run([=] { k_.average(c, nranks, count, dt, dst); });
+  }
+  // The fused kernel's contract, composed of the CPU kernels.
+  ncclResult_t addDecideUnpack(const bits::Counts& acc, const bits::Counts& in, int sumWidth, int nranks,
+                               ncclSignOp_t op, ncclSignZeroRule_t zero, ncclSignTieRule_t tie, uint64_t* planesOut,
+                               size_t so, size_t count, ncclDataType_t dt, void* dst) override {
+    return run([=] {
+      const size_t nw = bits::numWords(count);
+      const int counters = acc.neg ? 2 : 1;
+      EXPECT_EQ(counters, bits::votePlanes(zero));
+      std::vector<uint64_t> sum((size_t)counters * sumWidth * nw);
+      k_.add(acc.pos, acc.posWidth, acc.posStride, in.pos, in.posWidth, in.posStride, sum.data(), sumWidth, nw, nw);
+      bits::Counts c{sum.data(), sumWidth, nw};
+      if (counters == 2) {
+        k_.add(acc.neg, acc.negWidth, acc.negStride, in.neg, in.negWidth, in.negStride, sum.data() + sumWidth * nw,
+               sumWidth, nw, nw);
+        c.neg = sum.data() + sumWidth * nw;
+        c.negWidth = sumWidth;
+        c.negStride = nw;
+      }
+      std::vector<uint64_t> planes;
+      int nplanes;
+      if (op == ncclSignAverage) {
+        k_.average(c, nranks, count, dt, dst);
+        planes = sum;
+        nplanes = counters * sumWidth;
+      } else {
+        nplanes = bits::majorityPlanes(nranks, zero, tie);
+        planes.resize((size_t)nplanes * nw);
+        k_.decideBits(c, nranks, tie, planes.data(), nw, nw);
+        k_.unpack(planes.data(), nplanes, nw, count, dt, dst);
+      }
+      if (planesOut)
+        for (int q = 0; q < nplanes; q++) std::memcpy(planesOut + q * so, planes.data() + q * nw, nw * 8);
+    });
+  }
+  ncclResult_t packFields(const void* src, ncclDataType_t dt, size_t count, ncclSignZeroRule_t zero, int fieldBits,
+                          uint64_t* out, size_t stride) override {
+    return run([=] { bits::packFields(k_, src, dt, count, zero, fieldBits, out, stride); });
+  }
+  ncclResult_t fieldsToPlanes(const uint64_t* words, int fieldBits, size_t first, size_t n, uint64_t* planes,
+                              int width, size_t planeStride) override {
+    return run([=] { bits::fieldsToPlanes(words, fieldBits, first, n, planes, width, planeStride); });
+  }
+  ncclResult_t copyPlanes(uint64_t* dst, size_t dstStride, const uint64_t* src, size_t srcStride, int planes,
+                          size_t nwords) override {
+    return run([=] {
+      for (int q = 0; q < planes; q++) std::memcpy(dst + q * dstStride, src + q * srcStride, nwords * 8);
+    });
+  }
+
+  ncclResult_t groupStart() override {
+    EXPECT_FALSE(inGroup_);
+    inGroup_ = true;
+    return ncclSuccess;
+  }
+  ncclResult_t groupEnd() override {
+    EXPECT_TRUE(inGroup_);
+    inGroup_ = false;
+    for (const Pending& p : pending_) w_.take(p.peer, rank_, p.data, p.words);
+    pending_.clear();
+    return ncclSuccess;
+  }
+  ncclResult_t send(const uint64_t* data, size_t words, int peer) override {
+    EXPECT_TRUE(inGroup_);
+    EXPECT_NE(peer, rank_);
+    w_.post(rank_, peer, data, words);
+    return ncclSuccess;
+  }
+  ncclResult_t recv(uint64_t* data, size_t words, int peer) override {
+    EXPECT_TRUE(inGroup_);
+    pending_.push_back({peer, data, words});
+    return ncclSuccess;
+  }
+  ncclResult_t allGather(const uint64_t* send, uint64_t* recv, size_t wordsPerRank) override {
+    EXPECT_FALSE(inGroup_);
+    w_.contribute(rank_, send, wordsPerRank);
+    for (int r = 0; r < w_.size(); r++) std::memcpy(recv + r * wordsPerRank, w_.slot(r).data(), wordsPerRank * 8);
+    w_.barrier();  // the slots are reused by the next collective
+    return ncclSuccess;
+  }
+  ncclResult_t allReduceSum(uint64_t* data, size_t words) override {
+    EXPECT_FALSE(inGroup_);
+    w_.contribute(rank_, data, words);
+    for (size_t i = 0; i < words; i++) {
+      uint64_t s = 0;
+      for (int r = 0; r < w_.size(); r++) s += w_.slot(r)[i];
+      data[i] = s;
+    }
+    w_.barrier();
+    return ncclSuccess;
+  }
+
+  ncclResult_t divert() override {
+    diverted_ = true;
+    return ncclSuccess;
+  }
+  ncclResult_t join() override {
+    EXPECT_TRUE(diverted_);
+    diverted_ = false;
+    for (auto& f : held_) f();
+    held_.clear();
+    return ncclSuccess;
+  }
+
+ private:
+  struct Pending {
+    int peer;
+    uint64_t* data;
+    size_t words;
+  };
+  ncclResult_t run(std::function<void()> f) {
+    if (diverted_ && hold_)
+      held_.push_back(std::move(f));
+    else
+      f();
+    return ncclSuccess;
+  }
+
+  World& w_;
+  int rank_;
+  bool hold_;
+  const bits::Kernels& k_ = bits::kernels();
+  bool diverted_ = false;
+  bool inGroup_ = false;
+  std::vector<Pending> pending_;
+  std::vector<std::function<void()>> held_;
+};
+
+// One call on n ranks as threads; every rank's output against the reference.
+void runOnCpu(ncclSignAlgo_t algo, int n, size_t count, ncclDataType_t dt, const Spec& sp, bool inPlace,
+              int64_t chunkBytes, bool holdSide) {
+  SCOPED_TRACE(name(algo, n, algo::blocksForCount(count), sp, chunkBytes) + " count=" + std::to_string(count) +
+               " dt=" + bits::typeName(dt) + (inPlace ? " in-place" : "") + (holdSide ? " side-held" : ""));
+  std::vector<test::Bytes> in = test::randomVoteInputs(n, count, dt, 7 + (uint32_t)count + 131u * n);
+  test::Bytes want = test::referenceOutput(in, count, dt, sp.op, sp.zero, sp.tie);
+  std::vector<RankPlan> plans = planAll(algo, n, algo::blocksForCount(count), sp, chunkBytes);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  World world(n);
+  std::vector<test::Bytes> out(n, test::Bytes(count * bits::typeSize(dt), 0xEE));
+  std::vector<ncclResult_t> res(n, ncclSuccess);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; r++) {
+    threads.emplace_back([&, r] {
+      // Garbage in the scratch: nothing may read a word it did not write.
+      std::vector<uint64_t> scratch((size_t)plans[r].p.layout.words + 1, 0xA5A5A5A5A5A5A5A5ull);
+      if (inPlace) out[r] = in[r];
+      CpuBackend backend(world, r, holdSide);
+      res[r] = runSchedule(plans[r].s, plans[r].p, scratch.data(), inPlace ? out[r].data() : in[r].data(),
+                           out[r].data(), count, dt, backend);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(world.drained()) << "messages left undelivered";
+  for (int r = 0; r < n; r++) {
+    ASSERT_EQ(res[r], ncclSuccess) << "rank " << r;
+    size_t bad = test::firstMismatch(out[r], want);
+    EXPECT_EQ(bad, std::string::npos) << "rank " << r << " first wrong byte " << bad << " (element "
+                                      << bad / bits::typeSize(dt) << ")";
+  }
+}
+
+class NcclExecutorOnCpu : public ::testing::TestWithParam<ncclSignAlgo_t> {};
+
+TEST_P(NcclExecutorOnCpu, EveryRankGetsTheReference) {
+  const ncclDataType_t dts[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt8};
+  int variant = 0;
+  for (int n : {1, 2, 3, 4, 5, 7, 8})
+    for (size_t count : {size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{1000}, size_t{4097}})
+      for (const Spec& sp : kSpecs) {
+        variant++;
+        ncclDataType_t dt = dts[variant % 4];
+        if (dt == ncclInt8 && sp.op == ncclSignAverage) dt = ncclFloat16;
+        // Chunks of one block, of a few blocks, and whole transfers.
+        const int64_t chunk = variant % 3 == 0 ? 64 : variant % 3 == 1 ? 256 : int64_t{1} << 20;
+        runOnCpu(GetParam(), n, count, dt, sp, variant % 2 == 0, chunk, variant % 5 != 0);
+        if (HasFailure()) return;
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllAlgorithms, NcclExecutorOnCpu, ::testing::ValuesIn(kAlgos),
+                         [](const ::testing::TestParamInfo<ncclSignAlgo_t>& info) {
+                           return std::string(algoName(info.param));
+                         });
+
+// Larger and odd: many chunks per step, non-power-of-two folds.
+TEST(NcclExecutorOnCpu, ManyChunksAndOddRankCounts) {
+  for (ncclSignAlgo_t algo : kAlgos)
+    for (int n : {6, 11, 16}) {
+      runOnCpu(algo, n, 100003, ncclBfloat16, kSpecs[2], true, 512, true);
+      runOnCpu(algo, n, 20000, ncclFloat32, kSpecs[5], false, 4096, true);
+      if (HasFailure()) return;
+    }
+}
+
+}  // namespace
+}  // namespace nccl
+}  // namespace signlion
