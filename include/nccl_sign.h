@@ -391,9 +391,10 @@ ncclResult_t ncclSignLionLoadState(ncclSignLion_t lion, const void* buffer, size
  * its optimizer with the same count, datatype and config. The zero and tie
  * rules of the votes are comm's (ncclSignCommSetConfig).
  * Errors: ncclInvalidArgument (a NULL lion, a bad datatype, a bad config, a
- * NULL comm with another aggregation, a comm NCCL rejects),
+ * NULL comm with another aggregation, a comm NCCL rejects), ncclInvalidUsage
+ * (an NCCL older than 2.19, a nonblocking comm still being initialized),
  * ncclUnhandledCudaError (no usable GPU, out of device memory),
- * ncclSystemError (no NCCL loaded in the process). */
+ * ncclSystemError (no NCCL in the process), comm's pending asynchronous error. */
 ncclResult_t ncclSignLionCreateNccl(ncclSignLion_t* lion, size_t count, ncclDataType_t datatype,
                                     const ncclSignLionConfig_t* config, ncclComm_t comm);
 
