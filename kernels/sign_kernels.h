@@ -6,10 +6,13 @@
 // `stream`, asynchronous) differ.
 //
 // Every launcher returns cudaSuccess or the launch error (cudaGetLastError
-// after the launch); it never synchronizes and never allocates, so all of
-// them may be captured in a CUDA graph. Zero-sized work launches nothing.
-// Pointers may have any alignment the datatype allows (element pointers need
-// not be 16-byte aligned; the kernels fall back to narrower loads).
+// after the launch); arguments no kernel can serve (a datatype that is not a
+// vote type, a rule out of range, the cases named below) are
+// cudaErrorInvalidValue, with nothing launched. It never synchronizes and
+// never allocates, so all of them may be captured in a CUDA graph. Zero-sized
+// work launches nothing. Pointers may have any alignment the datatype allows
+// (element pointers need not be 16-byte aligned; the kernels fall back to
+// narrower loads and stores). Implementations: kernels/*.cu (README.md).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -25,7 +28,8 @@ namespace kernels {
 
 // bits::Kernels::pack: votes of `count` elements of src into
 // bits::votePlanes(rule) planes at out (second plane at out + stride words).
-// Bits past count are zero. One warp ballot per 32 elements.
+// Bits past count are zero. A warp gathers the votes of 32 elements into a
+// half-word (shuffles over 16-byte loads, or a ballot of element loads).
 cudaError_t pack(const void* src, ncclDataType_t dt, size_t count, ncclSignZeroRule_t rule, uint64_t* out,
                  size_t stride, cudaStream_t stream);
 
@@ -35,7 +39,8 @@ cudaError_t add(const uint64_t* a, int wa, size_t sa, const uint64_t* b, int wb,
                 size_t so, size_t nwords, cudaStream_t stream);
 
 // Allgather's local sum: out (width wout, stride so) = sum over nslots 1-bit
-// vote planes, slot r at votes + r * slotStride words. wout must hold nslots.
+// vote planes, slot r at votes + r * slotStride words. wout must hold nslots
+// (planes past widthFor(nslots) are written as zero); nslots <= 65535.
 cudaError_t sumVotes(const uint64_t* votes, int nslots, size_t slotStride, uint64_t* out, int wout, size_t so,
                      size_t nwords, cudaStream_t stream);
 
@@ -49,7 +54,8 @@ cudaError_t unpack(const uint64_t* planes, int nplanes, size_t stride, size_t co
                    cudaStream_t stream);
 
 // bits::Kernels::average: (float)(P - M) / (float)nranks (2P - N without M),
-// rounded to float once, then to dt (fp32/fp16/bf16, round to nearest even).
+// rounded to float once, then to dt (fp32/fp16/bf16, round to nearest even;
+// int8 is cudaErrorInvalidValue, as bits::checkVoteArgs refuses it).
 cudaError_t average(const bits::Counts& c, int nranks, size_t count, ncclDataType_t dt, void* dst,
                     cudaStream_t stream);
 
@@ -60,7 +66,9 @@ cudaError_t average(const bits::Counts& c, int nranks, size_t count, ncclDataTyp
 // When planesOut is not null the result planes are stored there too (stride
 // so): bits::majorityPlanes(...) planes for majority, the sum's planes (P
 // then M, sumWidth each) for average, as a rank that still sends its
-// decided shard needs them.
+// decided shard needs them; planesOut must not overlap acc or in. The zero
+// rule must agree with the counters (acc.neg and in.neg set exactly when it
+// is ncclSignZeroAbstain); average takes fp32/fp16/bf16 only.
 cudaError_t addDecideUnpack(const bits::Counts& acc, const bits::Counts& in, int sumWidth, int nranks,
                             ncclSignOp_t op, ncclSignZeroRule_t zero, ncclSignTieRule_t tie, uint64_t* planesOut,
                             size_t so, size_t count, ncclDataType_t dt, void* dst, cudaStream_t stream);

@@ -12,6 +12,10 @@
 // all. -A picks the sign algorithm (auto, ring, hd, allgather, fieldsum).
 // algbw = count * sizeof(input datatype) / time, busbw = algbw * 2(n-1)/n:
 // the figures of an all-reduce of the input datatype, whatever the wire.
+//
+// --nccl is the GPU mode (sign_allreduce_perf_nccl.h): ncclSignAllReduce on
+// device buffers and NCCL communicators, -t ranks as processes, each row
+// next to NCCL's ncclAllReduce of the same count in fp32 and bf16.
 #include <getopt.h>
 #include <libgen.h>
 #include <sys/stat.h>
@@ -25,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -37,6 +42,8 @@
 #include "bits/bits.h"
 #include "nccl_sign.h"
 #include "perf_inputs.h"
+#include "sign_allreduce_perf_nccl.h"
+#include "sign_allreduce_perf_options.h"
 
 namespace {
 
@@ -49,16 +56,7 @@ constexpr bool kHaveMpi = false;
 
 // ---- options (nccl-tests' defaults) --------------------------------------------
 
-struct Options {
-  int nThreads = 1;
-  size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepBytes = 1 << 20, stepFactor = 1;
-  int iters = 20, warmupIters = 5, aggIters = 1, runCycles = 1, check = 1;
-  int blocking = 0, timeoutSec = 0, average = 1;  // average: 0 rank 0, 1 mean, 2 min, 3 max
-  std::string op = "mavo", type = "float", algo = "auto";
-  // Processes started by hand.
-  int rank = -1, nranks = 0;
-  std::string idFile;
-};
+using signlion::perf::Options;
 
 struct OpInfo {
   const char* name;
@@ -117,6 +115,9 @@ void usage(const char* argv0) {
          "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>]\n\t"
          "[-A,--algo <auto/ring/hd/allgather/fieldsum>]\n\t"
          "[--rank <r> --nranks <n> --id-file <path>] (one rank per process, started by hand)\n\t"
+         "[--nccl] GPU mode: ncclSignAllReduce on device buffers and NCCL communicators, -t ranks as\n\t"
+         "         processes (rank r on GPU r %% devices), each row next to NCCL's ncclAllReduce of the\n\t"
+         "         same count in fp32 and bf16; -o mavo/avg/all. Exits 77 when no GPU answers.\n\t"
          "[-h,--help]\n",
          basename(const_cast<char*>(argv0)));
 }
@@ -134,7 +135,8 @@ int parseOptions(int argc, char** argv, Options* o) {
       {"blocking", required_argument, 0, 'z'},   {"timeout", required_argument, 0, 'T'},
       {"average", required_argument, 0, 'a'},    {"algo", required_argument, 0, 'A'},
       {"rank", required_argument, 0, 1000},      {"nranks", required_argument, 0, 1001},
-      {"id-file", required_argument, 0, 1002},   {"help", no_argument, 0, 'h'},
+      {"id-file", required_argument, 0, 1002},   {"nccl", no_argument, 0, 1003},
+      {"help", no_argument, 0, 'h'},
       {}};
   int c;
   while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:c:o:d:r:z:T:a:A:h", longopts, nullptr)) != -1) {
@@ -173,6 +175,7 @@ int parseOptions(int argc, char** argv, Options* o) {
       case 1000: o->rank = (int)strtol(optarg, nullptr, 0); break;
       case 1001: o->nranks = (int)strtol(optarg, nullptr, 0); break;
       case 1002: o->idFile = optarg; break;
+      case 1003: o->nccl = true; break;
       case 'h': usage(argv[0]); return -1;
       default: usage(argv[0]); return 2;
     }
@@ -507,6 +510,33 @@ int rankMain(World* w, int thread, RankCtx* out) {
   return 0;
 }
 
+// --nccl: the GPU mode, before anything here touches CUDA (its ranks are
+// forked processes).
+int ncclMain(const Options& o, int algo) {
+  if (o.rank >= 0 || o.nranks > 0 || !o.idFile.empty() || o.blocking) {
+    fprintf(stderr, "--nccl: ranks are the processes it forks (-t); --rank/--nranks/--id-file and -z do not apply\n");
+    return 2;
+  }
+  if (o.op != "mavo" && o.op != "avg" && o.op != "all") {
+    fprintf(stderr, "--nccl: -o %s: the GPU mode times mavo and avg (NCCL's sum is in every row)\n", o.op.c_str());
+    return 2;
+  }
+  if (o.type != "all" && std::none_of(std::begin(kTypes), std::end(kTypes),
+                                      [&](const TypeInfo& t) { return o.type == t.name; })) {
+    fprintf(stderr, "-d %s: unknown (see -h)\n", o.type.c_str());
+    return 2;
+  }
+#ifdef SIGNLION_PERF_NCCL
+  return signlion::perf::runNcclMode(o, algo);
+#else
+  (void)algo;
+  fprintf(stderr,
+          "sign_allreduce_perf --nccl: this binary was built without the GPU mode (it needs CUDA, NCCL and the "
+          "CUDA kernels)\n");
+  return 77;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -522,6 +552,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "-A %s: not one of auto, ring, hd, allgather, fieldsum\n", o.algo.c_str());
     return 2;
   }
+  if (o.nccl) return ncclMain(o, w.config.algorithm);
   if (o.timeoutSec > 0) w.config.timeoutMs = o.timeoutSec * 1000;
 #ifdef SIGNLION_PERF_MPI
   // MPI only when started by mpirun, so that the same binary also runs alone,

@@ -7,6 +7,15 @@ if(TARGET nccl-sign)
   add_executable(sign_allreduce_perf ${CMAKE_CURRENT_LIST_DIR}/sign_allreduce_perf.cc
                                      ${CMAKE_CURRENT_LIST_DIR}/perf_inputs.cc)
   target_link_libraries(sign_allreduce_perf PRIVATE nccl-sign signlion_core Threads::Threads)
+  # --nccl, the GPU mode, when libnccl-sign.so has ncclSignAllReduce. The
+  # binary links NCCL and the CUDA runtime as a framework does.
+  if(SIGNLION_LIB_HAS_NCCL)
+    target_sources(sign_allreduce_perf PRIVATE ${CMAKE_CURRENT_LIST_DIR}/sign_allreduce_perf_nccl.cc
+                                               ${CMAKE_CURRENT_LIST_DIR}/nccl_ranks.cc)
+    target_include_directories(sign_allreduce_perf PRIVATE ${NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+    target_link_libraries(sign_allreduce_perf PRIVATE ${NCCL_LIBRARY} CUDA::cudart)
+    target_compile_definitions(sign_allreduce_perf PRIVATE SIGNLION_PERF_NCCL)
+  endif()
   find_package(MPI COMPONENTS C QUIET)
   if(MPI_C_FOUND)
     target_link_libraries(sign_allreduce_perf PRIVATE MPI::MPI_C)
@@ -36,6 +45,16 @@ if(SIGNLION_BUILD_TESTS)
            COMMAND sign_allreduce_perf -t 5 -b 8 -e 1M -f 16 -w 1 -n 1 -c 1 -o all -d all)
   set_tests_properties(perf.sign_allreduce_perf_threads PROPERTIES LABELS multirank TIMEOUT 300
                        ENVIRONMENT SIGNLION_SOCKET_IFNAME=lo PASS_REGULAR_EXPRESSION "Out of bounds values : 0 OK")
+endif()
+
+# The GPU mode, small and checked: 2 ranks on the machine's GPUs (sharing one:
+# each its own NCCL_HOSTID). Label "gpu"; exit 77 (no GPU) is a skip.
+if(SIGNLION_BUILD_TESTS AND SIGNLION_LIB_HAS_NCCL)
+  add_test(NAME perf.sign_allreduce_perf_nccl
+           COMMAND sign_allreduce_perf --nccl -t 2 -b 8 -e 4M -f 8 -w 1 -n 2 -c 1 -o all -d all)
+  set_tests_properties(perf.sign_allreduce_perf_nccl PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "NCCL_SOCKET_IFNAME=lo;SIGNLION_SOCKET_IFNAME=lo"
+                       FAIL_REGULAR_EXPRESSION "FAILED")
 endif()
 
 # A small emulated-Ethernet run (scripts/ethernet_bench.sh): 4 namespaces on a

@@ -7,6 +7,14 @@
 
 #include "common/hd.h"
 
+// Full unrolling where it keeps a per-plane array in registers on the GPU;
+// host compilers get nothing (GCC would warn about an unknown pragma).
+#if defined(__CUDA_ARCH__)
+#define SIGNLION_UNROLL _Pragma("unroll")
+#else
+#define SIGNLION_UNROLL
+#endif
+
 namespace signlion {
 namespace bits {
 
@@ -52,6 +60,18 @@ SIGNLION_HD void compareCounters(PlaneA a, int wa, PlaneB b, int wb, W ones, W& 
     gt = gt | (eq & x & ~y);
     eq = eq & ~(x ^ y);
   }
+}
+
+// The comparison of compareCounters made from the lowest plane up, one plane
+// pair per call, for counters that are produced plane by plane (the output of
+// a ripple adder): start with gt = 0, eq = ones and feed planes 0, 1, ...;
+// after plane p, gt and eq compare the counters' low p + 1 bits. A higher
+// plane that differs decides; an equal one keeps the verdict of those below.
+template <typename W>
+SIGNLION_HD void compareStep(W x, W y, W& gt, W& eq) {
+  W diff = x ^ y;
+  gt = (x & ~y) | (gt & ~diff);
+  eq = eq & ~diff;
 }
 
 }  // namespace bits

@@ -39,8 +39,7 @@ class Backend {
   virtual ncclResult_t average(const bits::Counts& c, int nranks, size_t count, ncclDataType_t dt, void* dst) = 0;
   virtual ncclResult_t addDecideUnpack(const bits::Counts& acc, const bits::Counts& in, int sumWidth, int nranks,
                                        ncclSignOp_t op, ncclSignZeroRule_t zero, ncclSignTieRule_t tie,
-                                       uint64_t* planesOut, size_t so, size_t count, ncclDataType_t dt,
-                                       void* dst) = 0;
+                                       uint64_t* planesOut, size_t so, size_t count, ncclDataType_t dt, void* dst) = 0;
   virtual ncclResult_t packFields(const void* src, ncclDataType_t dt, size_t count, ncclSignZeroRule_t zero,
                                   int fieldBits, uint64_t* out, size_t stride) = 0;
   virtual ncclResult_t fieldsToPlanes(const uint64_t* words, int fieldBits, size_t first, size_t n, uint64_t* planes,

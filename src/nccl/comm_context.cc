@@ -27,9 +27,10 @@ ncclResult_t queryComm(const NcclApi& api, ncclComm_t comm, const char* caller, 
     return res;
   }
   if (state == ncclInProgress) {
-    WARN("%s: comm %p is still being initialized (nonblocking); wait until ncclCommGetAsyncError returns "
-         "ncclSuccess",
-         caller, (void*)comm);
+    WARN(
+        "%s: comm %p is still being initialized (nonblocking); wait until ncclCommGetAsyncError returns "
+        "ncclSuccess",
+        caller, (void*)comm);
     return ncclInvalidUsage;
   }
   if (state != ncclSuccess) {
@@ -52,8 +53,8 @@ ncclResult_t CommContext::planFor(int64_t nblocks, const algo::OpSpec& spec,
          e->schedule.steps.size(), (long long)e->extra.layout.bytes());
     return ncclSuccess;
   };
-  return plans_.get(shape.nranks, shape.rank, nblocks, spec, config.algorithm, algo::kAllAlgorithms, costModel_,
-                    finish, out);
+  return plans_.get(shape.nranks, shape.rank, nblocks, spec, config.algorithm, algo::kAllAlgorithms, costModel_, finish,
+                    out);
 }
 
 ncclResult_t CommContext::beginCall(cudaStream_t stream, bool* capturing) {
@@ -66,9 +67,10 @@ ncclResult_t CommContext::beginCall(cudaStream_t stream, bool* capturing) {
   *capturing = status == cudaStreamCaptureStatusActive;
   if (side_ == nullptr) {
     if (*capturing) {
-      WARN("ncclSignAllReduce: comm %p is used for the first time while stream %p is being captured; make one "
-           "call of each size outside capture first (warm-up)",
-           (void*)comm, (void*)stream);
+      WARN(
+          "ncclSignAllReduce: comm %p is used for the first time while stream %p is being captured; make one "
+          "call of each size outside capture first (warm-up)",
+          (void*)comm, (void*)stream);
       return ncclInvalidUsage;
     }
     // The adds must not wait for unrelated work on the legacy default stream.
@@ -84,9 +86,10 @@ ncclResult_t CommContext::beginCall(cudaStream_t stream, bool* capturing) {
 ncclResult_t CommContext::scratch(size_t bytes, cudaStream_t stream, bool capturing, uint64_t** out) {
   if (bytes > scratchBytes_) {
     if (capturing) {
-      WARN("ncclSignAllReduce: comm %p needs %zu bytes of scratch (it has %zu) while stream %p is being captured; "
-           "make one call of this size outside capture first (warm-up)",
-           (void*)comm, bytes, scratchBytes_, (void*)stream);
+      WARN(
+          "ncclSignAllReduce: comm %p needs %zu bytes of scratch (it has %zu) while stream %p is being captured; "
+          "make one call of this size outside capture first (warm-up)",
+          (void*)comm, bytes, scratchBytes_, (void*)stream);
       return ncclInvalidUsage;
     }
     constexpr size_t kMinBytes = size_t{1} << 20;
@@ -107,15 +110,16 @@ ncclResult_t CommContext::scratch(size_t bytes, cudaStream_t stream, bool captur
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       scratch_ = nullptr;
-      WARN("ncclSignAllReduce: cannot allocate %zu bytes of scratch on device %d: %s (SIGNLION_NCCL_SEGMENT bounds "
-           "it)",
-           grown, shape.cudaDev, cudaGetErrorString(err));
+      WARN(
+          "ncclSignAllReduce: cannot allocate %zu bytes of scratch on device %d: %s (SIGNLION_NCCL_SEGMENT bounds "
+          "it)",
+          grown, shape.cudaDev, cudaGetErrorString(err));
       return ncclUnhandledCudaError;
     }
     scratchBytes_ = grown;
     scratchCaptured_ = false;
-    INFO(kSubsysAlloc, "ncclSignAllReduce comm %p: scratch of %zu bytes on device %d (%zu retired)", (void*)comm,
-         grown, shape.cudaDev, retired_.size());
+    INFO(kSubsysAlloc, "ncclSignAllReduce comm %p: scratch of %zu bytes on device %d (%zu retired)", (void*)comm, grown,
+         shape.cudaDev, retired_.size());
   }
   scratchCaptured_ = scratchCaptured_ || capturing;
   *out = static_cast<uint64_t*>(scratch_);
@@ -195,10 +199,11 @@ ncclResult_t commContext(ncclComm_t comm, const CommShape& shape, std::shared_pt
     *out = std::move(made);
   }
   if (stale) {
-    WARN("comm %p was destroyed without ncclSignCommRelease and NCCL reused its address (rank %d/%d on device %d "
-         "before, %d/%d on device %d now); releasing what signlion cached for the old one",
-         (void*)comm, stale->shape.rank, stale->shape.nranks, stale->shape.cudaDev, shape.rank, shape.nranks,
-         shape.cudaDev);
+    WARN(
+        "comm %p was destroyed without ncclSignCommRelease and NCCL reused its address (rank %d/%d on device %d "
+        "before, %d/%d on device %d now); releasing what signlion cached for the old one",
+        (void*)comm, stale->shape.rank, stale->shape.nranks, stale->shape.cudaDev, shape.rank, shape.nranks,
+        shape.cudaDev);
     std::lock_guard<std::mutex> lock(stale->mu);
     NCCLCHECK(stale->release());
   }

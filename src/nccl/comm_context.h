@@ -87,8 +87,8 @@ class CommContext {
   cudaEvent_t lastUse_ = nullptr;  // recorded at the end of each call outside capture
   void* scratch_ = nullptr;
   size_t scratchBytes_ = 0;
-  bool scratchCaptured_ = false;    // a graph may hold scratch_
-  std::vector<void*> retired_;      // earlier scratch that graphs may hold
+  bool scratchCaptured_ = false;  // a graph may hold scratch_
+  std::vector<void*> retired_;    // earlier scratch that graphs may hold
 };
 
 // The context of comm, made on first use; `shape` is what queryComm said

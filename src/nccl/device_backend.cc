@@ -38,8 +38,8 @@ ncclResult_t DeviceBackend::decideBits(const bits::Counts& c, int nranks, ncclSi
   return ncclSuccess;
 }
 
-ncclResult_t DeviceBackend::unpack(const uint64_t* planes, int nplanes, size_t stride, size_t count,
-                                   ncclDataType_t dt, void* dst) {
+ncclResult_t DeviceBackend::unpack(const uint64_t* planes, int nplanes, size_t stride, size_t count, ncclDataType_t dt,
+                                   void* dst) {
   CUDACHECK(kernels::unpack(planes, nplanes, stride, count, dt, dst, lane()));
   return ncclSuccess;
 }

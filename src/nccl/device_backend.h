@@ -27,8 +27,8 @@ class DeviceBackend final : public Backend {
 
   ncclResult_t pack(const void* src, ncclDataType_t dt, size_t count, ncclSignZeroRule_t rule, uint64_t* out,
                     size_t stride) override;
-  ncclResult_t add(const uint64_t* a, int wa, size_t sa, const uint64_t* b, int wb, size_t sb, uint64_t* out,
-                   int wout, size_t so, size_t nwords) override;
+  ncclResult_t add(const uint64_t* a, int wa, size_t sa, const uint64_t* b, int wb, size_t sb, uint64_t* out, int wout,
+                   size_t so, size_t nwords) override;
   ncclResult_t sumVotes(const uint64_t* votes, int nslots, size_t slotStride, uint64_t* out, int wout, size_t so,
                         size_t nwords) override;
   ncclResult_t decideBits(const bits::Counts& c, int nranks, ncclSignTieRule_t tie, uint64_t* out, size_t so,
@@ -41,8 +41,8 @@ class DeviceBackend final : public Backend {
                                size_t so, size_t count, ncclDataType_t dt, void* dst) override;
   ncclResult_t packFields(const void* src, ncclDataType_t dt, size_t count, ncclSignZeroRule_t zero, int fieldBits,
                           uint64_t* out, size_t stride) override;
-  ncclResult_t fieldsToPlanes(const uint64_t* words, int fieldBits, size_t first, size_t n, uint64_t* planes,
-                              int width, size_t planeStride) override;
+  ncclResult_t fieldsToPlanes(const uint64_t* words, int fieldBits, size_t first, size_t n, uint64_t* planes, int width,
+                              size_t planeStride) override;
   ncclResult_t copyPlanes(uint64_t* dst, size_t dstStride, const uint64_t* src, size_t srcStride, int planes,
                           size_t nwords) override;
 

@@ -47,7 +47,7 @@ class Run {
 
  private:
   uint64_t* plane(Buffer buf, int slot, int p, int payloadWidth) const {
-    uint64_t* base = buf == Buffer::kCounter ? counter_
+    uint64_t* base = buf == Buffer::kCounter  ? counter_
                      : buf == Buffer::kResult ? result_
                      : buf == Buffer::kVotes  ? votes_
                                               : fields_;
@@ -92,7 +92,8 @@ class Run {
                                 static_cast<size_t>(s_.counters * nb_), counter(c, b), l.width,
                                 static_cast<size_t>(nb_), static_cast<size_t>(len)));
         return ncclSuccess;
-      case algo::LocalOp::kDecide: return decide(l, n);
+      case algo::LocalOp::kDecide:
+        return decide(l, n);
     }
     return ncclInternalError;
   }
@@ -112,8 +113,8 @@ class Run {
                                   static_cast<size_t>(len)));
         return ncclSuccess;
       }
-      return b_.decideBits(counts(planes, w, snb, counter(1, b) - planes), s_.nranks, s_.spec.tieRule, result_ + b,
-                           snb, static_cast<size_t>(len));
+      return b_.decideBits(counts(planes, w, snb, counter(1, b) - planes), s_.nranks, s_.spec.tieRule, result_ + b, snb,
+                           static_cast<size_t>(len));
     }
     // Field-sum: the counts in the fields become bit-sliced planes of the
     // width that holds N; for average those are the result planes.
@@ -124,8 +125,8 @@ class Run {
                                   static_cast<size_t>(b) * bits::kBlockElems, n,
                                   target + static_cast<int64_t>(c) * w * nb_ + b, w, snb));
     if (average) return ncclSuccess;
-    return b_.decideBits(counts(fieldPlanes_ + b, w, snb, static_cast<int64_t>(w) * nb_), s_.nranks,
-                         s_.spec.tieRule, result_ + b, snb, static_cast<size_t>(len));
+    return b_.decideBits(counts(fieldPlanes_ + b, w, snb, static_cast<int64_t>(w) * nb_), s_.nranks, s_.spec.tieRule,
+                         result_ + b, snb, static_cast<size_t>(len));
   }
 
   ncclResult_t exchange(Exchange e) {
@@ -181,9 +182,9 @@ class Run {
     if (c.index == sp.fusedRecv) {
       const uint64_t* acc = counter(0, c.begin);
       return b_.addDecideUnpack(counts(acc, r.localWidth, snb, counter(1, c.begin) - acc),
-                                counts(data, r.width, len, mIn), r.resultWidth, s_.nranks, s_.spec.op,
-                                s_.spec.zeroRule, s_.spec.tieRule, plan_.fusedStoresPlanes ? result_ + c.begin : nullptr,
-                                snb, elems(c.begin, c.len), dt_, output(c.begin));
+                                counts(data, r.width, len, mIn), r.resultWidth, s_.nranks, s_.spec.op, s_.spec.zeroRule,
+                                s_.spec.tieRule, plan_.fusedStoresPlanes ? result_ + c.begin : nullptr, snb,
+                                elems(c.begin, c.len), dt_, output(c.begin));
     }
     for (int k = 0; k < s_.counters; k++) {
       uint64_t* acc = counter(k, c.begin);

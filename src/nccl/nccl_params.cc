@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <atomic>
 
+#include "common/debug.h"
 #include "common/param.h"
 
 namespace {
 // The cost model's defaults for NCCL links (docs/NCCL.md, "Choosing").
-constexpr int64_t kAlphaNs = 5000;          // one grouped ncclSend/ncclRecv step: launch and handshake
-constexpr int64_t kBetaMBps = 100000;       // between two ranks: NVLink-class, 100 GB/s
-constexpr int64_t kGammaPs = 1;             // GPU compute per element-plane
+constexpr int64_t kAlphaNs = 5000;           // one grouped ncclSend/ncclRecv step: launch and handshake
+constexpr int64_t kBetaMBps = 100000;        // between two ranks: NVLink-class, 100 GB/s
+constexpr int64_t kGammaPs = 1;              // GPU compute per element-plane
 constexpr int64_t kCollectiveStepNs = 1000;  // one ring step inside an NCCL collective
 }  // namespace
 
@@ -44,7 +45,11 @@ algo::CostParams costParams() {
                                             signlionParamNcclCostBetaMBps(), signlionParamNcclCostGammaPs(), defaults);
   // 0 is a valid collective step cost (all of it in alpha); negative is not.
   int64_t step = signlionParamNcclCostCollectiveStepNs();
-  p.collectiveStepUs = static_cast<double>(step >= 0 ? step : kCollectiveStepNs) * 1e-3;
+  if (step < 0) {
+    WARN("SIGNLION_NCCL_COST_COLLECTIVE_STEP_NS=%lld must not be negative; using the default", (long long)step);
+    step = kCollectiveStepNs;
+  }
+  p.collectiveStepUs = static_cast<double>(step) * 1e-3;
   return p;
 }
 

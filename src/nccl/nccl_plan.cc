@@ -118,8 +118,8 @@ ncclResult_t makePlan(const algo::Schedule& s, int64_t chunkBytes, Plan* out) {
     // steps in between only move what one collective moves.
     for (size_t i = 1; i + 1 < nsteps; i++) {
       if (!s.steps[i].locals.empty()) {
-        WARN("NCCL executor: %s step %zu has locals; expected a pure exchange", s.algo == ncclSignAlgoAllGather
-                                                                                    ? "allgather" : "field-sum", i);
+        WARN("NCCL executor: %s step %zu has locals; expected a pure exchange",
+             s.algo == ncclSignAlgoAllGather ? "allgather" : "field-sum", i);
         return ncclInternalError;
       }
     }

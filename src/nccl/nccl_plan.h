@@ -71,8 +71,8 @@ enum class Exchange : uint8_t {
 };
 
 struct StepPlan {
-  int step = 0;                    // index in Schedule::steps
-  std::vector<int> locals;         // the step's locals to run, in order (a fused decide is left out)
+  int step = 0;             // index in Schedule::steps
+  std::vector<int> locals;  // the step's locals to run, in order (a fused decide is left out)
   Exchange exchange = Exchange::kSteps;
   std::vector<ChunkGroup> groups;  // kSteps
   int fusedRecv = -1;              // the recv (index) whose add is fused with the decide that follows

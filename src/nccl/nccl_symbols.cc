@@ -31,8 +31,7 @@ std::string versionString(int code) {
 
 ncclResult_t checkNcclVersion(int code) {
   if (code >= kMinNcclVersion) return ncclSuccess;
-  WARN("NCCL %s (version code %d) is older than 2.19, the oldest signlion supports", versionString(code).c_str(),
-       code);
+  WARN("NCCL %s (version code %d) is older than 2.19, the oldest signlion supports", versionString(code).c_str(), code);
   return ncclInvalidUsage;
 }
 
@@ -92,8 +91,7 @@ ncclResult_t loadNcclApi(NcclApi* out) {
   if (handle != nullptr) {
     NCCLCHECK(resolveNcclApi(handle, origin, out));
     if (!wanted.empty() && strstr(out->path, wanted.c_str()) == nullptr)
-      WARN("SIGNLION_NCCL_LIBRARY=%s is ignored: the process already uses the NCCL at %s", wanted.c_str(),
-           out->path);
+      WARN("SIGNLION_NCCL_LIBRARY=%s is ignored: the process already uses the NCCL at %s", wanted.c_str(), out->path);
     return ncclSuccess;
   }
   // 3: none yet; load one. RTLD_LOCAL keeps its symbols out of the global
@@ -102,9 +100,10 @@ ncclResult_t loadNcclApi(NcclApi* out) {
   handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* err = dlerror();
-    WARN("no NCCL: none is loaded in the process, and dlopen(\"%s\") failed: %s (set SIGNLION_NCCL_LIBRARY to "
-         "its path)",
-         name.c_str(), err ? err : "unknown error");
+    WARN(
+        "no NCCL: none is loaded in the process, and dlopen(\"%s\") failed: %s (set SIGNLION_NCCL_LIBRARY to "
+        "its path)",
+        name.c_str(), err ? err : "unknown error");
     return ncclSystemError;
   }
   return resolveNcclApi(handle, name.c_str(), out);

@@ -29,8 +29,8 @@ namespace {
 
 // The largest count whose blocks, and whose element index of any block,
 // int64 arithmetic still holds (schedules count in int64 blocks).
-constexpr uint64_t kMaxCount = (static_cast<uint64_t>(INT64_MAX) - (bits::kBlockElems - 1)) / bits::kBlockElems *
-                               bits::kBlockElems;
+constexpr uint64_t kMaxCount =
+    (static_cast<uint64_t>(INT64_MAX) - (bits::kBlockElems - 1)) / bits::kBlockElems * bits::kBlockElems;
 
 // A buffer the comm's device can read and write: device memory of that
 // device, managed memory, or host memory mapped into the device.
@@ -45,10 +45,29 @@ ncclResult_t checkDeviceBuffer(const void* ptr, const char* name, int dev, const
     CUDACHECK(err);
   }
   ARGCHECK(attr.devicePointer != nullptr, caller, name,
-           "%p is host memory the device cannot access; pass device memory (or managed or mapped pinned memory)",
-           ptr);
+           "%p is host memory the device cannot access; pass device memory (or managed or mapped pinned memory)", ptr);
   ARGCHECK(attr.type != cudaMemoryTypeDevice || attr.device == dev, caller, name,
            "%p is memory of device %d; the communicator's device is %d", ptr, attr.device, dev);
+  return ncclSuccess;
+}
+
+// The message as segments of SIGNLION_NCCL_SEGMENT elements, each a whole
+// schedule on the comm's scratch.
+ncclResult_t runSegments(const NcclApi& api, CommContext& ctx, const algo::OpSpec& spec, const char* send, char* recv,
+                         size_t count, ncclDataType_t dt, cudaStream_t stream, bool capturing) {
+  const uint64_t segment = segmentElements();
+  const size_t esize = bits::typeSize(dt);
+  for (size_t done = 0; done < count;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(segment, count - done));
+    const algo::ScheduleCache<Plan>::Entry* entry = nullptr;
+    NCCLCHECK(ctx.planFor(algo::blocksForCount(n), spec, &entry));
+    uint64_t* scratch;
+    NCCLCHECK(ctx.scratch(static_cast<size_t>(entry->extra.layout.bytes()), stream, capturing, &scratch));
+    DeviceBackend backend(api, ctx.comm, stream, ctx.side(), ctx.forkEvent(), ctx.joinEvent());
+    NCCLCHECK(
+        runSchedule(entry->schedule, entry->extra, scratch, send + done * esize, recv + done * esize, n, dt, backend));
+    done += n;
+  }
   return ncclSuccess;
 }
 
@@ -84,21 +103,12 @@ ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
   const algo::OpSpec spec{op, ctx->config.zeroRule, ctx->config.tieRule};
   bool capturing;
   NCCLCHECK(ctx->beginCall(stream, &capturing));
-  const uint64_t segment = segmentElements();
-  const char* send = static_cast<const char*>(sendbuff);
-  char* recv = static_cast<char*>(recvbuff);
-  for (size_t done = 0; done < count;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(segment, count - done));
-    const algo::ScheduleCache<Plan>::Entry* entry = nullptr;
-    NCCLCHECK(ctx->planFor(algo::blocksForCount(n), spec, &entry));
-    uint64_t* scratch;
-    NCCLCHECK(ctx->scratch(static_cast<size_t>(entry->extra.layout.bytes()), stream, capturing, &scratch));
-    DeviceBackend backend(*api, comm, stream, ctx->side(), ctx->forkEvent(), ctx->joinEvent());
-    NCCLCHECK(runSchedule(entry->schedule, entry->extra, scratch, send + done * esize, recv + done * esize, n,
-                          datatype, backend));
-    done += n;
-  }
-  return ctx->endCall(stream, capturing);
+  ncclResult_t res = runSegments(*api, *ctx, spec, static_cast<const char*>(sendbuff), static_cast<char*>(recvbuff),
+                                 count, datatype, stream, capturing);
+  // Also after a failure: the next call must come after whatever was enqueued.
+  ncclResult_t end = ctx->endCall(stream, capturing);
+  NCCLCHECK(res);
+  return end;
 }
 
 ncclResult_t setConfig(ncclComm_t comm, const ncclSignConfig_t* config) {
@@ -122,7 +132,7 @@ ncclResult_t setConfig(ncclComm_t comm, const ncclSignConfig_t* config) {
 ncclResult_t release(ncclComm_t comm) {
   ARGCHECK(comm != nullptr, "ncclSignCommRelease", "comm", "must not be NULL");
   std::shared_ptr<CommContext> ctx = takeCommContext(comm);
-  if (!ctx) return ncclSuccess;  // never used: nothing cached
+  if (!ctx) return ncclSuccess;               // never used: nothing cached
   std::lock_guard<std::mutex> lock(ctx->mu);  // a call enqueuing on another thread finishes first
   INFO(kSubsysInit, "ncclSignCommRelease: comm %p rank %d/%d", (void*)comm, ctx->shape.rank, ctx->shape.nranks);
   return ctx->release();
@@ -132,9 +142,8 @@ ncclResult_t release(ncclComm_t comm) {
 }  // namespace nccl
 }  // namespace signlion
 
-SIGNLION_API ncclResult_t ncclSignAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                                            ncclDataType_t datatype, ncclSignOp_t op, ncclComm_t comm,
-                                            cudaStream_t stream) {
+SIGNLION_API ncclResult_t ncclSignAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                            ncclSignOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return signlion::nccl::allReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 

@@ -1,37 +1,33 @@
 // Distributed Lion across processes on one GPU: N = 2 and 4 ranks, each a
 // forked process with its own NCCL_HOSTID (so NCCL treats them as separate
 // hosts) and NCCL_NET_PLUGIN = our built libnccl-net-signlion.so (NCCL's
-// traffic over our socket transport on loopback). In every rank the device
-// optimizer (ncclSignLionCreateNccl on an NCCL communicator) and the host
-// optimizer (ncclSignLionCreate on a host communicator) take the same steps
-// from the same gradients; their parameters must be equal bit for bit after
-// every step, and their saved states (momentum, master copy, counters) after
-// the last, for mavo, average, global and local, fp32/fp16/bf16, master copy,
+// traffic over our socket transport on loopback), started by
+// perf/nccl_ranks.h. In every rank the device optimizer
+// (ncclSignLionCreateNccl on the NCCL communicator) and the host optimizer
+// (ncclSignLionCreate on a host communicator) take the same steps from the
+// same gradients; their parameters must be equal bit for bit after every
+// step, and their saved states (momentum, master copy, counters) after the
+// last, for mavo, average, global and local, fp32/fp16/bf16, master copy,
 // skipped non-finite steps, and (N = 2, where an fp32 sum of two is one
 // rounding in any order) Lion Cub momentum averaging.
 //
 // Gradients are multiples of 2^-8 in [-4, 4], so the sum of "global" is
-// exact in NCCL's order and in the host ring's. The test process never
-// touches CUDA itself: the ranks fork from a single-threaded parent, and a
-// rank that finds no GPU exits with kNoGpu, which makes the test SKIPPED.
+// exact in NCCL's order and in the host ring's. Without a GPU every test
+// reports SKIPPED.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "nccl_ranks.h"
 #include "nccl_sign.h"
 
 namespace signlion {
@@ -39,14 +35,7 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-constexpr int kTimeoutMs = 240000;
-// Child exit codes.
-enum : int { kOk = 0, kFailed = 1, kNoId = 2, kNoGpu = 77 };
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+constexpr int kTimeoutMs = 300000;
 
 #define RANK_CHECK(cond, ...)                                                \
   do {                                                                       \
@@ -134,24 +123,31 @@ class Rank {
  public:
   Rank(int rank, int nranks) : rank_(rank), nranks_(nranks) {}
 
-  bool init(const ncclUniqueId& nid, const ncclSignUniqueId& sid) {
-    RANK_CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice");
+  // The host communicator over the same ranks; its id travels from rank 0
+  // by ncclBroadcast on the NCCL communicator.
+  bool init(ncclComm_t ncomm) {
+    ncomm_ = ncomm;
     RANK_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking) == cudaSuccess, "stream");
-    ncclResult_t r = ncclCommInitRank(&ncomm_, nranks_, nid, rank_);
-    RANK_CHECK(r == ncclSuccess, "ncclCommInitRank: %s", ncclGetErrorString(r));
+    ncclSignUniqueId sid{};
+    if (rank_ == 0) RANK_CHECK(ncclSignGetUniqueId(&sid) == ncclSuccess, "ncclSignGetUniqueId");
+    void* d = nullptr;
+    RANK_CHECK(cudaMalloc(&d, sizeof(sid)) == cudaSuccess, "cudaMalloc");
+    bool ok = cudaMemcpy(d, &sid, sizeof(sid), cudaMemcpyHostToDevice) == cudaSuccess &&
+              ncclBroadcast(d, d, sizeof(sid), ncclChar, 0, ncomm, stream_) == ncclSuccess &&
+              cudaStreamSynchronize(stream_) == cudaSuccess &&
+              cudaMemcpy(&sid, d, sizeof(sid), cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(d);
+    RANK_CHECK(ok, "broadcasting the host communicator's id");
     ncclSignConfig_t config = NCCL_SIGN_CONFIG_INITIALIZER;
     config.timeoutMs = kTimeoutMs;
-    r = ncclSignCommInitRank(&scomm_, nranks_, sid, rank_, &config);
+    ncclResult_t r = ncclSignCommInitRank(&scomm_, nranks_, sid, rank_, &config);
     RANK_CHECK(r == ncclSuccess, "ncclSignCommInitRank: %d", (int)r);
     return true;
   }
 
   ~Rank() {
     if (scomm_ != nullptr) ncclSignCommDestroy(scomm_);
-    if (ncomm_ != nullptr) {
-      ncclSignCommRelease(ncomm_);
-      ncclCommDestroy(ncomm_);
-    }
+    if (ncomm_ != nullptr) ncclSignCommRelease(ncomm_);  // runNcclRanks destroys the comm
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -231,91 +227,29 @@ class Rank {
   ncclSignComm_t scomm_ = nullptr;
 };
 
-// Reads exactly `bytes` from fd within the timeout.
-bool readAll(int fd, void* buf, size_t bytes) {
-  size_t got = 0;
-  for (int64_t end = nowMs() + kTimeoutMs; got < bytes && nowMs() < end;) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 100) != 1) continue;
-    ssize_t k = read(fd, static_cast<char*>(buf) + got, bytes - got);
-    if (k <= 0) return false;
-    got += (size_t)k;
-  }
-  return got == bytes;
-}
-
-struct Ids {
-  ncclUniqueId nccl;
-  ncclSignUniqueId sign;
-};
-
-// One rank's life in a child process; returns its exit code.
-int rankMain(int rank, int nranks, const std::vector<int>& idWrite, int idRead) {
-  // Each rank a host of its own to NCCL, talking through our net plugin.
-  const std::string hostId = "signlion-lion-" + std::to_string(getppid()) + "-" + std::to_string(rank);
-  setenv("NCCL_HOSTID", hostId.c_str(), 1);
-  setenv("NCCL_NET_PLUGIN", SIGNLION_TEST_PLUGIN_PATH, 1);
-  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
-  setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return kNoGpu;
-  Ids ids;
-  if (rank == 0) {
-    if (ncclGetUniqueId(&ids.nccl) != ncclSuccess || ncclSignGetUniqueId(&ids.sign) != ncclSuccess) return kFailed;
-    for (int fd : idWrite)
-      if (write(fd, &ids, sizeof(ids)) != (ssize_t)sizeof(ids)) return kFailed;
-  } else if (!readAll(idRead, &ids, sizeof(ids))) {
-    return kNoId;
-  }
+int rankBody(int rank, int nranks, ncclComm_t comm) {
   Rank r(rank, nranks);
-  if (!r.init(ids.nccl, ids.sign)) return kFailed;
+  if (!r.init(comm)) return 1;
   const std::vector<Case> all = cases(nranks);
   for (size_t i = 0; i < all.size(); i++)
-    if (!r.run(all[i], (int)i)) return kFailed;
-  return kOk;
-}
-
-int reap(pid_t pid, int64_t limitMs) {
-  int status = 0;
-  for (int64_t end = nowMs() + limitMs; nowMs() < end;) {
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  return -1;
-}
-
-// Forks the ranks (rank 0 hands the ids to the others through pipes) and
-// returns their exit codes.
-std::vector<int> runRanks(int nranks) {
-  std::vector<int> readEnd(nranks, -1), writeEnd;
-  for (int r = 1; r < nranks; r++) {
-    int fds[2];
-    if (pipe(fds) != 0) return std::vector<int>(nranks, -2);
-    readEnd[r] = fds[0];
-    writeEnd.push_back(fds[1]);
-  }
-  std::vector<pid_t> pids;
-  for (int r = 0; r < nranks; r++) {
-    pid_t pid = fork();
-    if (pid == 0) _exit(rankMain(r, nranks, r == 0 ? writeEnd : std::vector<int>(), readEnd[r]));
-    pids.push_back(pid);
-  }
-  for (int fd : readEnd)
-    if (fd >= 0) close(fd);
-  for (int fd : writeEnd) close(fd);
-  std::vector<int> codes;
-  for (pid_t pid : pids) codes.push_back(reap(pid, kTimeoutMs + 60000));
-  return codes;
+    if (!r.run(all[i], (int)i)) return 1;
+  return 0;
 }
 
 void checkRanks(int nranks) {
-  std::vector<int> codes = runRanks(nranks);
-  int noGpu = 0;
-  for (int c : codes) noGpu += c == kNoGpu;
-  if (noGpu == nranks) GTEST_SKIP() << "no GPU: cudaGetDeviceCount found none in the rank processes";
-  for (int r = 0; r < nranks; r++) EXPECT_EQ(codes[r], kOk) << "rank " << r << " (see its lines above)";
+  std::string why;
+  const int devices = perf::probeCudaDevices(&why);
+  if (devices < 1) GTEST_SKIP() << "no GPU: " << why;
+  perf::NcclRanksOptions o;
+  o.nranks = nranks;
+  o.devices = devices;
+  o.netPlugin = SIGNLION_TEST_PLUGIN_PATH;
+  o.hostIdPrefix = "signlion-lion-test-" + std::to_string(getpid());
+  o.timeoutSec = kTimeoutMs / 1000 + 60;
+  setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  std::vector<int> codes = perf::runNcclRanks(o, rankBody);
+  for (int r = 0; r < nranks; r++) EXPECT_EQ(codes[r], 0) << "rank " << r << " (see its lines above)";
 }
 
 TEST(LionNcclMultiProcess, DeviceEqualsHostOptimizerTwoRanks) { checkRanks(2); }

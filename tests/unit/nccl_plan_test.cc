@@ -345,8 +345,8 @@ class CpuBackend final : public Backend {
                     size_t stride) override {
     return run([=] { k_.pack(src, dt, count, rule, out, stride); });
   }
-  ncclResult_t add(const uint64_t* a, int wa, size_t sa, const uint64_t* b, int wb, size_t sb, uint64_t* out,
-                   int wout, size_t so, size_t nwords) override {
+  ncclResult_t add(const uint64_t* a, int wa, size_t sa, const uint64_t* b, int wb, size_t sb, uint64_t* out, int wout,
+                   size_t so, size_t nwords) override {
     return run([=] { k_.add(a, wa, sa, b, wb, sb, out, wout, so, nwords); });
   }
   ncclResult_t sumVotes(const uint64_t* votes, int nslots, size_t slotStride, uint64_t* out, int wout, size_t so,
@@ -407,8 +407,8 @@ class CpuBackend final : public Backend {
                           uint64_t* out, size_t stride) override {
     return run([=] { bits::packFields(k_, src, dt, count, zero, fieldBits, out, stride); });
   }
-  ncclResult_t fieldsToPlanes(const uint64_t* words, int fieldBits, size_t first, size_t n, uint64_t* planes,
-                              int width, size_t planeStride) override {
+  ncclResult_t fieldsToPlanes(const uint64_t* words, int fieldBits, size_t first, size_t n, uint64_t* planes, int width,
+                              size_t planeStride) override {
     return run([=] { bits::fieldsToPlanes(words, fieldBits, first, n, planes, width, planeStride); });
   }
   ncclResult_t copyPlanes(uint64_t* dst, size_t dstStride, const uint64_t* src, size_t srcStride, int planes,

@@ -34,9 +34,9 @@ TEST(NcclSymbols, LoadsAndVersionsTheToolkitsNccl) {
   ASSERT_EQ(api.getVersion(&v), ncclSuccess);
   EXPECT_EQ(v, api.version);
   EXPECT_NE(api.getErrorString(ncclInvalidArgument), nullptr);
-  for (void* fn : {(void*)api.commCount, (void*)api.commUserRank, (void*)api.commCuDevice,
-                   (void*)api.commGetAsyncError, (void*)api.groupStart, (void*)api.groupEnd, (void*)api.send,
-                   (void*)api.recv, (void*)api.allReduce, (void*)api.allGather})
+  for (void* fn : {(void*)api.commCount, (void*)api.commUserRank, (void*)api.commCuDevice, (void*)api.commGetAsyncError,
+                   (void*)api.groupStart, (void*)api.groupEnd, (void*)api.send, (void*)api.recv, (void*)api.allReduce,
+                   (void*)api.allGather})
     EXPECT_NE(fn, nullptr);
   // Loaded now: a second search finds it already in the process (step 1).
   NcclApi again;

@@ -1,0 +1,117 @@
+// The bit-sliced counter algebra one word at a time: what a GPU thread does
+// for its word (W = uint64_t) or half-word (W = uint32_t) in the add, sumVotes,
+// decide and fused kernels. Built from src/bits/bitslice.h exactly as the CPU
+// kernels (src/bits/kernels_portable.cc) use it, and host-device so the CPU
+// tests compare every body here with the CPU kernels. Planes are read through
+// callables, plane(p) -> W, so one body serves every memory layout.
+#pragma once
+
+#include <cstdint>
+
+#include "bits/bitslice.h"
+#include "nccl_sign.h"
+
+namespace signlion {
+namespace kernels {
+
+// out = a + b (widths wa, wb; wout planes written through store(p, word)).
+// Carries past wout are lost, as in bits::Kernels::add. Each plane of a and b
+// is read before out's plane of the same index is stored, so out may be a.
+template <typename W, typename PlaneA, typename PlaneB, typename Store>
+SIGNLION_HD void addWord(PlaneA a, int wa, PlaneB b, int wb, Store store, int wout) {
+  W zero = 0, carry = 0;
+  for (int p = 0; p < wout; p++) {
+    W x = p < wa ? a(p) : zero;
+    W y = p < wb ? b(p) : zero;
+    store(p, bits::fullAdd(x, y, carry));
+  }
+}
+
+// The most vote slots sumVotesWord adds in registers: counts up to 65535.
+constexpr int kMaxSumVotesWidth = 16;
+
+// count = the sum of nslots 1-bit votes (vote(r) -> W), in kMaxSumVotesWidth
+// planes of which the first widthFor(nslots) may be non-zero. Adding vote r
+// ripples through widthFor(r + 1) planes only: no count can be larger yet.
+template <typename W, typename Vote>
+SIGNLION_HD void sumVotesWord(Vote vote, int nslots, W (&count)[kMaxSumVotesWidth]) {
+  SIGNLION_UNROLL
+  for (int p = 0; p < kMaxSumVotesWidth; p++) count[p] = 0;
+  int width = 1;  // widthFor(r + 1)
+  for (int r = 0; r < nslots; r++) {
+    if (((r + 1) >> width) != 0) width++;
+    W carry = vote(r);
+    SIGNLION_UNROLL
+    for (int p = 0; p < kMaxSumVotesWidth; p++) {
+      if (p < width) count[p] = bits::fullAdd(count[p], W(0), carry);
+    }
+  }
+}
+
+// Whether a majority result needs two planes (+1 and -1): only a tie can give
+// 0, and a tie exists when zeros abstain or N is even (bits::majorityPlanes
+// with "ternary" standing for ncclSignZeroAbstain).
+SIGNLION_HD bool twoResultPlanes(bool ternary, int nranks, ncclSignTieRule_t tie) {
+  return tie == ncclSignTieZero && (ternary || nranks % 2 == 0);
+}
+
+// The majority comparison of bits::Kernels::decideBits for one word: P against
+// M (ternary), else P against floor(N / 2), where 2P - N == 0 only for even N.
+template <typename W, typename PlaneP, typename PlaneM>
+SIGNLION_HD void compareMajority(PlaneP P, int wp, PlaneM M, int wm, bool ternary, int nranks, W& gt, W& eq) {
+  const W ones = ~W(0);
+  if (ternary) {
+    bits::compareCounters<W>(P, wp, M, wm, ones, gt, eq);
+  } else {
+    bits::compareWithConstant<W>(P, wp, (uint64_t)(nranks / 2), ones, gt, eq);
+    if (nranks % 2 == 1) eq = 0;
+  }
+}
+
+// The result planes of a comparison: (+1, -1) planes = (gt, lt) when two
+// planes are kept, else one plane where a tie takes the tie rule's side.
+template <typename W>
+SIGNLION_HD void resultPlanes(W gt, W eq, bool twoPlanes, ncclSignTieRule_t tie, W& r0, W& r1) {
+  if (twoPlanes) {
+    r0 = gt;
+    r1 = ~(gt | eq);
+  } else {
+    r0 = tie == ncclSignTiePositive ? (gt | eq) : gt;
+    r1 = 0;
+  }
+}
+
+// The fused last step's majority for one word: the sum of two counters (each
+// P, and M when ternary; sumWidth planes, carries past it lost, as add()
+// would store it) compared as compareMajority compares a stored sum, without
+// storing it: the ripple yields the sum's planes from the lowest up and
+// bits::compareStep consumes them in that order.
+template <typename W, typename AccP, typename InP, typename AccM, typename InM>
+SIGNLION_HD void addCompareMajority(AccP accP, int accPw, InP inP, int inPw, AccM accM, int accMw, InM inM, int inMw,
+                                    bool ternary, int sumWidth, int nranks, W& gt, W& eq) {
+  const W zero = 0, ones = ~W(0);
+  const uint64_t half = (uint64_t)(nranks / 2);
+  // compareWithConstant looks at every plane of the constant, even above the
+  // counter's width (where the counter is zero).
+  int top = sumWidth;
+  if (!ternary) {
+    while (top < 64 && (half >> top) != 0) top++;
+  }
+  W carryP = zero, carryM = zero;
+  gt = zero;
+  eq = ones;
+  for (int p = 0; p < top; p++) {
+    W s = zero, other;
+    if (p < sumWidth) s = bits::fullAdd(p < accPw ? accP(p) : zero, p < inPw ? inP(p) : zero, carryP);
+    if (ternary) {
+      other = bits::fullAdd(p < accMw ? accM(p) : zero, p < inMw ? inM(p) : zero, carryM);
+    } else {
+      other = ((half >> p) & 1) ? ones : zero;
+    }
+    bits::compareStep(s, other, gt, eq);
+  }
+  if (!ternary && nranks % 2 == 1) eq = zero;
+}
+
+}  // namespace kernels
+}  // namespace signlion

@@ -1,0 +1,102 @@
+// decideBits, unpack and average: from counters to results.
+//  - decideBits: one uint64 word per thread (kernels/counter_word.h).
+//  - unpack: a warp per chunk of 1024 elements; each lane reads one result
+//    half-word per plane, then kernels/result_store.cuh spreads them to the
+//    lanes that write the elements.
+//  - average: a thread per vector of elements, which reads its bits of every
+//    counter plane (neighbouring lanes read the same half-word: one
+//    transaction) and divides.
+#include "kernels/counter_word.h"
+#include "kernels/launch.cuh"
+#include "kernels/result_store.cuh"
+#include "kernels/sign_kernels.h"
+
+namespace signlion {
+namespace kernels {
+
+namespace {
+
+SIGNLION_KERNEL decideKernel(bits::Counts c, int nranks, ncclSignTieRule_t tie, uint64_t* __restrict__ out, size_t so,
+                             size_t nwords) {
+  const bool ternary = c.neg != nullptr;
+  const bool two = twoResultPlanes(ternary, nranks, tie);
+  for (size_t i = globalThread(); i < nwords; i += threadCount()) {
+    uint64_t gt, eq, r0, r1;
+    compareMajority<uint64_t>([&](int p) { return c.pos[p * c.posStride + i]; }, c.posWidth,
+                              [&](int p) { return c.neg[p * c.negStride + i]; }, c.negWidth, ternary, nranks, gt,
+                              eq);
+    resultPlanes(gt, eq, two, tie, r0, r1);
+    out[i] = r0;
+    if (two) out[so + i] = r1;
+  }
+}
+
+template <typename E>
+SIGNLION_KERNEL unpackKernel(const uint32_t* __restrict__ plus, const uint32_t* __restrict__ minus, size_t nhw,
+                             size_t count, char* __restrict__ dst, bool vec) {
+  const size_t chunks = (nhw + 31) / 32;
+  for (size_t c = globalWarp(); c < chunks; c += warpCount()) {
+    const size_t hw = c * 32 + laneId();
+    const uint32_t r0 = hw < nhw ? plus[hw] : 0u;
+    const uint32_t r1 = minus != nullptr && hw < nhw ? minus[hw] : 0u;
+    storeMajorityChunk<E>(r0, r1, minus != nullptr, c * kChunkElems, count, dst, vec);
+  }
+}
+
+template <typename E>
+SIGNLION_KERNEL averageKernel(PlaneWords pos, PlaneWords neg, bool ternary, int nranks, size_t count,
+                              char* __restrict__ dst, bool vec) {
+  storeAverages<E>(
+      [&](size_t e, auto& s) {
+        constexpr int N = sizeof(s) / sizeof(s[0]);
+        int p[N], m[N];
+        pos.counts(e, p);
+        if (ternary) neg.counts(e, m);
+        SIGNLION_UNROLL
+        for (int k = 0; k < N; k++) s[k] = ternary ? p[k] - m[k] : 2 * p[k] - nranks;
+      },
+      nranks, count, dst, vec);
+}
+
+}  // namespace
+
+cudaError_t decideBits(const bits::Counts& c, int nranks, ncclSignTieRule_t tie, uint64_t* out, size_t so,
+                       size_t nwords, cudaStream_t stream) {
+  if (nwords == 0) return cudaSuccess;
+  if (nranks < 1 || tie < 0 || tie >= ncclSignNumTieRules) return cudaErrorInvalidValue;
+  return launchFor(nwords, decideKernel, stream, c, nranks, tie, out, so, nwords);
+}
+
+cudaError_t unpack(const uint64_t* planes, int nplanes, size_t stride, size_t count, ncclDataType_t dt, void* dst,
+                   cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (nplanes != 1 && nplanes != 2) return cudaErrorInvalidValue;
+  const uint32_t* plus = reinterpret_cast<const uint32_t*>(planes);
+  const uint32_t* minus = nplanes == 2 ? plus + 2 * stride : nullptr;
+  const size_t nhw = (count + 31) / 32;
+  const size_t warps = (nhw + 31) / 32;
+  const bool vec = aligned16(dst);
+  return withElemTraits(dt, [&](auto traits) {
+    using E = decltype(traits);
+    return launchFor(warps * 32, unpackKernel<E>, stream, plus, minus, nhw, count, static_cast<char*>(dst), vec);
+  });
+}
+
+cudaError_t average(const bits::Counts& c, int nranks, size_t count, ncclDataType_t dt, void* dst,
+                    cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (nranks < 1) return cudaErrorInvalidValue;
+  const bool ternary = c.neg != nullptr;
+  const PlaneWords pos = PlaneWords::of(c.pos, c.posWidth, c.posStride);
+  const PlaneWords neg = PlaneWords::of(c.neg, ternary ? c.negWidth : 0, c.negStride);
+  const bool vec = aligned16(dst);
+  return withFloatTraits(dt, [&](auto traits) {
+    using E = decltype(traits);
+    const size_t threads = vec ? (count + E::kVec - 1) / E::kVec : count;
+    return launchFor(threads, averageKernel<E>, stream, pos, neg, ternary, nranks, count, static_cast<char*>(dst),
+                     vec);
+  });
+}
+
+}  // namespace kernels
+}  // namespace signlion

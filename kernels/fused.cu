@@ -1,0 +1,138 @@
+// addDecideUnpack: the last step of a schedule in one pass, so the sum of the
+// local counter and the received one is never stored (unless asked for).
+//  - majority: a warp per chunk of 1024 elements; lane l adds and compares
+//    half-word l of the two counters plane by plane from the lowest
+//    (kernels/counter_word.h, addCompareMajority), the lanes then write the
+//    chunk's elements from the result half-words (kernels/result_store.cuh).
+//  - average: a thread per vector of elements adds the two counters' counts as
+//    integers (mod 2^sumWidth, the width the sum would be stored with) and
+//    divides; the sum's planes, when asked for, are a separate grid-stride
+//    loop over half-words.
+#include "kernels/counter_word.h"
+#include "kernels/launch.cuh"
+#include "kernels/result_store.cuh"
+#include "kernels/sign_kernels.h"
+
+namespace signlion {
+namespace kernels {
+
+namespace {
+
+struct FusedArgs {
+  PlaneWords accP, inP, accM, inM;  // M: width 0 unless ternary
+  bool ternary;
+  int sumWidth;
+  uint32_t sumMask;  // low sumWidth bits
+  int nranks;
+  ncclSignTieRule_t tie;
+  bool twoPlanes;
+  uint32_t* planesOut;  // as half-words, or null
+  size_t so;            // its plane stride in half-words
+  size_t nhw;           // half-words of every plane: 2 * numWords(count)
+  size_t count;
+};
+
+template <typename E>
+SIGNLION_KERNEL fusedMajorityKernel(FusedArgs a, char* __restrict__ dst, bool vec) {
+  const size_t chunks = (a.nhw + 31) / 32;
+  for (size_t c = globalWarp(); c < chunks; c += warpCount()) {
+    const size_t hw = c * 32 + laneId();
+    uint32_t r0 = 0, r1 = 0;
+    if (hw < a.nhw) {
+      uint32_t gt, eq;
+      addCompareMajority<uint32_t>([&](int p) { return a.accP.at(p, hw); }, a.accP.width,
+                                   [&](int p) { return a.inP.at(p, hw); }, a.inP.width,
+                                   [&](int p) { return a.accM.at(p, hw); }, a.accM.width,
+                                   [&](int p) { return a.inM.at(p, hw); }, a.inM.width, a.ternary, a.sumWidth,
+                                   a.nranks, gt, eq);
+      resultPlanes(gt, eq, a.twoPlanes, a.tie, r0, r1);
+      if (a.planesOut != nullptr) {
+        a.planesOut[hw] = r0;
+        if (a.twoPlanes) a.planesOut[a.so + hw] = r1;
+      }
+    }
+    storeMajorityChunk<E>(r0, r1, a.twoPlanes, c * kChunkElems, a.count, dst, vec);
+  }
+}
+
+template <typename E>
+SIGNLION_KERNEL fusedAverageKernel(FusedArgs a, char* __restrict__ dst, bool vec) {
+  if (a.planesOut != nullptr) {
+    // The sum's planes: P at planes [0, sumWidth), M at [sumWidth, 2 sumWidth).
+    for (size_t hw = globalThread(); hw < a.nhw; hw += threadCount()) {
+      addWord<uint32_t>([&](int p) { return a.accP.at(p, hw); }, a.accP.width,
+                        [&](int p) { return a.inP.at(p, hw); }, a.inP.width,
+                        [&](int p, uint32_t w) { a.planesOut[p * a.so + hw] = w; }, a.sumWidth);
+      if (a.ternary) {
+        uint32_t* m = a.planesOut + (size_t)a.sumWidth * a.so;
+        addWord<uint32_t>([&](int p) { return a.accM.at(p, hw); }, a.accM.width,
+                          [&](int p) { return a.inM.at(p, hw); }, a.inM.width,
+                          [&](int p, uint32_t w) { m[p * a.so + hw] = w; }, a.sumWidth);
+      }
+    }
+  }
+  storeAverages<E>(
+      [&](size_t e, auto& s) {
+        constexpr int N = sizeof(s) / sizeof(s[0]);
+        int x[N], y[N];
+        a.accP.counts(e, x);
+        a.inP.counts(e, y);
+        SIGNLION_UNROLL
+        for (int k = 0; k < N; k++) s[k] = (int)(((uint32_t)x[k] + (uint32_t)y[k]) & a.sumMask);
+        if (a.ternary) {
+          a.accM.counts(e, x);
+          a.inM.counts(e, y);
+          SIGNLION_UNROLL
+          for (int k = 0; k < N; k++) s[k] -= (int)(((uint32_t)x[k] + (uint32_t)y[k]) & a.sumMask);
+        } else {
+          SIGNLION_UNROLL
+          for (int k = 0; k < N; k++) s[k] = 2 * s[k] - a.nranks;
+        }
+      },
+      a.nranks, a.count, dst, vec);
+}
+
+}  // namespace
+
+cudaError_t addDecideUnpack(const bits::Counts& acc, const bits::Counts& in, int sumWidth, int nranks,
+                            ncclSignOp_t op, ncclSignZeroRule_t zero, ncclSignTieRule_t tie, uint64_t* planesOut,
+                            size_t so, size_t count, ncclDataType_t dt, void* dst, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  const bool ternary = acc.neg != nullptr;
+  if (nranks < 1 || sumWidth < 1 || op < 0 || op >= ncclSignNumOps || tie < 0 || tie >= ncclSignNumTieRules ||
+      (in.neg != nullptr) != ternary || (zero == ncclSignZeroAbstain) != ternary)
+    return cudaErrorInvalidValue;
+
+  FusedArgs a;
+  a.accP = PlaneWords::of(acc.pos, acc.posWidth, acc.posStride);
+  a.inP = PlaneWords::of(in.pos, in.posWidth, in.posStride);
+  a.accM = PlaneWords::of(acc.neg, ternary ? acc.negWidth : 0, acc.negStride);
+  a.inM = PlaneWords::of(in.neg, ternary ? in.negWidth : 0, in.negStride);
+  a.ternary = ternary;
+  a.sumWidth = sumWidth;
+  a.sumMask = sumWidth >= 32 ? ~0u : (1u << sumWidth) - 1;
+  a.nranks = nranks;
+  a.tie = tie;
+  a.twoPlanes = twoResultPlanes(ternary, nranks, tie);
+  a.planesOut = reinterpret_cast<uint32_t*>(planesOut);
+  a.so = 2 * so;
+  a.nhw = 2 * bits::numWords(count);
+  a.count = count;
+  const bool vec = aligned16(dst);
+  char* out = static_cast<char*>(dst);
+  if (op == ncclSignMajority) {
+    return withElemTraits(dt, [&](auto traits) {
+      using E = decltype(traits);
+      const size_t warps = (a.nhw + 31) / 32;
+      return launchFor(warps * 32, fusedMajorityKernel<E>, stream, a, out, vec);
+    });
+  }
+  return withFloatTraits(dt, [&](auto traits) {
+    using E = decltype(traits);
+    const size_t vectors = vec ? (count + E::kVec - 1) / E::kVec : count;
+    return launchFor(vectors > a.nhw ? vectors : a.nhw, fusedAverageKernel<E>, stream, a, out, vec);
+  });
+}
+
+}  // namespace kernels
+}  // namespace signlion

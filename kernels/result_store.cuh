@@ -1,0 +1,114 @@
+// Writing results as the datatype: the majority's +1 / -1 / 0 from result
+// planes (unpack, and the fused step), and count / N (average, and the fused
+// step). Both store 16-byte vectors when dst is 16-byte aligned and elements
+// otherwise (coalesced either way), and nothing at or past count.
+#pragma once
+
+#include <type_traits>
+
+#include "kernels/launch.cuh"
+#include "kernels/warp_layout.h"
+
+namespace signlion {
+namespace kernels {
+
+// Elements of a warp's majority chunk: one result half-word per lane.
+constexpr size_t kChunkElems = 32 * 32;
+
+template <typename E>
+SIGNLION_DEVICE void storeElem(char* dst, size_t e, uint32_t raw) {
+  reinterpret_cast<typename E::Raw*>(dst)[e] = (typename E::Raw)raw;
+}
+
+// The V elements from e as one vector, or those below count one by one.
+template <typename E>
+SIGNLION_DEVICE void storeVector(char* dst, size_t e, size_t count, const uint32_t (&v)[4]) {
+  if (e + E::kVec <= count) {
+    uint4 x;
+    x.x = v[0];
+    x.y = v[1];
+    x.z = v[2];
+    x.w = v[3];
+    *reinterpret_cast<uint4*>(dst + e * E::kBytes) = x;
+    return;
+  }
+  for (int k = 0; e + k < count; k++) storeElem<E>(dst, e + k, E::get(v, k));
+}
+
+// The warp writes the majority result of the kChunkElems elements from
+// `first`, whose result half-words the lanes hold (lane l: half-word l of the
+// chunk; r0 = +1 plane, r1 = -1 plane when twoPlanes, else -1 = not +1).
+// Warp-uniform. Each round a shuffle brings every lane the half-word that
+// holds its elements, so the planes are read once, coalesced.
+template <typename E>
+SIGNLION_DEVICE void storeMajorityChunk(uint32_t r0, uint32_t r1, bool twoPlanes, size_t first, size_t count,
+                                        char* dst, bool vec) {
+  const int lane = (int)laneId();
+  if (vec) {
+    using S = LaneSlice<E::kVec>;
+    // Round j: lane l writes vector 32j + l, bits [shift, shift + V) of the
+    // chunk's half-word jV + word(l).
+    for (int j = 0; j < S::kLanesPerWord; j++) {
+      const int src = j * E::kVec + S::word(lane);
+      const uint32_t pos = (warpShfl(r0, src) >> S::shift(lane)) & S::mask();
+      const uint32_t neg = twoPlanes ? (warpShfl(r1, src) >> S::shift(lane)) & S::mask() : ~pos & S::mask();
+      const size_t e = first + (size_t)(j * 32 + lane) * E::kVec;
+      if (e < count) {
+        uint32_t v[4];
+        resultVector<E>(pos, neg, v);
+        storeVector<E>(dst, e, count, v);
+      }
+    }
+  } else {
+    for (int j = 0; j < 32; j++) {
+      const uint32_t pos = (warpShfl(r0, j) >> lane) & 1;
+      const uint32_t neg = twoPlanes ? (warpShfl(r1, j) >> lane) & 1 : pos ^ 1;
+      const size_t e = first + (size_t)j * 32 + lane;
+      if (e < count) storeElem<E>(dst, e, pos ? E::kOne : neg ? E::kMinusOne : 0u);
+    }
+  }
+}
+
+// (float)sum / (float)nranks rounded once, then to the float datatype.
+template <typename E>
+SIGNLION_DEVICE uint32_t averageRaw(int sum, int nranks) {
+  const float v = divide(intToFloat(sum), intToFloat(nranks));
+  if constexpr (std::is_same<E, F32Traits>::value) {
+    return floatRaw(v);
+  } else if constexpr (std::is_same<E, F16Traits>::value) {
+    return halfRaw(v);
+  } else {
+    static_assert(std::is_same<E, Bf16Traits>::value, "an average is written as fp32, fp16 or bf16");
+    return bf16Raw(v);
+  }
+}
+
+// Every thread of the grid writes averages of its share of [0, count):
+// sums(e, s) fills s[k] with the vote sum of element e + k (s an int[N], N =
+// V on the vector path, 1 for the elements after it or all of them when dst
+// is not 16-byte aligned).
+template <typename E, typename Sums>
+SIGNLION_DEVICE void storeAverages(Sums sums, int nranks, size_t count, char* dst, bool vec) {
+  constexpr int V = E::kVec;
+  size_t first = 0;
+  if (vec) {
+    const size_t nvec = count / V;
+    for (size_t i = globalThread(); i < nvec; i += threadCount()) {
+      int s[V];
+      sums(i * V, s);
+      uint32_t v[4] = {0, 0, 0, 0};
+      SIGNLION_UNROLL
+      for (int k = 0; k < V; k++) E::put(v, k, averageRaw<E>(s[k], nranks));
+      storeVector<E>(dst, i * V, count, v);
+    }
+    first = nvec * V;
+  }
+  for (size_t e = first + globalThread(); e < count; e += threadCount()) {
+    int s[1];
+    sums(e, s);
+    storeElem<E>(dst, e, averageRaw<E>(s[0], nranks));
+  }
+}
+
+}  // namespace kernels
+}  // namespace signlion

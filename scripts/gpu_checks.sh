@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# What a machine with an NVIDIA GPU runs to validate the CUDA kernels
+# (kernels/): build, the gpu tests (none may be skipped), compute-sanitizer
+# memcheck over the gpu test binary, then the kernel benchmark. Fails loudly,
+# before building, when no GPU is visible.
+#
+#   bash scripts/gpu_checks.sh            # BUILD=build-gpu JOBS=$(nproc) by default
+#   MEMCHECK_FILTER='*Pack*' bash scripts/gpu_checks.sh   # a gtest filter for the memcheck run
+#   BENCH_ARGS='--elems=64M' bash scripts/gpu_checks.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-gpu}
+JOBS=${JOBS:-$(nproc)}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+
+die() {
+  echo "gpu_checks: FAILED: $*" >&2
+  exit 1
+}
+
+echo "== device =="
+command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this machine has no NVIDIA driver, so no GPU to check"
+nvidia-smi -L || die "nvidia-smi lists no GPU"
+[ -n "$(nvidia-smi -L)" ] || die "nvidia-smi lists no GPU"
+
+SANITIZER=${COMPUTE_SANITIZER:-}
+if [ -z "$SANITIZER" ]; then
+  for c in "$CUDA_HOME/bin/compute-sanitizer" "$CUDA_HOME/compute-sanitizer/compute-sanitizer" \
+           "$(command -v compute-sanitizer || true)"; do
+    if [ -n "$c" ] && [ -x "$c" ]; then SANITIZER=$c; break; fi
+  done
+fi
+[ -n "$SANITIZER" ] || die "compute-sanitizer not found (set COMPUTE_SANITIZER=/path/to/compute-sanitizer)"
+
+echo "== build ($BUILD) =="
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSIGNLION_ENABLE_CUDA=ON
+cmake --build "$BUILD" -j "$JOBS" --target signlion_gpu_kernel_tests kernel_bench
+
+echo "== ctest -L gpu =="
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+(cd "$BUILD" && ctest -L gpu --output-on-failure --timeout 1800) 2>&1 | tee "$log" || die "gpu tests failed"
+if grep -q '\*\*\*Skipped' "$log"; then
+  die "gpu tests were skipped: the test binary found no CUDA device although nvidia-smi lists one"
+fi
+grep -q "tests passed" "$log" || die "no gpu test ran"
+
+echo "== compute-sanitizer memcheck =="
+"$SANITIZER" --tool memcheck --error-exitcode 1 --leak-check full \
+  "$BUILD/tests/signlion_gpu_kernel_tests" --gtest_filter="${MEMCHECK_FILTER:-*}" \
+  || die "compute-sanitizer memcheck reported errors"
+
+echo "== kernel_bench =="
+set +e
+"$BUILD/perf/kernel_bench" ${BENCH_ARGS:-}
+rc=$?
+set -e
+[ $rc -eq 77 ] && die "kernel_bench found no CUDA device"
+[ $rc -eq 0 ] || die "kernel_bench exited with $rc"
+echo "gpu_checks: all passed"
