@@ -21,7 +21,6 @@ from . import capi
 
 _DTYPES = {torch.float32: capi.FLOAT32, torch.float16: capi.FLOAT16, torch.bfloat16: capi.BFLOAT16}
 _comm_serial = itertools.count()
-_no_context = contextlib.nullcontext
 
 
 def _store_of(group):
@@ -169,7 +168,7 @@ class DistributedLion(torch.optim.Optimizer):
                 if not ps:
                     continue
                 b = _Bucket(gi, dtype, ps, self.device)
-                with torch.cuda.device(self.device) if self.device.type == "cuda" else _no_context():
+                with torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext():
                     b.lion = capi.Lion(b.numel, _DTYPES[dtype], self._comm, lr=group["lr"], betas=group["betas"],
                                        weight_decay=group["weight_decay"], aggregation=aggregation,
                                        nccl_comm=self._nccl_comm, **self._options)
