@@ -86,6 +86,7 @@ ncclResult_t NcclCommunicator::signAllReduce(void* votes, size_t count, ncclData
 }
 
 ncclResult_t NcclCommunicator::sumAllReduce(float* x, size_t count) {
+  if (count == 0) return ncclSuccess;  // the same on every rank: nothing to agree on
   NCCLCHECK(allReduce_(x, x, count, ncclFloat32, ncclSum, comm_, stream_));
   return ncclSuccess;
 }
