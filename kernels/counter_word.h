@@ -14,16 +14,30 @@
 namespace signlion {
 namespace kernels {
 
+// Planes addWord reads before it stores any of them.
+constexpr int kAddBatch = 4;
+
 // out = a + b (widths wa, wb; wout planes written through store(p, word)).
-// Carries past wout are lost, as in bits::Kernels::add. Each plane of a and b
-// is read before out's plane of the same index is stored, so out may be a.
+// Carries past wout are lost, as in bits::Kernels::add. The planes are read
+// kAddBatch at a time before the batch is stored: out may be a (a store
+// cannot change a plane not yet read), and since the compiler cannot move a
+// load of a past a store that may alias it, batching is what keeps several
+// loads in flight per thread.
 template <typename W, typename PlaneA, typename PlaneB, typename Store>
 SIGNLION_HD void addWord(PlaneA a, int wa, PlaneB b, int wb, Store store, int wout) {
-  W zero = 0, carry = 0;
-  for (int p = 0; p < wout; p++) {
-    W x = p < wa ? a(p) : zero;
-    W y = p < wb ? b(p) : zero;
-    store(p, bits::fullAdd(x, y, carry));
+  W carry = 0;
+  for (int p0 = 0; p0 < wout; p0 += kAddBatch) {
+    W x[kAddBatch], y[kAddBatch];
+    SIGNLION_UNROLL
+    for (int k = 0; k < kAddBatch; k++) {
+      const int p = p0 + k;
+      x[k] = p < wa && p < wout ? a(p) : W(0);
+      y[k] = p < wb && p < wout ? b(p) : W(0);
+    }
+    SIGNLION_UNROLL
+    for (int k = 0; k < kAddBatch; k++) {
+      if (p0 + k < wout) store(p0 + k, bits::fullAdd(x[k], y[k], carry));
+    }
   }
 }
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # What a machine with an NVIDIA GPU runs to validate the CUDA kernels
-# (kernels/): build, the gpu tests (none may be skipped), compute-sanitizer
-# memcheck over the gpu test binary, then the kernel benchmark. Fails loudly,
-# before building, when no GPU is visible.
+# (kernels/) and ncclSignAllReduce (src/nccl/): build, the gpu tests (none may
+# be skipped), compute-sanitizer memcheck over the gpu test binaries, then the
+# kernel benchmark and sign_allreduce_perf --nccl at N = 2 and 4. Fails
+# loudly, before building, when no GPU is visible.
 #
 #   bash scripts/gpu_checks.sh            # BUILD=build-gpu JOBS=$(nproc) by default
 #   MEMCHECK_FILTER='*Pack*' bash scripts/gpu_checks.sh   # a gtest filter for the memcheck run
 #   BENCH_ARGS='--elems=64M' bash scripts/gpu_checks.sh
+#   NCCL_MEMCHECK_FILTER='*' PERF_ARGS='-b 8 -e 1G -f 2' bash scripts/gpu_checks.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
@@ -34,7 +36,8 @@ fi
 
 echo "== build ($BUILD) =="
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSIGNLION_ENABLE_CUDA=ON
-cmake --build "$BUILD" -j "$JOBS" --target signlion_gpu_kernel_tests kernel_bench
+cmake --build "$BUILD" -j "$JOBS" --target signlion_gpu_kernel_tests kernel_bench signlion_gpu_nccl_tests \
+  sign_allreduce_perf nccl-net-signlion
 
 echo "== ctest -L gpu =="
 log=$(mktemp)
@@ -50,6 +53,15 @@ echo "== compute-sanitizer memcheck =="
   "$BUILD/tests/signlion_gpu_kernel_tests" --gtest_filter="${MEMCHECK_FILTER:-*}" \
   || die "compute-sanitizer memcheck reported errors"
 
+# ncclSignAllReduce: its ranks are forked processes, which compute-sanitizer
+# follows. The default filter keeps it to the short tests (the matrix under
+# memcheck takes long).
+echo "== compute-sanitizer memcheck: ncclSignAllReduce =="
+SIGNLION_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME=lo \
+  "$SANITIZER" --tool memcheck --error-exitcode 1 \
+  "$BUILD/tests/signlion_gpu_nccl_tests" --gtest_filter="${NCCL_MEMCHECK_FILTER:-*ReleaseThenReuse*:*Captured*}" \
+  || die "compute-sanitizer memcheck reported errors in ncclSignAllReduce"
+
 echo "== kernel_bench =="
 set +e
 "$BUILD/perf/kernel_bench" ${BENCH_ARGS:-}
@@ -57,4 +69,12 @@ rc=$?
 set -e
 [ $rc -eq 77 ] && die "kernel_bench found no CUDA device"
 [ $rc -eq 0 ] || die "kernel_bench exited with $rc"
+
+# Ranks r on GPU r % devices; ranks that share a GPU get one NCCL_HOSTID each,
+# so NCCL connects them through its network (loopback here), not NVLink.
+echo "== sign_allreduce_perf --nccl =="
+for n in 2 4; do
+  NCCL_SOCKET_IFNAME=lo "$BUILD/perf/sign_allreduce_perf" --nccl -t "$n" ${PERF_ARGS:--b 8 -e 256M -f 4} -o mavo -d all \
+    || die "sign_allreduce_perf --nccl -t $n failed"
+done
 echo "gpu_checks: all passed"

@@ -76,16 +76,4 @@
       return ncclUnhandledCudaError;                                      \
     }                                                                     \
   } while (0)
-
-// The same, recording the result in RES and jumping to LABEL (cleanup path).
-#define CUDACHECKGOTO(call, RES, label)                                   \
-  do {                                                                    \
-    cudaError_t err_ = (call);                                            \
-    if (err_ != cudaSuccess) {                                            \
-      (void)cudaGetLastError();                                           \
-      WARN("Cuda failure %d '%s'", (int)err_, cudaGetErrorString(err_)); \
-      (RES) = ncclUnhandledCudaError;                                     \
-      goto label;                                                         \
-    }                                                                     \
-  } while (0)
 #endif

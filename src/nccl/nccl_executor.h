@@ -21,7 +21,7 @@ namespace nccl {
 // count elements of dt from send -> count results into recv, for a schedule
 // built for blocksForCount(count) blocks and planned as `plan`. scratch holds
 // plan.layout.words words. send may be recv: every pack runs before the
-// first result is written (makePlan checks it).
+// first result is written (makePlan fuses only where that holds).
 ncclResult_t runSchedule(const algo::Schedule& s, const Plan& plan, uint64_t* scratch, const void* send, void* recv,
                          size_t count, ncclDataType_t dt, Backend& backend);
 

@@ -70,7 +70,9 @@ int64_t assignStage(const algo::Step& st, StepPlan* sp) {
 
 // Whether the add of step i's only receive can run fused with the decide
 // that opens step i + 1: same range, the sum is the full count the decide
-// reads, and nothing after step i reads or adds to the counter there.
+// reads, nothing after step i reads or adds to the counter there, and no
+// later step packs (in place, the output the fused kernel writes is the
+// input).
 bool canFuse(const algo::Schedule& s, size_t i) {
   const algo::Step& st = s.steps[i];
   if (i + 1 >= s.steps.size() || st.recvs.size() != 1) return false;
@@ -92,6 +94,7 @@ bool canFuse(const algo::Schedule& s, size_t i) {
     for (size_t l = (j == i + 1 ? 1 : 0); l < s.steps[j].locals.size(); l++) {
       const algo::Local& x = s.steps[j].locals[l];
       if ((x.src == Buffer::kCounter || x.dst == Buffer::kCounter) && overlaps(x.range, r.range)) return false;
+      if (x.op == algo::LocalOp::kPackVotes || x.op == algo::LocalOp::kPackFields) return false;
     }
   }
   return true;
@@ -152,16 +155,6 @@ ncclResult_t makePlan(const algo::Schedule& s, int64_t chunkBytes, Plan* out) {
       for (size_t j = i + 1; j < nsteps; j++)
         for (const algo::Send& x : s.steps[j].sends)
           p.fusedStoresPlanes = p.fusedStoresPlanes || x.buf == Buffer::kResult;
-      // In place, the output is the input: every pack must have run before
-      // the fused kernel writes the first result.
-      for (size_t j = i + 1; j < nsteps; j++) {
-        for (const algo::Local& l : s.steps[j].locals) {
-          if (l.op == algo::LocalOp::kPackVotes || l.op == algo::LocalOp::kPackFields) {
-            WARN("NCCL executor: step %zu packs after step %zu writes results", j, i);
-            return ncclInternalError;
-          }
-        }
-      }
       break;  // ring and halving-doubling decide once
     }
   }

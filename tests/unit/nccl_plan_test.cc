@@ -4,19 +4,15 @@
 // own over N = 1..16, every algorithm, counts 0, 1, 63, 64, 65 and large.
 // Then the very executor that drives the GPU runs here over a CPU backend:
 // the vote kernels of src/bits, NCCL's point-to-point groups and collectives
-// played by threads, and side-lane kernels optionally held back until the
+// played by threads (common/fake_fabric.h), and side-lane kernels optionally held back until the
 // join (the latest a stream could run them), so a missing dependency between
 // a chunk's action and the next chunk's transfer changes the result. Every
 // rank's output must equal the plain reference bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <functional>
-#include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -26,6 +22,7 @@
 #include "bits/bits.h"
 #include "bits/fields.h"
 #include "common/config.h"
+#include "common/fake_fabric.h"
 #include "common/vote_inputs.h"
 #include "nccl/backend.h"
 #include "nccl/nccl_executor.h"
@@ -279,63 +276,9 @@ TEST(NcclPlan, RefusesFieldWordsSummedByMessages) {
 
 // ---- the executor on a CPU backend ----------------------------------------------
 
-// NCCL played by threads: sends are buffered copies, receives taken in
-// posting order per peer at the group's end (NCCL's matching rule), the
-// collectives are barriers.
-class World {
- public:
-  explicit World(int n) : n_(n), gather_(n), mail_(n * n) {}
-  int size() const { return n_; }
-
-  void post(int from, int to, const uint64_t* data, size_t words) {
-    std::lock_guard<std::mutex> lock(mu_);
-    mail_[from * n_ + to].emplace_back(data, data + words);
-    cv_.notify_all();
-  }
-  void take(int from, int to, uint64_t* data, size_t words) {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto& box = mail_[from * n_ + to];
-    cv_.wait(lock, [&] { return !box.empty(); });
-    EXPECT_EQ(box.front().size(), words) << "rank " << to << " expected " << words << " words from " << from;
-    std::memcpy(data, box.front().data(), std::min(words, box.front().size()) * 8);
-    box.pop_front();
-  }
-  // Rank r's words into slot r; after the barrier every slot is readable.
-  void contribute(int r, const uint64_t* data, size_t words) {
-    gather_[r].assign(data, data + words);
-    barrier();
-  }
-  const std::vector<uint64_t>& slot(int r) const { return gather_[r]; }
-  void barrier() {
-    std::unique_lock<std::mutex> lock(mu_);
-    uint64_t gen = generation_;
-    if (++arrived_ == n_) {
-      arrived_ = 0;
-      generation_++;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return generation_ != gen; });
-    }
-  }
-  bool drained() const {
-    for (const auto& box : mail_)
-      if (!box.empty()) return false;
-    return true;
-  }
-
- private:
-  int n_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
-  std::vector<std::vector<uint64_t>> gather_;
-  std::vector<std::deque<std::vector<uint64_t>>> mail_;
-};
-
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(World& world, int rank, bool holdSide) : w_(world), rank_(rank), hold_(holdSide) {}
+  CpuBackend(test::FakeFabric& fabric, int rank, bool holdSide) : f_(fabric), rank_(rank), hold_(holdSide) {}
   ~CpuBackend() override {
     EXPECT_FALSE(diverted_) << "the executor left the side lane diverted";
     EXPECT_FALSE(inGroup_);
@@ -426,14 +369,16 @@ class CpuBackend final : public Backend {
   ncclResult_t groupEnd() override {
     EXPECT_TRUE(inGroup_);
     inGroup_ = false;
-    for (const Pending& p : pending_) w_.take(p.peer, rank_, p.data, p.words);
+    test::FakeFabric::Lock lock(f_.mutex());
+    for (const Pending& p : pending_) f_.take(lock, p.peer, rank_, p.data, p.words * 8);
     pending_.clear();
     return ncclSuccess;
   }
   ncclResult_t send(const uint64_t* data, size_t words, int peer) override {
     EXPECT_TRUE(inGroup_);
     EXPECT_NE(peer, rank_);
-    w_.post(rank_, peer, data, words);
+    test::FakeFabric::Lock lock(f_.mutex());
+    f_.post(lock, rank_, peer, data, words * 8);
     return ncclSuccess;
   }
   ncclResult_t recv(uint64_t* data, size_t words, int peer) override {
@@ -443,20 +388,14 @@ class CpuBackend final : public Backend {
   }
   ncclResult_t allGather(const uint64_t* send, uint64_t* recv, size_t wordsPerRank) override {
     EXPECT_FALSE(inGroup_);
-    w_.contribute(rank_, send, wordsPerRank);
-    for (int r = 0; r < w_.size(); r++) std::memcpy(recv + r * wordsPerRank, w_.slot(r).data(), wordsPerRank * 8);
-    w_.barrier();  // the slots are reused by the next collective
+    test::FakeFabric::Lock lock(f_.mutex());
+    f_.allGather(lock, rank_, send, recv, wordsPerRank * 8);
     return ncclSuccess;
   }
   ncclResult_t allReduceSum(uint64_t* data, size_t words) override {
     EXPECT_FALSE(inGroup_);
-    w_.contribute(rank_, data, words);
-    for (size_t i = 0; i < words; i++) {
-      uint64_t s = 0;
-      for (int r = 0; r < w_.size(); r++) s += w_.slot(r)[i];
-      data[i] = s;
-    }
-    w_.barrier();
+    test::FakeFabric::Lock lock(f_.mutex());
+    f_.allReduceSum(lock, rank_, data, data, words);
     return ncclSuccess;
   }
 
@@ -486,7 +425,7 @@ class CpuBackend final : public Backend {
     return ncclSuccess;
   }
 
-  World& w_;
+  test::FakeFabric& f_;
   int rank_;
   bool hold_;
   const bits::Kernels& k_ = bits::kernels();
@@ -505,7 +444,7 @@ void runOnCpu(ncclSignAlgo_t algo, int n, size_t count, ncclDataType_t dt, const
   test::Bytes want = test::referenceOutput(in, count, dt, sp.op, sp.zero, sp.tie);
   std::vector<RankPlan> plans = planAll(algo, n, algo::blocksForCount(count), sp, chunkBytes);
   ASSERT_FALSE(::testing::Test::HasFailure());
-  World world(n);
+  test::FakeFabric fabric(n);
   std::vector<test::Bytes> out(n, test::Bytes(count * bits::typeSize(dt), 0xEE));
   std::vector<ncclResult_t> res(n, ncclSuccess);
   std::vector<std::thread> threads;
@@ -514,13 +453,13 @@ void runOnCpu(ncclSignAlgo_t algo, int n, size_t count, ncclDataType_t dt, const
       // Garbage in the scratch: nothing may read a word it did not write.
       std::vector<uint64_t> scratch((size_t)plans[r].p.layout.words + 1, 0xA5A5A5A5A5A5A5A5ull);
       if (inPlace) out[r] = in[r];
-      CpuBackend backend(world, r, holdSide);
+      CpuBackend backend(fabric, r, holdSide);
       res[r] = runSchedule(plans[r].s, plans[r].p, scratch.data(), inPlace ? out[r].data() : in[r].data(),
                            out[r].data(), count, dt, backend);
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_TRUE(world.drained()) << "messages left undelivered";
+  EXPECT_TRUE(fabric.drained()) << "messages left undelivered, or of another size than received";
   for (int r = 0; r < n; r++) {
     ASSERT_EQ(res[r], ncclSuccess) << "rank " << r;
     size_t bad = test::firstMismatch(out[r], want);
