@@ -309,8 +309,8 @@ typedef struct ncclSignLionConfig_v1 {
   int aggregation;      /* ncclSignLionAggregation_t; ncclSignLionMajority by default */
   int masterWeights;    /* 1: fp16/bf16 parameters are updated through an fp32 master copy,
                            taken from the parameters at the first step (or from a loaded state) */
-  int momentumAverageEvery; /* K > 0: after every K-th applied step the momenta are averaged
-                               over the ranks (Lion Cub; fp32 sum all-reduce); 0 = never */
+  int momentumAverageEvery; /* K > 0: after every K-th step (applied or skipped) the momenta are
+                               averaged over the ranks (Lion Cub; fp32 sum all-reduce); 0 = never */
   int skipNonFinite;    /* 1: a step in which any rank has a non-finite gradient changes
                            nothing on any rank (the ranks agree through the communicator) */
 } ncclSignLionConfig_t;
@@ -344,7 +344,8 @@ ncclResult_t ncclSignLionSetHyperparameters(ncclSignLion_t lion, float lr, float
 /* One step: updates params (count elements of the datatype) in place from
  * grads. Collective: every rank of comm calls it. *applied (may be NULL) is
  * set to 0 when the step was skipped for a non-finite gradient, else 1.
- * Errors: ncclInvalidArgument (NULL buffers with count > 0), the
+ * Errors: ncclInvalidArgument (NULL buffers with count > 0), ncclInvalidUsage
+ * (an optimizer on device buffers: ncclSignLionStepAsync), the
  * communicator's errors (the optimizer state is then undefined). */
 ncclResult_t ncclSignLionStep(ncclSignLion_t lion, void* params, const void* grads, int* applied);
 
@@ -360,6 +361,61 @@ ncclResult_t ncclSignLionGetStepCount(const ncclSignLion_t lion, uint64_t* appli
 ncclResult_t ncclSignLionGetStateSize(const ncclSignLion_t lion, size_t* bytes);
 ncclResult_t ncclSignLionSaveState(const ncclSignLion_t lion, void* buffer, size_t bytes);
 ncclResult_t ncclSignLionLoadState(ncclSignLion_t lion, const void* buffer, size_t bytes);
+
+#ifdef NCCL_SIGN_HAVE_NCCL
+/* ---------------------------------------------------------------------------
+ * Distributed Lion on the user's NCCL communicator (device buffers).
+ *
+ * The same optimizer, the same arithmetic bit for bit, with its state on the
+ * communicator's GPU: the two passes are CUDA kernels, the votes go through
+ * ncclSignAllReduce, the fp32 sums ("global", momentum averaging, the
+ * non-finite agreement) through ncclAllReduce of the NCCL the process has
+ * loaded. A step is enqueued on a stream like an NCCL collective and never
+ * waits for the GPU; whether it was skipped for a non-finite gradient is
+ * decided and counted on the device. The calls above apply to a device
+ * optimizer too, except ncclSignLionStep (use ncclSignLionStepAsync):
+ *  - ncclSignLionGetStepCount, ncclSignLionSaveState and ncclSignLionLoadState
+ *    wait for every step enqueued so far (on any stream), then copy between
+ *    the device and host memory: the state format is the host optimizer's,
+ *    so a state moves freely between the two kinds;
+ *  - ncclSignLionDestroy waits for the steps in flight, then frees the state.
+ * ------------------------------------------------------------------------- */
+
+/* Creates an optimizer for `count` parameters of `datatype` (fp32, fp16,
+ * bf16) on device buffers of comm's GPU (comm: the framework's ncclComm_t;
+ * it must outlive the optimizer; destroy the optimizer before
+ * ncclCommDestroy). comm may be NULL only for ncclSignLionLocal: the GPU is
+ * then the current device. The fp32 momentum, the master copy and the vote
+ * scratch (5 to 13 bytes per parameter) are allocated here, once; a step
+ * allocates nothing of its own. Not collective, but every rank must create
+ * its optimizer with the same count, datatype and config. The zero and tie
+ * rules of the votes are comm's (ncclSignCommSetConfig).
+ * Errors: ncclInvalidArgument (a NULL lion, a bad datatype, a bad config, a
+ * NULL comm with another aggregation, a comm NCCL rejects), ncclInvalidUsage
+ * (an NCCL older than 2.19, a nonblocking comm still being initialized),
+ * ncclUnhandledCudaError (no usable GPU, out of device memory),
+ * ncclSystemError (no NCCL in the process), comm's pending asynchronous error. */
+ncclResult_t ncclSignLionCreateNccl(ncclSignLion_t* lion, size_t count, ncclDataType_t datatype,
+                                    const ncclSignLionConfig_t* config, ncclComm_t comm);
+
+/* One step on device buffers, enqueued on `stream`: reads grads and updates
+ * params (count elements of the datatype, device memory of the optimizer's
+ * GPU) in stream order, then returns without waiting, as ncclAllReduce does.
+ * Collective: every rank of comm calls it, in the same order as its other
+ * operations on comm, and not between ncclGroupStart and ncclGroupEnd (it
+ * issues NCCL operations and kernels that depend on one another). With
+ * skipNonFinite, a step in which any rank's gradient holds an inf or a NaN
+ * changes nothing on any rank and is counted as skipped on the device
+ * (ncclSignLionGetStepCount); the host never learns it during the step.
+ * The host counts steps called: the K of momentumAverageEvery and the first
+ * step's master copy are decided when the call enqueues, so a step captured
+ * in a CUDA graph would replay the decisions of the call it captured.
+ * Errors: ncclInvalidArgument (NULL or host buffers with count > 0, buffers
+ * of another GPU), ncclInvalidUsage (a host optimizer), the errors of
+ * ncclSignAllReduce, NCCL and CUDA (the optimizer state is then undefined). */
+ncclResult_t ncclSignLionStepAsync(ncclSignLion_t lion, void* params, const void* grads, cudaStream_t stream);
+
+#endif /* NCCL_SIGN_HAVE_NCCL */
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -8,6 +8,11 @@
 //   signlion::DistributedLion lion(nparams, ncclBfloat16, opt, comm);
 //   lion.step(params, grads);                            // collective
 //
+// On device buffers, with the framework's NCCL communicator (ncclComm_t):
+//
+//   auto lion = signlion::DistributedLion::onNccl(nparams, ncclBfloat16, opt, ncclComm);
+//   lion.stepAsync(d_params, d_grads, stream);           // enqueued, no host sync
+//
 // Errors throw signlion::Error, which carries the ncclResult_t; the library's
 // WARN line names the cause.
 #pragma once
@@ -77,6 +82,17 @@ class DistributedLion {
     ncclSignLionConfig_t c = options.toConfig();
     check(ncclSignLionCreate(&lion_, count, datatype, &c, comm), "ncclSignLionCreate");
   }
+#ifdef NCCL_SIGN_HAVE_NCCL
+  // An optimizer on device buffers of comm's GPU (ncclSignLionCreateNccl):
+  // comm is the framework's NCCL communicator (outliving the optimizer),
+  // null only for Aggregation::kLocal (the current device then).
+  static DistributedLion onNccl(size_t count, ncclDataType_t datatype, const LionOptions& options, ncclComm_t comm) {
+    ncclSignLionConfig_t c = options.toConfig();
+    ncclSignLion_t h = nullptr;
+    check(ncclSignLionCreateNccl(&h, count, datatype, &c, comm), "ncclSignLionCreateNccl");
+    return DistributedLion(h, options);
+  }
+#endif
   ~DistributedLion() { ncclSignLionDestroy(lion_); }
   DistributedLion(const DistributedLion&) = delete;
   DistributedLion& operator=(const DistributedLion&) = delete;
@@ -87,13 +103,22 @@ class DistributedLion {
     return *this;
   }
 
-  // Updates params in place from grads (same datatype). Collective. Returns
-  // false when the step was skipped for a non-finite gradient.
+  // Updates params in place from grads (same datatype; host buffers).
+  // Collective. Returns false when the step was skipped for a non-finite
+  // gradient.
   bool step(void* params, const void* grads) {
     int applied = 0;
     check(ncclSignLionStep(lion_, params, grads, &applied), "ncclSignLionStep");
     return applied != 0;
   }
+#ifdef NCCL_SIGN_HAVE_NCCL
+  // The same on device buffers (an optimizer made by onNccl): enqueued on
+  // stream, returns at once. Collective. Skipped steps are counted on the
+  // device (skippedSteps() waits for the steps enqueued).
+  void stepAsync(void* params, const void* grads, cudaStream_t stream) {
+    check(ncclSignLionStepAsync(lion_, params, grads, stream), "ncclSignLionStepAsync");
+  }
+#endif
 
   // Learning-rate schedules: takes effect at the next step.
   void setLr(float lr) {
@@ -106,6 +131,8 @@ class DistributedLion {
   }
   const LionOptions& options() const { return options_; }
 
+  // On a device optimizer these wait for the steps enqueued so far, and the
+  // state moves through host memory.
   uint64_t appliedSteps() const { return counts().first; }
   uint64_t skippedSteps() const { return counts().second; }
 
@@ -125,6 +152,7 @@ class DistributedLion {
   ncclSignLion_t handle() const { return lion_; }
 
  private:
+  DistributedLion(ncclSignLion_t handle, const LionOptions& options) : lion_(handle), options_(options) {}
   void applyHyperparameters() {
     check(ncclSignLionSetHyperparameters(lion_, options_.lr, options_.betas.first, options_.betas.second,
                                          options_.weightDecay),

@@ -102,10 +102,22 @@ def _lib():
         "ncclSignLionSaveState": [vp, vp, sz],
         "ncclSignLionLoadState": [vp, vp, sz],
     }
+    # Only in a library built with NCCL (CUDA tensors, the user's ncclComm_t).
+    device_protos = {
+        "ncclSignCommSetConfig": [vp, ctypes.POINTER(Config)],
+        "ncclSignCommRelease": [vp],
+        "ncclSignLionCreateNccl": [ctypes.POINTER(vp), sz, i, ctypes.POINTER(LionConfig), vp],
+        "ncclSignLionStepAsync": [vp, vp, vp, vp],
+    }
     for name, args in protos.items():
         f = getattr(lib, name)
         f.argtypes = args
         f.restype = ctypes.c_int
+    for name, args in device_protos.items():
+        f = getattr(lib, name, None)
+        if f is not None:
+            f.argtypes = args
+            f.restype = ctypes.c_int
     lib.ncclSignGetErrorString.argtypes = [ctypes.c_int]
     lib.ncclSignGetErrorString.restype = ctypes.c_char_p
     _LIB = lib
@@ -121,6 +133,17 @@ def _check(call, *args):
     res = getattr(_lib(), call)(*args)
     if res != 0:
         raise SignError(call, res)
+
+
+def has_device_support():
+    """True when the loaded library was built with NCCL (device optimizers on an ncclComm_t)."""
+    return hasattr(_lib(), "ncclSignLionCreateNccl")
+
+
+def _require_device_support():
+    if not has_device_support():
+        raise RuntimeError("signlion: %s was built without NCCL: no optimizer on device buffers "
+                           "(rebuild with CUDA and NCCL found by CMake)" % library_path())
 
 
 def version():
@@ -148,12 +171,7 @@ class Comm:
         unique_id = bytes(unique_id)
         if len(unique_id) != UNIQUE_ID_BYTES:
             raise ValueError("unique_id must be %d bytes (from get_unique_id), not %d" % (UNIQUE_ID_BYTES, len(unique_id)))
-        if zero_rule not in ZERO_RULES:
-            raise ValueError("zero_rule must be one of %s, not %r" % (sorted(ZERO_RULES), zero_rule))
-        if tie_rule not in TIE_RULES:
-            raise ValueError("tie_rule must be one of %s, not %r" % (sorted(TIE_RULES), tie_rule))
-        cfg = Config(ctypes.sizeof(Config), _CONFIG_MAGIC, _version_code(), algorithm, ZERO_RULES[zero_rule],
-                     TIE_RULES[tie_rule], timeout_ms, None)
+        cfg = _config(zero_rule, tie_rule, algorithm, timeout_ms)
         uid = UniqueId()
         ctypes.memmove(ctypes.byref(uid), unique_id, UNIQUE_ID_BYTES)
         self.handle = ctypes.c_void_p()
@@ -193,19 +211,52 @@ class Comm:
         _check("ncclSignHostSumAllReduce", send_ptr, recv_ptr, count, datatype, self.handle)
 
 
+def _config(zero_rule="positive", tie_rule="zero", algorithm=0, timeout_ms=0):
+    if zero_rule not in ZERO_RULES:
+        raise ValueError("zero_rule must be one of %s, not %r" % (sorted(ZERO_RULES), zero_rule))
+    if tie_rule not in TIE_RULES:
+        raise ValueError("tie_rule must be one of %s, not %r" % (sorted(TIE_RULES), tie_rule))
+    return Config(ctypes.sizeof(Config), _CONFIG_MAGIC, _version_code(), algorithm, ZERO_RULES[zero_rule],
+                  TIE_RULES[tie_rule], timeout_ms, None)
+
+
+def nccl_comm_set_config(nccl_comm, zero_rule="positive", tie_rule="zero", algorithm=0):
+    """ncclSignCommSetConfig: the vote rules and algorithm of the sign all-reduce on an
+    ncclComm_t (given as an integer address), for every rank and every user of that comm."""
+    _require_device_support()
+    cfg = _config(zero_rule, tie_rule, algorithm)
+    _check("ncclSignCommSetConfig", ctypes.c_void_p(nccl_comm), ctypes.byref(cfg))
+
+
+def nccl_comm_release(nccl_comm):
+    """ncclSignCommRelease: frees what signlion cached for an ncclComm_t; call it before the
+    communicator is destroyed (e.g. before torch.distributed.destroy_process_group)."""
+    _require_device_support()
+    _check("ncclSignCommRelease", ctypes.c_void_p(nccl_comm))
+
+
 class Lion:
-    """One rank's Distributed Lion optimizer over a flat host buffer (ncclSignLion_t)."""
+    """One rank's Distributed Lion optimizer over a flat buffer (ncclSignLion_t): host buffers
+    and a host communicator (Comm), or, with nccl_comm (an ncclComm_t as an integer address;
+    0 for aggregation "local") device buffers on that communicator's GPU."""
 
     def __init__(self, count, datatype, comm=None, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0,
-                 aggregation="mavo", master_weights=False, momentum_average_every=0, skip_nonfinite=False):
+                 aggregation="mavo", master_weights=False, momentum_average_every=0, skip_nonfinite=False,
+                 nccl_comm=None):
         if aggregation not in AGGREGATIONS:
             raise ValueError("aggregation must be one of %s, not %r" % (sorted(AGGREGATIONS), aggregation))
         cfg = LionConfig(ctypes.sizeof(LionConfig), _LION_CONFIG_MAGIC, _version_code(), lr, betas[0], betas[1],
                          weight_decay, AGGREGATIONS[aggregation], int(master_weights), int(momentum_average_every),
                          int(skip_nonfinite))
         self.handle = ctypes.c_void_p()
-        _check("ncclSignLionCreate", ctypes.byref(self.handle), count, datatype, ctypes.byref(cfg),
-               comm.handle if comm is not None else None)
+        self.on_device = nccl_comm is not None
+        if self.on_device:
+            _require_device_support()
+            _check("ncclSignLionCreateNccl", ctypes.byref(self.handle), count, datatype, ctypes.byref(cfg),
+                   ctypes.c_void_p(nccl_comm or None))
+        else:
+            _check("ncclSignLionCreate", ctypes.byref(self.handle), count, datatype, ctypes.byref(cfg),
+                   comm.handle if comm is not None else None)
         self.count = count
         self._comm = comm  # the optimizer uses the communicator until it is destroyed: keep it alive
 
@@ -222,6 +273,17 @@ class Lion:
         applied = ctypes.c_int()
         _check("ncclSignLionStep", self.handle, params_ptr, grads_ptr, ctypes.byref(applied))
         return bool(applied.value)
+
+    def step_async(self, params_ptr, grads_ptr, stream):
+        """A device optimizer's step, enqueued on `stream` (a cudaStream_t as an integer, e.g.
+        torch.cuda.current_stream().cuda_stream); returns at once. Collective."""
+        _check("ncclSignLionStepAsync", self.handle, params_ptr, grads_ptr, ctypes.c_void_p(stream or None))
+
+    def destroy(self):
+        """Frees the optimizer now (a device one once its steps in flight are done)."""
+        if getattr(self, "handle", None):
+            _check("ncclSignLionDestroy", self.handle)
+            self.handle = None
 
     def step_counts(self):
         a, s = ctypes.c_uint64(), ctypes.c_uint64()

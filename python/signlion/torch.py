@@ -7,9 +7,11 @@ bucket in place with one call into libnccl-sign.so per bucket per step
 
 CPU tensors use signlion's host communicator, bootstrapped through the
 torch.distributed store of the process group (no extra address). CUDA tensors
-need the NCCL-communicator entry point ncclSignAllReduce (issue 6), which this
-build does not have: they raise NotImplementedError.
+use the ncclComm_t of the process group's NCCL backend (ProcessGroupNCCL's
+_comm_ptr(), PyTorch 2.8 and later) and the current CUDA stream: a step is
+enqueued there (ncclSignLionStepAsync) and never waits for the GPU.
 """
+import contextlib
 import itertools
 
 import torch
@@ -48,12 +50,46 @@ def host_comm_from_process_group(group=None, zero_rule="positive", tie_rule="zer
     return capi.Comm(nranks, uid, rank, zero_rule=zero_rule, tie_rule=tie_rule)
 
 
+# ProcessGroupNCCL._comm_ptr() (the raw ncclComm_t) appeared in this release.
+_COMM_PTR_SINCE = "2.8"
+
+
+def nccl_comm_from_process_group(group=None, device=None):
+    """The ncclComm_t (an integer address) of the NCCL backend of `group` (default: WORLD) on
+    `device` (default: the current CUDA device). PyTorch makes a group's communicator at its
+    first collective on a device (unless init_process_group got device_id): when there is none
+    yet, one all_reduce of a single element makes it, so call this on every rank of the group."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("signlion: torch.distributed is not initialized; call init_process_group('nccl') first "
+                           "(or use aggregation='local')")
+    group = group if group is not None else dist.group.WORLD
+    device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    try:
+        backend = group._get_backend(torch.device("cuda"))
+    except (RuntimeError, AttributeError) as e:
+        raise RuntimeError("signlion: CUDA tensors need a process group with an NCCL backend "
+                           "(init_process_group('nccl') or backend='cpu:gloo,cuda:nccl'): %s" % e)
+    comm_ptr = getattr(backend, "_comm_ptr", None)
+    if comm_ptr is None:
+        raise RuntimeError("signlion: CUDA tensors need the ncclComm_t of the process group, which PyTorch exposes "
+                           "as ProcessGroupNCCL._comm_ptr() from version %s on; this is PyTorch %s with backend %s"
+                           % (_COMM_PTR_SINCE, torch.__version__, type(backend).__name__))
+    with torch.cuda.device(device):
+        ptr = comm_ptr()
+        if not ptr:
+            dist.all_reduce(torch.zeros(1, device=device), group=group)
+            ptr = comm_ptr()
+    if not ptr:
+        raise RuntimeError("signlion: the process group's NCCL backend has no communicator on %s" % device)
+    return int(ptr)
+
+
 class _Bucket:
-    def __init__(self, group_index, dtype, params):
+    def __init__(self, group_index, dtype, params, device):
         self.group_index, self.dtype, self.params = group_index, dtype, params
         self.numel = sum(p.numel() for p in params)
-        self.flat = torch.empty(self.numel, dtype=dtype)
-        self.grad = torch.zeros(self.numel, dtype=dtype)
+        self.flat = torch.empty(self.numel, dtype=dtype, device=device)
+        self.grad = torch.zeros(self.numel, dtype=dtype, device=device)
         self.slices = []
         offset = 0
         with torch.no_grad():
@@ -74,7 +110,12 @@ class DistributedLion(torch.optim.Optimizer):
     local, times lr, outside the sign. Options beyond the paper: master_weights (fp32
     master copy of fp16/bf16 parameters), momentum_average_every (Lion Cub), and
     skip_nonfinite (every rank skips a step where any rank's gradient holds inf/NaN).
-    zero_rule / tie_rule set the host communicator's vote rules (docs/SEMANTICS.md).
+    zero_rule / tie_rule set the vote rules (docs/SEMANTICS.md) of the host communicator, or,
+    for CUDA tensors, of the NCCL communicator (ncclSignCommSetConfig: for every user of it).
+
+    CUDA tensors (all parameters on one GPU) use the ncclComm_t of the process group's NCCL
+    backend (PyTorch 2.8 or later) and the current stream; the optimizer state lives on that
+    GPU. Call close() before destroying the process group.
 
     A parameter whose .grad is None keeps its value, as with torch.optim (a zero gradient would
     still vote, and decay); the bucket steps as a whole, so its momentum decays as for a zero
@@ -96,19 +137,29 @@ class DistributedLion(torch.optim.Optimizer):
         self.aggregation = aggregation
         self._options = dict(master_weights=master_weights, momentum_average_every=momentum_average_every,
                              skip_nonfinite=skip_nonfinite)
+        devices = set()
         for group in self.param_groups:
             for p in group["params"]:
-                if p.device.type == "cuda":
-                    raise NotImplementedError(
-                        "signlion.torch.DistributedLion: CUDA tensors need the NCCL-communicator sign "
-                        "all-reduce ncclSignAllReduce (issue 6), which this libnccl-sign.so does not provide "
-                        "yet; only CPU tensors (the host communicator) are supported")
-                if p.device.type != "cpu":
-                    raise TypeError("signlion: parameters must be CPU tensors, not %s" % p.device)
+                if p.device.type not in ("cpu", "cuda"):
+                    raise TypeError("signlion: parameters must be CPU or CUDA tensors, not %s" % p.device)
                 if p.dtype not in _DTYPES:
                     raise TypeError("signlion: parameters must be fp32, fp16 or bf16, not %s" % p.dtype)
+                devices.add(p.device)
+        if len(devices) > 1:
+            raise ValueError("signlion: parameters on several devices (%s); one optimizer takes the parameters of "
+                             "one device" % ", ".join(sorted(str(d) for d in devices)))
+        self.device = devices.pop() if devices else torch.device("cpu")
         self._comm = comm
-        if aggregation != "local" and self._comm is None:
+        self._nccl_comm = None  # CUDA: the process group's ncclComm_t (0 for "local")
+        if self.device.type == "cuda":
+            if comm is not None:
+                raise ValueError("signlion: comm is a host communicator; CUDA parameters use the process group's "
+                                 "NCCL communicator")
+            self._nccl_comm = 0
+            if aggregation != "local":
+                self._nccl_comm = nccl_comm_from_process_group(process_group, self.device)
+                capi.nccl_comm_set_config(self._nccl_comm, zero_rule, tie_rule)
+        elif aggregation != "local" and self._comm is None:
             self._comm = host_comm_from_process_group(process_group, zero_rule, tie_rule)
         self._buckets = []
         for gi, group in enumerate(self.param_groups):
@@ -116,15 +167,33 @@ class DistributedLion(torch.optim.Optimizer):
                 ps = [p for p in group["params"] if p.dtype == dtype]
                 if not ps:
                     continue
-                b = _Bucket(gi, dtype, ps)
-                b.lion = capi.Lion(b.numel, _DTYPES[dtype], self._comm, lr=group["lr"], betas=group["betas"],
-                                   weight_decay=group["weight_decay"], aggregation=aggregation, **self._options)
+                b = _Bucket(gi, dtype, ps, self.device)
+                with torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext():
+                    b.lion = capi.Lion(b.numel, _DTYPES[dtype], self._comm, lr=group["lr"], betas=group["betas"],
+                                       weight_decay=group["weight_decay"], aggregation=aggregation,
+                                       nccl_comm=self._nccl_comm, **self._options)
                 self._buckets.append(b)
 
     @property
     def comm(self):
-        """The host communicator (None for aggregation='local')."""
+        """The host communicator (None for aggregation='local' and for CUDA parameters)."""
         return self._comm
+
+    @property
+    def nccl_comm(self):
+        """CUDA parameters: the process group's ncclComm_t as an integer (0 for 'local'); else None."""
+        return self._nccl_comm
+
+    def close(self):
+        """Frees the optimizer states now and, for CUDA parameters, what signlion cached for the
+        process group's NCCL communicator (ncclSignCommRelease): call it before
+        torch.distributed.destroy_process_group(). The optimizer cannot step afterwards."""
+        for b in self._buckets:
+            b.lion.destroy()
+        self._buckets = []
+        if self._nccl_comm:
+            capi.nccl_comm_release(self._nccl_comm)
+            self._nccl_comm = None
 
     def step_counts(self):
         """(applied, skipped) steps, from the first bucket."""
@@ -151,7 +220,11 @@ class DistributedLion(torch.optim.Optimizer):
                     if p.grad.is_sparse:
                         raise RuntimeError("signlion: sparse gradients are not supported")
                     b.grad[offset:offset + n].copy_(p.grad.reshape(-1))
-            b.lion.step(b.flat.data_ptr(), b.grad.data_ptr())
+            if b.lion.on_device:
+                b.lion.step_async(b.flat.data_ptr(), b.grad.data_ptr(),
+                                  torch.cuda.current_stream(self.device).cuda_stream)
+            else:
+                b.lion.step(b.flat.data_ptr(), b.grad.data_ptr())
             for p, saved in frozen:
                 p.data.copy_(saved)
         return loss
@@ -191,5 +264,5 @@ class DistributedLion(torch.optim.Optimizer):
                 if k != "params":
                     g[k] = tuple(v) if k == "betas" else v
         for b, s in zip(self._buckets, saved["buckets"]):
-            state = s["state"].contiguous()
+            state = s["state"].detach().to("cpu").contiguous()  # the library copies device state through host memory
             b.lion.load_state_from(state.data_ptr(), state.numel())

@@ -1,18 +1,17 @@
 """signlion.torch.DistributedLion on CPU tensors, multi-process (gloo process group,
 world sizes 2 and 4): bit for bit against a plain NumPy Lion, state_dict round trip,
-host communicator bootstrap through the store. Skips only when torch is missing."""
+host communicator bootstrap through the store. Skips only when torch is missing.
+(test_torch_lion_cuda.py: CUDA tensors on the process group's NCCL communicator.)"""
 import io
 import os
 import sys
-import tempfile
-import traceback
 import unittest
 
 try:
     import numpy as np
     import torch
     import torch.distributed as dist
-    import torch.multiprocessing as mp
+    import spawn_ranks
     HAVE_TORCH = True
 except ImportError as e:  # pragma: no cover
     HAVE_TORCH, WHY = False, str(e)
@@ -153,36 +152,16 @@ def check_store_bootstrap(rank, world):
     assert a.comm.wire_bytes()[0] > sent0
 
 
-def _worker(rank, world, init_file, scenario, errors):
+def _gloo_body(scenario, rank, world, init_file):
     os.environ["SIGNLION_SOCKET_IFNAME"] = "lo"
-    try:
-        dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
-        globals()[scenario](rank, world)
-        dist.barrier()
-        dist.destroy_process_group()
-    except Exception:
-        errors.put("rank %d: %s" % (rank, traceback.format_exc()))
-        raise
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
+    globals()[scenario](rank, world)
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def run_ranks(world, scenario):
-    ctx = mp.get_context("spawn")
-    errors = ctx.SimpleQueue()
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = [ctx.Process(target=_worker, args=(r, world, os.path.join(tmp, "init"), scenario, errors))
-                 for r in range(world)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(240)
-            if p.is_alive():
-                p.kill()
-        msgs = []
-        while not errors.empty():
-            msgs.append(errors.get())
-        codes = [p.exitcode for p in procs]
-    if msgs or any(c != 0 for c in codes):
-        raise AssertionError("exit codes %s\n%s" % (codes, "\n".join(msgs)))
+    spawn_ranks.run_ranks(world, _gloo_body, scenario)
 
 
 @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
@@ -229,11 +208,6 @@ class DistributedLionTorch(unittest.TestCase):
         with self.assertRaises(ValueError):
             capi.Comm(1, capi.get_unique_id(), 0, zero_rule="sideways")
 
-    @unittest.skipUnless(HAVE_TORCH and torch.cuda.is_available(), "no CUDA device")
-    def test_cuda_names_the_missing_entry_point(self):
-        from signlion.torch import DistributedLion
-        with self.assertRaisesRegex(NotImplementedError, "ncclSignAllReduce"):
-            DistributedLion([torch.nn.Parameter(torch.zeros(3, device="cuda"))], aggregation="local")
 
 
 if __name__ == "__main__":

@@ -5,11 +5,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define SIGNLION_HD __host__ __device__ __forceinline__
-#else
-#define SIGNLION_HD inline
-#endif
+#include "common/hd.h"
 
 // Full unrolling where it keeps a per-plane array in registers on the GPU;
 // host compilers get nothing (GCC would warn about an unknown pragma).

@@ -1,29 +1,31 @@
 // fp16 and bf16 conversions, bit-exact and portable (no F16C needed): the
-// reference, the portable kernels and the tests all round the same way.
+// reference, the portable kernels, the tests and the CUDA Lion passes
+// (SIGNLION_HD) all round the same way, NaN payloads included.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
+#include "common/hd.h"
 #include "nccl_sign.h"
 
 namespace signlion {
 namespace bits {
 
-inline uint32_t floatBits(float f) {
+SIGNLION_HD uint32_t floatBits(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
   return u;
 }
-inline float bitsFloat(uint32_t u) {
+SIGNLION_HD float bitsFloat(uint32_t u) {
   float f;
   memcpy(&f, &u, 4);
   return f;
 }
 
 // IEEE binary16 -> float (exact).
-inline float halfToFloat(uint16_t h) {
+SIGNLION_HD float halfToFloat(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16;
   uint32_t exp = (h >> 10) & 0x1f;
   uint32_t man = h & 0x3ff;
@@ -41,7 +43,7 @@ inline float halfToFloat(uint16_t h) {
 
 // float -> IEEE binary16, round to nearest even (what F16C's vcvtps2ph with
 // _MM_FROUND_TO_NEAREST_INT and CUDA's __float2half_rn do).
-inline uint16_t floatToHalf(float f) {
+SIGNLION_HD uint16_t floatToHalf(float f) {
   uint32_t u = floatBits(f);
   uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
   uint32_t absu = u & 0x7fffffff;
@@ -65,10 +67,10 @@ inline uint16_t floatToHalf(float f) {
   return sign | (uint16_t)half;
 }
 
-inline float bf16ToFloat(uint16_t b) { return bitsFloat((uint32_t)b << 16); }
+SIGNLION_HD float bf16ToFloat(uint16_t b) { return bitsFloat((uint32_t)b << 16); }
 
 // float -> bfloat16, round to nearest even; NaN stays NaN.
-inline uint16_t floatToBf16(float f) {
+SIGNLION_HD uint16_t floatToBf16(float f) {
   uint32_t u = floatBits(f);
   if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40);
   u += 0x7fff + ((u >> 16) & 1);

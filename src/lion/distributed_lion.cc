@@ -46,13 +46,21 @@ ncclResult_t checkConfig(const ncclSignLionConfig_t& c, const char* caller) {
 
 Optimizer::Optimizer(size_t count, ncclDataType_t type, const ncclSignLionConfig_t& config,
                      std::unique_ptr<Communicator> comm)
-    : count_(count), type_(type), config_(config), comm_(std::move(comm)), momentum_(count, 0.0f) {
-  if (usesMaster(config_, type_)) master_.assign(count, 0.0f);
-  if (config_.aggregation == ncclSignLionAverage)
-    floatVotes_.resize(count);
-  else
-    signVotes_.resize(count);
-  if (config_.aggregation == ncclSignLionGlobal) meanGrad_.resize(count);
+    : count_(count), type_(type), config_(config), comm_(std::move(comm)) {
+  if (comm_ == nullptr) comm_ = std::make_unique<HostCommunicator>(nullptr);
+  status_ = allocateState();
+}
+
+// Everything a step touches besides the caller's buffers, allocated once.
+ncclResult_t Optimizer::allocateState() {
+  Communicator* c = comm_.get();
+  NCCLCHECK(momentum_.allocate(c, count_ * sizeof(float)));
+  if (usesMaster(config_, type_)) NCCLCHECK(master_.allocate(c, count_ * sizeof(float)));
+  NCCLCHECK(votes_.allocate(c, count_ * (config_.aggregation == ncclSignLionAverage ? sizeof(float) : 1)));
+  if (config_.aggregation == ncclSignLionGlobal) NCCLCHECK(meanGrad_.allocate(c, count_ * sizeof(float)));
+  NCCLCHECK(flag_.allocate(c, sizeof(float)));
+  NCCLCHECK(skipped_.allocate(c, sizeof(uint64_t)));
+  return ncclSuccess;
 }
 
 void Optimizer::setHyperparameters(float lr, float beta1, float beta2, float weightDecay) {
@@ -62,92 +70,125 @@ void Optimizer::setHyperparameters(float lr, float beta1, float beta2, float wei
   config_.weightDecay = weightDecay;
 }
 
-// Every rank learns whether any rank's gradient holds an inf or a NaN: one
-// fp32 sum all-reduce of a flag.
-ncclResult_t Optimizer::agreeAllFinite(const void* grads, bool* finite) {
-  float bad = allFinite(type_, grads, count_) ? 0.0f : 1.0f;
-  NCCLCHECK(comm_->sumAllReduce(&bad, 1));
-  *finite = bad == 0.0f;
-  return ncclSuccess;
+ncclResult_t Optimizer::step(void* params, const void* grads, bool* applied, void* stream) {
+  NCCLCHECK(status_);
+  NCCLCHECK(comm_->beginStep(stream));
+  const ncclResult_t res = runStep(params, grads, applied);
+  const ncclResult_t end = comm_->endStep();
+  return res != ncclSuccess ? res : end;
 }
 
-// Lion Cub's periodic momentum synchronization: every rank gets the mean.
-ncclResult_t Optimizer::averageMomentum() {
-  NCCLCHECK(comm_->sumAllReduce(momentum_.data(), count_));
-  const float n = (float)comm_->nranks();
-  for (float& m : momentum_) m = m / n;
-  return ncclSuccess;
-}
-
-ncclResult_t Optimizer::step(void* params, const void* grads, bool* applied) {
+ncclResult_t Optimizer::runStep(void* params, const void* grads, bool* applied) {
   const int agg = config_.aggregation;
-  *applied = false;
-  // Global: the mean gradient first; it is identical on every rank, so each
-  // checks it alone (a sum that overflows counts as non-finite too).
-  if (agg == ncclSignLionGlobal) {
-    toFloat(type_, grads, meanGrad_.data(), count_);
-    NCCLCHECK(comm_->sumAllReduce(meanGrad_.data(), count_));
-  }
-  if (config_.skipNonFinite) {
-    bool finite = true;
-    if (agg == ncclSignLionGlobal)
-      finite = allFinite(ncclFloat32, meanGrad_.data(), count_);
-    else if (agg == ncclSignLionLocal)
-      finite = allFinite(type_, grads, count_);
-    else
-      NCCLCHECK(agreeAllFinite(grads, &finite));
-    if (!finite) {
-      skipped_++;
-      INFO(kSubsysLion, "Lion step %llu skipped: non-finite gradient", (unsigned long long)(applied_ + skipped_));
-      return ncclSuccess;
-    }
-  }
-  if (!master_.empty() && !masterReady_) {
-    toFloat(type_, params, master_.data(), count_);
+  const bool voted = agg == ncclSignLionMajority || agg == ncclSignLionAverage;
+  float* momentum = momentum_.as<float>();
+  float* master = master_.as<float>();
+  // The master copy is the parameters as they are at the first step.
+  if (master != nullptr && !masterReady_) {
+    NCCLCHECK(comm_->toFloat(type_, params, master, count_));
     masterReady_ = true;
   }
-  const Coefficients k = Coefficients::of(config_.beta1, config_.beta2);
-  float* master = master_.empty() ? nullptr : master_.data();
-  if (agg == ncclSignLionAverage) {
-    interpolateAndVote(type_, grads, 1.0f, momentum_.data(), VoteEncoding::kFloat32, floatVotes_.data(), count_, k);
-    NCCLCHECK(comm_->signAllReduce(floatVotes_.data(), count_, ncclFloat32, ncclSignAverage));
-    applyUpdate(type_, params, master, ncclFloat32, floatVotes_.data(), count_, config_.lr, config_.weightDecay);
-  } else {
-    const bool global = agg == ncclSignLionGlobal;
-    interpolateAndVote(global ? ncclFloat32 : type_, global ? (const void*)meanGrad_.data() : grads,
-                       global ? (float)comm_->nranks() : 1.0f, momentum_.data(), VoteEncoding::kSignInt8,
-                       signVotes_.data(), count_, k);
-    if (agg == ncclSignLionMajority)
-      NCCLCHECK(comm_->signAllReduce(signVotes_.data(), count_, ncclInt8, ncclSignMajority));
-    applyUpdate(type_, params, master, ncclInt8, signVotes_.data(), count_, config_.lr, config_.weightDecay);
+  // Global: the mean gradient first. It is identical on every rank, so each
+  // checks it alone (a sum that overflows counts as non-finite too).
+  if (agg == ncclSignLionGlobal) {
+    NCCLCHECK(comm_->toFloat(type_, grads, meanGrad_.as<float>(), count_));
+    NCCLCHECK(comm_->sumAllReduce(meanGrad_.as<float>(), count_));
   }
-  applied_++;
-  *applied = true;
-  const bool voted = agg == ncclSignLionMajority || agg == ncclSignLionAverage;
-  if (voted && config_.momentumAverageEvery > 0 && applied_ % (uint64_t)config_.momentumAverageEvery == 0 &&
-      comm_->nranks() > 1)
-    NCCLCHECK(averageMomentum());
+  const float* skip = nullptr;
+  if (config_.skipNonFinite) {
+    if (agg == ncclSignLionGlobal)
+      NCCLCHECK(comm_->flagNonFinite(ncclFloat32, meanGrad_.as<float>(), count_, flag_.as<float>()));
+    else
+      NCCLCHECK(comm_->flagNonFinite(type_, grads, count_, flag_.as<float>()));
+    // Every rank learns whether any rank's gradient holds an inf or a NaN.
+    if (voted) NCCLCHECK(comm_->sumAllReduce(flag_.as<float>(), 1));
+    skip = flag_.as<float>();
+  }
+  steps_++;
+  // The host knows now and leaves out the collective; a device finds out
+  // when its kernels read the flag.
+  const bool skipKnown = !comm_->onDevice() && skip != nullptr && *skip != 0.0f;
+  if (applied != nullptr) *applied = !skipKnown;
+  const Coefficients k = Coefficients::of(config_.beta1, config_.beta2);
+  const bool average = agg == ncclSignLionAverage;
+  const ncclDataType_t voteType = average ? ncclFloat32 : ncclInt8;
+  if (!skipKnown) {
+    const bool global = agg == ncclSignLionGlobal;
+    NCCLCHECK(comm_->interpolateAndVote(global ? ncclFloat32 : type_,
+                                        global ? (const void*)meanGrad_.as<float>() : grads,
+                                        global ? (float)comm_->nranks() : 1.0f, momentum,
+                                        average ? VoteEncoding::kFloat32 : VoteEncoding::kSignInt8,
+                                        votes_.as<void>(), count_, k, skip));
+    if (voted)
+      NCCLCHECK(comm_->signAllReduce(votes_.as<void>(), count_, voteType,
+                                     average ? ncclSignAverage : ncclSignMajority));
+  }
+  NCCLCHECK(comm_->applyUpdate(type_, params, master, voteType, votes_.as<void>(), count_, config_.lr,
+                               config_.weightDecay, skip, skipped_.as<uint64_t>()));
+  if (skipKnown) INFO(kSubsysLion, "Lion step %llu skipped: non-finite gradient", (unsigned long long)steps_);
+  // Lion Cub's periodic momentum synchronization: every rank gets the mean.
+  // K counts steps called, skipped or not, so that no rank (and no host)
+  // needs to know which were skipped.
+  if (voted && config_.momentumAverageEvery > 0 && steps_ % (uint64_t)config_.momentumAverageEvery == 0 &&
+      comm_->nranks() > 1) {
+    NCCLCHECK(comm_->sumAllReduce(momentum, count_));
+    NCCLCHECK(comm_->divide(momentum, (float)comm_->nranks(), count_));
+  }
   return ncclSuccess;
 }
 
-size_t Optimizer::stateSize() const {
-  return sizeof(StateHeader) + count_ * sizeof(float) * (master_.empty() ? 1 : 2);
+ncclResult_t Optimizer::stepCounts(uint64_t* applied, uint64_t* skipped) const {
+  NCCLCHECK(status_);
+  uint64_t s = 0;
+  NCCLCHECK(comm_->copyToHost(&s, skipped_.as<uint64_t>(), sizeof(s)));
+  if (applied != nullptr) *applied = steps_ - s;
+  if (skipped != nullptr) *skipped = s;
+  return ncclSuccess;
 }
 
+uint64_t Optimizer::appliedSteps() const {
+  uint64_t a = 0;
+  return stepCounts(&a, nullptr) == ncclSuccess ? a : 0;
+}
+
+uint64_t Optimizer::skippedSteps() const {
+  uint64_t s = 0;
+  return stepCounts(nullptr, &s) == ncclSuccess ? s : 0;
+}
+
+std::vector<float> Optimizer::copyOut(const Buffer& b) const {
+  std::vector<float> v(b.empty() ? 0 : count_);
+  if (!v.empty() && comm_->copyToHost(v.data(), b.as<float>(), count_ * sizeof(float)) != ncclSuccess) v.clear();
+  return v;
+}
+
+std::vector<float> Optimizer::momentum() const { return copyOut(momentum_); }
+std::vector<float> Optimizer::master() const { return copyOut(master_); }
+
+bool Optimizer::hasMaster() const { return usesMaster(config_, type_); }
+
+size_t Optimizer::stateSize() const { return sizeof(StateHeader) + count_ * sizeof(float) * (hasMaster() ? 2 : 1); }
+
+// On a device the copies wait for the steps enqueued so far (the state is
+// theirs) and go through the caller's host buffer.
 ncclResult_t Optimizer::saveState(void* buffer, size_t bytes) const {
   ARGCHECK(buffer != nullptr && bytes >= stateSize(), "ncclSignLionSaveState", "bytes", "%zu, the state is %zu",
            bytes, stateSize());
+  uint64_t applied = 0, skipped = 0;
+  NCCLCHECK(stepCounts(&applied, &skipped));
   StateHeader h{StateHeader::kMagic, StateHeader::kVersion, (uint32_t)type_, (uint32_t)config_.aggregation,
-                count_,  applied_,  skipped_, master_.empty() ? 0u : 1u, masterReady_ ? 1u : 0u};
+                count_,  applied, skipped, hasMaster() ? 1u : 0u, masterReady_ ? 1u : 0u};
   char* out = static_cast<char*>(buffer);
   memcpy(out, &h, sizeof(h));
-  memcpy(out + sizeof(h), momentum_.data(), count_ * sizeof(float));
-  if (!master_.empty()) memcpy(out + sizeof(h) + count_ * sizeof(float), master_.data(), count_ * sizeof(float));
+  NCCLCHECK(comm_->copyToHost(out + sizeof(h), momentum_.as<float>(), count_ * sizeof(float)));
+  if (hasMaster())
+    NCCLCHECK(comm_->copyToHost(out + sizeof(h) + count_ * sizeof(float), master_.as<float>(), count_ * sizeof(float)));
   return ncclSuccess;
 }
 
 ncclResult_t Optimizer::loadState(const void* buffer, size_t bytes) {
   const char* fn = "ncclSignLionLoadState";
+  NCCLCHECK(status_);
   StateHeader h;
   ARGCHECK(buffer != nullptr && bytes >= sizeof(h), fn, "bytes", "%zu: shorter than a state header", bytes);
   memcpy(&h, buffer, sizeof(h));
@@ -156,16 +197,16 @@ ncclResult_t Optimizer::loadState(const void* buffer, size_t bytes) {
   ARGCHECK(h.count == count_ && h.datatype == (uint32_t)type_, fn, "buffer",
            "a state of %llu elements of datatype %u, the optimizer has %zu of %d", (unsigned long long)h.count,
            h.datatype, count_, (int)type_);
-  ARGCHECK(h.aggregation == (uint32_t)config_.aggregation && h.hasMaster == (master_.empty() ? 0u : 1u), fn,
-           "buffer", "saved with aggregation %u and master copy %u, the optimizer has %d and %d", h.aggregation,
-           h.hasMaster, config_.aggregation, master_.empty() ? 0 : 1);
+  ARGCHECK(h.aggregation == (uint32_t)config_.aggregation && h.hasMaster == (hasMaster() ? 1u : 0u), fn, "buffer",
+           "saved with aggregation %u and master copy %u, the optimizer has %d and %d", h.aggregation, h.hasMaster,
+           config_.aggregation, hasMaster() ? 1 : 0);
   ARGCHECK(bytes == stateSize(), fn, "bytes", "%zu, a state of this optimizer is %zu", bytes, stateSize());
   const char* in = static_cast<const char*>(buffer) + sizeof(h);
-  memcpy(momentum_.data(), in, count_ * sizeof(float));
-  if (!master_.empty()) memcpy(master_.data(), in + count_ * sizeof(float), count_ * sizeof(float));
+  NCCLCHECK(comm_->copyFromHost(momentum_.as<float>(), in, count_ * sizeof(float)));
+  if (hasMaster()) NCCLCHECK(comm_->copyFromHost(master_.as<float>(), in + count_ * sizeof(float), count_ * sizeof(float)));
+  NCCLCHECK(comm_->copyFromHost(skipped_.as<uint64_t>(), &h.skipped, sizeof(h.skipped)));
   masterReady_ = h.masterReady != 0;
-  applied_ = h.applied;
-  skipped_ = h.skipped;
+  steps_ = h.applied + h.skipped;
   return ncclSuccess;
 }
 

@@ -6,11 +6,17 @@
 #include "common/checks.h"
 #include "common/debug.h"
 #include "lion/distributed_lion.h"
+#ifdef SIGNLION_LION_ON_NCCL
+#include "lion/nccl_lion_comm.h"
+#endif
 
 struct ncclSignLion {
   static constexpr uint64_t kMagic = 0x6c696f6e6f707431ull;  // "lionopt1"
   uint64_t magic = kMagic;
   std::unique_ptr<signlion::lion::Optimizer> opt;
+#ifdef SIGNLION_LION_ON_NCCL
+  signlion::lion::NcclCommunicator* device = nullptr;  // owned by opt; null for a host optimizer
+#endif
 };
 
 namespace {
@@ -23,6 +29,42 @@ ncclSignLion* checkLion(const ncclSignLion_t lion, const char* caller) {
   return lion;
 }
 
+// The arguments every creation checks; *c is the config to use.
+ncclResult_t checkCreate(ncclSignLion_t* lion, size_t count, ncclDataType_t datatype,
+                         const ncclSignLionConfig_t* config, bool haveComm, const char* fn, ncclSignLionConfig_t* c) {
+  ARGCHECK(lion != nullptr, fn, "lion", "NULL");
+  ARGCHECK(datatype == ncclFloat32 || datatype == ncclFloat16 || datatype == ncclBfloat16, fn, "datatype",
+           "%d (fp32, fp16 or bf16)", (int)datatype);
+  *c = NCCL_SIGN_LION_CONFIG_INITIALIZER;
+  if (config != nullptr) *c = *config;
+  NCCLCHECK(signlion::lion::checkConfig(*c, fn));
+  ARGCHECK(haveComm || c->aggregation == ncclSignLionLocal, fn, "comm", "NULL with aggregation %d",
+           c->aggregation);
+  // The state is a few copies of count elements: anything that cannot be
+  // addressed is a bad count, not an allocation failure.
+  ARGCHECK(count <= (SIZE_MAX >> 4), fn, "count", "%zu parameters cannot be addressed", count);
+  return ncclSuccess;
+}
+
+// The handle around an optimizer whose state lives in lc's memory space.
+ncclResult_t makeLion(ncclSignLion_t* lion, size_t count, ncclDataType_t datatype, const ncclSignLionConfig_t& c,
+                      std::unique_ptr<signlion::lion::Communicator> lc, const char* fn) {
+  std::unique_ptr<ncclSignLion> h;
+  try {
+    h = std::make_unique<ncclSignLion>();
+    h->opt = std::make_unique<signlion::lion::Optimizer>(count, datatype, c, std::move(lc));
+  } catch (const std::exception& e) {  // bad_alloc: never out of an extern "C" call
+    WARN("%s: cannot allocate the optimizer of %zu parameters: %s", fn, count, e.what());
+    return ncclSystemError;
+  }
+  NCCLCHECK(h->opt->status());
+  INFO(signlion::kSubsysLion, "Lion: %zu %s parameters on %s, aggregation %d, lr %g, betas (%g, %g), wd %g", count,
+       signlion::bits::typeName(datatype), h->opt->onDevice() ? "the GPU" : "the host", c.aggregation, (double)c.lr,
+       (double)c.beta1, (double)c.beta2, (double)c.weightDecay);
+  *lion = h.release();
+  return ncclSuccess;
+}
+
 }  // namespace
 
 extern "C" {
@@ -32,35 +74,13 @@ __attribute__((visibility("default"))) ncclResult_t ncclSignLionCreate(ncclSignL
                                                                         const ncclSignLionConfig_t* config,
                                                                         ncclSignComm_t comm) {
   const char* fn = "ncclSignLionCreate";
-  ARGCHECK(lion != nullptr, fn, "lion", "NULL");
-  ARGCHECK(datatype == ncclFloat32 || datatype == ncclFloat16 || datatype == ncclBfloat16, fn, "datatype",
-           "%d (fp32, fp16 or bf16)", (int)datatype);
-  ncclSignLionConfig_t c = NCCL_SIGN_LION_CONFIG_INITIALIZER;
-  if (config != nullptr) c = *config;
-  NCCLCHECK(signlion::lion::checkConfig(c, fn));
-  ARGCHECK(comm != nullptr || c.aggregation == ncclSignLionLocal, fn, "comm", "NULL with aggregation %d",
-           c.aggregation);
-  std::unique_ptr<signlion::lion::Communicator> lc;
+  ncclSignLionConfig_t c;
+  NCCLCHECK(checkCreate(lion, count, datatype, config, comm != nullptr, fn, &c));
   if (comm != nullptr) {
     int n = 0;
     NCCLCHECK(ncclSignCommCount(comm, &n));  // also rejects a dead comm
-    lc.reset(new signlion::lion::HostCommunicator(comm));
   }
-  // The state is a few copies of count elements: anything that cannot be
-  // addressed is a bad count, not an allocation failure.
-  ARGCHECK(count <= (SIZE_MAX >> 4), fn, "count", "%zu parameters cannot be addressed", count);
-  try {
-    auto h = std::make_unique<ncclSignLion>();
-    h->opt = std::make_unique<signlion::lion::Optimizer>(count, datatype, c, std::move(lc));
-    *lion = h.release();
-  } catch (const std::exception& e) {  // bad_alloc, length_error: never out of an extern "C" call
-    WARN("%s: cannot allocate the state of %zu parameters: %s", fn, count, e.what());
-    return ncclSystemError;
-  }
-  INFO(signlion::kSubsysLion, "Lion: %zu %s parameters, aggregation %d, lr %g, betas (%g, %g), wd %g", count,
-       signlion::bits::typeName(datatype), c.aggregation, (double)c.lr, (double)c.beta1, (double)c.beta2,
-       (double)c.weightDecay);
-  return ncclSuccess;
+  return makeLion(lion, count, datatype, c, std::make_unique<signlion::lion::HostCommunicator>(comm), fn);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclSignLionDestroy(ncclSignLion_t lion) {
@@ -93,7 +113,11 @@ __attribute__((visibility("default"))) ncclResult_t ncclSignLionStep(ncclSignLio
   const char* fn = "ncclSignLionStep";
   ncclSignLion* l = checkLion(lion, fn);
   if (l == nullptr) return ncclInvalidArgument;
-  const bool empty = l->opt->momentum().empty();
+  if (l->opt->onDevice()) {
+    WARN("%s: the optimizer works on device buffers: step it with ncclSignLionStepAsync", fn);
+    return ncclInvalidUsage;
+  }
+  const bool empty = l->opt->count() == 0;
   ARGCHECK(empty || params != nullptr, fn, "params", "NULL");
   ARGCHECK(empty || grads != nullptr, fn, "grads", "NULL");
   bool done = false;
@@ -107,9 +131,7 @@ __attribute__((visibility("default"))) ncclResult_t ncclSignLionGetStepCount(con
   const char* fn = "ncclSignLionGetStepCount";
   ncclSignLion* l = checkLion(lion, fn);
   if (l == nullptr) return ncclInvalidArgument;
-  if (applied != nullptr) *applied = l->opt->appliedSteps();
-  if (skipped != nullptr) *skipped = l->opt->skippedSteps();
-  return ncclSuccess;
+  return l->opt->stepCounts(applied, skipped);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclSignLionGetStateSize(const ncclSignLion_t lion,
@@ -135,5 +157,42 @@ __attribute__((visibility("default"))) ncclResult_t ncclSignLionLoadState(ncclSi
   if (l == nullptr) return ncclInvalidArgument;
   return l->opt->loadState(buffer, bytes);
 }
+
+#ifdef SIGNLION_LION_ON_NCCL
+
+__attribute__((visibility("default"))) ncclResult_t ncclSignLionCreateNccl(ncclSignLion_t* lion, size_t count,
+                                                                            ncclDataType_t datatype,
+                                                                            const ncclSignLionConfig_t* config,
+                                                                            ncclComm_t comm) {
+  const char* fn = "ncclSignLionCreateNccl";
+  ncclSignLionConfig_t c;
+  NCCLCHECK(checkCreate(lion, count, datatype, config, comm != nullptr, fn, &c));
+  std::unique_ptr<signlion::lion::NcclCommunicator> device;
+  NCCLCHECK(signlion::lion::NcclCommunicator::create(comm, fn, &device));
+  signlion::lion::NcclCommunicator* d = device.get();
+  NCCLCHECK(makeLion(lion, count, datatype, c, std::move(device), fn));
+  (*lion)->device = d;
+  return ncclSuccess;
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclSignLionStepAsync(ncclSignLion_t lion, void* params,
+                                                                           const void* grads, cudaStream_t stream) {
+  const char* fn = "ncclSignLionStepAsync";
+  ncclSignLion* l = checkLion(lion, fn);
+  if (l == nullptr) return ncclInvalidArgument;
+  if (l->device == nullptr) {
+    WARN("%s: the optimizer works on host buffers: step it with ncclSignLionStep", fn);
+    return ncclInvalidUsage;
+  }
+  if (l->opt->count() > 0) {
+    ARGCHECK(params != nullptr, fn, "params", "NULL");
+    ARGCHECK(grads != nullptr, fn, "grads", "NULL");
+    NCCLCHECK(l->device->checkBuffer(params, fn, "params"));
+    NCCLCHECK(l->device->checkBuffer(grads, fn, "grads"));
+  }
+  return l->opt->step(params, grads, nullptr, stream);
+}
+
+#endif  // SIGNLION_LION_ON_NCCL
 
 }  // extern "C"

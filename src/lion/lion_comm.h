@@ -1,11 +1,17 @@
-// What the optimizer needs from a communicator: the sign all-reduce, an fp32
-// sum all-reduce, and the buffers' memory space. The host communicator
-// implements it here; an NCCL communicator (device buffers, a stream, the
-// CUDA passes) is the second implementation once ncclSignAllReduce exists.
+// What the optimizer runs on: the collectives (the sign all-reduce and an
+// fp32 sum all-reduce), the memory its state lives in, and the two passes
+// over that memory. Two implementations:
+//  - HostCommunicator (here): CPU buffers, the host communicator
+//    (ncclSignComm_t), the CPU passes of lion_passes.h; synchronous.
+//  - NcclCommunicator (nccl_lion_comm.h): device buffers, the user's
+//    ncclComm_t, the CUDA passes of kernels/lion_kernels.h, everything
+//    enqueued on the stream of the step; nothing waits for the device.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
+#include "lion/lion_passes.h"
 #include "nccl_sign.h"
 
 namespace signlion {
@@ -16,20 +22,72 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int nranks() const = 0;
   virtual int rank() const = 0;
+  // Device memory, and operations ordered on the stream of the step (their
+  // results exist once the stream has run them); else host memory and
+  // synchronous operations.
+  virtual bool onDevice() const = 0;
+  // Bracket the operations of one step. beginStep: they go to `stream` (a
+  // cudaStream_t; device only). endStep: what they leave is what the copies
+  // below wait for.
+  virtual ncclResult_t beginStep(void* stream) {
+    (void)stream;
+    return ncclSuccess;
+  }
+  virtual ncclResult_t endStep() { return ncclSuccess; }
+
   // In place: votes (int8 or fp32) become the majority / average of all ranks'.
   virtual ncclResult_t signAllReduce(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) = 0;
   // In place: x becomes the sum over all ranks, identical on every rank.
   virtual ncclResult_t sumAllReduce(float* x, size_t count) = 0;
+
+  // State memory: allocate() returns zero-filled memory of this space (null
+  // for 0 bytes). The copies move bytes between it and host memory once the
+  // operations enqueued so far are done, and return when the copy is.
+  virtual ncclResult_t allocate(size_t bytes, void** ptr) = 0;
+  virtual void release(void* ptr) = 0;
+  virtual ncclResult_t copyToHost(void* host, const void* src, size_t bytes) = 0;
+  virtual ncclResult_t copyFromHost(void* dst, const void* host, size_t bytes) = 0;
+
+  // The passes of lion_passes.h on buffers of this space. skip (this space,
+  // may be null) is read when the pass runs: non-zero makes it change nothing,
+  // and applyUpdate then adds 1 to *skipped instead.
+  virtual ncclResult_t interpolateAndVote(ncclDataType_t gradType, const void* grads, float divisor, float* momentum,
+                                          VoteEncoding encoding, void* votes, size_t count, const Coefficients& k,
+                                          const float* skip) = 0;
+  virtual ncclResult_t applyUpdate(ncclDataType_t paramType, void* params, float* master, ncclDataType_t updateType,
+                                   const void* update, size_t count, float lr, float weightDecay, const float* skip,
+                                   uint64_t* skipped) = 0;
+  // *flag = 1.0f when any element of x is inf or NaN, else 0.0f.
+  virtual ncclResult_t flagNonFinite(ncclDataType_t type, const void* x, size_t count, float* flag) = 0;
+  virtual ncclResult_t toFloat(ncclDataType_t type, const void* x, float* dst, size_t count) = 0;
+  virtual ncclResult_t divide(float* x, float divisor, size_t count) = 0;
 };
 
-// A host communicator (ncclSignComm_t) the caller owns; CPU buffers.
+// CPU buffers; the collectives on a host communicator the caller owns (null
+// for an optimizer that never communicates: aggregation "local").
 class HostCommunicator final : public Communicator {
  public:
   explicit HostCommunicator(ncclSignComm_t comm);
   int nranks() const override { return nranks_; }
   int rank() const override { return rank_; }
+  bool onDevice() const override { return false; }
   ncclResult_t signAllReduce(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) override;
   ncclResult_t sumAllReduce(float* x, size_t count) override;
+
+  ncclResult_t allocate(size_t bytes, void** ptr) override;
+  void release(void* ptr) override;
+  ncclResult_t copyToHost(void* host, const void* src, size_t bytes) override;
+  ncclResult_t copyFromHost(void* dst, const void* host, size_t bytes) override;
+
+  ncclResult_t interpolateAndVote(ncclDataType_t gradType, const void* grads, float divisor, float* momentum,
+                                  VoteEncoding encoding, void* votes, size_t count, const Coefficients& k,
+                                  const float* skip) override;
+  ncclResult_t applyUpdate(ncclDataType_t paramType, void* params, float* master, ncclDataType_t updateType,
+                           const void* update, size_t count, float lr, float weightDecay, const float* skip,
+                           uint64_t* skipped) override;
+  ncclResult_t flagNonFinite(ncclDataType_t type, const void* x, size_t count, float* flag) override;
+  ncclResult_t toFloat(ncclDataType_t type, const void* x, float* dst, size_t count) override;
+  ncclResult_t divide(float* x, float divisor, size_t count) override;
 
  private:
   ncclSignComm_t comm_;

@@ -1,21 +1,17 @@
 // The two fused per-element passes of a Distributed Lion step on host
 // buffers (docs/LION.md). They know nothing of ranks: the optimizer calls the
-// collective between them.
+// collective between them. The element arithmetic is lion_element.h's, shared
+// with the CUDA passes (kernels/lion_kernels.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "lion/lion_element.h"
 #include "nccl_sign.h"
 
 namespace signlion {
 namespace lion {
-
-// The fp32 factors of both interpolations; 1 - beta is rounded once in fp32.
-struct Coefficients {
-  float beta1, oneMinusBeta1, beta2, oneMinusBeta2;
-  static Coefficients of(float beta1, float beta2) { return {beta1, 1.0f - beta1, beta2, 1.0f - beta2}; }
-};
 
 // What pass 1 writes for each element's c = beta1*m + (1-beta1)*g.
 enum class VoteEncoding {
@@ -40,6 +36,9 @@ bool allFinite(ncclDataType_t type, const void* x, size_t count);
 
 // dst[i] = x[i] as fp32 (exact for fp16 and bf16).
 void toFloat(ncclDataType_t type, const void* x, float* dst, size_t count);
+
+// x[i] = x[i] / divisor (the mean of a sum all-reduce).
+void divide(float* x, float divisor, size_t count);
 
 }  // namespace lion
 }  // namespace signlion

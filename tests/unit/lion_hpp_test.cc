@@ -65,5 +65,27 @@ TEST(LionCpp, WrapperStepsSavesAndLoads) {
   EXPECT_THROW(wrongShape.loadState(saved), Error);
 }
 
+#ifdef SIGNLION_LION_ON_NCCL
+// The device wrapper's argument checks need no GPU: a majority vote without
+// a communicator, a bad datatype. (tests/gpu/ steps it on a GPU.)
+TEST(LionCpp, OnNcclRejectsBadArgumentsWithoutAGpu) {
+  LionOptions o;
+  o.aggregation = Aggregation::kMajority;
+  try {
+    DistributedLion::onNccl(16, ncclFloat32, o, nullptr);
+    FAIL() << "a majority vote without a communicator was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.result(), ncclInvalidArgument);
+  }
+  o.aggregation = Aggregation::kLocal;
+  try {
+    DistributedLion::onNccl(16, ncclInt8, o, nullptr);
+    FAIL() << "int8 parameters were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.result(), ncclInvalidArgument);
+  }
+}
+#endif
+
 }  // namespace
 }  // namespace signlion

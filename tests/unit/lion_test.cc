@@ -183,5 +183,53 @@ TEST(LionApi, RejectsBadArguments) {
   EXPECT_EQ(ncclSignLionDestroy(nullptr), ncclSuccess);
 }
 
+#ifdef SIGNLION_LION_ON_NCCL
+// The device entry points check their arguments before touching CUDA or
+// NCCL, so these hold on a machine without a GPU (where CI runs them).
+TEST(LionApi, DeviceEntryPointsRejectBadArguments) {
+  ncclSignLion_t lion = nullptr;
+  ncclSignLionConfig_t c = NCCL_SIGN_LION_CONFIG_INITIALIZER;
+  EXPECT_EQ(ncclSignLionCreateNccl(nullptr, 4, ncclFloat32, &c, nullptr), ncclInvalidArgument);
+  c.aggregation = ncclSignLionLocal;
+  EXPECT_EQ(ncclSignLionCreateNccl(&lion, 4, ncclInt8, &c, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclSignLionCreateNccl(&lion, 4, ncclFloat64, &c, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclSignLionCreateNccl(&lion, SIZE_MAX / 2, ncclFloat32, &c, nullptr), ncclInvalidArgument);
+  for (int agg : {ncclSignLionMajority, ncclSignLionAverage, ncclSignLionGlobal}) {
+    ncclSignLionConfig_t b = c;
+    b.aggregation = agg;
+    EXPECT_EQ(ncclSignLionCreateNccl(&lion, 4, ncclFloat32, &b, nullptr), ncclInvalidArgument) << "needs a comm";
+  }
+  ncclSignLionConfig_t b = c;
+  b.lr = -1.0f;
+  EXPECT_EQ(ncclSignLionCreateNccl(&lion, 4, ncclFloat32, &b, nullptr), ncclInvalidArgument);
+  b = c;
+  b.size = 8;
+  EXPECT_EQ(ncclSignLionCreateNccl(&lion, 4, ncclFloat32, &b, nullptr), ncclInvalidArgument);
+  b = c;
+  b.momentumAverageEvery = -2;
+  EXPECT_EQ(ncclSignLionCreateNccl(&lion, 4, ncclFloat32, &b, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(lion, nullptr) << "no handle after a failed creation";
+
+  float p[4] = {1, 2, 3, 4}, g[4] = {1, -1, 1, -1};
+  EXPECT_EQ(ncclSignLionStepAsync(nullptr, p, g, nullptr), ncclInvalidArgument);
+  // A host optimizer is stepped with ncclSignLionStep, and the other way round.
+  ASSERT_EQ(ncclSignLionCreate(&lion, 4, ncclFloat32, &c, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclSignLionStepAsync(lion, p, g, nullptr), ncclInvalidUsage);
+  EXPECT_EQ(ncclSignLionDestroy(lion), ncclSuccess);
+
+  // Valid arguments: on a machine without a GPU the CUDA error comes back
+  // (never a crash); with one, the optimizer exists and refuses host buffers.
+  ncclResult_t res = ncclSignLionCreateNccl(&lion, 4, ncclFloat32, &c, nullptr);
+  if (res == ncclSuccess) {
+    EXPECT_EQ(ncclSignLionStep(lion, p, g, nullptr), ncclInvalidUsage);
+    EXPECT_EQ(ncclSignLionStepAsync(lion, p, g, nullptr), ncclInvalidArgument) << "host buffers";
+    EXPECT_EQ(ncclSignLionStepAsync(lion, nullptr, g, nullptr), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignLionDestroy(lion), ncclSuccess);
+  } else {
+    EXPECT_EQ(res, ncclUnhandledCudaError);
+  }
+}
+#endif
+
 }  // namespace
 }  // namespace signlion

@@ -1,0 +1,175 @@
+"""signlion.torch.DistributedLion on CUDA tensors: the optimizer state on the GPU, the steps
+enqueued on the current stream, the process group's own ncclComm_t (ProcessGroupNCCL._comm_ptr(),
+PyTorch 2.8+). Checked bit for bit against the same optimizer on CPU tensors:
+ - "local" on one GPU, no process group;
+ - two processes on one GPU, each its own NCCL_HOSTID, NCCL's traffic through our net plugin
+   (SIGNLION_TEST_NET_PLUGIN): mavo, average and global on the NCCL group against the CPU
+   optimizer on a gloo group of the same ranks, parameters after every step and state_dicts.
+The message for a PyTorch without _comm_ptr is checked on any machine. Exit code 77 (skip)
+when everything asked for needed what this machine lacks (torch, CUDA, _comm_ptr, NCCL)."""
+import os
+import sys
+import tempfile
+import unittest
+
+try:
+    import torch
+    import torch.distributed as dist
+    import spawn_ranks
+    HAVE_TORCH = True
+except ImportError as e:  # pragma: no cover
+    HAVE_TORCH, WHY = False, str(e)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+LR, WD = 0.01, 0.1
+
+
+def have_cuda():
+    return HAVE_TORCH and torch.cuda.is_available()
+
+
+def have_comm_ptr():
+    """ProcessGroupNCCL._comm_ptr exists in this PyTorch (2.8 and later)."""
+    if not (have_cuda() and dist.is_available() and dist.is_nccl_available()):
+        return False
+    return hasattr(dist.ProcessGroupNCCL, "_comm_ptr")
+
+
+def have_device_library():
+    if not HAVE_TORCH:
+        return False
+    from signlion import capi
+    return capi.has_device_support()
+
+
+def grads_of(rank, step, shapes):
+    """Multiples of 2^-8: any sum order is exact (the global mode's NCCL sum and host ring sum)."""
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    return [torch.randint(-1024, 1025, s, generator=g).float() / 256.0 for s in shapes]
+
+
+def make_model(device):
+    torch.manual_seed(0)
+    return [torch.nn.Parameter(torch.randn(5, 7).to(device)), torch.nn.Parameter(torch.randn(130).to(device)),
+            torch.nn.Parameter(torch.randn(3, 33).to(torch.bfloat16).to(device))]
+
+
+def step_both(cpu_opt, cuda_opt, cpu_params, cuda_params, rank, step):
+    for ps in (cpu_params, cuda_params):
+        for p, g in zip(ps, grads_of(rank, step, [p.shape for p in cpu_params])):
+            p.grad = g.to(p.dtype).to(p.device)
+    cpu_opt.step()
+    cuda_opt.step()
+    torch.cuda.current_stream().synchronize()
+    for i, (a, b) in enumerate(zip(cpu_params, cuda_params)):
+        assert torch.equal(a.detach(), b.detach().cpu()), "step %d: parameter %d differs between CPU and CUDA" % (
+            step, i)
+
+
+def same_states(cpu_opt, cuda_opt):
+    sa, sb = cpu_opt.state_dict()["signlion"]["buckets"], cuda_opt.state_dict()["signlion"]["buckets"]
+    assert len(sa) == len(sb)
+    assert all(torch.equal(x["state"], y["state"]) for x, y in zip(sa, sb)), "optimizer states differ"
+
+
+def check_nccl_equals_cpu(rank, world):
+    from signlion.torch import DistributedLion
+    gloo = dist.new_group(backend="gloo")
+    torch.cuda.set_device(0)
+    for aggregation in ("mavo", "average", "global"):
+        kw = dict(lr=LR, weight_decay=WD, aggregation=aggregation, master_weights=True, skip_nonfinite=True)
+        cpu_params, cuda_params = make_model("cpu"), make_model("cuda")
+        cpu_opt = DistributedLion(cpu_params, process_group=gloo, **kw)
+        cuda_opt = DistributedLion(cuda_params, **kw)
+        assert cuda_opt.nccl_comm, "no ncclComm_t"
+        for step in range(4):
+            step_both(cpu_opt, cuda_opt, cpu_params, cuda_params, rank, step)
+        same_states(cpu_opt, cuda_opt)
+        assert cuda_opt.step_counts() == cpu_opt.step_counts() == (4, 0)
+        # The CUDA optimizer's state continues on a fresh one.
+        again = DistributedLion(cuda_params, **kw)
+        again.load_state_dict(cuda_opt.state_dict())
+        same_states(cpu_opt, again)
+        again.close()
+        cuda_opt.close()
+
+
+def _nccl_body(scenario, rank, world, init_file):
+    # Two processes on one GPU: distinct host ids make NCCL treat them as two hosts,
+    # which then talk through the net plugin (our socket transport on loopback).
+    os.environ["NCCL_HOSTID"] = "signlion-py-%d-%d" % (os.getppid(), rank)
+    os.environ["NCCL_NET_PLUGIN"] = os.environ["SIGNLION_TEST_NET_PLUGIN"]
+    os.environ["NCCL_SOCKET_IFNAME"] = "lo"
+    os.environ["SIGNLION_SOCKET_IFNAME"] = "lo"
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", init_method="file://" + init_file, rank=rank, world_size=world)
+    globals()[scenario](rank, world)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+class DistributedLionCuda(unittest.TestCase):
+    def test_comm_ptr_missing_names_the_pytorch_version(self):
+        """A backend without _comm_ptr: an error naming the PyTorch version needed (no GPU needed)."""
+        from signlion import torch as sltorch
+
+        class NoCommPtrBackend:
+            pass
+
+        class Group:
+            def _get_backend(self, device):
+                return NoCommPtrBackend()
+
+        with tempfile.TemporaryDirectory() as tmp:
+            dist.init_process_group("gloo", init_method="file://" + os.path.join(tmp, "init"), rank=0, world_size=1)
+            try:
+                with self.assertRaisesRegex(RuntimeError, r"_comm_ptr\(\) from version 2\.8"):
+                    sltorch.nccl_comm_from_process_group(Group(), device="cuda:0")
+            finally:
+                dist.destroy_process_group()
+
+    @unittest.skipUnless(have_cuda(), "no CUDA device")
+    @unittest.skipUnless(have_device_library(), "libnccl-sign.so was built without NCCL")
+    def test_local_cuda_equals_cpu(self):
+        from signlion.torch import DistributedLion
+        for master in (False, True):
+            cpu_params, cuda_params = make_model("cpu"), make_model("cuda")
+            kw = dict(lr=LR, weight_decay=WD, aggregation="local", master_weights=master, skip_nonfinite=True)
+            cpu_opt, cuda_opt = DistributedLion(cpu_params, **kw), DistributedLion(cuda_params, **kw)
+            self.assertEqual(cuda_opt.device.type, "cuda")
+            for step in range(4):
+                step_both(cpu_opt, cuda_opt, cpu_params, cuda_params, 0, step)
+            same_states(cpu_opt, cuda_opt)
+            # A non-finite gradient: skipped on both, counted on the device without a sync in step().
+            for ps in (cpu_params, cuda_params):
+                for p in ps:
+                    p.grad = torch.full_like(p, float("nan"))
+            cpu_opt.step()
+            cuda_opt.step()
+            self.assertEqual(cuda_opt.step_counts(), (4, 1))
+            self.assertEqual(cpu_opt.step_counts(), (4, 1))
+            same_states(cpu_opt, cuda_opt)
+            cuda_opt.close()
+        with self.assertRaises(ValueError):
+            DistributedLion([torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(3, device="cuda"))],
+                            aggregation="local")
+
+    @unittest.skipUnless(have_comm_ptr(), "needs CUDA and PyTorch's ProcessGroupNCCL._comm_ptr (PyTorch 2.8+)")
+    @unittest.skipUnless(have_device_library(), "libnccl-sign.so was built without NCCL")
+    @unittest.skipUnless(os.environ.get("SIGNLION_TEST_NET_PLUGIN"), "SIGNLION_TEST_NET_PLUGIN (the built "
+                         "libnccl-net-signlion.so) is not set")
+    def test_nccl_world2_equals_cpu(self):
+        spawn_ranks.run_ranks(2, _nccl_body, "check_nccl_equals_cpu", timeout=500)
+
+
+if __name__ == "__main__":
+    if not HAVE_TORCH:
+        print("SKIP: torch is not importable (%s)" % WHY)
+        sys.exit(77)
+    result = unittest.main(exit=False).result
+    if not result.wasSuccessful():
+        sys.exit(1)
+    if result.testsRun and len(result.skipped) == result.testsRun:
+        sys.exit(77)  # everything asked for was skipped: CTest reports a skip, not a pass
