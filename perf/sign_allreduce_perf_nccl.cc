@@ -78,6 +78,12 @@ class Bench {
     config.algorithm = algo_;
     nccl(ncclSignCommSetConfig(comm_, &config), "ncclSignCommSetConfig");
     header();
+    if (o_.check) {
+      const double bad = baselineWrong(maxCount);
+      if (bad > 0) errors_ = 1;
+      if (rank_ == 0) printf("# ncclAllReduce fp32 sum check (%zu elements): %g wrong %s\n", maxCount, bad,
+                             bad ? "FAILED" : "OK");
+    }
     for (const Type& t : kTypes) {
       if (o_.type != "all" && o_.type != t.name) continue;
       for (const SignOp& op : kSignOps) {
@@ -105,6 +111,23 @@ class Bench {
     cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     cuda(cudaMemcpy(&v, scalar_, 8, cudaMemcpyDeviceToHost), "cudaMemcpy");
     return v;
+  }
+
+  // NCCL's own fp32 sum on the same communicator (over whatever network NCCL
+  // chose: the signlion plugin when NCCL_NET_PLUGIN names it), checked once:
+  // every rank contributes rank + 1, so every element must be exactly
+  // N(N+1)/2 (small integers: any summation order is exact). Wrong elements
+  // summed over the ranks.
+  double baselineWrong(size_t count) {
+    std::vector<float> v(count, (float)(rank_ + 1));
+    cuda(cudaMemcpy(base_, v.data(), count * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    nccl(ncclAllReduce(base_, baseOut_, count, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce fp32");
+    cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    cuda(cudaMemcpy(v.data(), baseOut_, count * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    const float expect = (float)n_ * (float)(n_ + 1) / 2.0f;
+    const size_t bad = (size_t)std::count_if(v.begin(), v.end(), [&](float x) { return x != expect; });
+    cuda(cudaMemset(base_, 0, count * 4), "cudaMemset");
+    return reduce((double)bad, ncclSum);
   }
 
   // Seconds per call of launch(), as -a aggregates them over the ranks.

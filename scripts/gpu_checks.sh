@@ -77,4 +77,16 @@ for n in 2 4; do
   NCCL_SOCKET_IFNAME=lo "$BUILD/perf/sign_allreduce_perf" --nccl -t "$n" ${PERF_ARGS:--b 8 -e 256M -f 4} -o mavo -d all \
     || die "sign_allreduce_perf --nccl -t $n failed"
 done
+# Issue 3 on a GPU: NCCL itself over the signlion net plugin. NCCL_NET=signlion
+# makes NCCL fail rather than fall back to its own sockets; its INFO log must
+# name the plugin, and NCCL's fp32 ncclAllReduce result is checked (-c 1).
+echo "== NCCL over the signlion net plugin =="
+for n in 2 4; do
+  NCCL_SOCKET_IFNAME=lo SIGNLION_SOCKET_IFNAME=lo NCCL_NET_PLUGIN="$PWD/$BUILD/lib/libnccl-net-signlion.so" \
+    NCCL_NET=signlion NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
+    "$BUILD/perf/sign_allreduce_perf" --nccl -t "$n" -b 1M -e 16M -f 4 -c 1 -o mavo -d float >"$log" 2>&1 \
+    || { cat "$log"; die "NCCL over the signlion plugin failed at N = $n"; }
+  grep -iE "NET/Plugin.*signlion|Using network signlion" "$log" || { cat "$log"; die "NCCL's log does not name the signlion plugin"; }
+  grep -E "ncclAllReduce fp32 sum check.*OK" "$log" || { cat "$log"; die "ncclAllReduce over the plugin gave wrong sums"; }
+done
 echo "gpu_checks: all passed"
