@@ -1,13 +1,14 @@
 // net_perf: the socket transport on one link, two processes (server, client).
 //   - ping-pong latency, 8 B .. 1 MiB, through the plugin (ncclNet v11 struct)
 //     and through a plain one-stream TCP socket on the same link, waited on
-//     with the same spin-then-poll policy;
+//     with the same spin-then-poll policy, timed in interleaved blocks (and,
+//     as a diagnostic, over two plain one-way sockets: the plugin's layout);
 //   - streaming bandwidth, client -> server, versus SIGNLION_NSOCKS.
 // Handles and results go through files in --dir (both sides see the same
 // filesystem, also from two network namespaces). scripts/net_bench.sh runs it.
 //
 //   net_perf --role server|client --dir DIR [--ifname lo] [--bytes 1G]
-//            [--nsocks 1,2,4,8] [--iters 2000]
+//            [--nsocks 1,2,4,8] [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...]
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -15,12 +16,14 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +32,7 @@
 #include "socket/socket_devices.h"
 #include "socket/socket_net.h"
 #include "socket/socket_params.h"
+#include "socket/socket_stream.h"
 
 namespace {
 
@@ -104,42 +108,54 @@ void connectBoth(int dev, const std::string& name, bool bidir, void** s, void** 
   if (l) gNet->closeListen(l);
 }
 
-std::vector<size_t> latencySizes() {
-  std::vector<size_t> v;
-  for (size_t s = 8; s <= (1u << 20); s *= 8) v.push_back(s);
-  if (v.back() != (1u << 20)) v.push_back(1u << 20);
-  return v;
-}
-
 int itersFor(size_t size, int iters) { return size <= 65536 ? iters : std::max(20, iters / 10); }
 
-// Half round-trip times (us) for each latency size: roundTrip(size) is timed
-// over itersFor(size) trips after 20 warm-up trips. The same skeleton times
-// the plugin and the plain socket.
-template <typename RoundTrip>
-std::vector<double> timePingPong(int iters, RoundTrip roundTrip) {
-  std::vector<double> out;
-  for (size_t size : latencySizes()) {
-    int n = itersFor(size, iters), warm = 20;
-    double t0 = 0;
-    for (int i = 0; i < warm + n; i++) {
-      if (i == warm) t0 = nowSec();
-      roundTrip(size);
+// One round trip of `size` bytes; the client sends first, the server replies.
+using RoundTrip = std::function<void(size_t)>;
+
+// Half round-trip times (us) of every round trip in `trips`, per size:
+// out[size][trip] holds one figure per block. After 20 warm-up trips each,
+// itersFor(size) trips are timed in `blocks` blocks; within a block each
+// round trip runs the block's share back to back, in forward order on even
+// blocks and reverse order on odd ones, so the machine's load (other jobs on
+// shared cores) falls on all of them alike.
+std::vector<std::vector<std::vector<double>>> timePingPongs(const std::vector<size_t>& sizes, int iters, int blocks,
+                                                             const std::vector<RoundTrip>& trips) {
+  std::vector<std::vector<std::vector<double>>> out;
+  for (size_t size : sizes) {
+    int per = std::max(1, itersFor(size, iters) / blocks);
+    out.emplace_back(trips.size());
+    for (const RoundTrip& trip : trips)
+      for (int i = 0; i < 20; i++) trip(size);
+    for (int b = 0; b < blocks; b++) {
+      for (size_t k = 0; k < trips.size(); k++) {
+        size_t t = b % 2 == 0 ? k : trips.size() - 1 - k;
+        double t0 = nowSec();
+        for (int i = 0; i < per; i++) trips[t](size);
+        out.back()[t].push_back((nowSec() - t0) / per / 2 * 1e6);
+      }
     }
-    out.push_back((nowSec() - t0) / n / 2 * 1e6);
   }
   return out;
 }
 
-// Half round-trip times, us, per size.
-std::vector<double> pluginPingPong(int dev, int iters) {
-  void *s, *r;
-  connectBoth(dev, "lat", true, &s, &r);
-  std::vector<char> sbuf(1 << 20, 1), rbuf(1 << 20);
-  void *smr, *rmr;
-  check(gNet->regMr(s, sbuf.data(), sbuf.size(), NCCL_PTR_HOST, &smr), "regMr");
-  check(gNet->regMr(r, rbuf.data(), rbuf.size(), NCCL_PTR_HOST, &rmr), "regMr");
-  std::vector<double> out = timePingPong(iters, [&](size_t size) {
+// The plugin's round trip over one send and one recv comm each way.
+struct PluginPing {
+  void *s = nullptr, *r = nullptr, *smr = nullptr, *rmr = nullptr;
+  std::vector<char> sbuf = std::vector<char>(1 << 20, 1), rbuf = std::vector<char>(1 << 20);
+
+  explicit PluginPing(int dev) {
+    connectBoth(dev, "lat", true, &s, &r);
+    check(gNet->regMr(s, sbuf.data(), sbuf.size(), NCCL_PTR_HOST, &smr), "regMr");
+    check(gNet->regMr(r, rbuf.data(), rbuf.size(), NCCL_PTR_HOST, &rmr), "regMr");
+  }
+  ~PluginPing() {
+    gNet->deregMr(s, smr);
+    gNet->deregMr(r, rmr);
+    gNet->closeSend(s);
+    gNet->closeRecv(r);
+  }
+  void operator()(size_t size) {
     void* rd = rbuf.data();
     size_t cap = rbuf.size();
     int tag = 0;
@@ -151,18 +167,14 @@ std::vector<double> pluginPingPong(int dev, int iters) {
     if (!sreq) die("isend not posted");
     if (!gServer) wait(rreq, r);
     wait(sreq, s);
-  });
-  gNet->deregMr(s, smr);
-  gNet->deregMr(r, rmr);
-  gNet->closeSend(s);
-  gNet->closeRecv(r);
-  return out;
-}
+  }
+};
 
 // Moves n bytes on a non-blocking socket with the plugin waiter's policy:
 // retry at once for up to 100 us, then sleep in poll(). Both sides of the
-// comparison thus pay (or avoid) the same wake-up costs.
-void fullIo(int fd, char* p, size_t n, bool send) {
+// comparison thus pay (or avoid) the same wake-up costs. With ackMs, a
+// receive applies the plugin's ACK policy of its control stream (delayAcks).
+void fullIo(int fd, char* p, size_t n, bool send, int64_t* ackMs = nullptr) {
   double start = nowSec();
   while (n > 0) {
     ssize_t k = send ? ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recv(fd, p, n, MSG_DONTWAIT);
@@ -174,41 +186,67 @@ void fullIo(int fd, char* p, size_t n, bool send) {
       continue;
     }
     if (k <= 0) die("plain tcp io");
+    if (ackMs) signlion::net::delayAcks(fd, ackMs);
     p += k;
     n -= (size_t)k;
   }
 }
 
-// The same ping-pong over one plain TCP socket with TCP_NODELAY.
-std::vector<double> plainPingPong(const SocketAddress& local, int iters) {
-  int fd = -1;
-  int one = 1;
-  if (gServer) {
+// Plain TCP sockets with TCP_NODELAY on the same link: `two` carries the
+// ping-pong both ways (the baseline); `out` and `in` are two one-way
+// connections, the plugin's layout (a send comm and a recv comm), read with
+// the plugin's ACK policy: the difference between the two baselines is what
+// that layout costs in the kernel, apart from any code of ours.
+struct PlainPing {
+  int two = -1, out = -1, in = -1;
+  int64_t ackMs = -1;
+  std::vector<char> buf = std::vector<char>(1 << 20, 2);
+
+  explicit PlainPing(const SocketAddress& local) {
+    int* fds[3] = {&two, gServer ? &in : &out, gServer ? &out : &in};  // in connect (= accept) order
     SocketAddress a = local;
-    a.sin.sin_port = 0;  // IPv4 and IPv6 keep the port at the same offset
-    int l = socket(a.sa.sa_family, SOCK_STREAM, 0);
     socklen_t len = a.sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-    if (l < 0 || bind(l, &a.sa, len) != 0 || listen(l, 1) != 0 || getsockname(l, &a.sa, &len) != 0)
-      die("plain listen");
-    putFile("plain.addr", &a, sizeof(a));
-    fd = accept(l, nullptr, nullptr);
-    close(l);
-  } else {
-    SocketAddress a;
-    getFile("plain.addr", &a, sizeof(a));
-    fd = socket(a.sa.sa_family, SOCK_STREAM, 0);
-    socklen_t len = a.sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-    if (connect(fd, &a.sa, len) != 0) die("plain connect");
+    if (gServer) {
+      a.sin.sin_port = 0;  // IPv4 and IPv6 keep the port at the same offset
+      int l = socket(a.sa.sa_family, SOCK_STREAM, 0);
+      if (l < 0 || bind(l, &a.sa, len) != 0 || listen(l, 3) != 0 || getsockname(l, &a.sa, &len) != 0)
+        die("plain listen");
+      putFile("plain.addr", &a, sizeof(a));
+      for (int* fd : fds) *fd = accept(l, nullptr, nullptr);
+      close(l);
+    } else {
+      getFile("plain.addr", &a, sizeof(a));
+      for (int* fd : fds) {
+        *fd = socket(a.sa.sa_family, SOCK_STREAM, 0);
+        if (*fd < 0 || connect(*fd, &a.sa, len) != 0) die("plain connect");
+      }
+    }
+    int one = 1;
+    for (int* fd : fds) {
+      if (*fd < 0) die("plain socket");
+      setsockopt(*fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
   }
-  if (fd < 0) die("plain socket");
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  std::vector<char> buf(1 << 20, 2);
-  std::vector<double> out = timePingPong(iters, [&](size_t size) {
-    fullIo(fd, buf.data(), size, !gServer);
-    fullIo(fd, buf.data(), size, gServer);
-  });
-  close(fd);
-  return out;
+  ~PlainPing() {
+    close(two);
+    close(out);
+    close(in);
+  }
+  void twoWay(size_t size) {
+    fullIo(two, buf.data(), size, !gServer);
+    fullIo(two, buf.data(), size, gServer);
+  }
+  void oneWayPair(size_t size) {
+    if (!gServer) fullIo(out, buf.data(), size, true);
+    fullIo(in, buf.data(), size, false, &ackMs);
+    if (gServer) fullIo(out, buf.data(), size, true);
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // Streams `bytes` client -> server in 4 MiB messages, 8 in flight. Returns
@@ -285,7 +323,10 @@ int main(int argc, char** argv) {
   std::string role, ifname = "lo";
   size_t bytes = 1ull << 30;
   std::vector<int> nsocks = {1, 2, 4, 8};
-  int iters = 2000;
+  int iters = 2000, blocks = 10;
+  std::vector<int> latSizes;
+  for (int s = 8; s <= (1 << 20); s *= 8) latSizes.push_back(s);
+  latSizes.push_back(1 << 20);
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     const char* v = argv[i + 1];
@@ -295,13 +336,16 @@ int main(int argc, char** argv) {
     else if (k == "--bytes") bytes = (size_t)strtod(v, nullptr) << (strchr(v, 'G') ? 30 : strchr(v, 'M') ? 20 : 0);
     else if (k == "--nsocks") nsocks = parseList(v);
     else if (k == "--iters") iters = atoi(v);
+    else if (k == "--blocks") blocks = std::max(1, atoi(v));
+    else if (k == "--lat-sizes") latSizes = parseList(v);
     else {
       fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
     }
   }
   if ((role != "server" && role != "client") || gDir.empty()) {
-    fprintf(stderr, "usage: net_perf --role server|client --dir DIR [--ifname IF] [--bytes 1G] [--nsocks 1,2,4,8]\n");
+    fprintf(stderr, "usage: net_perf --role server|client --dir DIR [--ifname IF] [--bytes 1G] [--nsocks 1,2,4,8]\n"
+                    "                [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...]\n");
     return 2;
   }
   gServer = role == "server";
@@ -316,8 +360,14 @@ int main(int argc, char** argv) {
   auto devs = signlion::net::findSocketDevices(1);
   const int nsocksDefault = (int)signlion::net::signlionParamNsocks();
 
-  std::vector<double> lat = pluginPingPong(0, iters);
-  std::vector<double> plain = plainPingPong(devs[0].addr, iters);
+  std::vector<size_t> sizes(latSizes.begin(), latSizes.end());
+  std::vector<std::vector<std::vector<double>>> lat;
+  {
+    PluginPing plugin(0);
+    PlainPing plain(devs[0].addr);
+    lat = timePingPongs(sizes, iters, blocks,
+                        {std::ref(plugin), [&](size_t n) { plain.twoWay(n); }, [&](size_t n) { plain.oneWayPair(n); }});
+  }
   std::vector<double> bw;
   std::vector<uint64_t> wire;
   for (int n : nsocks) {
@@ -334,11 +384,19 @@ int main(int argc, char** argv) {
   getFile("bw.result", bw.data(), bw.size() * sizeof(double));
   printf("# net_perf on %s (%s), default SIGNLION_NSOCKS=%d\n", devs[0].name.c_str(),
          signlion::net::addressString(devs[0].addr).c_str(), nsocksDefault);
-  printf("# ping-pong latency, half round trip (us)\n");
-  printf("# %10s %12s %12s %8s\n", "size(B)", "signlion", "plain-tcp", "ratio");
-  std::vector<size_t> sizes = latencySizes();
-  for (size_t i = 0; i < sizes.size(); i++)
-    printf("  %10zu %12.2f %12.2f %8.2f\n", sizes[i], lat[i], plain[i], lat[i] / plain[i]);
+  printf("# ping-pong latency, half round trip (us): median of %d blocks, each timing the three in turn\n", blocks);
+  printf("# ratio: median of the blocks' signlion/plain-tcp (min..max over blocks); plain-tcp: one two-way\n");
+  printf("# socket; tcp-2conn: two one-way sockets read with the plugin's ACK policy (diagnostic)\n");
+  printf("# %10s %12s %12s %8s %15s %12s\n", "size(B)", "signlion", "plain-tcp", "ratio", "ratio-range", "tcp-2conn");
+  for (size_t i = 0; i < sizes.size(); i++) {
+    const std::vector<double>& us = lat[i][0];
+    const std::vector<double>& them = lat[i][1];
+    std::vector<double> ratio;
+    for (size_t b = 0; b < us.size(); b++) ratio.push_back(us[b] / them[b]);
+    auto mm = std::minmax_element(ratio.begin(), ratio.end());
+    printf("  %10zu %12.2f %12.2f %8.2f %7.2f..%-6.2f %12.2f\n", sizes[i], median(us), median(them), median(ratio),
+           *mm.first, *mm.second, median(lat[i][2]));
+  }
   printf("# streaming bandwidth client->server, 4 MiB messages, 8 in flight, %.0f MiB\n", bytes / 1048576.0);
   printf("# %8s %12s %16s\n", "nsocks", "Gbit/s", "wire bytes");
   for (size_t i = 0; i < nsocks.size(); i++) printf("  %8d %12.3f %16llu\n", nsocks[i], bw[i], (unsigned long long)wire[i]);

@@ -555,20 +555,6 @@ ssize_t readCtrl(Comm* c, char* buf, size_t want) {
   }
 }
 
-// The control stream carries data one way only, so every ACK the receiver
-// sends is a packet of its own, and by default Linux sends it from recv()
-// itself, ahead of the reply the caller is about to send. TCP_QUICKACK=0
-// puts the socket in "ping-pong" mode, which delays those ACKs (the kernel
-// still ACKs at once once two full segments wait, and leaves the mode when a
-// delayed ACK timer fires, hence the re-arm at most once per millisecond).
-void delayAcks(Comm* c) {
-  int64_t now = nowMs();
-  if (now == c->ackModeMs) return;
-  c->ackModeMs = now;
-  int zero = 0;
-  (void)setsockopt(c->ctrlFd, IPPROTO_TCP, TCP_QUICKACK, &zero, sizeof(zero));
-}
-
 // Refills the staging buffer from the control stream (keeping the unparsed
 // tail, always shorter than a header here). Returns readCtrl's result.
 ssize_t fillStage(Comm* c) {
@@ -665,7 +651,7 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
     ssize_t n = fillStage(c);
     if (n <= 0) break;
     moved = true;
-    delayAcks(c);
+    delayAcks(c->ctrlFd, &c->ackModeMs);
   }
   size_t avail = c->stageTail - c->stageHead;
   bool partial = c->rxInline != nullptr || (avail > 0 && avail < sizeof(MsgHeader));
