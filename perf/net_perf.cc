@@ -7,18 +7,24 @@
 // Handles and results go through files in --dir (both sides see the same
 // filesystem, also from two network namespaces). scripts/net_bench.sh runs it.
 //
+//   - with --role self, one process: the plugin's own CPU cost per message.
+//
 //   net_perf --role server|client --dir DIR [--ifname lo] [--bytes 1G]
 //            [--nsocks 1,2,4,8] [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...]
+//            [--only signlion|plain-tcp|tcp-2conn]
+//   net_perf --role self [--ifname lo] [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...]
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -110,29 +116,31 @@ void connectBoth(int dev, const std::string& name, bool bidir, void** s, void** 
 
 int itersFor(size_t size, int iters) { return size <= 65536 ? iters : std::max(20, iters / 10); }
 
-// One round trip of `size` bytes; the client sends first, the server replies.
-using RoundTrip = std::function<void(size_t)>;
+// One trip of `size` bytes: a round trip (the client sends first, the
+// server replies), or one message within one process (--role self).
+using Trip = std::function<void(size_t)>;
 
-// Half round-trip times (us) of every round trip in `trips`, per size:
-// out[size][trip] holds one figure per block. After 20 warm-up trips each,
-// itersFor(size) trips are timed in `blocks` blocks; within a block each
-// round trip runs the block's share back to back, in forward order on even
-// blocks and reverse order on odd ones, so the machine's load (other jobs on
-// shared cores) falls on all of them alike.
-std::vector<std::vector<std::vector<double>>> timePingPongs(const std::vector<size_t>& sizes, int iters, int blocks,
-                                                             const std::vector<RoundTrip>& trips) {
+// Microseconds per trip of every trip in `trips`, per size: out[size][trip]
+// holds one figure per block (none for an empty Trip, which is skipped).
+// After 20 warm-up trips each, itersFor(size) trips are timed in `blocks`
+// blocks; within a block each trip runs the block's share back to back, in
+// forward order on even blocks and reverse order on odd ones, so the
+// machine's load (other jobs on shared cores) falls on all of them alike.
+std::vector<std::vector<std::vector<double>>> timeTrips(const std::vector<size_t>& sizes, int iters, int blocks,
+                                                         const std::vector<Trip>& trips) {
   std::vector<std::vector<std::vector<double>>> out;
   for (size_t size : sizes) {
     int per = std::max(1, itersFor(size, iters) / blocks);
     out.emplace_back(trips.size());
-    for (const RoundTrip& trip : trips)
-      for (int i = 0; i < 20; i++) trip(size);
+    for (const Trip& trip : trips)
+      for (int i = 0; trip && i < 20; i++) trip(size);
     for (int b = 0; b < blocks; b++) {
       for (size_t k = 0; k < trips.size(); k++) {
         size_t t = b % 2 == 0 ? k : trips.size() - 1 - k;
+        if (!trips[t]) continue;
         double t0 = nowSec();
         for (int i = 0; i < per; i++) trips[t](size);
-        out.back()[t].push_back((nowSec() - t0) / per / 2 * 1e6);
+        out.back()[t].push_back((nowSec() - t0) / per * 1e6);
       }
     }
   }
@@ -192,6 +200,30 @@ void fullIo(int fd, char* p, size_t n, bool send, int64_t* ackMs = nullptr) {
   }
 }
 
+// A listening plain TCP socket on local's address, any port (*bound: the address with it).
+int plainListen(const SocketAddress& local, int backlog, SocketAddress* bound) {
+  *bound = local;
+  bound->sin.sin_port = 0;  // IPv4 and IPv6 keep the port at the same offset
+  socklen_t len = bound->sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  int l = socket(bound->sa.sa_family, SOCK_STREAM, 0);
+  if (l < 0 || bind(l, &bound->sa, len) != 0 || listen(l, backlog) != 0 || getsockname(l, &bound->sa, &len) != 0)
+    die("plain listen");
+  return l;
+}
+
+int plainConnect(const SocketAddress& to) {
+  socklen_t len = to.sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  int fd = socket(to.sa.sa_family, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, &to.sa, len) != 0) die("plain connect");
+  return fd;
+}
+
+void plainTune(int fd) {
+  int one = 1;
+  if (fd < 0) die("plain socket");
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
 // Plain TCP sockets with TCP_NODELAY on the same link: `two` carries the
 // ping-pong both ways (the baseline); `out` and `in` are two one-way
 // connections, the plugin's layout (a send comm and a recv comm), read with
@@ -204,28 +236,18 @@ struct PlainPing {
 
   explicit PlainPing(const SocketAddress& local) {
     int* fds[3] = {&two, gServer ? &in : &out, gServer ? &out : &in};  // in connect (= accept) order
-    SocketAddress a = local;
-    socklen_t len = a.sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
     if (gServer) {
-      a.sin.sin_port = 0;  // IPv4 and IPv6 keep the port at the same offset
-      int l = socket(a.sa.sa_family, SOCK_STREAM, 0);
-      if (l < 0 || bind(l, &a.sa, len) != 0 || listen(l, 3) != 0 || getsockname(l, &a.sa, &len) != 0)
-        die("plain listen");
+      SocketAddress a;
+      int l = plainListen(local, 3, &a);
       putFile("plain.addr", &a, sizeof(a));
       for (int* fd : fds) *fd = accept(l, nullptr, nullptr);
       close(l);
     } else {
+      SocketAddress a;
       getFile("plain.addr", &a, sizeof(a));
-      for (int* fd : fds) {
-        *fd = socket(a.sa.sa_family, SOCK_STREAM, 0);
-        if (*fd < 0 || connect(*fd, &a.sa, len) != 0) die("plain connect");
-      }
+      for (int* fd : fds) *fd = plainConnect(a);
     }
-    int one = 1;
-    for (int* fd : fds) {
-      if (*fd < 0) die("plain socket");
-      setsockopt(*fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    }
+    for (int* fd : fds) plainTune(*fd);
   }
   ~PlainPing() {
     close(two);
@@ -246,7 +268,99 @@ struct PlainPing {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Per block a / b, then the median and the range over the blocks (NAN when either was not timed).
+struct RatioStats {
+  double median = NAN, min = NAN, max = NAN;
+};
+RatioStats blockRatios(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < a.size() && i < b.size(); i++) r.push_back(a[i] / b[i]);
+  RatioStats st;
+  if (r.empty()) return st;
+  auto mm = std::minmax_element(r.begin(), r.end());
+  st.median = median(r);
+  st.min = *mm.first;
+  st.max = *mm.second;
+  return st;
+}
+
+// --role self: one process, no waiting (on loopback a message is in the
+// receiving socket when sendmsg returns). Microseconds per small message
+// through the plugin (irecv, isend, test until both complete) next to the
+// same system calls on a plain socket pair (sendmsg of a 16-byte header and
+// the payload, one recv into a 64 KiB buffer, the plugin's ACK policy): the
+// plugin's own CPU cost per message, which a ping-pong between processes on
+// two shared cores shows only through its noise.
+void selfCost(const SocketAddress& local, const std::vector<size_t>& sizes, int iters, int blocks) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *l = nullptr, *s = nullptr, *r = nullptr;
+  check(gNet->listen(gCtx, 0, handle, &l), "listen");
+  double start = nowSec();
+  while (!s || !r) {
+    if (!s) check(gNet->connect(gCtx, 0, handle, &s, nullptr), "connect");
+    if (!r) check(gNet->accept(l, &r, nullptr), "accept");
+    if (nowSec() - start > 60) die("connect timed out");
+  }
+  gNet->closeListen(l);
+  std::vector<char> sbuf(1 << 20, 1), rbuf(1 << 20), stage(64 << 10);
+  void *smr, *rmr;
+  check(gNet->regMr(s, sbuf.data(), sbuf.size(), NCCL_PTR_HOST, &smr), "regMr");
+  check(gNet->regMr(r, rbuf.data(), rbuf.size(), NCCL_PTR_HOST, &rmr), "regMr");
+  auto plugin = [&](size_t size) {
+    void* rd = rbuf.data();
+    size_t cap = rbuf.size();
+    int tag = 0;
+    void *sreq = nullptr, *rreq = nullptr;
+    check(gNet->irecv(r, 1, &rd, &cap, &tag, &rmr, nullptr, &rreq), "irecv");
+    check(gNet->isend(s, sbuf.data(), size, 0, smr, nullptr, &sreq), "isend");
+    if (!rreq || !sreq) die("request not posted");
+    for (void* req : {rreq, sreq}) {  // both complete at the first test(); no clock read in this loop
+      int done = 0;
+      for (long spins = 0; !done; spins++) {
+        check(gNet->test(req, &done, nullptr), "test");
+        if (spins > 100000000) die("request did not complete");
+      }
+    }
+  };
+  SocketAddress a;
+  int lf = plainListen(local, 1, &a);
+  int fds[2] = {plainConnect(a), accept(lf, nullptr, nullptr)};  // sending, receiving
+  close(lf);
+  for (int fd : fds) plainTune(fd);
+  int64_t ackMs = -1;
+  auto raw = [&](size_t size) {
+    char hdr[16] = {};
+    iovec iov[2] = {{hdr, sizeof(hdr)}, {sbuf.data(), size}};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    if (sendmsg(fds[0], &msg, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)(sizeof(hdr) + size)) die("plain sendmsg");
+    size_t got = 0;
+    while (got < sizeof(hdr) + size) {
+      ssize_t k = recv(fds[1], stage.data() + got, stage.size() - got, MSG_DONTWAIT);
+      if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) die("plain recv");
+      if (k > 0) got += (size_t)k, signlion::net::delayAcks(fds[1], &ackMs);
+    }
+    memcpy(rbuf.data(), stage.data() + sizeof(hdr), size);
+  };
+  auto t = timeTrips(sizes, iters, blocks, {plugin, raw});
+  printf("# one process, microseconds per message (median of %d blocks): the plugin (irecv, isend, test)\n", blocks);
+  printf("# and the same system calls on a plain socket pair; extra: median over blocks of the difference\n");
+  printf("# %10s %12s %12s %10s\n", "size(B)", "signlion", "syscalls", "extra");
+  for (size_t i = 0; i < sizes.size(); i++) {
+    std::vector<double> d;
+    for (size_t b = 0; b < t[i][0].size(); b++) d.push_back(t[i][0][b] - t[i][1][b]);
+    printf("  %10zu %12.3f %12.3f %10.3f\n", sizes[i], median(t[i][0]), median(t[i][1]), median(d));
+  }
+  close(fds[0]);
+  close(fds[1]);
+  gNet->deregMr(s, smr);
+  gNet->deregMr(r, rmr);
+  gNet->closeSend(s);
+  gNet->closeRecv(r);
 }
 
 // Streams `bytes` client -> server in 4 MiB messages, 8 in flight. Returns
@@ -325,6 +439,7 @@ int main(int argc, char** argv) {
   std::vector<int> nsocks = {1, 2, 4, 8};
   int iters = 2000, blocks = 10;
   std::vector<int> latSizes;
+  std::string only;  // time just one ping-pong (for profiling): signlion, plain-tcp or tcp-2conn
   for (int s = 8; s <= (1 << 20); s *= 8) latSizes.push_back(s);
   latSizes.push_back(1 << 20);
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -338,14 +453,19 @@ int main(int argc, char** argv) {
     else if (k == "--iters") iters = atoi(v);
     else if (k == "--blocks") blocks = std::max(1, atoi(v));
     else if (k == "--lat-sizes") latSizes = parseList(v);
+    else if (k == "--only") only = v;
     else {
       fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
     }
   }
-  if ((role != "server" && role != "client") || gDir.empty()) {
+  const char* names[] = {"signlion", "plain-tcp", "tcp-2conn"};
+  bool onlyOk = only.empty() || std::find(std::begin(names), std::end(names), only) != std::end(names);
+  if (!((role == "server" || role == "client") && !gDir.empty()) && role != "self") onlyOk = false;
+  if (!onlyOk) {
     fprintf(stderr, "usage: net_perf --role server|client --dir DIR [--ifname IF] [--bytes 1G] [--nsocks 1,2,4,8]\n"
-                    "                [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...]\n");
+                    "                [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...] [--only signlion|plain-tcp|tcp-2conn]\n"
+                    "       net_perf --role self [--ifname IF] [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...]\n");
     return 2;
   }
   gServer = role == "server";
@@ -361,12 +481,20 @@ int main(int argc, char** argv) {
   const int nsocksDefault = (int)signlion::net::signlionParamNsocks();
 
   std::vector<size_t> sizes(latSizes.begin(), latSizes.end());
+  if (role == "self") {
+    selfCost(devs[0].addr, sizes, iters, blocks);
+    gNet->finalize(gCtx);
+    return 0;
+  }
   std::vector<std::vector<std::vector<double>>> lat;
   {
     PluginPing plugin(0);
     PlainPing plain(devs[0].addr);
-    lat = timePingPongs(sizes, iters, blocks,
-                        {std::ref(plugin), [&](size_t n) { plain.twoWay(n); }, [&](size_t n) { plain.oneWayPair(n); }});
+    std::vector<Trip> trips = {std::ref(plugin), [&](size_t n) { plain.twoWay(n); },
+                               [&](size_t n) { plain.oneWayPair(n); }};
+    for (size_t t = 0; t < trips.size(); t++)
+      if (!only.empty() && only != names[t]) trips[t] = nullptr;
+    lat = timeTrips(sizes, iters, blocks, trips);
   }
   std::vector<double> bw;
   std::vector<uint64_t> wire;
@@ -389,13 +517,9 @@ int main(int argc, char** argv) {
   printf("# socket; tcp-2conn: two one-way sockets read with the plugin's ACK policy (diagnostic)\n");
   printf("# %10s %12s %12s %8s %15s %12s\n", "size(B)", "signlion", "plain-tcp", "ratio", "ratio-range", "tcp-2conn");
   for (size_t i = 0; i < sizes.size(); i++) {
-    const std::vector<double>& us = lat[i][0];
-    const std::vector<double>& them = lat[i][1];
-    std::vector<double> ratio;
-    for (size_t b = 0; b < us.size(); b++) ratio.push_back(us[b] / them[b]);
-    auto mm = std::minmax_element(ratio.begin(), ratio.end());
-    printf("  %10zu %12.2f %12.2f %8.2f %7.2f..%-6.2f %12.2f\n", sizes[i], median(us), median(them), median(ratio),
-           *mm.first, *mm.second, median(lat[i][2]));
+    RatioStats r = blockRatios(lat[i][0], lat[i][1]);
+    printf("  %10zu %12.2f %12.2f %8.2f %7.2f..%-6.2f %12.2f\n", sizes[i], median(lat[i][0]) / 2,
+           median(lat[i][1]) / 2, r.median, r.min, r.max, median(lat[i][2]) / 2);
   }
   printf("# streaming bandwidth client->server, 4 MiB messages, 8 in flight, %.0f MiB\n", bytes / 1048576.0);
   printf("# %8s %12s %16s\n", "nsocks", "Gbit/s", "wire bytes");
