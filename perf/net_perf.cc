@@ -420,13 +420,16 @@ double stream(int dev, int nsocks, size_t bytes, uint64_t* wire) {
   return (double)(nmsg * kMsg) * 8 / secs / 1e9;
 }
 
+// "1,2,4,8" -> {1, 2, 4, 8}; the list ends at the first entry that is not a
+// number, so "" or "none" is an empty list (e.g. --nsocks none: latency only).
 std::vector<int> parseList(const char* s) {
   std::vector<int> v;
   for (const char* p = s; *p;) {
     char* end;
-    v.push_back((int)strtol(p, &end, 10));
+    long x = strtol(p, &end, 10);
+    if (end == p) break;
+    v.push_back((int)x);
     p = *end == ',' ? end + 1 : end;
-    if (end == p && *p) break;
   }
   return v;
 }
