@@ -1,26 +1,35 @@
 // net_perf: the socket transport on one link, two processes (server, client).
 //   - ping-pong latency, 8 B .. 1 MiB, through the plugin (ncclNet v11 struct)
 //     and through a plain one-stream TCP socket on the same link, waited on
-//     with the same spin-then-poll policy;
+//     with the same spin-then-poll policy, timed in interleaved blocks (and,
+//     as a diagnostic, over two plain one-way sockets: the plugin's layout);
 //   - streaming bandwidth, client -> server, versus SIGNLION_NSOCKS.
 // Handles and results go through files in --dir (both sides see the same
 // filesystem, also from two network namespaces). scripts/net_bench.sh runs it.
 //
+//   - with --role self, one process: the plugin's own CPU cost per message.
+//
 //   net_perf --role server|client --dir DIR [--ifname lo] [--bytes 1G]
-//            [--nsocks 1,2,4,8] [--iters 2000]
+//            [--nsocks 1,2,4,8] [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...]
+//            [--only signlion|plain-tcp|tcp-2conn]
+//   net_perf --role self [--ifname lo] [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...]
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +38,7 @@
 #include "socket/socket_devices.h"
 #include "socket/socket_net.h"
 #include "socket/socket_params.h"
+#include "socket/socket_stream.h"
 
 namespace {
 
@@ -104,42 +114,56 @@ void connectBoth(int dev, const std::string& name, bool bidir, void** s, void** 
   if (l) gNet->closeListen(l);
 }
 
-std::vector<size_t> latencySizes() {
-  std::vector<size_t> v;
-  for (size_t s = 8; s <= (1u << 20); s *= 8) v.push_back(s);
-  if (v.back() != (1u << 20)) v.push_back(1u << 20);
-  return v;
-}
-
 int itersFor(size_t size, int iters) { return size <= 65536 ? iters : std::max(20, iters / 10); }
 
-// Half round-trip times (us) for each latency size: roundTrip(size) is timed
-// over itersFor(size) trips after 20 warm-up trips. The same skeleton times
-// the plugin and the plain socket.
-template <typename RoundTrip>
-std::vector<double> timePingPong(int iters, RoundTrip roundTrip) {
-  std::vector<double> out;
-  for (size_t size : latencySizes()) {
-    int n = itersFor(size, iters), warm = 20;
-    double t0 = 0;
-    for (int i = 0; i < warm + n; i++) {
-      if (i == warm) t0 = nowSec();
-      roundTrip(size);
+// One trip of `size` bytes: a round trip (the client sends first, the
+// server replies), or one message within one process (--role self).
+using Trip = std::function<void(size_t)>;
+
+// Microseconds per trip of every trip in `trips`, per size: out[size][trip]
+// holds one figure per block (none for an empty Trip, which is skipped).
+// After 20 warm-up trips each, itersFor(size) trips are timed in `blocks`
+// blocks; within a block each trip runs the block's share back to back, in
+// forward order on even blocks and reverse order on odd ones, so the
+// machine's load (other jobs on shared cores) falls on all of them alike.
+std::vector<std::vector<std::vector<double>>> timeTrips(const std::vector<size_t>& sizes, int iters, int blocks,
+                                                         const std::vector<Trip>& trips) {
+  std::vector<std::vector<std::vector<double>>> out;
+  for (size_t size : sizes) {
+    int per = std::max(1, itersFor(size, iters) / blocks);
+    out.emplace_back(trips.size());
+    for (const Trip& trip : trips)
+      for (int i = 0; trip && i < 20; i++) trip(size);
+    for (int b = 0; b < blocks; b++) {
+      for (size_t k = 0; k < trips.size(); k++) {
+        size_t t = b % 2 == 0 ? k : trips.size() - 1 - k;
+        if (!trips[t]) continue;
+        double t0 = nowSec();
+        for (int i = 0; i < per; i++) trips[t](size);
+        out.back()[t].push_back((nowSec() - t0) / per * 1e6);
+      }
     }
-    out.push_back((nowSec() - t0) / n / 2 * 1e6);
   }
   return out;
 }
 
-// Half round-trip times, us, per size.
-std::vector<double> pluginPingPong(int dev, int iters) {
-  void *s, *r;
-  connectBoth(dev, "lat", true, &s, &r);
-  std::vector<char> sbuf(1 << 20, 1), rbuf(1 << 20);
-  void *smr, *rmr;
-  check(gNet->regMr(s, sbuf.data(), sbuf.size(), NCCL_PTR_HOST, &smr), "regMr");
-  check(gNet->regMr(r, rbuf.data(), rbuf.size(), NCCL_PTR_HOST, &rmr), "regMr");
-  std::vector<double> out = timePingPong(iters, [&](size_t size) {
+// The plugin's round trip over one send and one recv comm each way.
+struct PluginPing {
+  void *s = nullptr, *r = nullptr, *smr = nullptr, *rmr = nullptr;
+  std::vector<char> sbuf = std::vector<char>(1 << 20, 1), rbuf = std::vector<char>(1 << 20);
+
+  explicit PluginPing(int dev) {
+    connectBoth(dev, "lat", true, &s, &r);
+    check(gNet->regMr(s, sbuf.data(), sbuf.size(), NCCL_PTR_HOST, &smr), "regMr");
+    check(gNet->regMr(r, rbuf.data(), rbuf.size(), NCCL_PTR_HOST, &rmr), "regMr");
+  }
+  ~PluginPing() {
+    gNet->deregMr(s, smr);
+    gNet->deregMr(r, rmr);
+    gNet->closeSend(s);
+    gNet->closeRecv(r);
+  }
+  void operator()(size_t size) {
     void* rd = rbuf.data();
     size_t cap = rbuf.size();
     int tag = 0;
@@ -151,18 +175,14 @@ std::vector<double> pluginPingPong(int dev, int iters) {
     if (!sreq) die("isend not posted");
     if (!gServer) wait(rreq, r);
     wait(sreq, s);
-  });
-  gNet->deregMr(s, smr);
-  gNet->deregMr(r, rmr);
-  gNet->closeSend(s);
-  gNet->closeRecv(r);
-  return out;
-}
+  }
+};
 
 // Moves n bytes on a non-blocking socket with the plugin waiter's policy:
 // retry at once for up to 100 us, then sleep in poll(). Both sides of the
-// comparison thus pay (or avoid) the same wake-up costs.
-void fullIo(int fd, char* p, size_t n, bool send) {
+// comparison thus pay (or avoid) the same wake-up costs. With ackMs, a
+// receive applies the plugin's ACK policy of its control stream (delayAcks).
+void fullIo(int fd, char* p, size_t n, bool send, int64_t* ackMs = nullptr) {
   double start = nowSec();
   while (n > 0) {
     ssize_t k = send ? ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recv(fd, p, n, MSG_DONTWAIT);
@@ -174,41 +194,173 @@ void fullIo(int fd, char* p, size_t n, bool send) {
       continue;
     }
     if (k <= 0) die("plain tcp io");
+    if (ackMs) signlion::net::delayAcks(fd, ackMs);
     p += k;
     n -= (size_t)k;
   }
 }
 
-// The same ping-pong over one plain TCP socket with TCP_NODELAY.
-std::vector<double> plainPingPong(const SocketAddress& local, int iters) {
-  int fd = -1;
+// A listening plain TCP socket on local's address, any port (*bound: the address with it).
+int plainListen(const SocketAddress& local, int backlog, SocketAddress* bound) {
+  *bound = local;
+  bound->sin.sin_port = 0;  // IPv4 and IPv6 keep the port at the same offset
+  socklen_t len = bound->sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  int l = socket(bound->sa.sa_family, SOCK_STREAM, 0);
+  if (l < 0 || bind(l, &bound->sa, len) != 0 || listen(l, backlog) != 0 || getsockname(l, &bound->sa, &len) != 0)
+    die("plain listen");
+  return l;
+}
+
+int plainConnect(const SocketAddress& to) {
+  socklen_t len = to.sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  int fd = socket(to.sa.sa_family, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, &to.sa, len) != 0) die("plain connect");
+  return fd;
+}
+
+void plainTune(int fd) {
   int one = 1;
-  if (gServer) {
-    SocketAddress a = local;
-    a.sin.sin_port = 0;  // IPv4 and IPv6 keep the port at the same offset
-    int l = socket(a.sa.sa_family, SOCK_STREAM, 0);
-    socklen_t len = a.sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-    if (l < 0 || bind(l, &a.sa, len) != 0 || listen(l, 1) != 0 || getsockname(l, &a.sa, &len) != 0)
-      die("plain listen");
-    putFile("plain.addr", &a, sizeof(a));
-    fd = accept(l, nullptr, nullptr);
-    close(l);
-  } else {
-    SocketAddress a;
-    getFile("plain.addr", &a, sizeof(a));
-    fd = socket(a.sa.sa_family, SOCK_STREAM, 0);
-    socklen_t len = a.sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-    if (connect(fd, &a.sa, len) != 0) die("plain connect");
-  }
   if (fd < 0) die("plain socket");
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  std::vector<char> buf(1 << 20, 2);
-  std::vector<double> out = timePingPong(iters, [&](size_t size) {
-    fullIo(fd, buf.data(), size, !gServer);
-    fullIo(fd, buf.data(), size, gServer);
-  });
-  close(fd);
-  return out;
+}
+
+// Plain TCP sockets with TCP_NODELAY on the same link: `two` carries the
+// ping-pong both ways (the baseline); `out` and `in` are two one-way
+// connections, the plugin's layout (a send comm and a recv comm), read with
+// the plugin's ACK policy: the difference between the two baselines is what
+// that layout costs in the kernel, apart from any code of ours.
+struct PlainPing {
+  int two = -1, out = -1, in = -1;
+  int64_t ackMs = -1;
+  std::vector<char> buf = std::vector<char>(1 << 20, 2);
+
+  explicit PlainPing(const SocketAddress& local) {
+    int* fds[3] = {&two, gServer ? &in : &out, gServer ? &out : &in};  // in connect (= accept) order
+    if (gServer) {
+      SocketAddress a;
+      int l = plainListen(local, 3, &a);
+      putFile("plain.addr", &a, sizeof(a));
+      for (int* fd : fds) *fd = accept(l, nullptr, nullptr);
+      close(l);
+    } else {
+      SocketAddress a;
+      getFile("plain.addr", &a, sizeof(a));
+      for (int* fd : fds) *fd = plainConnect(a);
+    }
+    for (int* fd : fds) plainTune(*fd);
+  }
+  ~PlainPing() {
+    close(two);
+    close(out);
+    close(in);
+  }
+  void twoWay(size_t size) {
+    fullIo(two, buf.data(), size, !gServer);
+    fullIo(two, buf.data(), size, gServer);
+  }
+  void oneWayPair(size_t size) {
+    if (!gServer) fullIo(out, buf.data(), size, true);
+    fullIo(in, buf.data(), size, false, &ackMs);
+    if (gServer) fullIo(out, buf.data(), size, true);
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Per block a / b, then the median and the range over the blocks (NAN when either was not timed).
+struct RatioStats {
+  double median = NAN, min = NAN, max = NAN;
+};
+RatioStats blockRatios(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < a.size() && i < b.size(); i++) r.push_back(a[i] / b[i]);
+  RatioStats st;
+  if (r.empty()) return st;
+  auto mm = std::minmax_element(r.begin(), r.end());
+  st.median = median(r);
+  st.min = *mm.first;
+  st.max = *mm.second;
+  return st;
+}
+
+// --role self: one process, no waiting (on loopback a message is in the
+// receiving socket when sendmsg returns). Microseconds per small message
+// through the plugin (irecv, isend, test until both complete) next to the
+// same system calls on a plain socket pair (sendmsg of a 16-byte header and
+// the payload, one recv into a 64 KiB buffer, the plugin's ACK policy): the
+// plugin's own CPU cost per message, which a ping-pong between processes on
+// two shared cores shows only through its noise.
+void selfCost(const SocketAddress& local, const std::vector<size_t>& sizes, int iters, int blocks) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *l = nullptr, *s = nullptr, *r = nullptr;
+  check(gNet->listen(gCtx, 0, handle, &l), "listen");
+  double start = nowSec();
+  while (!s || !r) {
+    if (!s) check(gNet->connect(gCtx, 0, handle, &s, nullptr), "connect");
+    if (!r) check(gNet->accept(l, &r, nullptr), "accept");
+    if (nowSec() - start > 60) die("connect timed out");
+  }
+  gNet->closeListen(l);
+  std::vector<char> sbuf(1 << 20, 1), rbuf(1 << 20), stage(64 << 10);
+  void *smr, *rmr;
+  check(gNet->regMr(s, sbuf.data(), sbuf.size(), NCCL_PTR_HOST, &smr), "regMr");
+  check(gNet->regMr(r, rbuf.data(), rbuf.size(), NCCL_PTR_HOST, &rmr), "regMr");
+  auto plugin = [&](size_t size) {
+    void* rd = rbuf.data();
+    size_t cap = rbuf.size();
+    int tag = 0;
+    void *sreq = nullptr, *rreq = nullptr;
+    check(gNet->irecv(r, 1, &rd, &cap, &tag, &rmr, nullptr, &rreq), "irecv");
+    check(gNet->isend(s, sbuf.data(), size, 0, smr, nullptr, &sreq), "isend");
+    if (!rreq || !sreq) die("request not posted");
+    for (void* req : {rreq, sreq}) {  // both complete at the first test(); no clock read in this loop
+      int done = 0;
+      for (long spins = 0; !done; spins++) {
+        check(gNet->test(req, &done, nullptr), "test");
+        if (spins > 100000000) die("request did not complete");
+      }
+    }
+  };
+  SocketAddress a;
+  int lf = plainListen(local, 1, &a);
+  int fds[2] = {plainConnect(a), accept(lf, nullptr, nullptr)};  // sending, receiving
+  close(lf);
+  for (int fd : fds) plainTune(fd);
+  int64_t ackMs = -1;
+  auto raw = [&](size_t size) {
+    char hdr[16] = {};
+    iovec iov[2] = {{hdr, sizeof(hdr)}, {sbuf.data(), size}};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    if (sendmsg(fds[0], &msg, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)(sizeof(hdr) + size)) die("plain sendmsg");
+    size_t got = 0;
+    while (got < sizeof(hdr) + size) {
+      ssize_t k = recv(fds[1], stage.data() + got, stage.size() - got, MSG_DONTWAIT);
+      if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) die("plain recv");
+      if (k > 0) got += (size_t)k, signlion::net::delayAcks(fds[1], &ackMs);
+    }
+    memcpy(rbuf.data(), stage.data() + sizeof(hdr), size);
+  };
+  auto t = timeTrips(sizes, iters, blocks, {plugin, raw});
+  printf("# one process, microseconds per message (median of %d blocks): the plugin (irecv, isend, test)\n", blocks);
+  printf("# and the same system calls on a plain socket pair; extra: median over blocks of the difference\n");
+  printf("# %10s %12s %12s %10s\n", "size(B)", "signlion", "syscalls", "extra");
+  for (size_t i = 0; i < sizes.size(); i++) {
+    std::vector<double> d;
+    for (size_t b = 0; b < t[i][0].size(); b++) d.push_back(t[i][0][b] - t[i][1][b]);
+    printf("  %10zu %12.3f %12.3f %10.3f\n", sizes[i], median(t[i][0]), median(t[i][1]), median(d));
+  }
+  close(fds[0]);
+  close(fds[1]);
+  gNet->deregMr(s, smr);
+  gNet->deregMr(r, rmr);
+  gNet->closeSend(s);
+  gNet->closeRecv(r);
 }
 
 // Streams `bytes` client -> server in 4 MiB messages, 8 in flight. Returns
@@ -268,13 +420,16 @@ double stream(int dev, int nsocks, size_t bytes, uint64_t* wire) {
   return (double)(nmsg * kMsg) * 8 / secs / 1e9;
 }
 
+// "1,2,4,8" -> {1, 2, 4, 8}; the list ends at the first entry that is not a
+// number, so "" or "none" is an empty list (e.g. --nsocks none: latency only).
 std::vector<int> parseList(const char* s) {
   std::vector<int> v;
   for (const char* p = s; *p;) {
     char* end;
-    v.push_back((int)strtol(p, &end, 10));
+    long x = strtol(p, &end, 10);
+    if (end == p) break;
+    v.push_back((int)x);
     p = *end == ',' ? end + 1 : end;
-    if (end == p && *p) break;
   }
   return v;
 }
@@ -285,7 +440,11 @@ int main(int argc, char** argv) {
   std::string role, ifname = "lo";
   size_t bytes = 1ull << 30;
   std::vector<int> nsocks = {1, 2, 4, 8};
-  int iters = 2000;
+  int iters = 2000, blocks = 10;
+  std::vector<int> latSizes;
+  std::string only;  // time just one ping-pong (for profiling): signlion, plain-tcp or tcp-2conn
+  for (int s = 8; s <= (1 << 20); s *= 8) latSizes.push_back(s);
+  latSizes.push_back(1 << 20);
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     const char* v = argv[i + 1];
@@ -295,13 +454,21 @@ int main(int argc, char** argv) {
     else if (k == "--bytes") bytes = (size_t)strtod(v, nullptr) << (strchr(v, 'G') ? 30 : strchr(v, 'M') ? 20 : 0);
     else if (k == "--nsocks") nsocks = parseList(v);
     else if (k == "--iters") iters = atoi(v);
+    else if (k == "--blocks") blocks = std::max(1, atoi(v));
+    else if (k == "--lat-sizes") latSizes = parseList(v);
+    else if (k == "--only") only = v;
     else {
       fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
     }
   }
-  if ((role != "server" && role != "client") || gDir.empty()) {
-    fprintf(stderr, "usage: net_perf --role server|client --dir DIR [--ifname IF] [--bytes 1G] [--nsocks 1,2,4,8]\n");
+  const char* names[] = {"signlion", "plain-tcp", "tcp-2conn"};
+  bool onlyOk = only.empty() || std::find(std::begin(names), std::end(names), only) != std::end(names);
+  if (!((role == "server" || role == "client") && !gDir.empty()) && role != "self") onlyOk = false;
+  if (!onlyOk) {
+    fprintf(stderr, "usage: net_perf --role server|client --dir DIR [--ifname IF] [--bytes 1G] [--nsocks 1,2,4,8]\n"
+                    "                [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...] [--only signlion|plain-tcp|tcp-2conn]\n"
+                    "       net_perf --role self [--ifname IF] [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...]\n");
     return 2;
   }
   gServer = role == "server";
@@ -316,8 +483,22 @@ int main(int argc, char** argv) {
   auto devs = signlion::net::findSocketDevices(1);
   const int nsocksDefault = (int)signlion::net::signlionParamNsocks();
 
-  std::vector<double> lat = pluginPingPong(0, iters);
-  std::vector<double> plain = plainPingPong(devs[0].addr, iters);
+  std::vector<size_t> sizes(latSizes.begin(), latSizes.end());
+  if (role == "self") {
+    selfCost(devs[0].addr, sizes, iters, blocks);
+    gNet->finalize(gCtx);
+    return 0;
+  }
+  std::vector<std::vector<std::vector<double>>> lat;
+  {
+    PluginPing plugin(0);
+    PlainPing plain(devs[0].addr);
+    std::vector<Trip> trips = {std::ref(plugin), [&](size_t n) { plain.twoWay(n); },
+                               [&](size_t n) { plain.oneWayPair(n); }};
+    for (size_t t = 0; t < trips.size(); t++)
+      if (!only.empty() && only != names[t]) trips[t] = nullptr;
+    lat = timeTrips(sizes, iters, blocks, trips);
+  }
   std::vector<double> bw;
   std::vector<uint64_t> wire;
   for (int n : nsocks) {
@@ -334,11 +515,15 @@ int main(int argc, char** argv) {
   getFile("bw.result", bw.data(), bw.size() * sizeof(double));
   printf("# net_perf on %s (%s), default SIGNLION_NSOCKS=%d\n", devs[0].name.c_str(),
          signlion::net::addressString(devs[0].addr).c_str(), nsocksDefault);
-  printf("# ping-pong latency, half round trip (us)\n");
-  printf("# %10s %12s %12s %8s\n", "size(B)", "signlion", "plain-tcp", "ratio");
-  std::vector<size_t> sizes = latencySizes();
-  for (size_t i = 0; i < sizes.size(); i++)
-    printf("  %10zu %12.2f %12.2f %8.2f\n", sizes[i], lat[i], plain[i], lat[i] / plain[i]);
+  printf("# ping-pong latency, half round trip (us): median of %d blocks, each timing the three in turn\n", blocks);
+  printf("# ratio: median of the blocks' signlion/plain-tcp (min..max over blocks); plain-tcp: one two-way\n");
+  printf("# socket; tcp-2conn: two one-way sockets read with the plugin's ACK policy (diagnostic)\n");
+  printf("# %10s %12s %12s %8s %15s %12s\n", "size(B)", "signlion", "plain-tcp", "ratio", "ratio-range", "tcp-2conn");
+  for (size_t i = 0; i < sizes.size(); i++) {
+    RatioStats r = blockRatios(lat[i][0], lat[i][1]);
+    printf("  %10zu %12.2f %12.2f %8.2f %7.2f..%-6.2f %12.2f\n", sizes[i], median(lat[i][0]) / 2,
+           median(lat[i][1]) / 2, r.median, r.min, r.max, median(lat[i][2]) / 2);
+  }
   printf("# streaming bandwidth client->server, 4 MiB messages, 8 in flight, %.0f MiB\n", bytes / 1048576.0);
   printf("# %8s %12s %16s\n", "nsocks", "Gbit/s", "wire bytes");
   for (size_t i = 0; i < nsocks.size(); i++) printf("  %8d %12.3f %16llu\n", nsocks[i], bw[i], (unsigned long long)wire[i]);

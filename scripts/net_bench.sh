@@ -4,6 +4,8 @@
 # loopback and on a tbf-limited veth pair between two namespaces at 1 and
 # 10 Gbit/s. Figures in docs/PERFORMANCE_net.md come from this script.
 #   scripts/net_bench.sh [BUILD_DIR]     (root; iperf3, iproute2)
+# NET_PERF_ARGS: more net_perf options for both sides, e.g.
+#   NET_PERF_ARGS="--iters 20000 --nsocks none"  (longer latency runs, no bandwidth)
 set -euo pipefail
 BUILD=${1:-build}
 PERF=$(realpath "$BUILD/perf/net_perf")
@@ -30,9 +32,11 @@ run_pair() {  # label ns_server ns_client if_server if_client bytes
   [[ -n $nsc ]] && prec=(ip netns exec "$nsc")
   rm -rf "$DIR/$label"; mkdir -p "$DIR/$label"
   echo "== $label"
-  "${pres[@]}" "$PERF" --role server --dir "$DIR/$label" --ifname "$ifs" --bytes "$bytes" &
+  local extra=()
+  read -r -a extra <<< "${NET_PERF_ARGS:-}"
+  "${pres[@]}" "$PERF" --role server --dir "$DIR/$label" --ifname "$ifs" --bytes "$bytes" "${extra[@]}" &
   local sp=$!
-  "${prec[@]}" "$PERF" --role client --dir "$DIR/$label" --ifname "$ifc" --bytes "$bytes"
+  "${prec[@]}" "$PERF" --role client --dir "$DIR/$label" --ifname "$ifc" --bytes "$bytes" "${extra[@]}"
   wait $sp
 }
 

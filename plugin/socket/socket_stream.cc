@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/debug.h"
 
 namespace signlion {
@@ -31,6 +32,14 @@ void tuneStream(int fd, int trafficClass, int family) {
     else
       (void)setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &trafficClass, sizeof(trafficClass));
   }
+}
+
+void delayAcks(int fd, int64_t* lastMs) {
+  int64_t now = nowMs();
+  if (now == *lastMs) return;
+  *lastMs = now;
+  int zero = 0;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &zero, sizeof(zero));
 }
 
 bool listenOnFreePort(const SocketAddress& addr, int backlog, int* fd, SocketAddress* bound) {

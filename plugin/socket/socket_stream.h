@@ -5,6 +5,8 @@
 
 #include <sys/socket.h>
 
+#include <cstdint>
+
 #include "socket/socket_devices.h"
 
 namespace signlion {
@@ -17,6 +19,17 @@ void closeFd(int* fd);
 
 // TCP_NODELAY, and the IP TOS / IPv6 traffic class when trafficClass >= 0.
 void tuneStream(int fd, int trafficClass, int family);
+
+// For a socket that only receives (a recv comm's control stream): every ACK
+// it sends is a packet of its own, never carried by a reply, and by default
+// Linux sends it from recv() itself, ahead of the reply the caller is about
+// to send. TCP_QUICKACK=0 puts the socket in "ping-pong" mode, which delays
+// ACKs; the kernel still ACKs every second segment shorter than 536 bytes
+// from inside recv() (ICSK_ACK_PUSHED2), and every two full segments from the
+// softirq that receives them, and it leaves the mode when a delayed-ACK timer
+// fires, hence the re-arm, at most once per millisecond (*lastMs: the last
+// time, -1 before the first). docs/PERFORMANCE_net.md has the measurements.
+void delayAcks(int fd, int64_t* lastMs);
 
 // A non-blocking listening socket on addr with its port replaced by 0; *bound
 // gets the address with the port the kernel chose. WARNs and returns false on failure.

@@ -193,6 +193,7 @@ struct Comm : CommHeader {
   uint64_t seq = 0;                     // messages so far, the same count on both sides
   std::atomic<int> error{ncclSuccess};  // first failure, sticky
   std::atomic<int64_t> dataProgressMs{0};  // last time any thread moved data-stream bytes
+  std::atomic<int> queuedTasks{0};         // sum of the streams' `queued`: test() skips them all at 0
   std::mutex mrMutex;
   std::unordered_set<MemRegion*> mrs;
 
@@ -210,7 +211,8 @@ struct Comm : CommHeader {
   SubRequest* rxInline = nullptr;  // recv: inline payload being read
   Request* rxInlineReq = nullptr;
   size_t rxInlineOff = 0;
-  int64_t ctrlLastProgress = 0;
+  // Since when the control stream waits mid-message (-1: it does not); see ctrlStalled.
+  int64_t ctrlWaitSinceMs = -1;
 
   // Connecting side only, until connect() returns the comm.
   struct Connecting {
@@ -336,6 +338,7 @@ bool progressStream(Comm* c, Stream* st, bool byHelper) {
       std::lock_guard<std::mutex> q(st->qMu);
       st->tasks.pop_front();
       st->queued.fetch_sub(1, std::memory_order_release);
+      c->queuedTasks.fetch_sub(1, std::memory_order_release);
     }
     req->pending.fetch_sub(bytes, std::memory_order_acq_rel);  // last touch of req
     if (byHelper) wakeCaller(c);  // the caller may sleep in commWait
@@ -347,6 +350,7 @@ bool progressStream(Comm* c, Stream* st, bool byHelper) {
 
 // The caller's share of the work: every data stream with queued tasks, no waiting.
 void callerProgressStreams(Comm* c) {
+  if (c->queuedTasks.load(std::memory_order_acquire) == 0) return;  // small messages: no stream to visit
   for (Stream& st : c->streams)
     if (st.queued.load(std::memory_order_acquire) > 0) progressStream(c, &st, false);
 }
@@ -428,6 +432,7 @@ void enqueueStreams(Comm* c, uint64_t seq, char* buf, size_t size, Request* req)
       return;
     }
     st.queued.fetch_add(1, std::memory_order_release);
+    c->queuedTasks.fetch_add(1, std::memory_order_release);
   }
   callerProgressStreams(c);
   wakeHelpers(c);
@@ -477,7 +482,6 @@ Comm* newComm(bool isSend) {
   c->kind = isSend ? kCommSend : kCommRecv;
   c->isSend = isSend;
   c->inlineMax = (size_t)std::max<int64_t>(0, std::min<int64_t>(signlionParamSocketInline(), 1 << 20));
-  c->ctrlLastProgress = nowMs();
   if (!isSend) c->stage.resize(kStageBytes);
   c->wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (c->wakeFd < 0) {
@@ -496,6 +500,22 @@ Comm* asComm(void* p, CommKind kind) {
 }
 
 // ---- Control stream ---------------------------------------------------------
+
+// The control stream's stall clock. `waiting`: a message is part-way (send:
+// queued bytes the socket did not take; recv: a header or inline payload cut
+// short); `moved`: bytes moved in this call. Returns true once the stream has
+// waited without progress longer than SIGNLION_SOCKET_TIMEOUT. The clock is
+// read only while waiting: a small message that goes out or comes in whole
+// (the latency-bound case) costs no clock read here.
+bool ctrlStalled(Comm* c, bool waiting, bool moved) {
+  if (!waiting) {
+    c->ctrlWaitSinceMs = -1;
+    return false;
+  }
+  int64_t now = nowMs();
+  if (moved || c->ctrlWaitSinceMs < 0) c->ctrlWaitSinceMs = now;
+  return now - c->ctrlWaitSinceMs > timeoutMs();
+}
 
 // Writes queued headers (and inline payloads) in order, as far as the socket takes them.
 void progressSendCtrl(Comm* c) {
@@ -533,9 +553,7 @@ void progressSendCtrl(Comm* c) {
       c->ctrlQueue.pop_front();
     }
   }
-  int64_t now = nowMs();
-  if (moved || c->ctrlQueue.empty()) c->ctrlLastProgress = now;
-  else if (now - c->ctrlLastProgress > timeoutMs())
+  if (ctrlStalled(c, !c->ctrlQueue.empty(), moved))
     setError(c, ncclRemoteError, "control stream blocked longer than SIGNLION_SOCKET_TIMEOUT");
 }
 
@@ -553,20 +571,6 @@ ssize_t readCtrl(Comm* c, char* buf, size_t want) {
     setSysError(c, n == 0 ? 0 : errno, "recv on control stream");
     return -1;
   }
-}
-
-// The control stream carries data one way only, so every ACK the receiver
-// sends is a packet of its own, and by default Linux sends it from recv()
-// itself, ahead of the reply the caller is about to send. TCP_QUICKACK=0
-// puts the socket in "ping-pong" mode, which delays those ACKs (the kernel
-// still ACKs at once once two full segments wait, and leaves the mode when a
-// delayed ACK timer fires, hence the re-arm at most once per millisecond).
-void delayAcks(Comm* c) {
-  int64_t now = nowMs();
-  if (now == c->ackModeMs) return;
-  c->ackModeMs = now;
-  int zero = 0;
-  (void)setsockopt(c->ctrlFd, IPPROTO_TCP, TCP_QUICKACK, &zero, sizeof(zero));
 }
 
 // Refills the staging buffer from the control stream (keeping the unparsed
@@ -665,13 +669,11 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
     ssize_t n = fillStage(c);
     if (n <= 0) break;
     moved = true;
-    delayAcks(c);
+    delayAcks(c->ctrlFd, &c->ackModeMs);
   }
   size_t avail = c->stageTail - c->stageHead;
   bool partial = c->rxInline != nullptr || (avail > 0 && avail < sizeof(MsgHeader));
-  int64_t now = nowMs();
-  if (moved || !partial) c->ctrlLastProgress = now;
-  else if (now - c->ctrlLastProgress > timeoutMs())
+  if (ctrlStalled(c, partial, moved))
     setError(c, ncclRemoteError, "control stream stalled mid-message longer than SIGNLION_SOCKET_TIMEOUT");
 }
 

@@ -283,6 +283,30 @@ TEST_P(PluginV11, FullRequestTableReturnsNoRequestUntilOneCompletes) {
   net_.closeRecv(r);
 }
 
+// A receiver that never posts a receive: inline messages fill the control
+// stream's socket buffers, and the sender's test() reports an error once the
+// stream has been blocked for SIGNLION_SOCKET_TIMEOUT, instead of spinning
+// for ever (the stall clock starts when a message stops part-way).
+TEST_P(PluginV11, ControlStreamBlockedLongerThanTimeoutIsAnError) {
+  Env timeout("SIGNLION_SOCKET_TIMEOUT", "1000");
+  Env inl("SIGNLION_SOCKET_INLINE", "1048576");
+  void *s, *r;
+  pair(&s, &r);
+  std::vector<char> buf(1 << 20);
+  void* last = nullptr;
+  for (int i = 0; i < NCCL_NET_MAX_REQUESTS; i++) {  // 32 MiB: more than the socket buffers hold
+    void* req = nullptr;
+    ASSERT_EQ(net_.isend(s, buf.data(), buf.size(), i, nullptr, &req), ncclSuccess);
+    ASSERT_NE(req, nullptr) << i;
+    last = req;
+  }
+  int64_t start = nowMs();
+  EXPECT_EQ(waitReq(last, nullptr, 20000), ncclRemoteError);
+  EXPECT_LT(nowMs() - start, 10000);
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
 TEST_P(PluginV11, IflushIsANoOpForHostMemory) {
   void *s, *r;
   pair(&s, &r);
