@@ -12,6 +12,8 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -777,7 +779,15 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
   ARGCHECK(handle != nullptr, "connect", "handle", "NULL");
   ARGCHECK(sendComm != nullptr, "connect", "sendComm", "NULL");
   *sendComm = nullptr;
-  ListenHandle* h = static_cast<ListenHandle*>(handle);
+  // NCCL's handle buffer has no alignment promise: read it by copy, and write
+  // back only the connector-private pointer, also by copy.
+  ListenHandle hv;
+  memcpy(&hv, handle, sizeof(hv));
+  const ListenHandle* h = &hv;
+  auto setConnecting = [handle](Comm* comm) {
+    void* p = comm;
+    memcpy(static_cast<char*>(handle) + offsetof(ListenHandle, connecting), &p, sizeof(p));
+  };
   ARGCHECK(h->magic == kHandleMagic, "connect", "handle", "bad magic 0x%x (not a signlion handle)", h->magic);
   ARGCHECK(h->version == kWireVersion, "connect", "handle", "version %u, expected %u", h->version, kWireVersion);
   SocketAddress unused;
@@ -814,7 +824,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
         return ncclSystemError;
       }
     }
-    h->connecting = c;
+    setConnecting(c);
   }
   Comm::Connecting* cs = c->connecting.get();
   int nfd = 1 + c->nsocks;
@@ -836,7 +846,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
         }
         if (err != 0 && cs->state[i] == 0) {
           WARN("NET/signlion: connect to %s failed: %s", addressString(cs->to).c_str(), strerror(err));
-          h->connecting = nullptr;
+          setConnecting(nullptr);
           destroyComm(c);
           return ncclSystemError;
         }
@@ -847,7 +857,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
       if (n > 0) cs->off[i] += (size_t)n;
       else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         WARN("NET/signlion: handshake with %s failed: %s", addressString(cs->to).c_str(), strerror(errno));
-        h->connecting = nullptr;
+        setConnecting(nullptr);
         destroyComm(c);
         return ncclSystemError;
       }
@@ -859,13 +869,13 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
     if (nowMs() > cs->deadline) {
       WARN("NET/signlion: connect to %s timed out after %lld ms", addressString(cs->to).c_str(),
            (long long)timeoutMs());
-      h->connecting = nullptr;
+      setConnecting(nullptr);
       destroyComm(c);
       return ncclSystemError;
     }
     return ncclSuccess;  // call again
   }
-  h->connecting = nullptr;
+  setConnecting(nullptr);
   c->connecting.reset();
   ncclResult_t res = startHelpers(c, (int)signlionParamNthreads());
   if (res != ncclSuccess) {

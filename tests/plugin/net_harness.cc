@@ -170,7 +170,11 @@ size_t checkPattern(const void* buf, size_t size, uint64_t seed) {
 }
 
 ncclResult_t connectPair(NetDriver& net, int dev, void** sendComm, void** recvComm, std::string* err) {
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  // NCCL promises the handle buffer no alignment: every pair connects through
+  // one at an odd address (UBSan in README command (2) checks the plugin
+  // reads and writes it accordingly).
+  alignas(16) char storage[NCCL_NET_HANDLE_MAXSIZE + 1];
+  char* handle = storage + 1;
   void* lcomm = nullptr;
   *sendComm = *recvComm = nullptr;
   ncclResult_t r = net.listen(dev, handle, &lcomm);
