@@ -68,6 +68,7 @@ struct NetContext {
   uint32_t magic;
   int trafficClass;
   uint64_t commId;
+  PendingConnects pending;  // connects started through this context, not yet finished
 };
 constexpr uint32_t kContextMagic = 0x534c4358;  // "SLCX"
 
@@ -76,7 +77,11 @@ ncclResult_t initV11(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* confi
   ARGCHECK(ctx != nullptr, "init", "ctx", "NULL");
   *ctx = nullptr;
   NCCLCHECK(socketInit(reinterpret_cast<LogSink>(logger)));
-  *ctx = new NetContext{kContextMagic, config ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF, commId};
+  NetContext* c = new NetContext();
+  c->magic = kContextMagic;
+  c->trafficClass = config ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;
+  c->commId = commId;
+  *ctx = c;
   return ncclSuccess;
 }
 
@@ -84,6 +89,7 @@ ncclResult_t finalizeV11(void* ctx) {
   NetContext* c = static_cast<NetContext*>(ctx);
   ARGCHECK(c == nullptr || c->magic == kContextMagic, "finalize", "ctx", "%p is not a context of ours", ctx);
   if (c != nullptr) {
+    socketAbandonConnects(&c->pending);  // the caller gave up on these: close their sockets
     c->magic = 0;
     delete c;
   }
@@ -108,7 +114,9 @@ ncclResult_t connectV10(int dev, ncclNetCommConfig_v10_t* config, void* handle, 
   return socketConnect(dev, config ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF, handle, sendComm);
 }
 ncclResult_t connectV11(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v11_t**) {
-  return socketConnect(dev, contextTrafficClass(ctx), handle, sendComm);
+  NetContext* c = static_cast<NetContext*>(ctx);
+  PendingConnects* pending = c != nullptr && c->magic == kContextMagic ? &c->pending : nullptr;
+  return socketConnect(dev, contextTrafficClass(ctx), handle, sendComm, pending);
 }
 
 ncclResult_t acceptAny(void* listenComm, void** recvComm, ncclNetDeviceHandle_v8_t**) {

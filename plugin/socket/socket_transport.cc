@@ -226,6 +226,7 @@ struct Comm : CommHeader {
     std::vector<Hello> hello;
   };
   std::unique_ptr<Connecting> connecting;
+  PendingConnects* pending = nullptr;  // the context that keeps this unfinished connect
 };
 
 struct PendingConn {
@@ -455,7 +456,16 @@ ncclResult_t startHelpers(Comm* c, int nthreads) {
   return ncclSuccess;
 }
 
+// An unfinished connect leaves its context's list: it finished or failed.
+void unlistPending(Comm* c) {
+  if (c->pending == nullptr) return;
+  std::lock_guard<std::mutex> lk(c->pending->mu);
+  c->pending->comms.erase(c);
+  c->pending = nullptr;
+}
+
 void destroyComm(Comm* c) {
+  unlistPending(c);
   for (auto& h : c->helpers) {
     {
       std::lock_guard<std::mutex> lk(h->mu);
@@ -775,7 +785,7 @@ ncclResult_t socketListen(int dev, void* handle, void** listenComm) {
   return ncclSuccess;
 }
 
-ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendComm) {
+ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendComm, PendingConnects* pending) {
   ARGCHECK(handle != nullptr, "connect", "handle", "NULL");
   ARGCHECK(sendComm != nullptr, "connect", "sendComm", "NULL");
   *sendComm = nullptr;
@@ -825,6 +835,11 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
       }
     }
     setConnecting(c);
+    if (pending != nullptr) {
+      std::lock_guard<std::mutex> lk(pending->mu);
+      pending->comms.insert(c);
+      c->pending = pending;
+    }
   }
   Comm::Connecting* cs = c->connecting.get();
   int nfd = 1 + c->nsocks;
@@ -877,6 +892,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
   }
   setConnecting(nullptr);
   c->connecting.reset();
+  unlistPending(c);
   ncclResult_t res = startHelpers(c, (int)signlionParamNthreads());
   if (res != ncclSuccess) {
     destroyComm(c);
@@ -886,6 +902,21 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
        c->chunkSize);
   *sendComm = static_cast<CommHeader*>(c);
   return ncclSuccess;
+}
+
+void socketAbandonConnects(PendingConnects* pending) {
+  if (pending == nullptr) return;
+  std::unordered_set<void*> left;
+  {
+    std::lock_guard<std::mutex> lk(pending->mu);
+    left.swap(pending->comms);
+  }
+  for (void* p : left) {
+    Comm* c = static_cast<Comm*>(p);
+    c->pending = nullptr;
+    WARN("NET/signlion: closing a connect to %s that never finished", addressString(c->connecting->to).c_str());
+    destroyComm(c);
+  }
 }
 
 namespace {

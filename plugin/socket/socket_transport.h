@@ -16,6 +16,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <unordered_set>
 
 #include "common/debug.h"
 #include "nccl_sign.h"
@@ -53,8 +55,23 @@ ncclResult_t socketInit(LogSink logger);
 ncclResult_t socketDevices(int* ndev);
 ncclResult_t socketGetProperties(int dev, SocketProps* props);
 ncclResult_t socketListen(int dev, void* handle, void** listenComm);
+// Connects a caller started and has not seen finish. ncclNet has no call that
+// cancels a connect in progress (the half-made comm lives behind the handle
+// until connect is called again), so a v11 context keeps its own here and its
+// finalize closes what is left: a rank that gave up waiting for a peer does
+// not leak those sockets.
+struct PendingConnects {
+  std::mutex mu;
+  std::unordered_set<void*> comms;
+};
+
 // trafficClass: -1 (undefined) or an IP TOS byte applied to every stream.
-ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendComm);
+// pending (may be null): where an unfinished connect is kept until it ends.
+ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendComm,
+                           PendingConnects* pending = nullptr);
+// Closes every connect still in `pending` (its handles must not be used to
+// connect again).
+void socketAbandonConnects(PendingConnects* pending);
 ncclResult_t socketAccept(void* listenComm, void** recvComm);
 ncclResult_t socketRegMr(void* comm, void* data, size_t size, int type, void** mhandle);
 ncclResult_t socketRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,

@@ -2,6 +2,7 @@
 // and the behaviours NCCL's proxy relies on, driven through the dlopen'ed
 // libnccl-net-signlion.so on loopback.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -782,6 +783,37 @@ TEST_P(PluginV11, StrangersAreRefusedAndRealPeersStillConnect) {
   net_.closeSend(s);
   net_.closeRecv(r);
   net_.closeListen(l);
+}
+
+// ncclNet cannot cancel a connect in progress: a caller that gives up (a
+// peer that never listens) finalizes its context, and that must close the
+// half-made connection's sockets rather than leak them.
+TEST_P(PluginV11, FinalizeClosesConnectsThatNeverFinished) {
+  auto openFds = [] {
+    int n = 0;
+    DIR* d = opendir("/proc/self/fd");
+    if (d == nullptr) return -1;
+    while (readdir(d) != nullptr) n++;
+    closedir(d);
+    return n;
+  };
+  Env timeout("SIGNLION_SOCKET_TIMEOUT", "60000");  // the connect keeps retrying until we give up
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* l = nullptr;
+  ASSERT_EQ(net_.listen(dev_, handle, &l), ncclSuccess);
+  ASSERT_EQ(net_.closeListen(l), ncclSuccess);  // nobody listens there any more: connects are refused
+  const int before = openFds();
+  ASSERT_GT(before, 0);
+  void* s = nullptr;
+  for (int i = 0; i < 5 && s == nullptr; i++) {
+    ASSERT_EQ(net_.connect(dev_, handle, &s), ncclSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(s, nullptr) << "a connect to a closed port finished";
+  EXPECT_GT(openFds(), before) << "the unfinished connect holds sockets";
+  ASSERT_EQ(net_.finalize(), ncclSuccess);
+  EXPECT_EQ(openFds(), before) << "finalize left the unfinished connect's sockets open";
+  ASSERT_EQ(net_.init(), ncclSuccess);  // TearDown finalizes again
 }
 
 INSTANTIATE_TEST_SUITE_P(Latest, PluginV11, ::testing::Values(11),
