@@ -156,7 +156,7 @@ TEST_P(PluginTest, PropertiesAreHonest) {
 TEST_P(PluginTest, TransfersAllSizesBitExact) {
   void *s, *r;
   pair(&s, &r);
-  for (size_t size : {size_t(0), size_t(1), size_t(3), size_t(16384), size_t(16385), size_t(131072),
+  for (size_t size : {size_t(0), size_t(1), size_t(3), size_t(16384), size_t(16385), size_t(65536), size_t(65537), size_t(131072),
                       size_t(131073), size_t(1000003), size_t(4) << 20}) {
     std::string err;
     EXPECT_TRUE(transfer(net_, s, r, size, size, 3, &err)) << err;
