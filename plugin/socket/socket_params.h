@@ -22,8 +22,11 @@ SIGNLION_PARAM(Nthreads, "NTHREADS", 2)
 SIGNLION_PARAM(SocketTimeoutMs, "SOCKET_TIMEOUT", 30000)
 // Bytes per chunk when a message is spread across the data streams.
 SIGNLION_PARAM(SocketChunkSize, "SOCKET_CHUNKSIZE", 128 * 1024)
-// Messages up to this size travel inline on the control stream.
-SIGNLION_PARAM(SocketInline, "SOCKET_INLINE", 16 * 1024)
+// Messages up to this size travel inline on the control stream. 64 KiB, not
+// 16: a 32 KiB message on a data stream took one more send/recv pair than
+// inline (its header goes apart), 1.5x the plain ping-pong instead of ~1.05x
+// (docs/PERFORMANCE_net.md, "Medium messages"); NCCL's 128 KiB+ slices still spread.
+SIGNLION_PARAM(SocketInline, "SOCKET_INLINE", 64 * 1024)
 // Speed (Mbit/s) reported when sysfs has none (virtual interfaces, lo).
 SIGNLION_PARAM(SocketDefaultSpeed, "SOCKET_DEFAULT_SPEED", 10000)
 

@@ -38,6 +38,7 @@ constexpr uint32_t kHandleMagic = 0x534c4e48;  // "SLNH"
 constexpr uint16_t kWireVersion = 1;
 constexpr uint32_t kMrMagic = 0x534c4d52;      // "SLMR"
 constexpr int kPollMs = 50;                    // helper wake-up period, bounds close latency
+constexpr size_t kCallerOnlyMax = 512 * 1024;  // payloads up to this are moved by the caller (enqueueStreams)
 constexpr size_t kMaxPendingAccepts = 256;
 constexpr size_t kStageBytes = 64 * 1024;      // recv comm staging buffer for the control stream
 constexpr size_t kDirectRead = 4096;           // inline remainder read straight into the user buffer
@@ -438,7 +439,14 @@ void enqueueStreams(Comm* c, uint64_t seq, char* buf, size_t size, Request* req)
     c->queuedTasks.fetch_add(1, std::memory_order_release);
   }
   callerProgressStreams(c);
-  wakeHelpers(c);
+  // A medium message is left to the caller, whose test() calls (and
+  // commWait, which polls the streams with queued tasks) finish it: waking a
+  // helper for what the sockets did not take at once cost a thread hand-off
+  // per message and helpers racing the caller for two cores, 256 KiB
+  // ping-pong 1.45x the plain socket instead of 1.1-1.2x (docs/
+  // PERFORMANCE_net.md, "Medium messages"). A caller that stops calling
+  // still gets it done: an idle helper checks its streams every kPollMs.
+  if (size > kCallerOnlyMax) wakeHelpers(c);
 }
 
 ncclResult_t startHelpers(Comm* c, int nthreads) {
@@ -1097,9 +1105,13 @@ ncclResult_t socketIsend(void* sendComm, void* data, size_t size, int tag, void*
   r->n = 1;
   r->sub[0] = SubRequest{static_cast<char*>(data), size, size, tag, true};
   uint64_t seq = c->seq++;
-  if (size > c->inlineMax) enqueueStreams(c, seq, r->sub[0].data, size, r);
+  // Header first, then the payload: the receiver matches the header and
+  // starts reading the data streams while this thread is still copying the
+  // payload in (with the header last, a 256 KiB message was copied in whole
+  // before the receiver began to copy it out; the plain socket overlaps both).
   if (!c->ctrlQueue.push_back(r)) return ncclInternalError;  // bounded by the request table
   progressSendCtrl(c);
+  if (size > c->inlineMax) enqueueStreams(c, seq, r->sub[0].data, size, r);
   *request = r;
   return ncclSuccess;
 }

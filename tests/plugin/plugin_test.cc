@@ -156,7 +156,7 @@ TEST_P(PluginTest, PropertiesAreHonest) {
 TEST_P(PluginTest, TransfersAllSizesBitExact) {
   void *s, *r;
   pair(&s, &r);
-  for (size_t size : {size_t(0), size_t(1), size_t(3), size_t(16384), size_t(16385), size_t(131072),
+  for (size_t size : {size_t(0), size_t(1), size_t(3), size_t(16384), size_t(16385), size_t(65536), size_t(65537), size_t(131072),
                       size_t(131073), size_t(1000003), size_t(4) << 20}) {
     std::string err;
     EXPECT_TRUE(transfer(net_, s, r, size, size, 3, &err)) << err;
@@ -592,48 +592,53 @@ TEST_P(PluginV11, ManyMediumMessagesInFlightBothWaysBitExact) {
 // moves: the helper threads carry it, and the first test() after that finds
 // both requests done.
 TEST_P(PluginV11, HelpersCompleteTransfersNobodyTests) {
-  void *s, *r;
-  pair(&s, &r);
-  const size_t size = 16 << 20;
-  std::vector<char> in(size), out(size);
-  fillPattern(in.data(), size, 77);
-  void *sreq = nullptr, *rreq = nullptr;
-  ASSERT_EQ(net_.isend(s, in.data(), size, 1, nullptr, &sreq), ncclSuccess);
-  ASSERT_NE(sreq, nullptr);
-  void* d = out.data();
-  size_t cap = size;
-  int tag = 1;
-  // isend wrote the header; the one test() that reads it hands the payload to
-  // the streams (moving at most two chunks per stream itself: 1 MiB of 16),
-  // and test() is not called again. The helpers it woke may already finish
-  // the message while that call runs (a preempted caller): then it is done.
-  uint64_t sent = 0, recvd = 0, dummy;
-  ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
-  ASSERT_NE(rreq, nullptr);
-  int rdone = 0, got = -1;
-  for (int64_t start = nowMs(); nowMs() - start < kLoopLimitMs && recvd == 0;) {
-    ASSERT_EQ(net_.test(rreq, &rdone, &got), ncclSuccess);
-    ASSERT_TRUE(signlion::net::commBytes(r, &dummy, &recvd));
+  // 16 MiB wakes the helpers at once; 512 KiB (kCallerOnlyMax) is left to the
+  // caller: what its one test() does not move (whatever had not arrived yet)
+  // only an idle helper's periodic look (kPollMs) can finish.
+  for (size_t size : {size_t(16) << 20, size_t(512) << 10}) {
+    SCOPED_TRACE(size);
+    void *s, *r;
+    pair(&s, &r);
+    std::vector<char> in(size), out(size);
+    fillPattern(in.data(), size, 77);
+    void *sreq = nullptr, *rreq = nullptr;
+    ASSERT_EQ(net_.isend(s, in.data(), size, 1, nullptr, &sreq), ncclSuccess);
+    ASSERT_NE(sreq, nullptr);
+    void* d = out.data();
+    size_t cap = size;
+    int tag = 1;
+    // isend wrote the header; the one test() that reads it hands the payload to
+    // the streams (moving at most two chunks per stream itself: 1 MiB of 16),
+    // and test() is not called again. The helpers it woke may already finish
+    // the message while that call runs (a preempted caller): then it is done.
+    uint64_t sent = 0, recvd = 0, dummy;
+    ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
+    ASSERT_NE(rreq, nullptr);
+    int rdone = 0, got = -1;
+    for (int64_t start = nowMs(); nowMs() - start < kLoopLimitMs && recvd == 0;) {
+      ASSERT_EQ(net_.test(rreq, &rdone, &got), ncclSuccess);
+      ASSERT_TRUE(signlion::net::commBytes(r, &dummy, &recvd));
+    }
+    const uint64_t expect = size + 16;
+    for (int64_t start = nowMs(); nowMs() - start < kLoopLimitMs && (sent < expect || recvd < expect);) {
+      signlion::net::commWait(r, 10);  // sleeps; moves nothing itself
+      ASSERT_TRUE(signlion::net::commBytes(s, &sent, &dummy));
+      ASSERT_TRUE(signlion::net::commBytes(r, &dummy, &recvd));
+    }
+    EXPECT_EQ(sent, expect);
+    EXPECT_EQ(recvd, expect);
+    if (!rdone) {
+      ASSERT_EQ(net_.test(rreq, &rdone, &got), ncclSuccess);
+    }
+    EXPECT_EQ(rdone, 1);
+    EXPECT_EQ(got, (int)size);
+    int done = 0;
+    ASSERT_EQ(net_.test(sreq, &done, nullptr), ncclSuccess);
+    EXPECT_EQ(done, 1);
+    EXPECT_EQ(checkPattern(out.data(), size, 77), SIZE_MAX);
+    net_.closeSend(s);
+    net_.closeRecv(r);
   }
-  const uint64_t expect = size + 16;
-  for (int64_t start = nowMs(); nowMs() - start < kLoopLimitMs && (sent < expect || recvd < expect);) {
-    signlion::net::commWait(r, 10);  // sleeps; moves nothing itself
-    ASSERT_TRUE(signlion::net::commBytes(s, &sent, &dummy));
-    ASSERT_TRUE(signlion::net::commBytes(r, &dummy, &recvd));
-  }
-  EXPECT_EQ(sent, expect);
-  EXPECT_EQ(recvd, expect);
-  if (!rdone) {
-    ASSERT_EQ(net_.test(rreq, &rdone, &got), ncclSuccess);
-  }
-  EXPECT_EQ(rdone, 1);
-  EXPECT_EQ(got, (int)size);
-  int done = 0;
-  ASSERT_EQ(net_.test(sreq, &done, nullptr), ncclSuccess);
-  EXPECT_EQ(done, 1);
-  EXPECT_EQ(checkPattern(out.data(), size, 77), SIZE_MAX);
-  net_.closeSend(s);
-  net_.closeRecv(r);
 }
 
 TEST_P(PluginV11, ByteCountersCountPayloadAndHeaders) {
