@@ -62,13 +62,6 @@ SIGNLION_HD void sumVotesWord(Vote vote, int nslots, W (&count)[kMaxSumVotesWidt
   }
 }
 
-// Whether a majority result needs two planes (+1 and -1): only a tie can give
-// 0, and a tie exists when zeros abstain or N is even (bits::majorityPlanes
-// with "ternary" standing for ncclSignZeroAbstain).
-SIGNLION_HD bool twoResultPlanes(bool ternary, int nranks, ncclSignTieRule_t tie) {
-  return tie == ncclSignTieZero && (ternary || nranks % 2 == 0);
-}
-
 // The majority comparison of bits::Kernels::decideBits for one word: P against
 // M (ternary), else P against floor(N / 2), where 2P - N == 0 only for even N.
 template <typename W, typename PlaneP, typename PlaneM>

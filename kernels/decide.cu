@@ -16,10 +16,9 @@ namespace kernels {
 
 namespace {
 
-SIGNLION_KERNEL decideKernel(bits::Counts c, int nranks, ncclSignTieRule_t tie, uint64_t* __restrict__ out, size_t so,
-                             size_t nwords) {
+SIGNLION_KERNEL decideKernel(bits::Counts c, int nranks, ncclSignTieRule_t tie, bool two, uint64_t* __restrict__ out,
+                             size_t so, size_t nwords) {
   const bool ternary = c.neg != nullptr;
-  const bool two = twoResultPlanes(ternary, nranks, tie);
   for (size_t i = globalThread(); i < nwords; i += threadCount()) {
     uint64_t gt, eq, r0, r1;
     compareMajority<uint64_t>([&](int p) { return c.pos[p * c.posStride + i]; }, c.posWidth,
@@ -64,7 +63,10 @@ cudaError_t decideBits(const bits::Counts& c, int nranks, ncclSignTieRule_t tie,
                        size_t nwords, cudaStream_t stream) {
   if (nwords == 0) return cudaSuccess;
   if (nranks < 1 || tie < 0 || tie >= ncclSignNumTieRules) return cudaErrorInvalidValue;
-  return launchFor(nwords, decideKernel, stream, c, nranks, tie, out, so, nwords);
+  // The result's plane count is the launch's, not each thread's, to decide.
+  const bool two =
+      bits::majorityPlanes(nranks, c.neg != nullptr ? ncclSignZeroAbstain : ncclSignZeroPositive, tie) == 2;
+  return launchFor(nwords, decideKernel, stream, c, nranks, tie, two, out, so, nwords);
 }
 
 cudaError_t unpack(const uint64_t* planes, int nplanes, size_t stride, size_t count, ncclDataType_t dt, void* dst,

@@ -37,7 +37,7 @@ SIGNLION_KERNEL packFieldsKernel(const typename E::Raw* __restrict__ src, size_t
       const bool valid = e < count;
       const uint32_t raw = valid ? (uint32_t)src[e] : 0u;
       const bool pos = E::positive(raw), neg = E::negative(raw);
-      const uint32_t b0 = warpBallot(zero == ncclSignZeroPositive ? valid && !neg : pos);
+      const uint32_t b0 = warpBallot(firstVotePlane(zero, pos, neg, valid) != 0);
       const uint32_t b1 = twoPlanes ? warpBallot(neg) : 0u;
       if ((unsigned)r == mine.first()) lo0 = b0, lo1 = b1;
       if ((unsigned)r == mine.last()) hi0 = b0, hi1 = b1;
@@ -54,7 +54,7 @@ SIGNLION_KERNEL fieldsToPlanesKernel(const uint64_t* __restrict__ words, int fie
                                      uint32_t* __restrict__ planes, int width, size_t stride, size_t nhw) {
   const unsigned lane = laneId();
   const unsigned per = (unsigned)(64 / fieldBits);
-  const uint64_t mask = fieldBits >= 64 ? ~0ull : (1ull << fieldBits) - 1;
+  const uint64_t mask = bits::lowBits((unsigned)fieldBits);
   const size_t start = globalWarp(), step = warpCount();
   FieldCursor cursor(first + start * 32, step * 32, per);
   for (size_t hw = start; hw < nhw; hw += step, cursor.advance()) {

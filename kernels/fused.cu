@@ -113,7 +113,7 @@ cudaError_t addDecideUnpack(const bits::Counts& acc, const bits::Counts& in, int
   a.sumMask = sumWidth >= 32 ? ~0u : (1u << sumWidth) - 1;
   a.nranks = nranks;
   a.tie = tie;
-  a.twoPlanes = twoResultPlanes(ternary, nranks, tie);
+  a.twoPlanes = bits::majorityPlanes(nranks, zero, tie) == 2;
   a.planesOut = reinterpret_cast<uint32_t*>(planesOut);
   a.so = 2 * so;
   a.nhw = 2 * bits::numWords(count);

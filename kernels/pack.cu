@@ -65,7 +65,7 @@ SIGNLION_KERNEL packKernel(const char* __restrict__ src, size_t count, size_t ti
       if (g + u >= nhw) break;  // warp-uniform
       const bool valid = (g + u) * 32 + lane < count;
       const bool pos = E::positive(raw[u]), neg = E::negative(raw[u]);
-      const uint32_t p0 = warpBallot(kRule == ncclSignZeroPositive ? valid && !neg : pos);
+      const uint32_t p0 = warpBallot(firstVotePlane(kRule, pos, neg, valid) != 0);
       if (lane == 0) out[g + u] = p0;
       if (kTwoPlanes) {
         const uint32_t p1 = warpBallot(neg);

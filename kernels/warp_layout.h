@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "bits/bitslice.h"
+#include "bits/element_codes.h"
 
 namespace signlion {
 namespace kernels {
@@ -32,7 +33,7 @@ struct LaneSlice {
 // does not cross). off + n must not exceed 64.
 SIGNLION_HD uint64_t bitRange(uint32_t lo, uint32_t hi, unsigned off, unsigned n) {
   uint64_t x = (((uint64_t)hi << 32) | lo) >> off;
-  return n >= 64 ? x : x & ((1ull << n) - 1);
+  return x & bits::lowBits(n);
 }
 
 // Counts of V consecutive elements from `width` bit-sliced planes: bits(q)

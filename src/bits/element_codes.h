@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "common/hd.h"
 #include "nccl_sign.h"
 
 namespace signlion {
@@ -22,7 +23,7 @@ constexpr uint16_t kBf16One = 0x3f80u, kBf16MinusOne = 0xbf80u;
 constexpr uint8_t kI8One = 0x01u, kI8MinusOne = 0xffu;
 
 // Mask of the first n bits of a word (n in 0..64).
-constexpr uint64_t lowBits(unsigned n) { return n >= 64 ? ~0ull : ((1ull << n) - 1); }
+SIGNLION_HD constexpr uint64_t lowBits(unsigned n) { return n >= 64 ? ~0ull : ((1ull << n) - 1); }
 
 }  // namespace bits
 }  // namespace signlion

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <numeric>
 
+#include "bits/element_codes.h"
+
 namespace signlion {
 namespace bits {
 
@@ -75,7 +77,7 @@ void packFields(const Kernels& k, const void* src, ncclDataType_t dt, size_t cou
 void fieldsToPlanes(const uint64_t* words, int fieldBits, size_t first, size_t n, uint64_t* planes, int width,
                     size_t planeStride) {
   const size_t per = (size_t)(64 / fieldBits);
-  const uint64_t mask = fieldBits >= 64 ? ~0ull : ((1ull << fieldBits) - 1);
+  const uint64_t mask = lowBits((unsigned)fieldBits);
   const size_t nblocks = numWords(n);
   for (int p = 0; p < width; p++) memset(planes + (size_t)p * planeStride, 0, nblocks * 8);
   if (haveBmi2()) return fieldsToPlanesBmi2(words, fieldBits, first, n, planes, width, planeStride);
