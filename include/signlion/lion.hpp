@@ -120,14 +120,17 @@ class DistributedLion {
   }
 #endif
 
-  // Learning-rate schedules: takes effect at the next step.
+  // Learning-rate schedules: takes effect at the next step. A rejected value
+  // throws and changes nothing (options() stays what the optimizer uses).
   void setLr(float lr) {
-    options_.lr = lr;
-    applyHyperparameters();
+    LionOptions o = options_;
+    o.lr = lr;
+    applyHyperparameters(o);
   }
   void setWeightDecay(float weightDecay) {
-    options_.weightDecay = weightDecay;
-    applyHyperparameters();
+    LionOptions o = options_;
+    o.weightDecay = weightDecay;
+    applyHyperparameters(o);
   }
   const LionOptions& options() const { return options_; }
 
@@ -153,10 +156,10 @@ class DistributedLion {
 
  private:
   DistributedLion(ncclSignLion_t handle, const LionOptions& options) : lion_(handle), options_(options) {}
-  void applyHyperparameters() {
-    check(ncclSignLionSetHyperparameters(lion_, options_.lr, options_.betas.first, options_.betas.second,
-                                         options_.weightDecay),
+  void applyHyperparameters(const LionOptions& o) {
+    check(ncclSignLionSetHyperparameters(lion_, o.lr, o.betas.first, o.betas.second, o.weightDecay),
           "ncclSignLionSetHyperparameters");
+    options_ = o;  // only once the library took them
   }
   std::pair<uint64_t, uint64_t> counts() const {
     uint64_t a = 0, s = 0;

@@ -63,6 +63,13 @@ TEST(LionCpp, WrapperStepsSavesAndLoads) {
   EXPECT_THROW(DistributedLion(count, ncclFloat32, bad, nullptr), Error);
   DistributedLion wrongShape(count + 1, ncclBfloat16, o, nullptr);
   EXPECT_THROW(wrongShape.loadState(saved), Error);
+  // A rejected hyperparameter changes nothing: options() still holds what the
+  // optimizer uses, and the next valid change goes through.
+  EXPECT_THROW(a.setLr(-1.0f), Error);
+  EXPECT_EQ(a.options().lr, 0.01f);
+  a.setWeightDecay(0.02f);
+  EXPECT_EQ(a.options().lr, 0.01f);
+  EXPECT_EQ(a.options().weightDecay, 0.02f);
 }
 
 #ifdef SIGNLION_LION_ON_NCCL
