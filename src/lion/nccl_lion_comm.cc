@@ -57,15 +57,30 @@ NcclCommunicator::~NcclCommunicator() {
   if (copies_ != nullptr) (void)cudaStreamDestroy(copies_);
 }
 
+// A step reuses the momentum, vote and scratch buffers of the step before it,
+// which may have run on another stream: it starts after that step's end
+// event, so steps are ordered whatever streams the caller uses, and every
+// wait on stepped_ (state copies, destruction) covers all of them. Under
+// graph capture neither the wait nor the record is made (an event recorded
+// in a capture cannot be waited on outside it); the capture's own stream
+// order applies, as in CommContext::beginCall.
 ncclResult_t NcclCommunicator::beginStep(void* stream) {
   stream_ = static_cast<cudaStream_t>(stream);
   CUDACHECK(cudaGetDevice(&callerDevice_));
   if (callerDevice_ != device_) CUDACHECK(cudaSetDevice(device_));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing(stream_, &status);
+  capturing_ = err == cudaSuccess && status == cudaStreamCaptureStatusActive;
+  if (err == cudaSuccess && !capturing_) err = cudaStreamWaitEvent(stream_, stepped_, 0);
+  if (err != cudaSuccess) {
+    if (callerDevice_ != device_) (void)cudaSetDevice(callerDevice_);  // endStep will not run
+    CUDACHECK(err);
+  }
   return ncclSuccess;
 }
 
 ncclResult_t NcclCommunicator::endStep() {
-  const cudaError_t recorded = cudaEventRecord(stepped_, stream_);
+  const cudaError_t recorded = capturing_ ? cudaSuccess : cudaEventRecord(stepped_, stream_);
   if (callerDevice_ != device_) CUDACHECK(cudaSetDevice(callerDevice_));
   CUDACHECK(recorded);
   return ncclSuccess;
@@ -73,7 +88,13 @@ ncclResult_t NcclCommunicator::endStep() {
 
 ncclResult_t NcclCommunicator::checkBuffer(const void* p, const char* caller, const char* name) const {
   cudaPointerAttributes a;
-  CUDACHECK(cudaPointerGetAttributes(&a, p));
+  cudaError_t err = cudaPointerGetAttributes(&a, p);
+  if (err == cudaErrorInvalidValue) {  // some drivers say so of plain host memory: refuse it as such below
+    (void)cudaGetLastError();
+    a.type = cudaMemoryTypeUnregistered;
+  } else {
+    CUDACHECK(err);
+  }
   ARGCHECK(a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged, caller, name,
            "%p is %s memory; this optimizer works on device buffers", p, memoryTypeName(a.type));
   ARGCHECK(a.type == cudaMemoryTypeManaged || a.device == device_, caller, name,

@@ -66,6 +66,7 @@ class NcclCommunicator final : public Communicator {
   decltype(&::ncclAllReduce) allReduce_ = nullptr;  // the process's NCCL
   int nranks_ = 1, rank_ = 0, device_ = -1;
   int callerDevice_ = -1;           // restored by endStep
+  bool capturing_ = false;          // this step's stream is being captured into a graph
   cudaStream_t stream_ = nullptr;   // the step's (the caller's)
   cudaStream_t copies_ = nullptr;   // ours: state to and from the host
   cudaEvent_t stepped_ = nullptr;   // recorded on stream_ at the end of every step
