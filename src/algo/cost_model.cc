@@ -48,8 +48,7 @@ ncclResult_t CostModel::setMeasured(double alphaUs, double betaBytesPerUs) {
 }
 
 double CostModel::predict(const Schedule& s) const {
-  const bool oneCollective = params_.collectiveStepUs >= 0 &&
-                             (s.algo == ncclSignAlgoAllGather || s.algo == ncclSignAlgoFieldSum);
+  const bool oneCollective = params_.collectiveStepUs >= 0 && runsAsOneCollective(s.algo);
   const double stepUs = oneCollective ? params_.collectiveStepUs : params_.alphaUs;
   double us = 0, receivedBits = 0;
   bool any = false;

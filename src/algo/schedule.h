@@ -63,6 +63,21 @@ struct Range {
 };
 inline bool operator==(const Range& a, const Range& b) { return a.begin == b.begin && a.end == b.end; }
 
+// Blocks per chunk when an executor cuts a transfer of `planes` planes into
+// chunks of at most chunkBytes: as many as fit, at least one. Sender and
+// receiver cut with the same rule, so their chunks match.
+inline int64_t chunkBlocks(int planes, int64_t chunkBytes) {
+  const int64_t perBlock = 8 * static_cast<int64_t>(planes > 1 ? planes : 1);
+  return chunkBytes / perBlock > 1 ? chunkBytes / perBlock : 1;
+}
+
+// Algorithms whose exchange is one collective on an NCCL communicator
+// (ncclAllGather, ncclAllReduce) rather than one grouped step per schedule
+// step: the NCCL executor runs them so and the cost model prices them so.
+inline bool runsAsOneCollective(ncclSignAlgo_t algo) {
+  return algo == ncclSignAlgoAllGather || algo == ncclSignAlgoFieldSum;
+}
+
 // Shard i of `count` units split into `parts` contiguous, balanced shards
 // (the first count%parts shards are one unit longer). Empty when count < parts.
 Range shardRange(int64_t count, int parts, int i);

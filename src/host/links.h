@@ -27,7 +27,6 @@ class Links {
   void close(const Net& net);
 
   const Link& peer(int rank) const { return links_[rank]; }
-  bool has(int rank) const { return rank >= 0 && rank < (int)links_.size() && links_[rank].sendComm != nullptr; }
   const std::vector<int>& peers() const { return peers_; }
 
  private:

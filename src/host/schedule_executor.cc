@@ -58,14 +58,17 @@ ncclResult_t ScheduleExecutor::runLocal(const algo::Local& l) {
         return ncclSuccess;
       }
       // Field-sum: the counts in the fields (however wide) become bit-sliced
-      // planes of the width that holds N, then decide as a counter.
+      // planes of the width that holds N, then decide as a counter. An
+      // average's result planes are those counts: they go straight there.
       const int w = bits::widthFor((uint64_t)s_->nranks);
+      const bool average = s_->spec.op == ncclSignAverage;
+      uint64_t* planes = average ? result_ : fieldPlanes_;
       size_t first = (size_t)b * bits::kBlockElems;
       size_t n = first < count_ ? std::min(count_ - first, (size_t)len * bits::kBlockElems) : 0;
       for (int c = 0; c < s_->counters; c++)
         bits::fieldsToPlanes(fields_ + (int64_t)c * s_->fieldWords, s_->fieldBits, first, n,
-                             fieldPlanes_ + (int64_t)c * w * nb + b, w, (size_t)nb);
-      decide(fieldPlanes_, (int64_t)w * nb, w, b, len);
+                             planes + (int64_t)c * w * nb + b, w, (size_t)nb);
+      if (!average) decide(fieldPlanes_, (int64_t)w * nb, w, b, len);
       return ncclSuccess;
     }
   }
@@ -131,7 +134,11 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const void* send, vo
   }
   int64_t counterWords = s.counterBytes() / 8, resultWords = s.resultBytes() / 8, votesWords = s.votesBytes() / 8;
   int64_t fieldsWords = s.fieldsBytes() / 8;
-  int64_t fieldPlaneWords = fieldsWords ? (int64_t)s.counters * bits::widthFor((uint64_t)s.nranks) * nb : 0;
+  // Field-sum majority decides from bit-sliced planes of the counts; an
+  // average writes them into the result planes directly.
+  int64_t fieldPlaneWords = fieldsWords && s.spec.op == ncclSignMajority
+                                ? (int64_t)s.counters * bits::widthFor((uint64_t)s.nranks) * nb
+                                : 0;
   NCCLCHECK(arena_.reserve(
       (size_t)(counterWords + resultWords + votesWords + fieldsWords + fieldPlaneWords + stageWords) * 8, net_,
       links_));
@@ -151,7 +158,7 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const void* send, vo
     uint64_t* stage = stage_;
     for (const algo::Send& x : st.sends) {
       void* comm = links_.peer(x.peer).sendComm;
-      int64_t step = std::max<int64_t>(1, chunkBytes / (8 * x.planes));
+      int64_t step = algo::chunkBlocks(x.planes, chunkBytes);
       for (int64_t b = x.range.begin; b < x.range.end; b += step) {
         int64_t len = std::min(step, x.range.end - b);
         uint64_t* data = plane(x.buf, x.slot, 0, x.width) + b;
@@ -165,7 +172,7 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const void* send, vo
     }
     for (const algo::Recv& x : st.recvs) {
       void* comm = links_.peer(x.peer).recvComm;
-      int64_t step = std::max<int64_t>(1, chunkBytes / (8 * x.planes));
+      int64_t step = algo::chunkBlocks(x.planes, chunkBytes);
       for (int64_t b = x.range.begin; b < x.range.end; b += step) {
         int64_t len = std::min(step, x.range.end - b);
         uint64_t* data;

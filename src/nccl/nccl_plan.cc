@@ -21,7 +21,7 @@ template <class Transfers>
 void appendChunks(const Transfers& transfers, int64_t chunkBytes, bool recv, std::vector<ChunkGroup>* groups) {
   for (size_t t = 0; t < transfers.size(); t++) {
     const algo::Transfer& x = transfers[t];
-    const int64_t step = chunkBlocks(x.planes, chunkBytes);
+    const int64_t step = algo::chunkBlocks(x.planes, chunkBytes);
     size_t k = 0;
     for (int64_t b = x.range.begin; b < x.range.end; b += step, k++) {
       if (groups->size() <= k) groups->resize(k + 1);
@@ -102,10 +102,6 @@ bool canFuse(const algo::Schedule& s, size_t i) {
 
 }  // namespace
 
-int64_t chunkBlocks(int planes, int64_t chunkBytes) {
-  return std::max<int64_t>(1, chunkBytes / (8 * static_cast<int64_t>(std::max(planes, 1))));
-}
-
 ncclResult_t makePlan(const algo::Schedule& s, int64_t chunkBytes, Plan* out) {
   Plan p;
   const int64_t nb = s.nblocks;
@@ -116,7 +112,7 @@ ncclResult_t makePlan(const algo::Schedule& s, int64_t chunkBytes, Plan* out) {
   }
 
   int64_t stageWords = 0;
-  if (s.algo == ncclSignAlgoAllGather || s.algo == ncclSignAlgoFieldSum) {
+  if (algo::runsAsOneCollective(s.algo)) {
     // The first step's locals pack, the last one's sum and decide; the ring
     // steps in between only move what one collective moves.
     for (size_t i = 1; i + 1 < nsteps; i++) {

@@ -5,7 +5,7 @@
 // alone (no CUDA, no NCCL), so it is unit-tested on the CPU.
 //
 // Chunks. A transfer of `planes` planes over blocks [begin, end) is cut into
-// chunks of chunkBlocks(planes, chunkBytes) blocks; sender and receiver cut
+// chunks of algo::chunkBlocks(planes, chunkBytes) blocks; sender and receiver cut
 // it the same way (same range, same planes), and every chunk travels as one
 // ncclSend/ncclRecv per plane, planes in order, so no plane is ever gathered
 // into a contiguous message: NCCL matches the point-to-point operations of
@@ -41,10 +41,6 @@ struct ScratchLayout {
   int64_t words = 0;        // the whole scratch
   int64_t bytes() const { return 8 * words; }
 };
-
-// Blocks per chunk of a transfer of `planes` planes: as many as fit in
-// chunkBytes, at least one.
-int64_t chunkBlocks(int planes, int64_t chunkBytes);
 
 // Blocks [begin, begin + len) of transfer `index` (into the step's sends, or
 // its recvs).
