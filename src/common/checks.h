@@ -61,19 +61,3 @@
     }                                                                                \
   } while (0)
 
-// CUDA checks, in nvcc's translation units and in host ones that include the
-// CUDA runtime API (cuda_runtime_api.h defines CUDART_VERSION) before this.
-#if defined(__CUDACC__) || defined(CUDART_VERSION)
-#include <cuda_runtime_api.h>
-// A CUDA runtime call. cudaGetLastError() clears the sticky error so the next
-// call is not blamed for this one.
-#define CUDACHECK(call)                                                   \
-  do {                                                                    \
-    cudaError_t err_ = (call);                                            \
-    if (err_ != cudaSuccess) {                                            \
-      (void)cudaGetLastError();                                           \
-      WARN("Cuda failure %d '%s'", (int)err_, cudaGetErrorString(err_)); \
-      return ncclUnhandledCudaError;                                      \
-    }                                                                     \
-  } while (0)
-#endif

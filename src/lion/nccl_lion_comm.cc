@@ -2,7 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "common/checks.h"
+#include "common/cuda_checks.h"
 #include "kernels/lion_kernels.h"
 #include "nccl/comm_context.h"
 #include "nccl/nccl_symbols.h"

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "common/checks.h"
+#include "common/cuda_checks.h"
 #include "nccl/nccl_params.h"
 
 namespace signlion {

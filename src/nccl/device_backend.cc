@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "common/checks.h"
+#include "common/cuda_checks.h"
 #include "kernels/sign_kernels.h"
 
 namespace signlion {

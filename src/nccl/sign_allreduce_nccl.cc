@@ -13,7 +13,7 @@
 
 #include "algo/schedule.h"
 #include "bits/bits.h"
-#include "common/checks.h"
+#include "common/cuda_checks.h"
 #include "common/config.h"
 #include "nccl/comm_context.h"
 #include "nccl/device_backend.h"
