@@ -160,10 +160,6 @@ def get_unique_id():
     return ctypes.string_at(ctypes.addressof(uid), UNIQUE_ID_BYTES)  # .internal would stop at a NUL
 
 
-def _version_code():
-    return version()
-
-
 class Comm:
     """A host communicator (ncclSignComm_t) over CPU buffers."""
 
@@ -216,7 +212,7 @@ def _config(zero_rule="positive", tie_rule="zero", algorithm=0, timeout_ms=0):
         raise ValueError("zero_rule must be one of %s, not %r" % (sorted(ZERO_RULES), zero_rule))
     if tie_rule not in TIE_RULES:
         raise ValueError("tie_rule must be one of %s, not %r" % (sorted(TIE_RULES), tie_rule))
-    return Config(ctypes.sizeof(Config), _CONFIG_MAGIC, _version_code(), algorithm, ZERO_RULES[zero_rule],
+    return Config(ctypes.sizeof(Config), _CONFIG_MAGIC, version(), algorithm, ZERO_RULES[zero_rule],
                   TIE_RULES[tie_rule], timeout_ms, None)
 
 
@@ -245,7 +241,7 @@ class Lion:
                  nccl_comm=None):
         if aggregation not in AGGREGATIONS:
             raise ValueError("aggregation must be one of %s, not %r" % (sorted(AGGREGATIONS), aggregation))
-        cfg = LionConfig(ctypes.sizeof(LionConfig), _LION_CONFIG_MAGIC, _version_code(), lr, betas[0], betas[1],
+        cfg = LionConfig(ctypes.sizeof(LionConfig), _LION_CONFIG_MAGIC, version(), lr, betas[0], betas[1],
                          weight_decay, AGGREGATIONS[aggregation], int(master_weights), int(momentum_average_every),
                          int(skip_nonfinite))
         self.handle = ctypes.c_void_p()
