@@ -201,6 +201,12 @@ bool commBytes(void* comm, uint64_t* sent, uint64_t* received) {
   return ok;
 }
 
+bool commSharesControl(void* comm) {
+  const CommHeader* h = static_cast<const CommHeader*>(comm);
+  return h != nullptr && h->magic == kCommMagic && (h->kind == kCommSend || h->kind == kCommRecv) &&
+         h->ctrlShared.load(std::memory_order_relaxed) != 0;
+}
+
 void commWait(void* comm, int timeoutMs) { socketCommWait(comm, timeoutMs); }
 
 }  // namespace net

@@ -32,6 +32,12 @@ const ncclNet_v11_t* socketNetV11();
 // a send or recv comm of ours; false (and zeros) for anything else.
 bool commBytes(void* comm, uint64_t* sent, uint64_t* received);
 
+// True once a send or recv comm's control connection also carries the
+// opposite direction between the same two processes (socket_pairing.h): a
+// send comm has sent its offer or moved onto the shared connection, a recv
+// comm has read an offer or followed the peer's sender there.
+bool commSharesControl(void* comm);
+
 // Sleeps up to timeoutMs until a send or recv comm's control stream is ready
 // (bytes to read, room to write), so a host-side caller need not spin on test().
 void commWait(void* comm, int timeoutMs);

@@ -27,6 +27,7 @@
 #include "net_common.h"
 #include "socket/fixed_queue.h"
 #include "socket/socket_devices.h"
+#include "socket/socket_pairing.h"
 #include "socket/socket_params.h"
 #include "socket/socket_stream.h"
 
@@ -35,7 +36,7 @@ namespace net {
 namespace {
 
 constexpr uint32_t kHandleMagic = 0x534c4e48;  // "SLNH"
-constexpr uint16_t kWireVersion = 1;
+constexpr uint16_t kWireVersion = 2;  // 2: instance ids, control-socket pairing
 constexpr uint32_t kMrMagic = 0x534c4d52;      // "SLMR"
 constexpr int kPollMs = 50;                    // helper wake-up period, bounds close latency
 constexpr size_t kCallerOnlyMax = 512 * 1024;  // payloads up to this are moved by the caller (enqueueStreams)
@@ -58,6 +59,7 @@ struct ListenHandle {
   uint16_t version;
   uint16_t reserved;
   uint64_t secret;
+  uint64_t instance;  // the listener's localInstance(): who the connector reaches
   SocketAddress addr;
   // connector-private
   void* connecting;
@@ -74,16 +76,20 @@ struct Hello {
   uint32_t chunkSize;
   uint64_t secret;
   uint64_t connId;
+  uint64_t instance;  // the connector's localInstance()
 };
-static_assert(sizeof(Hello) == 32, "hello layout");
+static_assert(sizeof(Hello) == 40, "hello layout");
 
-// One per message on the control stream.
+// One per message on the control stream; also the two pairing headers
+// (socket_pairing.h), which are no message: no tag, no sequence number.
 struct MsgHeader {
   int32_t tag;
-  uint32_t flags;  // kMsgInline
-  uint64_t size;
+  uint32_t flags;  // kMsgInline, or one of kMsgPair / kMsgSwitch
+  uint64_t size;   // kMsgPair: connId of the receiver's process's send comm invited to move here
 };
 constexpr uint32_t kMsgInline = 1;
+constexpr uint32_t kMsgPair = 2;    // offer: the named send comm may move onto this connection
+constexpr uint32_t kMsgSwitch = 4;  // marker: the sender moved; read the pinned connection from here on
 
 // ---- Devices (shared by all comms, rescanned when parameters change) --------
 
@@ -183,7 +189,13 @@ struct Stream {
 
 struct Comm : CommHeader {
   bool isSend = false;
+  // The control stream's socket. Until the comm is established it is ours
+  // alone; then link.ctrl owns it (and may share it, socket_pairing.h) and
+  // ctrlFd is its descriptor, cached for the hot path.
   int ctrlFd = -1;
+  PairLink link;
+  MsgHeader pairHdr{};  // send: the pairing header being written
+  size_t pairOff = 0;   // send: bytes of pairHdr written
   // Helpers signal it when a data-stream task completes (or fails), so a
   // caller sleeping in commWait wakes for payloads that never touch ctrlFd.
   int wakeFd = -1;
@@ -474,6 +486,7 @@ void unlistPending(Comm* c) {
 
 void destroyComm(Comm* c) {
   unlistPending(c);
+  pairUnregister(&c->link);
   for (auto& h : c->helpers) {
     {
       std::lock_guard<std::mutex> lk(h->mu);
@@ -486,6 +499,13 @@ void destroyComm(Comm* c) {
   for (auto& h : c->helpers)
     if (h->thread.joinable()) h->thread.join();
   for (Stream& s : c->streams) closeFd(&s.fd);
+  if (c->link.ctrl != nullptr) {
+    // A shared socket stays open for its other owner: end only our
+    // direction, so the peer's reader sees EOF as if we had closed it.
+    if (c->isSend) shutdown(c->link.ctrl->fd, SHUT_WR);
+    c->link.ctrl.reset();
+    c->ctrlFd = -1;
+  }
   closeFd(&c->ctrlFd);
   closeFd(&c->wakeFd);
   for (MemRegion* mr : c->mrs) {
@@ -513,6 +533,16 @@ Comm* newComm(bool isSend) {
   return c;
 }
 
+// The comm is established: its control socket moves into link.ctrl and the
+// comm is registered for pairing (socket_pairing.h).
+void establishCtrl(Comm* c, uint64_t connId, uint64_t peerInstance) {
+  c->link.isSend = c->isSend;
+  c->link.connId = connId;
+  c->link.peerInstance = peerInstance;
+  c->link.ctrl = std::make_shared<CtrlSocket>(c->ctrlFd);
+  pairRegister(&c->link);
+}
+
 Comm* asComm(void* p, CommKind kind) {
   Comm* c = static_cast<Comm*>(static_cast<CommHeader*>(p));
   if (c == nullptr || c->magic != kCommMagic || c->kind != (uint32_t)kind) return nullptr;
@@ -537,10 +567,52 @@ bool ctrlStalled(Comm* c, bool waiting, bool moved) {
   return now - c->ctrlWaitSinceMs > timeoutMs();
 }
 
+// Writes the pairing header a send comm owes (socket_pairing.h), between two
+// messages. Returns true once it is out (a switch marker also moves the comm
+// onto the shared connection; its old one closes, FIN after the marker),
+// false while the socket does not take it or after an error.
+bool progressPairHeader(Comm* c, bool* moved) {
+  if (c->pairOff == 0) {
+    uint32_t due = c->link.due.load(std::memory_order_acquire);
+    c->pairHdr = (due & kPairSwitchDue) ? MsgHeader{0, kMsgSwitch, 0} : MsgHeader{0, kMsgPair, pairOffer(&c->link)};
+  }
+  while (c->pairOff < sizeof(MsgHeader)) {
+    ssize_t n = send(c->ctrlFd, (char*)&c->pairHdr + c->pairOff, sizeof(MsgHeader) - c->pairOff,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    if (n < 0) {
+      setSysError(c, errno, "send on control stream");
+      return false;
+    }
+    *moved = true;
+    c->bytesSent.fetch_add((uint64_t)n, std::memory_order_relaxed);
+    c->pairOff += (size_t)n;
+  }
+  c->pairOff = 0;
+  if (c->pairHdr.flags & kMsgSwitch) {
+    CtrlRef to = pairTakeAdopted(&c->link);
+    if (to == nullptr) {  // cannot happen: the switch is due only with a socket to move to
+      setError(c, ncclInternalError, "switch marker sent without a connection to move to");
+      return false;
+    }
+    c->link.ctrl = std::move(to);
+    c->ctrlFd = c->link.ctrl->fd;
+    c->link.due.fetch_and(~(uint32_t)kPairSwitchDue, std::memory_order_acq_rel);
+  } else {
+    c->link.due.fetch_and(~(uint32_t)kPairOfferDue, std::memory_order_acq_rel);
+  }
+  c->ctrlShared.store(1, std::memory_order_relaxed);
+  return true;
+}
+
 // Writes queued headers (and inline payloads) in order, as far as the socket takes them.
 void progressSendCtrl(Comm* c) {
   bool moved = false;
-  while (!c->ctrlQueue.empty() && c->error.load(std::memory_order_relaxed) == ncclSuccess) {
+  // One relaxed load per call; a pairing header waits for a message boundary.
+  bool pairBlocked = c->link.due.load(std::memory_order_relaxed) != 0 && c->ctrlOff == 0 &&
+                     c->error.load(std::memory_order_relaxed) == ncclSuccess && !progressPairHeader(c, &moved);
+  while (!pairBlocked && !c->ctrlQueue.empty() && c->error.load(std::memory_order_relaxed) == ncclSuccess) {
     Request* r = c->ctrlQueue.front();
     MsgHeader hdr{r->sub[0].tag, 0, r->sub[0].posted};
     bool inl = r->sub[0].posted <= c->inlineMax;
@@ -573,7 +645,7 @@ void progressSendCtrl(Comm* c) {
       c->ctrlQueue.pop_front();
     }
   }
-  if (ctrlStalled(c, !c->ctrlQueue.empty(), moved))
+  if (ctrlStalled(c, !c->ctrlQueue.empty() || c->pairOff > 0, moved))
     setError(c, ncclRemoteError, "control stream blocked longer than SIGNLION_SOCKET_TIMEOUT");
 }
 
@@ -644,6 +716,32 @@ bool matchHeader(Comm* c, const MsgHeader& hdr) {
   return true;
 }
 
+// A pairing header read on the control stream (socket_pairing.h). Returns
+// false after recording a protocol error.
+bool handlePairHeader(Comm* c, const MsgHeader& hdr) {
+  if (hdr.flags & kMsgPair) {
+    if (pairAcceptOffer(&c->link, hdr.size)) c->ctrlShared.store(1, std::memory_order_relaxed);
+    return true;
+  }
+  // The marker: the peer's sender moved onto the connection we were pinned
+  // to. Nothing may follow it here.
+  if (c->stageTail != c->stageHead) {
+    setError(c, ncclRemoteError, "protocol error: bytes after the switch marker");
+    return false;
+  }
+  CtrlRef to = pairTakeAdopted(&c->link);
+  if (to == nullptr) {
+    setError(c, ncclRemoteError, "protocol error: switch marker without a pairing");
+    return false;
+  }
+  c->link.ctrl = std::move(to);
+  c->ctrlFd = c->link.ctrl->fd;
+  c->stageHead = c->stageTail = 0;
+  c->ackModeMs = -1;
+  c->ctrlShared.store(1, std::memory_order_relaxed);
+  return true;
+}
+
 // Parses headers and inline payloads from the staging buffer, refilling it
 // with one recv() whenever it runs short: a small message whose header and
 // payload came together costs one system call. irecv passes readSocket=false:
@@ -676,9 +774,14 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
         continue;
       }
     } else if (avail >= sizeof(MsgHeader)) {
-      if (c->matchQueue.empty()) break;  // the message waits in staging for its receive
       MsgHeader hdr;
       memcpy(&hdr, head, sizeof(hdr));
+      if (hdr.flags & (kMsgPair | kMsgSwitch)) {
+        c->stageHead += sizeof(hdr);
+        if (!handlePairHeader(c, hdr)) return;
+        continue;
+      }
+      if (c->matchQueue.empty()) break;  // the message waits in staging for its receive
       c->stageHead += sizeof(hdr);
       if (!matchHeader(c, hdr)) return;
       continue;
@@ -784,6 +887,7 @@ ncclResult_t socketListen(int dev, void* handle, void** listenComm) {
   h.magic = kHandleMagic;
   h.version = kWireVersion;
   h.secret = l->secret;
+  h.instance = localInstance();
   h.addr = l->addr;
   h.connecting = nullptr;
   memset(handle, 0, 128);
@@ -834,7 +938,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
     for (int i = 0; i < nfd; i++) {
       Hello& he = cs->hello[i];
       he = Hello{kHandleMagic, kWireVersion, (uint8_t)(i == 0 ? 0 : 1), (uint8_t)(i == 0 ? 0 : i - 1),
-                 (uint32_t)c->nsocks, (uint32_t)c->chunkSize, h->secret, connId};
+                 (uint32_t)c->nsocks, (uint32_t)c->chunkSize, h->secret, connId, localInstance()};
       int* fd = i == 0 ? &c->ctrlFd : &c->streams[i - 1].fd;
       if (!startConnect(cs->to, trafficClass, fd)) {
         WARN("NET/signlion: connect to %s failed: %s", addressString(cs->to).c_str(), strerror(errno));
@@ -899,6 +1003,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
     return ncclSuccess;  // call again
   }
   setConnecting(nullptr);
+  uint64_t connId = cs->hello[0].connId;
   c->connecting.reset();
   unlistPending(c);
   ncclResult_t res = startHelpers(c, (int)signlionParamNthreads());
@@ -906,6 +1011,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
     destroyComm(c);
     return res;
   }
+  establishCtrl(c, connId, h->instance);
   INFO(kSubsysNet, "NET/signlion: connected to %s, %d streams, chunk %zu", addressString(h->addr).c_str(), c->nsocks,
        c->chunkSize);
   *sendComm = static_cast<CommHeader*>(c);
@@ -1041,12 +1147,15 @@ ncclResult_t socketAccept(void* listenComm, void** recvComm) {
     c->chunkSize = g.ctrl.chunkSize;
     c->ctrlFd = g.ctrlFd;
     for (int s = 0; s < c->nsocks; s++) c->streams.emplace_back().fd = g.dataFds[s];
+    uint64_t connId = g.connId;
+    uint64_t peerInstance = g.ctrl.instance;
     l->groups.erase(l->groups.begin() + i);
     ncclResult_t res = startHelpers(c, (int)signlionParamNthreads());
     if (res != ncclSuccess) {
       destroyComm(c);
       return res;
     }
+    establishCtrl(c, connId, peerInstance);
     INFO(kSubsysNet, "NET/signlion: accepted connection, %d streams, chunk %zu", c->nsocks, c->chunkSize);
     *recvComm = static_cast<CommHeader*>(c);
     return ncclSuccess;

@@ -10,7 +10,9 @@
 // sendmsg and one recv into the receiver's staging buffer) and as much of the
 // data streams as their sockets take at once (never waiting for a helper);
 // the comm's helper threads move the rest, so a message that fits in the
-// socket buffers completes without a thread hand-off.
+// socket buffers completes without a thread hand-off. Once a process pair
+// has a send and a recv comm each way, one of them moves its control stream
+// onto the other's connection, so replies carry ACKs (socket_pairing.h).
 #pragma once
 
 #include <atomic>
@@ -38,6 +40,10 @@ struct CommHeader {
   uint32_t kind;
   std::atomic<uint64_t> bytesSent{0};
   std::atomic<uint64_t> bytesRecv{0};
+  // The control connection carries both directions between the two ranks
+  // (socket_pairing.h): set once this comm has sent or read the offer, or
+  // moved onto the shared connection.
+  std::atomic<uint32_t> ctrlShared{0};
 };
 constexpr uint32_t kCommMagic = 0x534c4e43;  // "SLNC"
 enum CommKind : uint32_t { kCommListen = 1, kCommSend = 2, kCommRecv = 3 };

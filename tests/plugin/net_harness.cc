@@ -354,6 +354,12 @@ int runPeer(const PeerOptions& opt) {
       return fail(opt, "size " + std::to_string(size) + ": byte " + std::to_string(bad) + " differs");
   }
 
+  // Two rounds each way are enough for the two processes to share one
+  // control connection (socket_pairing.h): one side offers ahead of its first
+  // message, the other moves before its second.
+  if (opt.sizes.size() >= 2 && (!signlion::net::commSharesControl(scomm) || !signlion::net::commSharesControl(rcomm)))
+    return fail(opt, "the send and recv comm do not share one control connection after two round trips");
+
   // Burst: the maximum outstanding requests each way, posted before any test.
   const int kBurst = NCCL_NET_MAX_REQUESTS;
   const size_t kMsg = 1000 + 61 * 1024;  // not a multiple of the chunk; spans streams

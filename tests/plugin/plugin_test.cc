@@ -588,6 +588,151 @@ TEST_P(PluginV11, ManyMediumMessagesInFlightBothWaysBitExact) {
   }
 }
 
+// ---- Control-connection pairing (socket_pairing.h) -------------------------
+//
+// Two connections between the same two "ranks" (here both in this process)
+// share one control connection after a round trip: one sender offers, the
+// other moves. Which comm plays which role depends on registration order, so
+// every test below holds whichever way round it went.
+
+namespace {
+
+// Tests every request until all are done; sizes[i] gets request i's size.
+// Returns "" or what went wrong.
+std::string driveAll(NetDriver& net, std::vector<void*> reqs, std::vector<int>* sizes) {
+  sizes->assign(reqs.size(), -1);
+  size_t left = reqs.size();
+  int64_t start = nowMs();
+  while (left > 0) {
+    if (nowMs() - start > kLoopLimitMs) return "timed out with " + std::to_string(left) + " requests left";
+    for (size_t i = 0; i < reqs.size(); i++) {
+      if (reqs[i] == nullptr) continue;
+      int done = 0;
+      if (net.test(reqs[i], &done, &(*sizes)[i]) != ncclSuccess) return "test failed on request " + std::to_string(i);
+      if (done) reqs[i] = nullptr, left--;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_P(PluginV11, PairedControlConnectionKeepsOrderAcrossTheSwitch) {
+  void *s1, *r1, *s2, *r2;
+  pair(&s1, &r1);
+  pair(&s2, &r2);
+  // Inline, empty, multi-chunk and helper-sized messages. Both senders post
+  // a first half before anything is read (the offer rides ahead of the
+  // offering sender's first message); the moving sender then posts its
+  // second half, which goes out after its switch marker on the shared
+  // connection, while its first half is still unread on the old one.
+  const std::vector<size_t> sizes = {0, 8, 5000, 65536, 70000, size_t(3) << 20, 8, size_t(1) << 20, 100, 0};
+  const size_t n = sizes.size(), half = n / 2;
+  void* sends[2] = {s1, s2};
+  void* recvs[2] = {r1, r2};
+  std::vector<char> src[2][10], dst[2][10];
+  for (int d = 0; d < 2; d++)
+    for (size_t i = 0; i < n; i++) {
+      src[d][i].resize(std::max<size_t>(sizes[i], 1));
+      dst[d][i].assign(sizes[i] + 64, 0x5a);
+      fillPattern(src[d][i].data(), sizes[i], 4000 + 100 * d + i);
+    }
+  for (size_t begin : {size_t(0), half}) {
+    std::vector<void*> reqs;
+    for (int d = 0; d < 2; d++)
+      for (size_t i = begin; i < begin + half; i++) {
+        void* req = nullptr;
+        ASSERT_EQ(net_.isend(sends[d], src[d][i].data(), sizes[i], (int)i, nullptr, &req), ncclSuccess);
+        ASSERT_NE(req, nullptr);
+        reqs.push_back(req);
+      }
+    for (int d = 0; d < 2; d++)
+      for (size_t i = begin; i < begin + half; i++) {
+        void* data = dst[d][i].data();
+        size_t cap = dst[d][i].size();
+        int tag = (int)i;
+        void* req = nullptr;
+        ASSERT_EQ(net_.irecv(recvs[d], 1, &data, &cap, &tag, nullptr, &req), ncclSuccess);
+        ASSERT_NE(req, nullptr);
+        reqs.push_back(req);
+      }
+    std::vector<int> got;
+    std::string err = driveAll(net_, reqs, &got);
+    ASSERT_EQ(err, "");
+    for (int d = 0; d < 2; d++)
+      for (size_t i = begin; i < begin + half; i++) {
+        size_t k = (size_t)d * half + (i - begin);
+        EXPECT_EQ(got[k], (int)sizes[i]) << "send " << d << " message " << i;
+        EXPECT_EQ(got[2 * half + k], (int)sizes[i]) << "recv " << d << " message " << i;
+        EXPECT_EQ(checkPattern(dst[d][i].data(), sizes[i], 4000 + 100 * d + i), SIZE_MAX)
+            << "direction " << d << " message " << i;
+      }
+  }
+  // The switch is complete on both sides: all four comms use the one connection.
+  for (void* c : {s1, r1, s2, r2}) EXPECT_TRUE(signlion::net::commSharesControl(c));
+  std::string err;
+  for (size_t size : {size_t(8), size_t(64), size_t(100000)}) {
+    EXPECT_TRUE(transfer(net_, s1, r1, size, size, 1, &err)) << err;
+    EXPECT_TRUE(transfer(net_, s2, r2, size, size, 2, &err)) << err;
+  }
+  net_.closeSend(s1);
+  net_.closeRecv(r1);
+  net_.closeSend(s2);
+  net_.closeRecv(r2);
+}
+
+// Closing a send comm on a shared connection ends its direction only: the
+// receiver it fed gets an error (the peer closed), the other direction keeps
+// working on the same socket.
+TEST_P(PluginV11, ClosingOneSenderOfASharedConnectionEndsOnlyItsDirection) {
+  for (int which = 0; which < 2; which++) {
+    SCOPED_TRACE(which);
+    void *s1, *r1, *s2, *r2;
+    pair(&s1, &r1);
+    pair(&s2, &r2);
+    std::string err;
+    for (int round = 0; round < 2; round++) {
+      ASSERT_TRUE(transfer(net_, s1, r1, 8, 8, 1, &err)) << err;
+      ASSERT_TRUE(transfer(net_, s2, r2, 8, 8, 2, &err)) << err;
+    }
+    for (void* c : {s1, r1, s2, r2}) ASSERT_TRUE(signlion::net::commSharesControl(c));
+    void* gone = which == 0 ? s1 : s2;
+    void* orphan = which == 0 ? r1 : r2;
+    void* liveS = which == 0 ? s2 : s1;
+    void* liveR = which == 0 ? r2 : r1;
+    ASSERT_EQ(net_.closeSend(gone), ncclSuccess);
+    std::vector<char> buf(64);
+    void* data = buf.data();
+    size_t cap = buf.size();
+    int tag = 3;
+    void* req = nullptr;
+    ASSERT_EQ(net_.irecv(orphan, 1, &data, &cap, &tag, nullptr, &req), ncclSuccess);
+    ASSERT_NE(req, nullptr);
+    EXPECT_EQ(waitReq(req, nullptr, 10000), ncclRemoteError);
+    for (size_t size : {size_t(8), size_t(70000), size_t(3) << 20})
+      EXPECT_TRUE(transfer(net_, liveS, liveR, size, size, 4, &err)) << err;
+    net_.closeRecv(orphan);
+    net_.closeSend(liveS);
+    net_.closeRecv(liveR);
+  }
+}
+
+// A send comm closed before its part of the pairing happened (it would have
+// offered, or moved) leaves the other direction working: an offer naming a
+// comm that is gone is dropped.
+TEST_P(PluginV11, PairingWithASenderClosedEarlyLeavesTheOtherDirectionWorking) {
+  void *s1, *r1, *s2, *r2;
+  pair(&s1, &r1);
+  pair(&s2, &r2);
+  ASSERT_EQ(net_.closeSend(s2), ncclSuccess);
+  std::string err;
+  for (size_t size : {size_t(8), size_t(5000), size_t(70000), size_t(8)})
+    EXPECT_TRUE(transfer(net_, s1, r1, size, size, 5, &err)) << err;
+  net_.closeRecv(r2);
+  net_.closeSend(s1);
+  net_.closeRecv(r1);
+}
+
 // Neither side calls test() while a message larger than the socket buffers
 // moves: the helper threads carry it, and the first test() after that finds
 // both requests done.
@@ -715,9 +860,9 @@ TEST_P(PluginV11, BadArgumentsAreRejected) {
 
 // Raw TCP client for the stranger tests.
 static int rawConnect(const void* handle) {
-  // The handle starts with magic, version, reserved, secret, then the address.
+  // The handle starts with magic, version, reserved, secret, instance, then the address.
   signlion::net::SocketAddress a;
-  memcpy(&a, static_cast<const char*>(handle) + 16, sizeof(a));
+  memcpy(&a, static_cast<const char*>(handle) + 24, sizeof(a));
   int fd = socket(a.sa.sa_family, SOCK_STREAM, 0);
   if (fd < 0) return -1;
   socklen_t len = a.sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
