@@ -28,7 +28,7 @@ const ncclNet_v10_t* socketNetV10();
 const ncclNet_v11_t* socketNetV11();
 
 // Bytes this comm has put on / taken off the wire so far (payload plus our
-// 16-byte message headers; the connection handshake is not counted). comm is
+// 16-byte message and pairing headers; the connection handshake is not counted). comm is
 // a send or recv comm of ours; false (and zeros) for anything else.
 bool commBytes(void* comm, uint64_t* sent, uint64_t* received);
 
