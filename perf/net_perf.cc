@@ -490,6 +490,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::vector<std::vector<std::vector<double>>> lat;
+  bool sharedCtrl = false;
   {
     PluginPing plugin(0);
     PlainPing plain(devs[0].addr);
@@ -498,6 +499,7 @@ int main(int argc, char** argv) {
     for (size_t t = 0; t < trips.size(); t++)
       if (!only.empty() && only != names[t]) trips[t] = nullptr;
     lat = timeTrips(sizes, iters, blocks, trips);
+    sharedCtrl = signlion::net::commSharesControl(plugin.s) && signlion::net::commSharesControl(plugin.r);
   }
   std::vector<double> bw;
   std::vector<uint64_t> wire;
@@ -518,6 +520,9 @@ int main(int argc, char** argv) {
   printf("# ping-pong latency, half round trip (us): median of %d blocks, each timing the three in turn\n", blocks);
   printf("# ratio: median of the blocks' signlion/plain-tcp (min..max over blocks); plain-tcp: one two-way\n");
   printf("# socket; tcp-2conn: two one-way sockets read with the plugin's ACK policy (diagnostic)\n");
+  if (only.empty() || only == names[0])
+    printf("# plugin control connection: %s\n", sharedCtrl ? "one, shared both ways (socket_pairing.h)"
+                                                            : "one per direction (not paired)");
   printf("# %10s %12s %12s %8s %15s %12s\n", "size(B)", "signlion", "plain-tcp", "ratio", "ratio-range", "tcp-2conn");
   for (size_t i = 0; i < sizes.size(); i++) {
     RatioStats r = blockRatios(lat[i][0], lat[i][1]);
