@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "common/checks.h"
@@ -21,6 +23,21 @@ double positiveParam(int64_t value, const char* prefix, const char* name, double
   if (value > 0) return static_cast<double>(value);
   WARN("SIGNLION_%s_%s=%lld must be positive; using the default", prefix, name, (long long)value);
   return deflt;
+}
+
+// Auto leaves out an algorithm that a setting rules out. Every message size
+// misses the schedule cache once and comes here, so the WARN is said once per
+// distinct (algorithm, N, setting value), not once per call.
+void warnLeftOut(ncclSignAlgo_t algo, int nranks, const SettingConflict& conflict) {
+  static std::mutex mu;
+  static auto* said = new std::set<std::string>;  // never destroyed: calls may run during exit
+  std::string line = std::string(conflict.name) + "=" + std::to_string(conflict.value) + ": " + conflict.why +
+                     "; auto leaves " + algoName(algo) + " out on " + std::to_string(nranks) + " ranks";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!said->insert(line).second) return;
+  }
+  WARN("%s", line.c_str());
 }
 }  // namespace
 
@@ -95,6 +112,12 @@ ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, uns
   for (int a = ncclSignAlgoAuto + 1; a < ncclSignNumAlgos; a++) {
     ncclSignAlgo_t algo = static_cast<ncclSignAlgo_t>(a);
     if (!(available & algoBit(algo))) continue;
+    const SettingConflict conflict = settingsConflict(algo, nranks);
+    if (conflict.name != nullptr) {
+      warnLeftOut(algo, nranks, conflict);
+      all += std::string(" ") + algoName(algo) + " (" + conflict.name + ")";
+      continue;
+    }
     double us;
     NCCLCHECK(model.predict(algo, nranks, count, spec, &us));
     all += std::string(" ") + algoName(algo) + " " + std::to_string(us);
@@ -103,6 +126,8 @@ ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, uns
       bestUs = us;
     }
   }
+  ARGCHECK(best != ncclSignAlgoAuto, fn, "available", "no algorithm of mask 0x%x can run with these settings:%s",
+           available, all.c_str());
   INFO(kSubsysAlgo, "nranks %d count %llu: chose %s (predicted us:%s)", nranks, (unsigned long long)count,
        algoName(best), all.c_str());
   *chosen = best;

@@ -64,11 +64,14 @@ class CostModel {
 
 // Picks the algorithm of one call. A concrete `requested` (from the config or
 // SIGNLION_ALGO, see resolveConfig) is returned as is, if `available` allows
-// it; ncclSignAlgoAuto picks the cheapest available one under `model` (ties go
-// to the lower enum value). The choice is logged at INFO (subsystem ALGO).
+// it (buildSchedule then refuses it if a setting rules it out);
+// ncclSignAlgoAuto picks the cheapest available one under `model` (ties go
+// to the lower enum value), leaving out any that a setting rules out
+// (settingsConflict) with one WARN per algorithm, N and setting value in the
+// process. The choice is logged at INFO (subsystem ALGO).
 // Errors: ncclInvalidArgument (with a WARN) for nranks < 1, an unknown
 // requested algorithm, a bad OpSpec, a forced algorithm that is not
-// available, or no available algorithm at all.
+// available, or no available algorithm (after the settings) at all.
 ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, unsigned available,
                              ncclSignAlgo_t requested, const CostModel& model, ncclSignAlgo_t* chosen);
 

@@ -6,15 +6,41 @@
 // boundary. The NCCL executor may run the whole exchange as one
 // ncclAllReduce(ncclUint64, ncclSum) over the fieldWords*counters words: the
 // steps below are that ring, for executors without one. See docs/ALGORITHMS.md.
+#include <string>
+
 #include "algo/ring.h"
+#include "common/param.h"
+
+// The field width: 0 = the narrowest that holds N (docs/PARAMETERS.md).
+SIGNLION_PARAM(FieldBits, "FIELD_BITS", 0)
 
 namespace signlion {
 namespace algo {
+
+// The count of N votes must fit in a field, or the word sum would carry into
+// the next field.
+int fieldBitsFor(int64_t setting, int nranks) {
+  if (setting == 0) return counterWidth(nranks);
+  return setting >= counterWidth(nranks) && setting <= 32 ? static_cast<int>(setting) : 0;
+}
+
 namespace detail {
+
+int fieldSumBits(int nranks, SettingConflict* conflict) {
+  const int64_t setting = signlionParamFieldBits();
+  const int bits = fieldBitsFor(setting, nranks);
+  if (bits == 0 && conflict != nullptr) {
+    conflict->name = "SIGNLION_FIELD_BITS";
+    conflict->value = setting;
+    conflict->why = std::to_string(setting) + "-bit fields cannot hold a count of " + std::to_string(nranks) +
+                    " votes (need " + std::to_string(counterWidth(nranks)) + "..32, or 0 for the narrowest)";
+  }
+  return bits;
+}
 
 void buildFieldSum(Schedule* s) {
   const int n = s->nranks, next = ringNext(*s), prev = ringPrev(*s);
-  // s->fieldBits arrives set (buildSchedule: SIGNLION_FIELD_BITS, or width(N)).
+  // s->fieldBits arrives set (buildSchedule: fieldSumBits).
   s->fieldsPerWord = 64 / s->fieldBits;
   s->fieldWords = (s->nblocks * kBlockElems + s->fieldsPerWord - 1) / s->fieldsPerWord;
   s->counterMax = n;  // the counts live in the fields; kCounter is not used

@@ -4,7 +4,6 @@
 
 #include "common/checks.h"
 #include "common/config.h"
-#include "common/param.h"
 
 namespace signlion {
 namespace algo {
@@ -74,8 +73,11 @@ ncclResult_t checkOpSpec(const OpSpec& spec, const char* caller) {
   return ncclSuccess;
 }
 
-// The field width of the field-sum algorithm: 0 = the narrowest that holds N.
-SIGNLION_PARAM(FieldBits, "FIELD_BITS", 0)
+SettingConflict settingsConflict(ncclSignAlgo_t algo, int nranks) {
+  SettingConflict conflict;
+  if (algo == ncclSignAlgoFieldSum) detail::fieldSumBits(nranks, &conflict);
+  return conflict;
+}
 
 ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nblocks, const OpSpec& spec,
                            Schedule* out) {
@@ -102,11 +104,9 @@ ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nb
     case ncclSignAlgoAllGather: detail::buildAllGather(&s); break;
     case ncclSignAlgoFieldSum: {
       // Fields as narrow as N allows, or fixed ones (Lion Cub: 4 or 8 bits).
-      int64_t bits = signlionParamFieldBits();
-      ARGCHECK(bits == 0 || (bits >= counterWidth(nranks) && bits <= 32), fn, "SIGNLION_FIELD_BITS",
-               "%lld-bit fields cannot hold a count of %d votes (need %d..32, or 0 for the narrowest)",
-               (long long)bits, nranks, counterWidth(nranks));
-      s.fieldBits = bits ? (int)bits : counterWidth(nranks);
+      SettingConflict conflict;
+      s.fieldBits = detail::fieldSumBits(nranks, &conflict);
+      ARGCHECK(s.fieldBits != 0, fn, conflict.name, "%s", conflict.why.c_str());
       detail::buildFieldSum(&s);
       break;
     }

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "bits/bits.h"
@@ -187,12 +188,31 @@ struct Schedule {
   int64_t planeOffset(Buffer buf, int slot, int plane, int payloadWidth) const;
 };
 
+// Field-sum's field width on nranks ranks when SIGNLION_FIELD_BITS is
+// `setting`: the setting, or the narrowest that holds N votes when it is 0.
+// 0 when the setting is no usable width (too narrow for N votes, or over 32).
+int fieldBitsFor(int64_t setting, int nranks);
+
+// A SIGNLION_* setting under which an algorithm's schedule cannot be built.
+struct SettingConflict {
+  const char* name = nullptr;  // the variable ("SIGNLION_FIELD_BITS"); nullptr: none
+  int64_t value = 0;           // its value
+  std::string why;             // why the algorithm cannot run with it
+};
+
+// The setting that keeps `algo` (concrete) from being built for nranks ranks
+// under the current environment, if any. Logs nothing: buildSchedule refuses
+// such an algorithm (a forced one fails), chooseAlgorithm leaves it out of
+// Auto's candidates.
+SettingConflict settingsConflict(ncclSignAlgo_t algo, int nranks);
+
 // Builds rank `rank`'s schedule of `algo` (a concrete algorithm, not Auto) for
 // a message of nblocks blocks. Every rank of the communicator must call it
 // with the same arguments but its own rank.
 // Errors: ncclInvalidArgument (with a WARN naming the argument) for nranks < 1,
-// rank outside [0, nranks), nblocks < 0, Auto or an unknown algorithm, or an
-// out-of-range op/zero rule/tie rule.
+// rank outside [0, nranks), nblocks < 0, Auto or an unknown algorithm, an
+// out-of-range op/zero rule/tie rule, or a setting that rules `algo` out
+// (settingsConflict; the WARN names the variable).
 ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nblocks, const OpSpec& spec,
                            Schedule* out);
 
@@ -207,6 +227,9 @@ void buildRing(Schedule* s);
 void buildHalvingDoubling(Schedule* s);
 void buildAllGather(Schedule* s);
 void buildFieldSum(Schedule* s);
+// SIGNLION_FIELD_BITS read once: fieldBitsFor(it, nranks); when that is 0,
+// *conflict (if not null) says why.
+int fieldSumBits(int nranks, SettingConflict* conflict);
 
 // Helpers shared by the builders (schedule.cc).
 // A message of `planes` planes per unit (width = planes, maxCount 0).

@@ -55,14 +55,13 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
 
 }  // namespace
 
-ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec& spec,
-                         const algo::Schedule** out) {
-  const algo::ScheduleCache<>::Entry* entry = nullptr;
-  NCCLCHECK(comm->schedules.get(
-      comm->nranks, comm->rank, nblocks, spec, comm->config.algorithm, algo::kAllAlgorithms, comm->costModel,
-      [](algo::ScheduleCache<>::Entry*) { return ncclSuccess; }, &entry));
-  *out = &entry->schedule;
-  return ncclSuccess;
+ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec& spec, const ScheduleEntry** out) {
+  auto finish = [](ScheduleEntry* e) {
+    e->extra = hostScratchLayout(e->schedule);
+    return ncclSuccess;
+  };
+  return comm->schedules.get(comm->nranks, comm->rank, nblocks, spec, comm->config.algorithm, algo::kAllAlgorithms,
+                             comm->costModel, finish, out);
 }
 
 void wireBytes(const ncclSignComm* comm, uint64_t* sent, uint64_t* received) {

@@ -10,6 +10,7 @@
 #include "algo/cost_model.h"
 #include "algo/schedule.h"
 #include "algo/schedule_cache.h"
+#include "algo/scratch_layout.h"
 #include "common/config.h"
 #include "host/arena.h"
 #include "host/bootstrap.h"
@@ -32,7 +33,9 @@ struct ncclSignComm {
   std::unique_ptr<signlion::host::Transfers> sumTransfers;  // the sum baseline's, reused across calls
   signlion::algo::CostModel costModel;
 
-  signlion::algo::ScheduleCache<> schedules;  // so a warm communicator builds none
+  // Each schedule with the executor's arena layout for it, so a warm
+  // communicator builds and lays out none.
+  signlion::algo::ScheduleCache<signlion::algo::ScratchLayout> schedules;
 };
 
 namespace signlion {
@@ -42,10 +45,12 @@ namespace host {
 // names `caller`.
 ncclSignComm* checkComm(ncclSignComm_t comm, const char* caller);
 
-// The schedule for one segment: the algorithm the config forces, or the cost
-// model's choice; cached by (requested algorithm, blocks, op, rules).
-ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec& spec,
-                         const algo::Schedule** out);
+using ScheduleEntry = algo::ScheduleCache<algo::ScratchLayout>::Entry;
+
+// The schedule for one segment (the algorithm the config forces, or the cost
+// model's choice) and its arena layout (hostScratchLayout); cached by
+// (requested algorithm, blocks, op, rules).
+ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec& spec, const ScheduleEntry** out);
 
 // Bytes of wire traffic of all links so far (our transport's counters, which
 // include its headers).

@@ -42,10 +42,13 @@ std::vector<int> schedulePeers(int nranks, int rank) {
     peers.insert((rank + nranks - 1) % nranks);
   }
   // Every algorithm's schedule over enough blocks that no shard is empty
-  // names every peer it ever uses; partners depend on rank only.
+  // names every peer it ever uses; partners depend on rank only. One that a
+  // setting rules out is passed over quietly: a call that forces it is where
+  // the WARN belongs (and its peers, the ring's, are in already).
   for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
                            ncclSignAlgoFieldSum}) {
     algo::Schedule s;
+    if (algo::settingsConflict(a, nranks).name != nullptr) continue;
     if (algo::buildSchedule(a, nranks, rank, 4 * (int64_t)nranks, algo::OpSpec{}, &s) != ncclSuccess) continue;
     for (const algo::Step& st : s.steps) {
       for (const algo::Send& x : st.sends) peers.insert(x.peer);

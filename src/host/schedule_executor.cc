@@ -13,12 +13,15 @@ namespace host {
 
 using algo::Buffer;
 
-uint64_t* ScheduleExecutor::plane(Buffer buf, int slot, int p, int payloadWidth) const {
-  uint64_t* base = buf == Buffer::kCounter ? counter_
-                   : buf == Buffer::kResult ? result_
-                   : buf == Buffer::kVotes  ? votes_
-                                            : fields_;
-  return base + s_->planeOffset(buf, slot, p, payloadWidth);
+algo::ScratchLayout hostScratchLayout(const algo::Schedule& s) {
+  int64_t stageWords = 0;
+  for (const algo::Step& st : s.steps) {
+    int64_t w = 0;
+    for (const algo::Send& x : st.sends) w += x.planes > 1 ? x.bytes() / 8 : 0;
+    for (const algo::Recv& x : st.recvs) w += (x.planes > 1 || x.op != algo::RecvOp::kStore) ? x.bytes() / 8 : 0;
+    stageWords = std::max(stageWords, w);
+  }
+  return algo::layoutScratch(s, stageWords, 1);
 }
 
 ncclResult_t ScheduleExecutor::runLocal(const algo::Local& l) {
@@ -114,40 +117,24 @@ void ScheduleExecutor::onRecv(size_t cookie) {
   }
 }
 
-ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const void* send, void* recv, size_t count,
-                                   ncclDataType_t dt) {
+ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchLayout& layout, const void* send,
+                                   void* recv, size_t count, ncclDataType_t dt) {
   s_ = &s;
+  layout_ = &layout;
   send_ = send;
   count_ = count;
   dt_ = dt;
   k_ = &bits::kernels();
   const int64_t nb = s.nblocks;
 
-  // Arena layout: counter | result | votes | stage (the largest step's
-  // staged sends and receives).
-  int64_t stageWords = 0;
-  for (const algo::Step& st : s.steps) {
-    int64_t w = 0;
-    for (const algo::Send& x : st.sends) w += x.planes > 1 ? x.bytes() / 8 : 0;
-    for (const algo::Recv& x : st.recvs) w += (x.planes > 1 || x.op != algo::RecvOp::kStore) ? x.bytes() / 8 : 0;
-    stageWords = std::max(stageWords, w);
-  }
-  int64_t counterWords = s.counterBytes() / 8, resultWords = s.resultBytes() / 8, votesWords = s.votesBytes() / 8;
-  int64_t fieldsWords = s.fieldsBytes() / 8;
-  // Field-sum majority decides from bit-sliced planes of the counts; an
-  // average writes them into the result planes directly.
-  int64_t fieldPlaneWords = fieldsWords && s.spec.op == ncclSignMajority
-                                ? (int64_t)s.counters * bits::widthFor((uint64_t)s.nranks) * nb
-                                : 0;
-  NCCLCHECK(arena_.reserve(
-      (size_t)(counterWords + resultWords + votesWords + fieldsWords + fieldPlaneWords + stageWords) * 8, net_,
-      links_));
-  counter_ = reinterpret_cast<uint64_t*>(arena_.base());
-  result_ = counter_ + counterWords;
-  votes_ = result_ + resultWords;
-  fields_ = votes_ + votesWords;
-  fieldPlanes_ = fields_ + fieldsWords;
-  stage_ = fieldPlanes_ + fieldPlaneWords;
+  NCCLCHECK(arena_.reserve(static_cast<size_t>(layout.bytes()), net_, links_));
+  base_ = reinterpret_cast<uint64_t*>(arena_.base());
+  counter_ = base_ + layout.counter;
+  result_ = base_ + layout.result;
+  votes_ = base_ + layout.votes;
+  fields_ = base_ + layout.fields;
+  fieldPlanes_ = base_ + layout.fieldPlanes;
+  stage_ = base_ + layout.stage;
 
   const int64_t chunkBytes = hostChunkBytes();
   for (const algo::Step& st : s.steps) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "algo/schedule.h"
+#include "algo/scratch_layout.h"
 #include "bits/bits.h"
 #include "host/arena.h"
 #include "host/links.h"
@@ -17,20 +18,30 @@
 namespace signlion {
 namespace host {
 
+// The arena layout this executor runs s with: its regions unaligned, its
+// stage the largest step's staged payloads (sends and receives of more than
+// one plane, and receives that add or sum). Made once per schedule and cached
+// with it, so a warm call does no layout work.
+algo::ScratchLayout hostScratchLayout(const algo::Schedule& s);
+
 class ScheduleExecutor {
  public:
   ScheduleExecutor(const Net& net, const Links& links, Arena& arena, int timeoutMs)
       : net_(net), links_(links), arena_(arena), transfers_(net, timeoutMs) {}
 
   // count elements of dt from send (any alignment) -> count results into recv.
-  // The schedule must have been built for numWords(count) blocks. send may be
-  // recv: every pack runs before the first result is written.
-  ncclResult_t run(const algo::Schedule& s, const void* send, void* recv, size_t count, ncclDataType_t dt);
+  // The schedule must have been built for numWords(count) blocks, and layout
+  // be hostScratchLayout(s). send may be recv: every pack runs before the
+  // first result is written.
+  ncclResult_t run(const algo::Schedule& s, const algo::ScratchLayout& layout, const void* send, void* recv,
+                   size_t count, ncclDataType_t dt);
 
  private:
   // Where plane `plane` of `buf` (slot for kVotes) starts; `payloadWidth` is
   // the per-counter width of a transfer on kCounter.
-  uint64_t* plane(algo::Buffer buf, int slot, int plane, int payloadWidth) const;
+  uint64_t* plane(algo::Buffer buf, int slot, int plane, int payloadWidth) const {
+    return layout_->plane(base_, *s_, buf, slot, plane, payloadWidth);
+  }
   ncclResult_t runLocal(const algo::Local& l);
   // Decides blocks [b, b + len) of a counter whose M counter starts mStride
   // words after its P counter (planes nblocks apart) into the result planes.
@@ -45,6 +56,8 @@ class ScheduleExecutor {
 
   // Per call.
   const algo::Schedule* s_ = nullptr;
+  const algo::ScratchLayout* layout_ = nullptr;
+  uint64_t* base_ = nullptr;  // the arena
   const void* send_ = nullptr;
   size_t count_ = 0;
   ncclDataType_t dt_ = ncclFloat32;

@@ -27,9 +27,9 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostAllRe
   size_t done = 0;
   do {  // count == 0 still runs one (empty) schedule: every rank takes part
     size_t n = std::min(segment, count - done);
-    const signlion::algo::Schedule* s;
-    NCCLCHECK(signlion::host::scheduleFor(c, signlion::algo::blocksForCount(n), spec, &s));
-    NCCLCHECK(c->executor->run(*s, static_cast<const char*>(sendbuff) + done * esize,
+    const signlion::host::ScheduleEntry* e;
+    NCCLCHECK(signlion::host::scheduleFor(c, signlion::algo::blocksForCount(n), spec, &e));
+    NCCLCHECK(c->executor->run(e->schedule, e->extra, static_cast<const char*>(sendbuff) + done * esize,
                                static_cast<char*>(recvbuff) + done * esize, n, datatype));
     done += n;
   } while (done < count);

@@ -25,7 +25,7 @@ class Run {
         dt_(dt),
         esize_(bits::typeSize(dt)),
         nb_(s.nblocks),
-        counter_(scratch + plan.layout.counter),
+        scratch_(scratch),
         result_(scratch + plan.layout.result),
         votes_(scratch + plan.layout.votes),
         fields_(scratch + plan.layout.fields),
@@ -47,11 +47,7 @@ class Run {
 
  private:
   uint64_t* plane(Buffer buf, int slot, int p, int payloadWidth) const {
-    uint64_t* base = buf == Buffer::kCounter  ? counter_
-                     : buf == Buffer::kResult ? result_
-                     : buf == Buffer::kVotes  ? votes_
-                                              : fields_;
-    return base + s_.planeOffset(buf, slot, p, payloadWidth);
+    return plan_.layout.plane(scratch_, s_, buf, slot, p, payloadWidth);
   }
   // Counter c (0: P, 1: M) of the kCounter buffer, at block b.
   uint64_t* counter(int c, int64_t b) const { return plane(Buffer::kCounter, 0, c, 1) + b; }
@@ -220,7 +216,7 @@ class Run {
   ncclDataType_t dt_;
   size_t esize_;
   int64_t nb_;
-  uint64_t* counter_;
+  uint64_t* scratch_;
   uint64_t* result_;
   uint64_t* votes_;
   uint64_t* fields_;

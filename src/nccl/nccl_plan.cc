@@ -12,8 +12,6 @@ using algo::Range;
 
 namespace {
 
-int64_t alignWords(int64_t words) { return (words + kScratchAlignWords - 1) / kScratchAlignWords * kScratchAlignWords; }
-
 bool overlaps(const Range& a, const Range& b) { return a.begin < b.end && b.begin < a.end; }
 
 // Chunk k of each of `transfers` into group k (groups are added as needed).
@@ -162,21 +160,7 @@ ncclResult_t makePlan(const algo::Schedule& s, int64_t chunkBytes, Plan* out) {
     if (p.fused.end < nb) p.unpack.push_back(Range{p.fused.end, nb});
   }
 
-  ScratchLayout& L = p.layout;
-  int64_t at = 0;
-  auto region = [&](int64_t words) {
-    int64_t start = at;
-    at += alignWords(words);
-    return start;
-  };
-  L.counter = region(s.counterBytes() / 8);
-  L.result = region(s.resultBytes() / 8);
-  L.votes = region(s.votesBytes() / 8);
-  L.fields = region(s.fieldsBytes() / 8);
-  const bool fieldPlanes = s.algo == ncclSignAlgoFieldSum && s.spec.op == ncclSignMajority;
-  L.fieldPlanes = region(fieldPlanes ? s.counters * algo::counterWidth(s.nranks) * nb : 0);
-  L.stage = region(stageWords);
-  L.words = at;
+  p.layout = algo::layoutScratch(s, stageWords, kScratchAlignWords);
   p.stageWords = stageWords;
   *out = std::move(p);
   return ncclSuccess;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "algo/schedule.h"
+#include "algo/scratch_layout.h"
 
 namespace signlion {
 namespace nccl {
@@ -30,17 +31,9 @@ namespace nccl {
 // Scratch regions start on this many words (256 bytes).
 constexpr int64_t kScratchAlignWords = 32;
 
-// Region offsets in uint64 words from the scratch base.
-struct ScratchLayout {
-  int64_t counter = 0;      // Buffer::kCounter
-  int64_t result = 0;       // Buffer::kResult
-  int64_t votes = 0;        // Buffer::kVotes
-  int64_t fields = 0;       // Buffer::kFields
-  int64_t fieldPlanes = 0;  // field-sum majority: the counts as bit-sliced planes, to decide
-  int64_t stage = 0;        // where the payloads of adding receives land (one step's worth)
-  int64_t words = 0;        // the whole scratch
-  int64_t bytes() const { return 8 * words; }
-};
+// The regions of algo/scratch_layout.h; here the stage is where the payloads
+// of adding receives land (one step's worth).
+using algo::ScratchLayout;
 
 // Blocks [begin, begin + len) of transfer `index` (into the step's sends, or
 // its recvs).

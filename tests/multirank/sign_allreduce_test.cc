@@ -25,6 +25,7 @@
 #include "common/param.h"
 #include "common/ranks.h"
 #include "common/vote_inputs.h"
+#include "common/warn_capture.h"
 #include "nccl_sign.h"
 
 namespace signlion {
@@ -260,6 +261,55 @@ TEST(SignAllReduceFieldSum, FixedFieldWidths) {
     float x = 1, y;
     EXPECT_EQ(ncclSignHostAllReduce(&x, &y, 1, ncclFloat32, ncclSignMajority, comm), ncclInvalidArgument);
   });
+  unsetenv("SIGNLION_FIELD_BITS");
+  paramResetCache();
+}
+
+// Fields too narrow for N under Auto: field-sum is left out, every call runs
+// another algorithm and gets the reference, and the WARN that says so comes
+// once, not once per call, size or rank. Forced (by the config or by
+// SIGNLION_ALGO), field-sum is an invalid argument on every call, each with a
+// WARN naming the variable.
+TEST(SignAllReduceFieldSum, AutoLeavesOutFieldsTooNarrowForN) {
+  const int n = 5;  // 5 votes need 3-bit fields
+  setenv("SIGNLION_FIELD_BITS", "2", 1);
+  paramResetCache();
+  {
+    test::WarnCapture warns;
+    // Two communicators, each calling with sizes that miss its schedule
+    // cache once each.
+    for (int comms = 0; comms < 2; comms++) {
+      withRanks(n, makeConfig(ncclSignAlgoAuto), [&](int rank, ncclSignComm_t comm) {
+        uint32_t seed = 50;
+        for (size_t count : {1, 1000, 70001}) {
+          for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16}) {
+            std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, seed++);
+            for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+              Bytes want = test::referenceOutput(in, count, dt, op, ncclSignZeroPositive, ncclSignTieZero);
+              checkCall(rank, comm, in, want, count, dt, op, rank % 2 == 1,
+                        "auto, 2-bit fields, count " + std::to_string(count) + " " + bits::typeName(dt) +
+                            (op == ncclSignAverage ? " avg" : " maj"));
+            }
+          }
+        }
+      });
+    }
+    // "SIGNLION_FIELD_BITS=2: ...; auto leaves fieldsum out on 5 ranks"
+    EXPECT_EQ(warns.countContaining("SIGNLION_FIELD_BITS"), 1);
+  }
+  for (bool byEnv : {false, true}) {
+    if (byEnv) setenv("SIGNLION_ALGO", "fieldsum", 1);
+    paramResetCache();
+    test::WarnCapture warns;
+    withRanks(n, makeConfig(byEnv ? ncclSignAlgoAuto : ncclSignAlgoFieldSum), [&](int, ncclSignComm_t comm) {
+      float x[100] = {1}, y[100];
+      for (int call = 0; call < 2; call++)
+        EXPECT_EQ(ncclSignHostAllReduce(x, y, 100, ncclFloat32, ncclSignMajority, comm), ncclInvalidArgument);
+    });
+    EXPECT_EQ(warns.countContaining("'SIGNLION_FIELD_BITS'"), 2 * n)
+        << (byEnv ? "SIGNLION_ALGO=fieldsum" : "config->algorithm");
+  }
+  unsetenv("SIGNLION_ALGO");
   unsetenv("SIGNLION_FIELD_BITS");
   paramResetCache();
 }

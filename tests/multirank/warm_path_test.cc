@@ -31,7 +31,8 @@ namespace {
 TEST(WarmPath, NoAllocationOnTheCallingThread) {
   const int n = 4;
   const size_t count = 300000;  // several chunks per transfer
-  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather}) {
+  for (ncclSignAlgo_t algo :
+       {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum}) {
     ncclSignUniqueId id;
     ASSERT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
     std::vector<long> warmAllocs(n, -1);

@@ -5,26 +5,14 @@
 #include <string>
 
 #include "algo/cost_model.h"
-#include "common/debug.h"
 #include "common/param.h"
+#include "common/warn_capture.h"
 
 namespace signlion {
 namespace algo {
 namespace {
 
-int gWarns = 0;
-void warnCounter(int level, unsigned long, const char*, int, const char*, ...) {
-  if (level == kLogWarn) gWarns++;
-}
-// Counts WARN lines while alive.
-struct WarnCapture {
-  WarnCapture() {
-    gWarns = 0;
-    logSetSink(warnCounter);
-  }
-  ~WarnCapture() { logSetSink(nullptr); }
-  int count() const { return gWarns; }
-};
+using test::WarnCapture;
 
 ncclSignAlgo_t choose(int n, uint64_t count, const CostModel& model, ncclSignAlgo_t requested = ncclSignAlgoAuto,
                       unsigned available = kAllAlgorithms) {
@@ -108,6 +96,62 @@ TEST(AlgoCostModel, BadInputsAreInvalidArguments) {
   EXPECT_EQ(m.predict(ncclSignAlgoAuto, 4, 100, OpSpec(), &us), ncclInvalidArgument);
   EXPECT_EQ(m.predict(ncclSignAlgoRing, 0, 100, OpSpec(), &us), ncclInvalidArgument);
   EXPECT_EQ(w.count(), 9);
+}
+
+// A setting that rules an algorithm out (fields too narrow for N) takes it
+// out of Auto's candidates with one WARN per distinct value and N, however
+// many sizes are chosen for; forced, the algorithm still fails to build.
+TEST(AlgoCostModel, AutoLeavesOutWhatTheSettingsRuleOut) {
+  // Bandwidth alone decides: between these two, 9 votes in 4-bit fields
+  // (about 7.1 bits per element) beat the all-gather of votes (8).
+  CostModel m(CostParams{0.0, 1.0, 0.0});
+  const unsigned pair = algoBit(ncclSignAlgoAllGather) | algoBit(ncclSignAlgoFieldSum);
+  unsetenv("SIGNLION_FIELD_BITS");
+  paramResetCache();
+  ASSERT_EQ(choose(9, 1 << 20, m, ncclSignAlgoAuto, pair), ncclSignAlgoFieldSum);
+
+  setenv("SIGNLION_FIELD_BITS", "3", 1);  // 9 votes need 4 bits
+  paramResetCache();
+  WarnCapture w;
+  for (uint64_t count : {uint64_t{1}, uint64_t{1000}, uint64_t{1} << 20}) {
+    EXPECT_EQ(choose(9, count, m, ncclSignAlgoAuto, pair), ncclSignAlgoAllGather) << count;
+    EXPECT_NE(choose(9, count, m), ncclSignAlgoFieldSum) << count;
+  }
+  ASSERT_EQ(w.count(), 1);
+  EXPECT_NE(w.lines()[0].find("SIGNLION_FIELD_BITS=3"), std::string::npos) << w.lines()[0];
+  EXPECT_NE(w.lines()[0].find("fieldsum"), std::string::npos) << w.lines()[0];
+  // Another N, or another value, is said once more.
+  EXPECT_NE(choose(12, 1000, m), ncclSignAlgoFieldSum);
+  EXPECT_NE(choose(12, 1 << 20, m), ncclSignAlgoFieldSum);
+  EXPECT_EQ(w.count(), 2);
+  setenv("SIGNLION_FIELD_BITS", "2", 1);
+  paramResetCache();
+  EXPECT_EQ(choose(9, 1 << 20, m, ncclSignAlgoAuto, pair), ncclSignAlgoAllGather);
+  EXPECT_EQ(w.count(), 3);
+  // Votes that fit the fields: field-sum is a candidate again.
+  EXPECT_EQ(choose(3, 1000, m, ncclSignAlgoAuto, algoBit(ncclSignAlgoFieldSum)), ncclSignAlgoFieldSum);
+  EXPECT_EQ(w.count(), 3);
+
+  // Nothing left to choose from: an invalid argument, with a WARN (leaving
+  // field-sum out was said already).
+  ncclSignAlgo_t out;
+  EXPECT_EQ(chooseAlgorithm(9, 1000, OpSpec(), algoBit(ncclSignAlgoFieldSum), ncclSignAlgoAuto, m, &out),
+            ncclInvalidArgument);
+  ASSERT_EQ(w.count(), 4);
+  EXPECT_NE(w.lines().back().find("'available'"), std::string::npos) << w.lines().back();
+  // Forced: chosen as asked, then refused by buildSchedule on every call,
+  // each time with a WARN naming the variable.
+  EXPECT_EQ(choose(9, 1000, m, ncclSignAlgoFieldSum), ncclSignAlgoFieldSum);
+  Schedule s;
+  for (int call = 0; call < 2; call++) {
+    EXPECT_EQ(buildSchedule(ncclSignAlgoFieldSum, 9, 0, 16, OpSpec(), &s), ncclInvalidArgument);
+    ASSERT_EQ(w.count(), 5 + call);
+    EXPECT_NE(w.lines().back().find("'SIGNLION_FIELD_BITS'"), std::string::npos) << w.lines().back();
+  }
+  unsetenv("SIGNLION_FIELD_BITS");
+  paramResetCache();
+  EXPECT_EQ(buildSchedule(ncclSignAlgoFieldSum, 9, 0, 16, OpSpec(), &s), ncclSuccess);
+  EXPECT_EQ(s.fieldBits, 4);
 }
 
 TEST(AlgoCostModel, ParamsAndMeasuredValuesOverrideDefaults) {

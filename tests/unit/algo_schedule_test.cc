@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <tuple>
@@ -13,6 +14,7 @@
 
 #include "algo/schedule.h"
 #include "common/config.h"
+#include "common/param.h"
 
 namespace signlion {
 namespace algo {
@@ -546,6 +548,33 @@ TEST(AlgoSchedule, WidthsGrowAndScratchIsDeclared) {
   EXPECT_EQ(partner.steps.front().recvs.at(0).resultMax, 2);
   EXPECT_EQ(partner.counterMax, 6);
   EXPECT_EQ(partner.messageSteps(), 6);  // fold, 2 halving, 2 doubling, unfold
+}
+
+// SIGNLION_FIELD_BITS: 0 is the narrowest width that holds N votes; a set
+// width must hold N and be at most 32; anything else is no width (0).
+TEST(AlgoSchedule, FieldWidthRule) {
+  EXPECT_EQ(fieldBitsFor(0, 1), 1);
+  EXPECT_EQ(fieldBitsFor(0, 4), 3);
+  EXPECT_EQ(fieldBitsFor(0, 16), 5);
+  EXPECT_EQ(fieldBitsFor(4, 15), 4);
+  EXPECT_EQ(fieldBitsFor(4, 16), 0);
+  EXPECT_EQ(fieldBitsFor(8, 16), 8);
+  EXPECT_EQ(fieldBitsFor(32, 2), 32);
+  EXPECT_EQ(fieldBitsFor(33, 2), 0);
+  EXPECT_EQ(fieldBitsFor(-4, 2), 0);
+  // Only field-sum has a setting that can rule it out, and only for N it cannot hold.
+  setenv("SIGNLION_FIELD_BITS", "4", 1);
+  paramResetCache();
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather})
+    EXPECT_EQ(settingsConflict(a, 16).name, nullptr) << a;
+  EXPECT_EQ(settingsConflict(ncclSignAlgoFieldSum, 15).name, nullptr);
+  SettingConflict c = settingsConflict(ncclSignAlgoFieldSum, 16);
+  ASSERT_NE(c.name, nullptr);
+  EXPECT_STREQ(c.name, "SIGNLION_FIELD_BITS");
+  EXPECT_EQ(c.value, 4);
+  unsetenv("SIGNLION_FIELD_BITS");
+  paramResetCache();
+  EXPECT_EQ(settingsConflict(ncclSignAlgoFieldSum, 16).name, nullptr);
 }
 
 TEST(AlgoSchedule, RejectsBadArguments) {

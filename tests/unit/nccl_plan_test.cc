@@ -7,12 +7,16 @@
 // played by threads (common/fake_fabric.h), and side-lane kernels optionally held back until the
 // join (the latest a stream could run them), so a missing dependency between
 // a chunk's action and the next chunk's transfer changes the result. Every
-// rank's output must equal the plain reference bit for bit.
+// rank's output must equal the plain reference bit for bit. Last, a comm
+// context's choice of algorithm under a setting that rules one out.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -23,8 +27,10 @@
 #include "bits/fields.h"
 #include "common/config.h"
 #include "common/fake_fabric.h"
+#include "common/param.h"
 #include "common/vote_inputs.h"
 #include "nccl/backend.h"
+#include "nccl/comm_context.h"
 #include "nccl/nccl_executor.h"
 #include "nccl/nccl_plan.h"
 
@@ -435,15 +441,13 @@ class CpuBackend final : public Backend {
   std::vector<std::function<void()>> held_;
 };
 
-// One call on n ranks as threads; every rank's output against the reference.
-void runOnCpu(ncclSignAlgo_t algo, int n, size_t count, ncclDataType_t dt, const Spec& sp, bool inPlace,
-              int64_t chunkBytes, bool holdSide) {
-  SCOPED_TRACE(name(algo, n, algo::blocksForCount(count), sp, chunkBytes) + " count=" + std::to_string(count) +
-               " dt=" + bits::typeName(dt) + (inPlace ? " in-place" : "") + (holdSide ? " side-held" : ""));
+// One call of `plans` (one per rank) on ranks as threads; every rank's
+// output against the reference.
+void runPlansOnCpu(const std::vector<RankPlan>& plans, size_t count, ncclDataType_t dt, const Spec& sp, bool inPlace,
+                   bool holdSide) {
+  const int n = static_cast<int>(plans.size());
   std::vector<test::Bytes> in = test::randomVoteInputs(n, count, dt, 7 + (uint32_t)count + 131u * n);
   test::Bytes want = test::referenceOutput(in, count, dt, sp.op, sp.zero, sp.tie);
-  std::vector<RankPlan> plans = planAll(algo, n, algo::blocksForCount(count), sp, chunkBytes);
-  ASSERT_FALSE(::testing::Test::HasFailure());
   test::FakeFabric fabric(n);
   std::vector<test::Bytes> out(n, test::Bytes(count * bits::typeSize(dt), 0xEE));
   std::vector<ncclResult_t> res(n, ncclSuccess);
@@ -466,6 +470,16 @@ void runOnCpu(ncclSignAlgo_t algo, int n, size_t count, ncclDataType_t dt, const
     EXPECT_EQ(bad, std::string::npos) << "rank " << r << " first wrong byte " << bad << " (element "
                                       << bad / bits::typeSize(dt) << ")";
   }
+}
+
+// The same with the plans of `algo`.
+void runOnCpu(ncclSignAlgo_t algo, int n, size_t count, ncclDataType_t dt, const Spec& sp, bool inPlace,
+              int64_t chunkBytes, bool holdSide) {
+  SCOPED_TRACE(name(algo, n, algo::blocksForCount(count), sp, chunkBytes) + " count=" + std::to_string(count) +
+               " dt=" + bits::typeName(dt) + (inPlace ? " in-place" : "") + (holdSide ? " side-held" : ""));
+  std::vector<RankPlan> plans = planAll(algo, n, algo::blocksForCount(count), sp, chunkBytes);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  runPlansOnCpu(plans, count, dt, sp, inPlace, holdSide);
 }
 
 class NcclExecutorOnCpu : public ::testing::TestWithParam<ncclSignAlgo_t> {};
@@ -499,6 +513,40 @@ TEST(NcclExecutorOnCpu, ManyChunksAndOddRankCounts) {
       runOnCpu(algo, n, 20000, ncclFloat32, kSpecs[5], false, 4096, true);
       if (HasFailure()) return;
     }
+}
+
+// The NCCL path chooses by the same rule as the host: under Auto, fields too
+// narrow for N leave field-sum out of the comm's choice and the call runs
+// another algorithm (here on the CPU backend) to the reference; forced,
+// field-sum is an invalid argument.
+TEST(NcclCommContext, AutoLeavesOutFieldsTooNarrowForN) {
+  const int n = 5;  // 5 votes need 3-bit fields
+  setenv("SIGNLION_FIELD_BITS", "2", 1);
+  paramResetCache();
+  const ncclComm_t comm = reinterpret_cast<ncclComm_t>(uintptr_t{0x1000});  // never dereferenced: no device work
+  const Spec sp = kSpecs[2];
+  for (size_t count : {size_t{1000}, size_t{70001}}) {
+    std::vector<std::unique_ptr<CommContext>> ctx;
+    std::vector<RankPlan> plans(n);
+    for (int r = 0; r < n; r++) {
+      ctx.emplace_back(new CommContext(comm, CommShape{n, r, 0}, ResolvedConfig()));
+      const algo::ScheduleCache<Plan>::Entry* e = nullptr;
+      ASSERT_EQ(ctx[r]->planFor(algo::blocksForCount(count), algo::OpSpec{sp.op, sp.zero, sp.tie}, &e), ncclSuccess)
+          << "count " << count << " rank " << r;
+      EXPECT_NE(e->schedule.algo, ncclSignAlgoFieldSum);
+      plans[r] = RankPlan{e->schedule, e->extra};
+    }
+    runPlansOnCpu(plans, count, ncclBfloat16, sp, true, true);
+  }
+  ResolvedConfig forced;
+  forced.algorithm = ncclSignAlgoFieldSum;
+  CommContext ctx(comm, CommShape{n, 0, 0}, forced);
+  const algo::ScheduleCache<Plan>::Entry* e = nullptr;
+  EXPECT_EQ(ctx.planFor(16, algo::OpSpec(), &e), ncclInvalidArgument);
+  unsetenv("SIGNLION_FIELD_BITS");
+  paramResetCache();
+  EXPECT_EQ(ctx.planFor(16, algo::OpSpec(), &e), ncclSuccess);
+  EXPECT_EQ(e->schedule.algo, ncclSignAlgoFieldSum);
 }
 
 }  // namespace

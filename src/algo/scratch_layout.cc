@@ -1,0 +1,28 @@
+#include "algo/scratch_layout.h"
+
+namespace signlion {
+namespace algo {
+
+ScratchLayout layoutScratch(const Schedule& s, int64_t stageWords, int64_t alignWords) {
+  ScratchLayout L;
+  int64_t at = 0;
+  auto region = [&](int64_t words) {
+    const int64_t start = at;
+    at += (words + alignWords - 1) / alignWords * alignWords;
+    return start;
+  };
+  L.counter = region(s.counterBytes() / 8);
+  L.result = region(s.resultBytes() / 8);
+  L.votes = region(s.votesBytes() / 8);
+  L.fields = region(s.fieldsBytes() / 8);
+  // Field-sum's majority decides from bit-sliced planes of the counts; an
+  // average writes those planes into the result directly and needs none.
+  const bool fieldPlanes = s.algo == ncclSignAlgoFieldSum && s.spec.op == ncclSignMajority;
+  L.fieldPlanes = region(fieldPlanes ? s.counters * counterWidth(s.nranks) * s.nblocks : 0);
+  L.stage = region(stageWords);
+  L.words = at;
+  return L;
+}
+
+}  // namespace algo
+}  // namespace signlion

@@ -1,0 +1,125 @@
+// algo/scratch_layout.h: the regions of one rank's scratch as both executors
+// lay them out (in order, aligned, each large enough for every plane the
+// schedule addresses in it), and the host executor's layout, cached with
+// each schedule: its stage holds the staged payloads of any step.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "algo/schedule.h"
+#include "algo/scratch_layout.h"
+#include "common/config.h"
+#include "host/schedule_executor.h"
+
+namespace signlion {
+namespace algo {
+namespace {
+
+// Calls f(schedule, what) over every algorithm, N (odd, even, folds), sizes,
+// ops and zero rules (binary and ternary counters).
+template <class F>
+void forSchedules(F f) {
+  for (int a = ncclSignAlgoAuto + 1; a < ncclSignNumAlgos; a++)
+    for (int n : {1, 2, 3, 5, 8, 16})
+      for (int64_t nblocks : {0, 1, 7, 100})
+        for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage})
+          for (ncclSignZeroRule_t zero : {ncclSignZeroPositive, ncclSignZeroAbstain}) {
+            const ncclSignAlgo_t algo = static_cast<ncclSignAlgo_t>(a);
+            Schedule s;
+            ASSERT_EQ(buildSchedule(algo, n, n - 1, nblocks, OpSpec{op, zero, ncclSignTieZero}, &s), ncclSuccess);
+            f(s, std::string(algoName(algo)) + " N=" + std::to_string(n) + " nblocks=" + std::to_string(nblocks) +
+                     " op=" + std::to_string(op) + " zero=" + std::to_string(zero));
+          }
+}
+
+// Every plane the schedule can name in `buf` lies inside [begin, end) words.
+void checkPlanesInside(const Schedule& s, const ScratchLayout& L, Buffer buf, int64_t begin, int64_t end,
+                       const std::string& what) {
+  std::vector<uint64_t> scratch(static_cast<size_t>(L.words) + 1);
+  uint64_t* base = scratch.data();
+  int slots = 1, planes = 0, width = 1;
+  int64_t words = s.nblocks;
+  switch (buf) {
+    case Buffer::kCounter:
+      planes = s.counters * s.counterWidth;
+      width = std::max(s.counterWidth, 1);
+      break;
+    case Buffer::kResult:
+      planes = s.resultPlanes;
+      break;
+    case Buffer::kVotes:
+      slots = s.voteSlots;
+      planes = s.counters;
+      break;
+    case Buffer::kFields:
+      planes = s.counters;
+      words = s.fieldWords;
+      break;
+  }
+  if (words == 0) return;
+  for (int slot = 0; slot < slots; slot++)
+    for (int p = 0; p < planes; p++) {
+      const int64_t at = L.plane(base, s, buf, slot, p, width) - base;
+      EXPECT_GE(at, begin) << what << " buffer " << (int)buf << " slot " << slot << " plane " << p;
+      EXPECT_LE(at + words, end) << what << " buffer " << (int)buf << " slot " << slot << " plane " << p;
+    }
+}
+
+TEST(ScratchLayout, RegionsInOrderAlignedAndHoldingEveryPlane) {
+  forSchedules([](const Schedule& s, const std::string& what) {
+    for (int64_t align : {1, 32}) {
+      const int64_t stageWords = 37;
+      const ScratchLayout L = layoutScratch(s, stageWords, align);
+      const int64_t fieldPlanes = s.algo == ncclSignAlgoFieldSum && s.spec.op == ncclSignMajority
+                                      ? s.counters * counterWidth(s.nranks) * s.nblocks
+                                      : 0;
+      const struct {
+        int64_t at, need;
+      } regions[] = {{L.counter, s.counterBytes() / 8}, {L.result, s.resultBytes() / 8}, {L.votes, s.votesBytes() / 8},
+                     {L.fields, s.fieldsBytes() / 8},   {L.fieldPlanes, fieldPlanes},    {L.stage, stageWords}};
+      int64_t end = 0;
+      for (const auto& r : regions) {
+        EXPECT_EQ(r.at % align, 0) << what;
+        EXPECT_GE(r.at, end) << what << ": a region overlaps the one before it";
+        EXPECT_LT(r.at - end, align) << what << ": more padding than the alignment needs";
+        end = r.at + r.need;
+      }
+      EXPECT_GE(L.words, end) << what;
+      EXPECT_LT(L.words - end, align) << what;
+      EXPECT_EQ(L.bytes(), 8 * L.words);
+      checkPlanesInside(s, L, Buffer::kCounter, L.counter, L.result, what);
+      checkPlanesInside(s, L, Buffer::kResult, L.result, L.votes, what);
+      checkPlanesInside(s, L, Buffer::kVotes, L.votes, L.fields, what);
+      checkPlanesInside(s, L, Buffer::kFields, L.fields, L.fieldPlanes, what);
+    }
+  });
+}
+
+// The host stages a step's multi-plane sends (gathered into one message) and
+// every receive but a single-plane store (which lands in place); the stage
+// region holds the largest step's worth and no more.
+TEST(ScratchLayout, HostStageHoldsTheLargestStep) {
+  forSchedules([](const Schedule& s, const std::string& what) {
+    const ScratchLayout L = host::hostScratchLayout(s);
+    int64_t largest = 0;
+    for (const Step& st : s.steps) {
+      int64_t staged = 0;
+      for (const Send& x : st.sends)
+        if (x.planes > 1) staged += x.planes * x.range.size();
+      for (const Recv& x : st.recvs)
+        if (x.planes > 1 || x.op != RecvOp::kStore) staged += x.planes * x.range.size();
+      largest = std::max(largest, staged);
+    }
+    EXPECT_EQ(L.words - L.stage, largest) << what;
+    const ScratchLayout packed = layoutScratch(s, largest, 1);  // the host packs its regions
+    EXPECT_EQ(L.counter, packed.counter) << what;
+    EXPECT_EQ(L.fieldPlanes, packed.fieldPlanes) << what;
+    EXPECT_EQ(L.words, packed.words) << what;
+  });
+}
+
+}  // namespace
+}  // namespace algo
+}  // namespace signlion
