@@ -32,10 +32,12 @@ const ncclNet_v11_t* socketNetV11();
 // a send or recv comm of ours; false (and zeros) for anything else.
 bool commBytes(void* comm, uint64_t* sent, uint64_t* received);
 
-// True once a send or recv comm's control connection also carries the
-// opposite direction between the same two processes (socket_pairing.h): a
-// send comm has sent its offer or moved onto the shared connection, a recv
-// comm has read an offer or followed the peer's sender there.
+// True once a send or recv comm has done its part of sharing one control
+// connection for both directions between its two processes
+// (socket_pairing.h): a send comm sent its offer or moved onto the peer's
+// connection; a recv comm handed its socket to its process's sender or
+// followed the peer's sender onto the shared connection. Sharing is complete
+// when all four comms of the pairing (two per process) say so.
 bool commSharesControl(void* comm);
 
 // Sleeps up to timeoutMs until a send or recv comm's control stream is ready

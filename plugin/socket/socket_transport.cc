@@ -194,7 +194,8 @@ struct Comm : CommHeader {
   // ctrlFd is its descriptor, cached for the hot path.
   int ctrlFd = -1;
   PairLink link;
-  MsgHeader pairHdr{};  // send: the pairing header being written
+  int trafficClass = -1;  // send: IP TOS of our streams (-1: none), kept for a shared connection
+  MsgHeader pairHdr{};    // send: the pairing header being written
   size_t pairOff = 0;   // send: bytes of pairHdr written
   // Helpers signal it when a data-stream task completes (or fails), so a
   // caller sleeping in commWait wakes for payloads that never touch ctrlFd.
@@ -536,6 +537,7 @@ Comm* newComm(bool isSend) {
 // The comm is established: its control socket moves into link.ctrl and the
 // comm is registered for pairing (socket_pairing.h).
 void establishCtrl(Comm* c, uint64_t connId, uint64_t peerInstance) {
+  c->link.shared = &c->ctrlShared;
   c->link.isSend = c->isSend;
   c->link.connId = connId;
   c->link.peerInstance = peerInstance;
@@ -568,13 +570,21 @@ bool ctrlStalled(Comm* c, bool waiting, bool moved) {
 }
 
 // Writes the pairing header a send comm owes (socket_pairing.h), between two
-// messages. Returns true once it is out (a switch marker also moves the comm
-// onto the shared connection; its old one closes, FIN after the marker),
-// false while the socket does not take it or after an error.
+// messages. Returns true once it is out or no longer owed (a switch marker
+// also moves the comm onto the shared connection; its old one closes, FIN
+// after the marker), false while the socket does not take it or after an error.
 bool progressPairHeader(Comm* c, bool* moved) {
   if (c->pairOff == 0) {
     uint32_t due = c->link.due.load(std::memory_order_acquire);
-    c->pairHdr = (due & kPairSwitchDue) ? MsgHeader{0, kMsgSwitch, 0} : MsgHeader{0, kMsgPair, pairOffer(&c->link)};
+    uint64_t offer = 0;
+    if (due & kPairSwitchDue) {
+      c->pairHdr = MsgHeader{0, kMsgSwitch, 0};
+    } else if (pairTakeOffer(&c->link, &offer)) {
+      c->pairHdr = MsgHeader{0, kMsgPair, offer};
+    } else {  // the pairing was undone before we took the offer
+      c->link.due.fetch_and(~(uint32_t)kPairOfferDue, std::memory_order_acq_rel);
+      return true;
+    }
   }
   while (c->pairOff < sizeof(MsgHeader)) {
     ssize_t n = send(c->ctrlFd, (char*)&c->pairHdr + c->pairOff, sizeof(MsgHeader) - c->pairOff,
@@ -598,6 +608,9 @@ bool progressPairHeader(Comm* c, bool* moved) {
     }
     c->link.ctrl = std::move(to);
     c->ctrlFd = c->link.ctrl->fd;
+    // The adopted end was accepted by the peer, with no traffic class; ours
+    // must keep applying to what this comm sends.
+    if (c->trafficClass >= 0) tuneStream(c->ctrlFd, c->trafficClass, c->link.local.sa.sa_family);
     c->link.due.fetch_and(~(uint32_t)kPairSwitchDue, std::memory_order_acq_rel);
   } else {
     c->link.due.fetch_and(~(uint32_t)kPairOfferDue, std::memory_order_acq_rel);
@@ -609,10 +622,11 @@ bool progressPairHeader(Comm* c, bool* moved) {
 // Writes queued headers (and inline payloads) in order, as far as the socket takes them.
 void progressSendCtrl(Comm* c) {
   bool moved = false;
-  // One relaxed load per call; a pairing header waits for a message boundary.
-  bool pairBlocked = c->link.due.load(std::memory_order_relaxed) != 0 && c->ctrlOff == 0 &&
-                     c->error.load(std::memory_order_relaxed) == ncclSuccess && !progressPairHeader(c, &moved);
-  while (!pairBlocked && !c->ctrlQueue.empty() && c->error.load(std::memory_order_relaxed) == ncclSuccess) {
+  while (c->error.load(std::memory_order_relaxed) == ncclSuccess) {
+    // A pairing header goes at the next message boundary (one relaxed load
+    // per message when none is owed).
+    if (c->ctrlOff == 0 && c->link.due.load(std::memory_order_relaxed) != 0 && !progressPairHeader(c, &moved)) break;
+    if (c->ctrlQueue.empty()) break;
     Request* r = c->ctrlQueue.front();
     MsgHeader hdr{r->sub[0].tag, 0, r->sub[0].posted};
     bool inl = r->sub[0].posted <= c->inlineMax;
@@ -719,13 +733,18 @@ bool matchHeader(Comm* c, const MsgHeader& hdr) {
 // A pairing header read on the control stream (socket_pairing.h). Returns
 // false after recording a protocol error.
 bool handlePairHeader(Comm* c, const MsgHeader& hdr) {
-  if (hdr.flags & kMsgPair) {
-    if (pairAcceptOffer(&c->link, hdr.size)) c->ctrlShared.store(1, std::memory_order_relaxed);
+  if (hdr.tag != 0 || (hdr.flags != kMsgPair && hdr.flags != kMsgSwitch) || (hdr.flags == kMsgSwitch && hdr.size != 0)) {
+    setError(c, ncclRemoteError, "protocol error: malformed pairing header");
+    return false;
+  }
+  if (hdr.flags == kMsgPair) {
+    pairAcceptOffer(&c->link, hdr.size);
     return true;
   }
   // The marker: the peer's sender moved onto the connection we were pinned
-  // to. Nothing may follow it here.
-  if (c->stageTail != c->stageHead) {
+  // to. Nothing may follow it here (what has arrived already is checked).
+  char stray;
+  if (c->stageTail != c->stageHead || recv(c->ctrlFd, &stray, 1, MSG_DONTWAIT | MSG_PEEK) > 0) {
     setError(c, ncclRemoteError, "protocol error: bytes after the switch marker");
     return false;
   }
@@ -776,7 +795,7 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
     } else if (avail >= sizeof(MsgHeader)) {
       MsgHeader hdr;
       memcpy(&hdr, head, sizeof(hdr));
-      if (hdr.flags & (kMsgPair | kMsgSwitch)) {
+      if (hdr.flags & ~kMsgInline) {  // not a message: pairing (or malformed)
         c->stageHead += sizeof(hdr);
         if (!handlePairHeader(c, hdr)) return;
         continue;
@@ -928,6 +947,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
     c->connecting.reset(cs);
     cs->to = h->addr;
     cs->trafficClass = trafficClass;
+    c->trafficClass = trafficClass;
     cs->deadline = nowMs() + timeoutMs();
     uint64_t connId = 0;
     if (getrandom(&connId, sizeof(connId), 0) != (ssize_t)sizeof(connId)) connId = (uint64_t)nowMs() ^ (uint64_t)c;

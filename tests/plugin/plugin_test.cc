@@ -615,70 +615,113 @@ std::string driveAll(NetDriver& net, std::vector<void*> reqs, std::vector<int>* 
   return "";
 }
 
+// One message from s to r, possibly through two copies of the transport
+// (ns drives s, nr drives r); "" or what went wrong.
+std::string transferVia(NetDriver& ns, void* s, NetDriver& nr, void* r, size_t size, int tag) {
+  std::vector<char> src(std::max<size_t>(size, 1)), dst(size + 64, 0x5a);
+  uint64_t seed = size * 131 + (uint64_t)tag;
+  fillPattern(src.data(), size, seed);
+  void *sreq = nullptr, *rreq = nullptr;
+  void* data = dst.data();
+  size_t cap = dst.size();
+  if (nr.irecv(r, 1, &data, &cap, &tag, nullptr, &rreq) != ncclSuccess || rreq == nullptr) return "irecv";
+  if (ns.isend(s, src.data(), size, tag, nullptr, &sreq) != ncclSuccess || sreq == nullptr) return "isend";
+  int sdone = 0, rdone = 0, rsize = -1;
+  int64_t start = nowMs();
+  while (!sdone || !rdone) {
+    if (nowMs() - start > kLoopLimitMs) return "timed out";
+    if (!sdone && ns.test(sreq, &sdone, nullptr) != ncclSuccess) return "test send";
+    if (!rdone && nr.test(rreq, &rdone, &rsize) != ncclSuccess) return "test recv";
+  }
+  if (rsize != (int)size) return "size " + std::to_string(rsize) + " for " + std::to_string(size);
+  if (checkPattern(dst.data(), size, seed) != SIZE_MAX) return "wrong bytes, size " + std::to_string(size);
+  return "";
+}
+
 }  // namespace
 
 TEST_P(PluginV11, PairedControlConnectionKeepsOrderAcrossTheSwitch) {
-  void *s1, *r1, *s2, *r2;
-  pair(&s1, &r1);
-  pair(&s2, &r2);
-  // Inline, empty, multi-chunk and helper-sized messages. Both senders post
-  // a first half before anything is read (the offer rides ahead of the
-  // offering sender's first message); the moving sender then posts its
-  // second half, which goes out after its switch marker on the shared
-  // connection, while its first half is still unread on the old one.
+  void *s[2], *r[2];
+  pair(&s[0], &r[0]);
+  pair(&s[1], &r[1]);
+  // Inline, empty, multi-chunk and helper-sized messages in each half.
   const std::vector<size_t> sizes = {0, 8, 5000, 65536, 70000, size_t(3) << 20, 8, size_t(1) << 20, 100, 0};
   const size_t n = sizes.size(), half = n / 2;
-  void* sends[2] = {s1, s2};
-  void* recvs[2] = {r1, r2};
   std::vector<char> src[2][10], dst[2][10];
-  for (int d = 0; d < 2; d++)
+  std::vector<void*> sreq[2], rreq[2];
+  for (int d = 0; d < 2; d++) {
+    sreq[d].assign(n, nullptr);
+    rreq[d].assign(n, nullptr);
     for (size_t i = 0; i < n; i++) {
       src[d][i].resize(std::max<size_t>(sizes[i], 1));
       dst[d][i].assign(sizes[i] + 64, 0x5a);
       fillPattern(src[d][i].data(), sizes[i], 4000 + 100 * d + i);
     }
-  for (size_t begin : {size_t(0), half}) {
-    std::vector<void*> reqs;
-    for (int d = 0; d < 2; d++)
-      for (size_t i = begin; i < begin + half; i++) {
-        void* req = nullptr;
-        ASSERT_EQ(net_.isend(sends[d], src[d][i].data(), sizes[i], (int)i, nullptr, &req), ncclSuccess);
-        ASSERT_NE(req, nullptr);
-        reqs.push_back(req);
-      }
-    for (int d = 0; d < 2; d++)
-      for (size_t i = begin; i < begin + half; i++) {
-        void* data = dst[d][i].data();
-        size_t cap = dst[d][i].size();
-        int tag = (int)i;
-        void* req = nullptr;
-        ASSERT_EQ(net_.irecv(recvs[d], 1, &data, &cap, &tag, nullptr, &req), ncclSuccess);
-        ASSERT_NE(req, nullptr);
-        reqs.push_back(req);
-      }
-    std::vector<int> got;
-    std::string err = driveAll(net_, reqs, &got);
-    ASSERT_EQ(err, "");
-    for (int d = 0; d < 2; d++)
-      for (size_t i = begin; i < begin + half; i++) {
-        size_t k = (size_t)d * half + (i - begin);
-        EXPECT_EQ(got[k], (int)sizes[i]) << "send " << d << " message " << i;
-        EXPECT_EQ(got[2 * half + k], (int)sizes[i]) << "recv " << d << " message " << i;
-        EXPECT_EQ(checkPattern(dst[d][i].data(), sizes[i], 4000 + 100 * d + i), SIZE_MAX)
-            << "direction " << d << " message " << i;
-      }
   }
-  // The switch is complete on both sides: all four comms use the one connection.
-  for (void* c : {s1, r1, s2, r2}) EXPECT_TRUE(signlion::net::commSharesControl(c));
-  std::string err;
+  auto postSends = [&](int d, size_t begin) {
+    for (size_t i = begin; i < begin + half; i++)
+      ASSERT_EQ(net_.isend(s[d], src[d][i].data(), sizes[i], (int)i, nullptr, &sreq[d][i]), ncclSuccess);
+  };
+  auto postRecvs = [&](int d, size_t begin) {
+    for (size_t i = begin; i < begin + half; i++) {
+      void* data = dst[d][i].data();
+      size_t cap = dst[d][i].size();
+      int tag = (int)i;
+      ASSERT_EQ(net_.irecv(r[d], 1, &data, &cap, &tag, nullptr, &rreq[d][i]), ncclSuccess);
+    }
+  };
+  // 1. Both senders post their first half. The offering sender writes its
+  // offer ahead of its first message; the other one is the mover.
+  postSends(0, 0);
+  postSends(1, 0);
+  bool offered0 = signlion::net::commSharesControl(s[0]);
+  bool offered1 = signlion::net::commSharesControl(s[1]);
+  ASSERT_NE(offered0, offered1) << "exactly one sender offers";
+  const int off = offered0 ? 0 : 1, mov = 1 - off;
+  // 2. The offer's reader takes the offerer's first half; the mover's first
+  // half stays unread on its old connection.
+  postRecvs(off, 0);
+  std::vector<int> got;
+  std::vector<void*> reqs(rreq[off].begin(), rreq[off].begin() + half);
+  reqs.insert(reqs.end(), sreq[off].begin(), sreq[off].begin() + half);
+  ASSERT_EQ(driveAll(net_, reqs, &got), "");
+  ASSERT_TRUE(signlion::net::commSharesControl(r[off])) << "the offer was read and handed on";
+  ASSERT_FALSE(signlion::net::commSharesControl(r[mov])) << "the pinned reader saw no marker yet";
+  // 3. The mover posts its second half: switch marker on the old
+  // connection, then these messages on the shared one.
+  postSends(mov, half);
+  int64_t start = nowMs();
+  int done = 0;
+  while (!signlion::net::commSharesControl(s[mov]) && nowMs() - start < kLoopLimitMs)
+    ASSERT_EQ(net_.test(sreq[mov][half], &done, nullptr), ncclSuccess);
+  ASSERT_TRUE(signlion::net::commSharesControl(s[mov])) << "the mover switched";
+  // 4. Everything else: the pinned reader gets the first half from the old
+  // connection, the marker, then the second half from the shared one.
+  postSends(off, half);
+  postRecvs(off, half);
+  postRecvs(mov, 0);
+  postRecvs(mov, half);
+  reqs.clear();
+  for (int d = 0; d < 2; d++)
+    for (size_t i = 0; i < n; i++) {
+      if (d == off && i < half) continue;  // done in 2.
+      if (!(d == mov && i == half && done)) reqs.push_back(sreq[d][i]);
+      reqs.push_back(rreq[d][i]);
+    }
+  ASSERT_EQ(driveAll(net_, reqs, &got), "");
+  for (int d = 0; d < 2; d++)
+    for (size_t i = 0; i < n; i++)
+      EXPECT_EQ(checkPattern(dst[d][i].data(), sizes[i], 4000 + 100 * d + i), SIZE_MAX)
+          << "direction " << d << " message " << i;
+  for (void* c : {s[0], r[0], s[1], r[1]}) EXPECT_TRUE(signlion::net::commSharesControl(c));
   for (size_t size : {size_t(8), size_t(64), size_t(100000)}) {
-    EXPECT_TRUE(transfer(net_, s1, r1, size, size, 1, &err)) << err;
-    EXPECT_TRUE(transfer(net_, s2, r2, size, size, 2, &err)) << err;
+    EXPECT_EQ(transferVia(net_, s[0], net_, r[0], size, 1), "");
+    EXPECT_EQ(transferVia(net_, s[1], net_, r[1], size, 2), "");
   }
-  net_.closeSend(s1);
-  net_.closeRecv(r1);
-  net_.closeSend(s2);
-  net_.closeRecv(r2);
+  for (int d = 0; d < 2; d++) {
+    net_.closeSend(s[d]);
+    net_.closeRecv(r[d]);
+  }
 }
 
 // Closing a send comm on a shared connection ends its direction only: the
@@ -690,10 +733,9 @@ TEST_P(PluginV11, ClosingOneSenderOfASharedConnectionEndsOnlyItsDirection) {
     void *s1, *r1, *s2, *r2;
     pair(&s1, &r1);
     pair(&s2, &r2);
-    std::string err;
     for (int round = 0; round < 2; round++) {
-      ASSERT_TRUE(transfer(net_, s1, r1, 8, 8, 1, &err)) << err;
-      ASSERT_TRUE(transfer(net_, s2, r2, 8, 8, 2, &err)) << err;
+      ASSERT_EQ(transferVia(net_, s1, net_, r1, 8, 1), "");
+      ASSERT_EQ(transferVia(net_, s2, net_, r2, 8, 2), "");
     }
     for (void* c : {s1, r1, s2, r2}) ASSERT_TRUE(signlion::net::commSharesControl(c));
     void* gone = which == 0 ? s1 : s2;
@@ -710,27 +752,109 @@ TEST_P(PluginV11, ClosingOneSenderOfASharedConnectionEndsOnlyItsDirection) {
     ASSERT_NE(req, nullptr);
     EXPECT_EQ(waitReq(req, nullptr, 10000), ncclRemoteError);
     for (size_t size : {size_t(8), size_t(70000), size_t(3) << 20})
-      EXPECT_TRUE(transfer(net_, liveS, liveR, size, size, 4, &err)) << err;
+      EXPECT_EQ(transferVia(net_, liveS, net_, liveR, size, 4), "");
     net_.closeRecv(orphan);
     net_.closeSend(liveS);
     net_.closeRecv(liveR);
   }
 }
 
-// A send comm closed before its part of the pairing happened (it would have
-// offered, or moved) leaves the other direction working: an offer naming a
-// comm that is gone is dropped.
-TEST_P(PluginV11, PairingWithASenderClosedEarlyLeavesTheOtherDirectionWorking) {
-  void *s1, *r1, *s2, *r2;
-  pair(&s1, &r1);
-  pair(&s2, &r2);
-  ASSERT_EQ(net_.closeSend(s2), ncclSuccess);
-  std::string err;
-  for (size_t size : {size_t(8), size_t(5000), size_t(70000), size_t(8)})
-    EXPECT_TRUE(transfer(net_, s1, r1, size, size, 5, &err)) << err;
-  net_.closeRecv(r2);
-  net_.closeSend(s1);
-  net_.closeRecv(r1);
+// A comm of a pairing closed before the offer went out. Registration order
+// makes the roles known: s1 offers on its connection (r1 reads the offer), r2
+// is pinned to s1's socket, s2 would move. Closing s1 or r2 undoes the
+// pairing (nothing is offered, nothing pinned); closing s2 leaves an offer
+// that r1 drops. In every case the other direction works.
+TEST_P(PluginV11, PairingWithACommClosedBeforeTheOfferLeavesTheRestWorking) {
+  for (int which = 0; which < 3; which++) {
+    SCOPED_TRACE(which);
+    void *s1, *r1, *s2, *r2;
+    pair(&s1, &r1);
+    pair(&s2, &r2);
+    if (which == 0) {
+      ASSERT_EQ(net_.closeSend(s1), ncclSuccess);
+      for (size_t size : {size_t(8), size_t(5000), size_t(70000), size_t(8)})
+        EXPECT_EQ(transferVia(net_, s2, net_, r2, size, 5), "");
+      EXPECT_FALSE(signlion::net::commSharesControl(s2)) << "the pairing was undone: nothing to move for";
+      EXPECT_FALSE(signlion::net::commSharesControl(r2));
+      net_.closeSend(s2);
+      net_.closeRecv(r2);
+      net_.closeRecv(r1);
+      continue;
+    }
+    if (which == 1) {
+      ASSERT_EQ(net_.closeRecv(r2), ncclSuccess);
+    }
+    if (which == 2) {
+      ASSERT_EQ(net_.closeSend(s2), ncclSuccess);
+    }
+    for (size_t size : {size_t(8), size_t(5000), size_t(70000), size_t(8)})
+      EXPECT_EQ(transferVia(net_, s1, net_, r1, size, 5), "");
+    // which 1: the offer was withdrawn; which 2: it went out and was dropped.
+    EXPECT_EQ(signlion::net::commSharesControl(s1), which == 2);
+    EXPECT_FALSE(signlion::net::commSharesControl(r1));
+    net_.closeSend(s1);
+    net_.closeRecv(r1);
+    if (which == 1) net_.closeSend(s2);
+    if (which == 2) net_.closeRecv(r2);
+  }
+}
+
+// Two copies of the transport in one process (the dlopen'ed plugin and the
+// in-process library) have different instance ids, so they pair as two
+// processes do: the smaller id initiates, the other follows. Every message
+// is checked, all four comms end up sharing, and closing one sender leaves
+// the other direction working.
+TEST_P(PluginV11, TwoInstancesPairAsTwoProcessesDo) {
+  NetDriver other;
+  other.bindInProcess(11);
+  ASSERT_EQ(other.init(), ncclSuccess);
+  int otherDev = findDevice(other, "lo");
+  ASSERT_GE(otherDev, 0);
+  char ha[NCCL_NET_HANDLE_MAXSIZE], hb[NCCL_NET_HANDLE_MAXSIZE];
+  void *la = nullptr, *lb = nullptr;
+  ASSERT_EQ(net_.listen(dev_, ha, &la), ncclSuccess);
+  ASSERT_EQ(other.listen(otherDev, hb, &lb), ncclSuccess);
+  void *sA = nullptr, *rA = nullptr, *sB = nullptr, *rB = nullptr;  // A: the plugin copy, B: the other
+  int64_t start = nowMs();
+  while ((!sA || !rA || !sB || !rB) && nowMs() - start < kLoopLimitMs) {
+    if (!sA) {
+      ASSERT_EQ(net_.connect(dev_, hb, &sA), ncclSuccess);
+    }
+    if (!sB) {
+      ASSERT_EQ(other.connect(otherDev, ha, &sB), ncclSuccess);
+    }
+    if (!rA) {
+      ASSERT_EQ(net_.accept(la, &rA), ncclSuccess);
+    }
+    if (!rB) {
+      ASSERT_EQ(other.accept(lb, &rB), ncclSuccess);
+    }
+  }
+  ASSERT_TRUE(sA && rA && sB && rB);
+  net_.closeListen(la);
+  other.closeListen(lb);
+  for (size_t size : {size_t(8), size_t(5000), size_t(70000), size_t(3) << 20, size_t(64)}) {
+    EXPECT_EQ(transferVia(net_, sA, other, rB, size, 1), "");
+    EXPECT_EQ(transferVia(other, sB, net_, rA, size, 2), "");
+  }
+  for (void* c : {sA, rA, sB, rB}) EXPECT_TRUE(signlion::net::commSharesControl(c));
+  ASSERT_EQ(net_.closeSend(sA), ncclSuccess);
+  std::vector<char> buf(64);
+  void* data = buf.data();
+  size_t cap = buf.size();
+  int tag = 9;
+  void* req = nullptr;
+  ASSERT_EQ(other.irecv(rB, 1, &data, &cap, &tag, nullptr, &req), ncclSuccess);
+  int done = 0;
+  ncclResult_t res = ncclSuccess;
+  start = nowMs();
+  while (res == ncclSuccess && !done && nowMs() - start < 10000) res = other.test(req, &done, nullptr);
+  EXPECT_EQ(res, ncclRemoteError);
+  for (size_t size : {size_t(8), size_t(70000)}) EXPECT_EQ(transferVia(other, sB, net_, rA, size, 3), "");
+  other.closeRecv(rB);
+  other.closeSend(sB);
+  net_.closeRecv(rA);
+  other.finalize();
 }
 
 // Neither side calls test() while a message larger than the socket buffers
@@ -932,6 +1056,82 @@ TEST_P(PluginV11, StrangersAreRefusedAndRealPeersStillConnect) {
   net_.closeSend(bad);
   net_.closeSend(s);
   net_.closeRecv(r);
+  net_.closeListen(l);
+}
+
+// A peer that passes the handshake but breaks the pairing protocol
+// (socket_pairing.h) gets an error on that comm, never a crash or a hang; an
+// offer naming no comm of ours is dropped and the stream goes on. The wire
+// layouts below restate plugin/socket/socket_transport.cc (version 2).
+TEST_P(PluginV11, MalformedPairingHeadersAreErrors) {
+  struct WireHello {
+    uint32_t magic;
+    uint16_t version;
+    uint8_t kind, index;
+    uint32_t nsocks, chunkSize;
+    uint64_t secret, connId, instance;
+  };
+  struct WireHeader {
+    int32_t tag;
+    uint32_t flags;  // 1 inline, 2 offer, 4 switch marker
+    uint64_t size;
+  };
+  static_assert(sizeof(WireHello) == 40 && sizeof(WireHeader) == 16, "wire layouts");
+  struct Case {
+    const char* what;
+    WireHeader header;
+    bool ok;
+  };
+  const Case cases[] = {
+      {"offer naming no comm of ours, then a message", {0, 2, 0xdeadbeefull}, true},
+      {"switch marker without a pairing", {0, 4, 0}, false},
+      {"offer and marker flags at once", {0, 6, 0}, false},
+      {"switch marker with a size", {0, 4, 1}, false},
+      {"offer with a tag", {3, 2, 0xdeadbeefull}, false},
+      {"unknown flag on a message", {7, 1 | 8, 5}, false},
+  };
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* l = nullptr;
+  ASSERT_EQ(net_.listen(dev_, handle, &l), ncclSuccess);
+  uint64_t secret;
+  memcpy(&secret, handle + 8, sizeof(secret));
+  uint64_t connId = 0x5eed0000;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    int ctrl = rawConnect(handle), data = rawConnect(handle);
+    ASSERT_GE(ctrl, 0);
+    ASSERT_GE(data, 0);
+    WireHello h{0x534c4e48, 2, 0, 0, 1, 131072, secret, ++connId, 42};
+    ASSERT_EQ(write(ctrl, &h, sizeof(h)), (ssize_t)sizeof(h));
+    h.kind = 1;
+    ASSERT_EQ(write(data, &h, sizeof(h)), (ssize_t)sizeof(h));
+    void* r = nullptr;
+    int64_t start = nowMs();
+    while (r == nullptr && nowMs() - start < kLoopLimitMs) ASSERT_EQ(net_.accept(l, &r), ncclSuccess);
+    ASSERT_NE(r, nullptr);
+    ASSERT_EQ(write(ctrl, &c.header, sizeof(c.header)), (ssize_t)sizeof(c.header));
+    WireHeader msg{7, 1, 5};
+    ASSERT_EQ(write(ctrl, &msg, sizeof(msg)), (ssize_t)sizeof(msg));
+    ASSERT_EQ(write(ctrl, "hello", 5), 5);
+    char buf[16] = {};
+    void* d = buf;
+    size_t cap = sizeof(buf);
+    int tag = 7;
+    void* req = nullptr;
+    ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &req), ncclSuccess);
+    int size = -1;
+    ncclResult_t res = waitReq(req, &size, 10000);
+    if (c.ok) {
+      EXPECT_EQ(res, ncclSuccess);
+      EXPECT_EQ(size, 5);
+      EXPECT_EQ(std::string(buf, 5), "hello");
+    } else {
+      EXPECT_EQ(res, ncclRemoteError);
+    }
+    net_.closeRecv(r);
+    close(ctrl);
+    close(data);
+  }
   net_.closeListen(l);
 }
 
