@@ -61,6 +61,20 @@ std::unique_ptr<Conn> makeConn(uint64_t connId, uint64_t peerOfSend, uint64_t pe
   return c;
 }
 
+// Links a test registered; all leave the registry when the test ends, also
+// when an ASSERT returns early (the registry must never keep a freed link).
+// Declared after the Conns it refers to, so it goes first.
+struct Registered {
+  std::vector<PairLink*> links;
+  void add(PairLink* l) {
+    signlion::net::pairRegister(l);
+    links.push_back(l);
+  }
+  ~Registered() {
+    for (PairLink* l : links) signlion::net::pairUnregister(l);  // a second unregister is a no-op
+  }
+};
+
 bool due(const PairLink& l, uint32_t bit) { return (l.due.load() & bit) != 0; }
 
 // A peer instance the registry treats as larger (we initiate) or smaller (it does).
@@ -74,9 +88,10 @@ uint64_t smallerPeer() { return signlion::net::localInstance() - 1 == 0 ? 1 : si
 TEST(SocketPairing, InitiatorPinsTheRecvCommAndOwesAnOffer) {
   uint64_t peer = largerPeer();
   auto x = makeConn(0x1001, peer, 0), y = makeConn(0x1002, 0, peer);
-  signlion::net::pairRegister(x->send.get());
+  Registered reg;
+  reg.add(x->send.get());
   EXPECT_EQ(x->send->due.load(), 0u) << "nothing to pair with yet";
-  signlion::net::pairRegister(y->recv.get());
+  reg.add(y->recv.get());
   EXPECT_TRUE(due(*x->send, signlion::net::kPairOfferDue));
   uint64_t offer = 0;
   ASSERT_TRUE(signlion::net::pairTakeOffer(x->send.get(), &offer));
@@ -85,105 +100,100 @@ TEST(SocketPairing, InitiatorPinsTheRecvCommAndOwesAnOffer) {
   EXPECT_EQ(pinned, x->send->ctrl) << "R follows to S's socket at the marker";
   // Once the offer is taken, a close no longer undoes anything.
   signlion::net::pairUnregister(y->recv.get());
-  signlion::net::pairUnregister(x->send.get());
+  EXPECT_TRUE(x->send->paired);
 }
 
 // The peer has the smaller id: it initiates, we only follow.
 TEST(SocketPairing, FollowerDoesNotInitiate) {
   uint64_t peer = smallerPeer();
   auto x = makeConn(0x2001, peer, 0), y = makeConn(0x2002, 0, peer);
-  signlion::net::pairRegister(x->send.get());
-  signlion::net::pairRegister(y->recv.get());
+  Registered reg;
+  reg.add(x->send.get());
+  reg.add(y->recv.get());
   EXPECT_EQ(x->send->due.load(), 0u);
   EXPECT_EQ(signlion::net::pairTakeAdopted(y->recv.get()), nullptr);
-  signlion::net::pairUnregister(x->send.get());
-  signlion::net::pairUnregister(y->recv.get());
 }
 
 // An offer read on our recv comm (connection x, from the initiating peer)
-// moves our send comm on y onto x's socket.
+// moves our send comm on y onto x's socket, once.
 TEST(SocketPairing, OfferMovesTheNamedSendCommOntoTheReadersSocket) {
   uint64_t peer = smallerPeer();
   auto x = makeConn(0x3001, 0, peer), y = makeConn(0x3002, peer, 0);
-  signlion::net::pairRegister(x->recv.get());
-  signlion::net::pairRegister(y->send.get());
+  Registered reg;
+  reg.add(x->recv.get());
+  reg.add(y->send.get());
   signlion::net::pairAcceptOffer(x->recv.get(), 0x3002);
   EXPECT_TRUE(due(*y->send, signlion::net::kPairSwitchDue));
   EXPECT_EQ(x->recvShared.load(), 1u);
   EXPECT_EQ(signlion::net::pairTakeAdopted(y->send.get()), x->recv->ctrl);
-  // A second offer for the same comm is refused.
   y->send->due.store(0);
   signlion::net::pairAcceptOffer(x->recv.get(), 0x3002);
-  EXPECT_EQ(y->send->due.load(), 0u);
-  signlion::net::pairUnregister(x->recv.get());
-  signlion::net::pairUnregister(y->send.get());
+  EXPECT_EQ(y->send->due.load(), 0u) << "a second offer for the same comm is refused";
 }
 
 // The offer can be read before the send comm it names has registered (its
 // connect sent the last hello, the peer accepted and offered, our recv comm
-// read it, all before connect returned): it waits for that comm.
+// read it, all before connect returned): it waits for that comm. An early
+// offer whose reader closes is forgotten.
 TEST(SocketPairing, OfferReadBeforeItsSendCommRegisteredWaitsForIt) {
   uint64_t peer = smallerPeer();
   auto x = makeConn(0x4001, 0, peer), y = makeConn(0x4002, peer, 0);
-  signlion::net::pairRegister(x->recv.get());
+  auto z = makeConn(0x4003, 0, peer), w = makeConn(0x4004, peer, 0);
+  Registered reg;
+  reg.add(x->recv.get());
   signlion::net::pairAcceptOffer(x->recv.get(), 0x4002);
   EXPECT_EQ(x->recvShared.load(), 0u);
-  signlion::net::pairRegister(y->send.get());
+  reg.add(y->send.get());
   EXPECT_TRUE(due(*y->send, signlion::net::kPairSwitchDue));
   EXPECT_EQ(x->recvShared.load(), 1u);
   EXPECT_EQ(signlion::net::pairTakeAdopted(y->send.get()), x->recv->ctrl);
-  signlion::net::pairUnregister(x->recv.get());
-  signlion::net::pairUnregister(y->send.get());
-  // An early offer whose reader closes is forgotten.
-  auto z = makeConn(0x4003, 0, peer), w = makeConn(0x4004, peer, 0);
-  signlion::net::pairRegister(z->recv.get());
+  reg.add(z->recv.get());
   signlion::net::pairAcceptOffer(z->recv.get(), 0x4004);
   signlion::net::pairUnregister(z->recv.get());
-  signlion::net::pairRegister(w->send.get());
+  reg.add(w->send.get());
   EXPECT_EQ(w->send->due.load(), 0u);
-  signlion::net::pairUnregister(w->send.get());
 }
 
 // Closing either comm of an initiator pairing before its offer was taken
 // undoes it, and the survivor pairs again with the next candidate.
 TEST(SocketPairing, CloseBeforeTheOfferUndoesThePairing) {
   uint64_t peer = largerPeer();
-  auto x = makeConn(0x5001, peer, 0), y = makeConn(0x5002, 0, peer);
-  signlion::net::pairRegister(x->send.get());
-  signlion::net::pairRegister(y->recv.get());
+  auto x = makeConn(0x5001, peer, 0), y = makeConn(0x5002, 0, peer), z = makeConn(0x5003, 0, peer);
+  auto u = makeConn(0x5004, peer, 0), v = makeConn(0x5005, 0, peer);
+  Registered reg;
+  reg.add(x->send.get());
+  reg.add(y->recv.get());
   ASSERT_TRUE(due(*x->send, signlion::net::kPairOfferDue));
   signlion::net::pairUnregister(y->recv.get());
   EXPECT_EQ(x->send->due.load(), 0u) << "the offer is withdrawn";
   uint64_t offer = 0;
   EXPECT_FALSE(signlion::net::pairTakeOffer(x->send.get(), &offer));
   // The send comm is free again: a new recv comm from the same peer pairs with it.
-  auto z = makeConn(0x5003, 0, peer);
-  signlion::net::pairRegister(z->recv.get());
+  reg.add(z->recv.get());
   EXPECT_TRUE(due(*x->send, signlion::net::kPairOfferDue));
   ASSERT_TRUE(signlion::net::pairTakeOffer(x->send.get(), &offer));
   EXPECT_EQ(offer, 0x5003u);
-  signlion::net::pairUnregister(z->recv.get());
   // The other way round: the send comm closes first; the recv comm is unpinned.
-  auto u = makeConn(0x5004, peer, 0), v = makeConn(0x5005, 0, peer);
+  signlion::net::pairUnregister(z->recv.get());
   signlion::net::pairUnregister(x->send.get());
-  signlion::net::pairRegister(u->send.get());
-  signlion::net::pairRegister(v->recv.get());
+  reg.add(u->send.get());
+  reg.add(v->recv.get());
+  ASSERT_TRUE(due(*u->send, signlion::net::kPairOfferDue));
   signlion::net::pairUnregister(u->send.get());
   EXPECT_EQ(signlion::net::pairTakeAdopted(v->recv.get()), nullptr);
-  signlion::net::pairUnregister(v->recv.get());
 }
 
 // No pairing across different peers or different local addresses.
 TEST(SocketPairing, DifferentPeersOrAddressesDoNotPair) {
   uint64_t peer = largerPeer();
   auto x = makeConn(0x6001, peer, 0), y = makeConn(0x6002, 0, peer + 1);
-  signlion::net::pairRegister(x->send.get());
-  signlion::net::pairRegister(y->recv.get());
-  EXPECT_EQ(x->send->due.load(), 0u) << "another peer";
   auto z = makeConn(0x6003, 0, peer, "127.0.0.2");
-  signlion::net::pairRegister(z->recv.get());
+  Registered reg;
+  reg.add(x->send.get());
+  reg.add(y->recv.get());
+  EXPECT_EQ(x->send->due.load(), 0u) << "another peer";
+  reg.add(z->recv.get());
   EXPECT_EQ(x->send->due.load(), 0u) << "another local address";
-  for (PairLink* l : {x->send.get(), y->recv.get(), z->recv.get()}) signlion::net::pairUnregister(l);
 }
 
 // Within one process (both ends ours), a pairing needs all four comms and
@@ -192,20 +202,19 @@ TEST(SocketPairing, DifferentPeersOrAddressesDoNotPair) {
 TEST(SocketPairing, WithinOneProcessAllFourAreCastAndOnlyTheFarReaderMayOffer) {
   uint64_t me = signlion::net::localInstance();
   auto x = makeConn(0x7001, me, me), y = makeConn(0x7002, me, me), other = makeConn(0x7003, me, me);
-  signlion::net::pairRegister(x->send.get());
-  signlion::net::pairRegister(x->recv.get());
-  signlion::net::pairRegister(y->send.get());
+  Registered reg;
+  reg.add(x->send.get());
+  reg.add(x->recv.get());
+  reg.add(y->send.get());
   EXPECT_EQ(x->send->due.load() | y->send->due.load(), 0u) << "y's recv end is not registered yet";
-  signlion::net::pairRegister(y->recv.get());
+  reg.add(y->recv.get());
   // Registration order: x's sender offers, y's receiver is pinned, x's
   // receiver will read the offer, y's sender will move.
   ASSERT_TRUE(due(*x->send, signlion::net::kPairOfferDue));
-  signlion::net::pairRegister(other->recv.get());
+  reg.add(other->recv.get());
   signlion::net::pairAcceptOffer(other->recv.get(), 0x7002);
   EXPECT_EQ(y->send->due.load(), 0u) << "an offer read by a comm outside the pairing";
   signlion::net::pairAcceptOffer(x->recv.get(), 0x7002);
   EXPECT_TRUE(due(*y->send, signlion::net::kPairSwitchDue));
   EXPECT_EQ(signlion::net::pairTakeAdopted(y->send.get()), x->recv->ctrl);
-  for (PairLink* l : {x->send.get(), x->recv.get(), y->send.get(), y->recv.get(), other->recv.get()})
-    signlion::net::pairUnregister(l);
 }
