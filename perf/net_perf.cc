@@ -521,8 +521,8 @@ int main(int argc, char** argv) {
   printf("# ratio: median of the blocks' signlion/plain-tcp (min..max over blocks); plain-tcp: one two-way\n");
   printf("# socket; tcp-2conn: two one-way sockets read with the plugin's ACK policy (diagnostic)\n");
   if (only.empty() || only == names[0])
-    printf("# plugin control connection: %s\n", sharedCtrl ? "one, shared both ways (socket_pairing.h)"
-                                                            : "one per direction (not paired)");
+    printf("# plugin control connection: %s\n",
+           sharedCtrl ? "one, shared both ways (socket_pairing.h)" : "one per direction (not paired)");
   printf("# %10s %12s %12s %8s %15s %12s\n", "size(B)", "signlion", "plain-tcp", "ratio", "ratio-range", "tcp-2conn");
   for (size_t i = 0; i < sizes.size(); i++) {
     RatioStats r = blockRatios(lat[i][0], lat[i][1]);

@@ -17,7 +17,7 @@ namespace {
 
 // Guards every registry-guarded field of every PairLink, and the tables below.
 std::mutex gPairMu;
-std::vector<PairLink*> gLinks;                    // registered links
+std::vector<PairLink*> gLinks;                      // registered links
 std::unordered_map<uint64_t, PairLink*> gSendById;  // registered send links by connId
 std::unordered_map<uint64_t, PairLink*> gRecvById;  // registered recv links by connId
 // Offers read before the send comm they name registered: send connId -> the

@@ -90,8 +90,8 @@ struct PairLink {
   bool paired = false;
   PairLink* partner = nullptr;        // initiator S <-> R until S takes its offer
   PairLink* expectOfferOn = nullptr;  // same process, far send comm: whose offer it accepts
-  CtrlRef adopted;      // recv: the socket to follow at the marker; send: the socket to move to
-  uint64_t offer = 0;   // send (initiator): connId of the peer's send comm to invite
+  CtrlRef adopted;                    // recv: the socket to follow at the marker; send: the socket to move to
+  uint64_t offer = 0;                 // send (initiator): connId of the peer's send comm to invite
 };
 
 // Fills local/peer from link->ctrl, registers the link, applies an offer

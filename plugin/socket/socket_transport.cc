@@ -36,7 +36,7 @@ namespace net {
 namespace {
 
 constexpr uint32_t kHandleMagic = 0x534c4e48;  // "SLNH"
-constexpr uint16_t kWireVersion = 2;  // 2: instance ids, control-socket pairing
+constexpr uint16_t kWireVersion = 2;           // 2: instance ids, control-socket pairing
 constexpr uint32_t kMrMagic = 0x534c4d52;      // "SLMR"
 constexpr int kPollMs = 50;                    // helper wake-up period, bounds close latency
 constexpr size_t kCallerOnlyMax = 512 * 1024;  // payloads up to this are moved by the caller (enqueueStreams)
@@ -196,7 +196,7 @@ struct Comm : CommHeader {
   PairLink link;
   int trafficClass = -1;  // send: IP TOS of our streams (-1: none), kept for a shared connection
   MsgHeader pairHdr{};    // send: the pairing header being written
-  size_t pairOff = 0;   // send: bytes of pairHdr written
+  size_t pairOff = 0;     // send: bytes of pairHdr written
   // Helpers signal it when a data-stream task completes (or fails), so a
   // caller sleeping in commWait wakes for payloads that never touch ctrlFd.
   int wakeFd = -1;
@@ -587,8 +587,8 @@ bool progressPairHeader(Comm* c, bool* moved) {
     }
   }
   while (c->pairOff < sizeof(MsgHeader)) {
-    ssize_t n = send(c->ctrlFd, (char*)&c->pairHdr + c->pairOff, sizeof(MsgHeader) - c->pairOff,
-                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n =
+        send(c->ctrlFd, (char*)&c->pairHdr + c->pairOff, sizeof(MsgHeader) - c->pairOff, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
     if (n < 0) {
@@ -733,7 +733,8 @@ bool matchHeader(Comm* c, const MsgHeader& hdr) {
 // A pairing header read on the control stream (socket_pairing.h). Returns
 // false after recording a protocol error.
 bool handlePairHeader(Comm* c, const MsgHeader& hdr) {
-  if (hdr.tag != 0 || (hdr.flags != kMsgPair && hdr.flags != kMsgSwitch) || (hdr.flags == kMsgSwitch && hdr.size != 0)) {
+  if (hdr.tag != 0 || (hdr.flags != kMsgPair && hdr.flags != kMsgSwitch) ||
+      (hdr.flags == kMsgSwitch && hdr.size != 0)) {
     setError(c, ncclRemoteError, "protocol error: malformed pairing header");
     return false;
   }
@@ -957,8 +958,16 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
     cs->hello.resize(nfd);
     for (int i = 0; i < nfd; i++) {
       Hello& he = cs->hello[i];
-      he = Hello{kHandleMagic, kWireVersion, (uint8_t)(i == 0 ? 0 : 1), (uint8_t)(i == 0 ? 0 : i - 1),
-                 (uint32_t)c->nsocks, (uint32_t)c->chunkSize, h->secret, connId, localInstance()};
+      he = Hello{};
+      he.magic = kHandleMagic;
+      he.version = kWireVersion;
+      he.kind = i == 0 ? 0 : 1;  // control, data
+      he.index = (uint8_t)(i == 0 ? 0 : i - 1);
+      he.nsocks = (uint32_t)c->nsocks;
+      he.chunkSize = (uint32_t)c->chunkSize;
+      he.secret = h->secret;
+      he.connId = connId;
+      he.instance = localInstance();
       int* fd = i == 0 ? &c->ctrlFd : &c->streams[i - 1].fd;
       if (!startConnect(cs->to, trafficClass, fd)) {
         WARN("NET/signlion: connect to %s failed: %s", addressString(cs->to).c_str(), strerror(errno));

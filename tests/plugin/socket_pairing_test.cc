@@ -46,7 +46,8 @@ struct Conn {
 };
 
 // peerOfSend: the instance id the send end believes its peer has; peerOfRecv likewise.
-std::unique_ptr<Conn> makeConn(uint64_t connId, uint64_t peerOfSend, uint64_t peerOfRecv, const char* ip = "127.0.0.1") {
+std::unique_ptr<Conn> makeConn(uint64_t connId, uint64_t peerOfSend, uint64_t peerOfRecv,
+                               const char* ip = "127.0.0.1") {
   auto c = std::make_unique<Conn>();
   int a = -1, b = -1;
   tcpPair(ip, &a, &b);
