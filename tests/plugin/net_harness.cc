@@ -200,14 +200,19 @@ ncclResult_t connectPair(NetDriver& net, int dev, void** sendComm, void** recvCo
 
 bool transfer(NetDriver& net, void* sendComm, void* recvComm, size_t size, size_t recvCap, int tag,
               std::string* err) {
+  return transferBetween(net, sendComm, net, recvComm, size, recvCap, tag, err);
+}
+
+bool transferBetween(NetDriver& sendNet, void* sendComm, NetDriver& recvNet, void* recvComm, size_t size,
+                     size_t recvCap, int tag, std::string* err) {
   std::vector<char> src(size ? size : 1), dst(recvCap ? recvCap : 1, 0x5a);
   uint64_t seed = size * 31 + (uint64_t)tag;
   fillPattern(src.data(), size, seed);
   void *smr = nullptr, *rmr = nullptr, *sreq = nullptr, *rreq = nullptr;
   bool ok = false;
   char buf[200];
-  if (net.regMr(sendComm, src.data(), src.size(), &smr) != ncclSuccess ||
-      net.regMr(recvComm, dst.data(), dst.size(), &rmr) != ncclSuccess) {
+  if (sendNet.regMr(sendComm, src.data(), src.size(), &smr) != ncclSuccess ||
+      recvNet.regMr(recvComm, dst.data(), dst.size(), &rmr) != ncclSuccess) {
     *err = "regMr failed";
     return false;
   }
@@ -216,12 +221,12 @@ bool transfer(NetDriver& net, void* sendComm, void* recvComm, size_t size, size_
   int64_t start = nowMs();
   ncclResult_t r = ncclSuccess;
   while ((!sdone || !rdone) && nowMs() - start < kLoopLimitMs) {
-    if (rreq == nullptr && !rdone) r = net.irecv(recvComm, 1, &rdata, &recvCap, &tag, &rmr, &rreq);
+    if (rreq == nullptr && !rdone) r = recvNet.irecv(recvComm, 1, &rdata, &recvCap, &tag, &rmr, &rreq);
     if (r != ncclSuccess) break;
-    if (sreq == nullptr && !sdone) r = net.isend(sendComm, src.data(), size, tag, smr, &sreq);
+    if (sreq == nullptr && !sdone) r = sendNet.isend(sendComm, src.data(), size, tag, smr, &sreq);
     if (r != ncclSuccess) break;
-    if (rreq && !rdone && (r = net.test(rreq, &rdone, &rsize)) != ncclSuccess) break;
-    if (sreq && !sdone && (r = net.test(sreq, &sdone, &ssize)) != ncclSuccess) break;
+    if (rreq && !rdone && (r = recvNet.test(rreq, &rdone, &rsize)) != ncclSuccess) break;
+    if (sreq && !sdone && (r = sendNet.test(sreq, &sdone, &ssize)) != ncclSuccess) break;
   }
   if (r != ncclSuccess) {
     snprintf(buf, sizeof(buf), "transfer of %zu bytes: error %d", size, (int)r);
@@ -240,8 +245,8 @@ bool transfer(NetDriver& net, void* sendComm, void* recvComm, size_t size, size_
   } else {
     ok = true;
   }
-  net.deregMr(sendComm, smr);
-  net.deregMr(recvComm, rmr);
+  sendNet.deregMr(sendComm, smr);
+  recvNet.deregMr(recvComm, rmr);
   return ok;
 }
 

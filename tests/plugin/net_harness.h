@@ -70,6 +70,10 @@ ncclResult_t connectPair(NetDriver& net, int dev, void** sendComm, void** recvCo
 // completes both, checks the reported sizes and every received byte.
 bool transfer(NetDriver& net, void* sendComm, void* recvComm, size_t size, size_t recvCap, int tag,
               std::string* err);
+// The same when the two comms belong to two copies of the transport (a
+// dlopen'ed plugin and the in-process library): each is driven by its own.
+bool transferBetween(NetDriver& sendNet, void* sendComm, NetDriver& recvNet, void* recvComm, size_t size,
+                     size_t recvCap, int tag, std::string* err);
 
 // Index of the first device whose name is ifname, or -1.
 int findDevice(NetDriver& net, const std::string& ifname);

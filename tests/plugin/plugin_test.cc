@@ -615,29 +615,6 @@ std::string driveAll(NetDriver& net, std::vector<void*> reqs, std::vector<int>* 
   return "";
 }
 
-// One message from s to r, possibly through two copies of the transport
-// (ns drives s, nr drives r); "" or what went wrong.
-std::string transferVia(NetDriver& ns, void* s, NetDriver& nr, void* r, size_t size, int tag) {
-  std::vector<char> src(std::max<size_t>(size, 1)), dst(size + 64, 0x5a);
-  uint64_t seed = size * 131 + (uint64_t)tag;
-  fillPattern(src.data(), size, seed);
-  void *sreq = nullptr, *rreq = nullptr;
-  void* data = dst.data();
-  size_t cap = dst.size();
-  if (nr.irecv(r, 1, &data, &cap, &tag, nullptr, &rreq) != ncclSuccess || rreq == nullptr) return "irecv";
-  if (ns.isend(s, src.data(), size, tag, nullptr, &sreq) != ncclSuccess || sreq == nullptr) return "isend";
-  int sdone = 0, rdone = 0, rsize = -1;
-  int64_t start = nowMs();
-  while (!sdone || !rdone) {
-    if (nowMs() - start > kLoopLimitMs) return "timed out";
-    if (!sdone && ns.test(sreq, &sdone, nullptr) != ncclSuccess) return "test send";
-    if (!rdone && nr.test(rreq, &rdone, &rsize) != ncclSuccess) return "test recv";
-  }
-  if (rsize != (int)size) return "size " + std::to_string(rsize) + " for " + std::to_string(size);
-  if (checkPattern(dst.data(), size, seed) != SIZE_MAX) return "wrong bytes, size " + std::to_string(size);
-  return "";
-}
-
 // Posts a small receive on r (driven by net) and tests it until it ends or
 // 10 s pass; what test() returned (ncclInternalError if it never ended).
 ncclResult_t receiveResult(NetDriver& net, void* r) {
@@ -730,9 +707,10 @@ TEST_P(PluginV11, PairedControlConnectionKeepsOrderAcrossTheSwitch) {
       EXPECT_EQ(checkPattern(dst[d][i].data(), sizes[i], 4000 + 100 * d + i), SIZE_MAX)
           << "direction " << d << " message " << i;
   for (void* c : {s[0], r[0], s[1], r[1]}) EXPECT_TRUE(signlion::net::commSharesControl(c));
+  std::string err;
   for (size_t size : {size_t(8), size_t(64), size_t(100000)}) {
-    EXPECT_EQ(transferVia(net_, s[0], net_, r[0], size, 1), "");
-    EXPECT_EQ(transferVia(net_, s[1], net_, r[1], size, 2), "");
+    EXPECT_TRUE(transfer(net_, s[0], r[0], size, size + 64, 1, &err)) << err;
+    EXPECT_TRUE(transfer(net_, s[1], r[1], size, size + 64, 2, &err)) << err;
   }
   for (int d = 0; d < 2; d++) {
     net_.closeSend(s[d]);
@@ -749,9 +727,10 @@ TEST_P(PluginV11, ClosingOneSenderOfASharedConnectionEndsOnlyItsDirection) {
     void *s1, *r1, *s2, *r2;
     pair(&s1, &r1);
     pair(&s2, &r2);
+    std::string err;
     for (int round = 0; round < 2; round++) {
-      ASSERT_EQ(transferVia(net_, s1, net_, r1, 8, 1), "");
-      ASSERT_EQ(transferVia(net_, s2, net_, r2, 8, 2), "");
+      ASSERT_TRUE(transfer(net_, s1, r1, 8, 8 + 64, 1, &err)) << err;
+      ASSERT_TRUE(transfer(net_, s2, r2, 8, 8 + 64, 2, &err)) << err;
     }
     for (void* c : {s1, r1, s2, r2}) ASSERT_TRUE(signlion::net::commSharesControl(c));
     void* gone = which == 0 ? s1 : s2;
@@ -761,7 +740,7 @@ TEST_P(PluginV11, ClosingOneSenderOfASharedConnectionEndsOnlyItsDirection) {
     ASSERT_EQ(net_.closeSend(gone), ncclSuccess);
     EXPECT_EQ(receiveResult(net_, orphan), ncclRemoteError);
     for (size_t size : {size_t(8), size_t(70000), size_t(3) << 20})
-      EXPECT_EQ(transferVia(net_, liveS, net_, liveR, size, 4), "");
+      EXPECT_TRUE(transfer(net_, liveS, liveR, size, size + 64, 4, &err)) << err;
     net_.closeRecv(orphan);
     net_.closeSend(liveS);
     net_.closeRecv(liveR);
@@ -779,10 +758,11 @@ TEST_P(PluginV11, PairingWithACommClosedBeforeTheOfferLeavesTheRestWorking) {
     void *s1, *r1, *s2, *r2;
     pair(&s1, &r1);
     pair(&s2, &r2);
+    std::string err;
     if (which == 0) {
       ASSERT_EQ(net_.closeSend(s1), ncclSuccess);
       for (size_t size : {size_t(8), size_t(5000), size_t(70000), size_t(8)})
-        EXPECT_EQ(transferVia(net_, s2, net_, r2, size, 5), "");
+        EXPECT_TRUE(transfer(net_, s2, r2, size, size + 64, 5, &err)) << err;
       EXPECT_FALSE(signlion::net::commSharesControl(s2)) << "the pairing was undone: nothing to move for";
       EXPECT_FALSE(signlion::net::commSharesControl(r2));
       net_.closeSend(s2);
@@ -797,7 +777,7 @@ TEST_P(PluginV11, PairingWithACommClosedBeforeTheOfferLeavesTheRestWorking) {
       ASSERT_EQ(net_.closeSend(s2), ncclSuccess);
     }
     for (size_t size : {size_t(8), size_t(5000), size_t(70000), size_t(8)})
-      EXPECT_EQ(transferVia(net_, s1, net_, r1, size, 5), "");
+      EXPECT_TRUE(transfer(net_, s1, r1, size, size + 64, 5, &err)) << err;
     // which 1: the offer was withdrawn; which 2: it went out and was dropped.
     EXPECT_EQ(signlion::net::commSharesControl(s1), which == 2);
     EXPECT_FALSE(signlion::net::commSharesControl(r1));
@@ -842,14 +822,15 @@ TEST_P(PluginV11, TwoInstancesPairAsTwoProcessesDo) {
   ASSERT_TRUE(sA && rA && sB && rB);
   net_.closeListen(la);
   other.closeListen(lb);
+  std::string err;
   for (size_t size : {size_t(8), size_t(5000), size_t(70000), size_t(3) << 20, size_t(64)}) {
-    EXPECT_EQ(transferVia(net_, sA, other, rB, size, 1), "");
-    EXPECT_EQ(transferVia(other, sB, net_, rA, size, 2), "");
+    EXPECT_TRUE(transferBetween(net_, sA, other, rB, size, size + 64, 1, &err)) << err;
+    EXPECT_TRUE(transferBetween(other, sB, net_, rA, size, size + 64, 2, &err)) << err;
   }
   for (void* c : {sA, rA, sB, rB}) EXPECT_TRUE(signlion::net::commSharesControl(c));
   ASSERT_EQ(net_.closeSend(sA), ncclSuccess);
   EXPECT_EQ(receiveResult(other, rB), ncclRemoteError);
-  for (size_t size : {size_t(8), size_t(70000)}) EXPECT_EQ(transferVia(other, sB, net_, rA, size, 3), "");
+  for (size_t size : {size_t(8), size_t(70000)}) EXPECT_TRUE(transferBetween(other, sB, net_, rA, size, size + 64, 3, &err)) << err;
   other.closeRecv(rB);
   other.closeSend(sB);
   net_.closeRecv(rA);
