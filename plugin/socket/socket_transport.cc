@@ -25,7 +25,9 @@
 #include "common/checks.h"
 #include "common/clock.h"
 #include "net_common.h"
-#include "socket/fixed_queue.h"
+#include "transport/fixed_queue.h"
+#include "transport/request_table.h"
+#include "transport/tag_matcher.h"
 #include "socket/socket_devices.h"
 #include "socket/socket_pairing.h"
 #include "socket/socket_params.h"
@@ -41,9 +43,21 @@ constexpr uint32_t kMrMagic = 0x534c4d52;      // "SLMR"
 constexpr int kPollMs = 50;                    // helper wake-up period, bounds close latency
 constexpr size_t kCallerOnlyMax = 512 * 1024;  // payloads up to this are moved by the caller (enqueueStreams)
 constexpr size_t kMaxPendingAccepts = 256;
-constexpr size_t kStageBytes = 64 * 1024;      // recv comm staging buffer for the control stream
-constexpr size_t kDirectRead = 4096;           // inline remainder read straight into the user buffer
-constexpr int kCtrlRounds = 1024;              // parse/read steps per progress call (fairness bound)
+constexpr size_t kStageBytes = 64 * 1024;  // recv comm staging buffer for the control stream
+constexpr size_t kDirectRead = 4096;       // inline remainder read straight into the user buffer
+constexpr int kCtrlRounds = 1024;          // parse/read steps per progress call (fairness bound)
+// Messages a recv comm keeps after reading their header: arrived before any
+// receive held their tag, or spread ones waiting for an older unclaimed
+// spread message (data streams carry payloads in message order). Past it the
+// comm stops reading its control stream until receives claim some.
+constexpr size_t kMaxKept = 256;
+// Inline payloads kept for receives not posted yet, in bytes (at least one
+// message is always taken).
+constexpr size_t kEarlyBudget = 8u << 20;
+// Written by a closing recv comm on each data stream, against the data's
+// direction: the peer's sender reads it to tell an orderly close from a
+// vanished peer.
+constexpr char kByeMagic[8] = {'S', 'L', 'N', 'C', 'B', 'Y', 'E', '!'};
 
 int64_t timeoutMs() {
   int64_t t = signlionParamSocketTimeoutMs();
@@ -140,12 +154,12 @@ struct SubRequest {
   size_t posted;  // capacity (recv) or message size (send)
   size_t size;    // bytes actually received / sent
   int tag;
-  bool matched;   // recv: header seen
+  bool matched;  // recv: header seen
 };
 
 struct Request {
   Comm* comm;
-  bool used;
+  bool used;  // owned by the RequestTable
   bool isSend;
   bool ctrlDone;  // send: header (+ inline payload) written
   int n;
@@ -156,14 +170,25 @@ struct Request {
 // The part of one message carried by one data stream: chunks first, first+step, ...
 struct StreamTask {
   char* buf;
-  size_t size;     // whole message
+  size_t size;  // whole message
   size_t chunk;
   size_t nextChunk;
   size_t step;
-  size_t off;      // progress inside chunk nextChunk
-  size_t share;    // bytes of the message this task carries
+  size_t off;    // progress inside chunk nextChunk
+  size_t share;  // bytes of the message this task carries
   Request* req;
 };
+
+// What a recv comm keeps about a message whose header it read (TagMatcher's Msg).
+struct RxMsg {
+  uint64_t seq;  // message number: picks the data streams of a spread payload
+  uint64_t size;
+  bool isInline;
+  bool payloadIn;     // inline: the payload is complete in early[earlyIdx]
+  int earlyIdx;       // inline with a payload: its early buffer, else -1
+  int64_t arrivedMs;  // for the unclaimed-message timeout
+};
+using Matcher = TagMatcher<Request, RxMsg, kSocketMaxRequests, kMaxKept, kSocketMaxRecvs>;
 
 struct Helper {
   std::thread thread;
@@ -180,11 +205,11 @@ struct Helper {
 struct Stream {
   int fd = -1;
   std::mutex ioMu;
-  std::mutex qMu;                // guards tasks (push by the caller, pop by the ioMu holder)
+  std::mutex qMu;  // guards tasks (push by the caller, pop by the ioMu holder)
   // At most one task per stream per message in flight: kSocketMaxRequests
   // requests of up to kSocketMaxRecvs messages each.
   FixedQueue<StreamTask, kSocketMaxRequests * kSocketMaxRecvs> tasks;
-  std::atomic<int> queued{0};    // tasks.size(), readable without qMu
+  std::atomic<int> queued{0};  // tasks.size(), readable without qMu
 };
 
 struct Comm : CommHeader {
@@ -205,18 +230,30 @@ struct Comm : CommHeader {
   size_t inlineMax = 0;
   std::deque<Stream> streams;  // a deque: Stream holds mutexes and never moves
   std::vector<std::unique_ptr<Helper>> helpers;
-  Request reqs[kSocketMaxRequests];
+  RequestTable<Request, kSocketMaxRequests> reqs;
   uint64_t seq = 0;                     // messages so far, the same count on both sides
   std::atomic<int> error{ncclSuccess};  // first failure, sticky
+  // send: the peer closed its recv comm in order (kByeMagic read); from then
+  // on sends complete without being delivered.
+  std::atomic<bool> peerClosed{false};
+  std::atomic<bool> closing{false};        // set by close before it shuts the streams down
+  int64_t byeCheckMs = 0;                  // send: last look for a bye while blocked (caller's thread)
   std::atomic<int64_t> dataProgressMs{0};  // last time any thread moved data-stream bytes
   std::atomic<int> queuedTasks{0};         // sum of the streams' `queued`: test() skips them all at 0
   std::mutex mrMutex;
   std::unordered_set<MemRegion*> mrs;
 
   // Control stream state, touched only by the caller's thread.
-  FixedQueue<Request*, kSocketMaxRequests> ctrlQueue;   // send: requests whose header is not fully out
-  FixedQueue<Request*, kSocketMaxRequests> matchQueue;  // recv: requests with unmatched sub-requests
-  size_t ctrlOff = 0;              // send: bytes of the front entry already written
+  FixedQueue<Request*, kSocketMaxRequests> ctrlQueue;  // send: requests whose header is not fully out
+  // recv: receive matching (transport/tag_matcher.h), with the inline
+  // payloads of kept messages in `early` (one buffer per kept slot, grown
+  // on demand and reused: bounded by kMaxKept x SIGNLION_SOCKET_INLINE).
+  Matcher matcher;
+  std::vector<std::vector<char>> early;
+  std::vector<int> earlyFree;
+  size_t earlyBytes = 0;  // payload bytes held in early buffers
+  int keptSpread = 0;     // kept messages with a spread payload
+  size_t ctrlOff = 0;     // send: bytes of the front entry already written
   // recv: one recv() fills the staging buffer with headers and inline
   // payloads; they are parsed from it, and what no posted receive wants yet
   // waits there. Bytes [stageHead, stageTail) are unparsed.
@@ -224,9 +261,14 @@ struct Comm : CommHeader {
   size_t stageHead = 0;
   size_t stageTail = 0;
   int64_t ackModeMs = -1;  // recv: last TCP_QUICKACK=0 on ctrlFd (see delayAcks)
-  SubRequest* rxInline = nullptr;  // recv: inline payload being read
-  Request* rxInlineReq = nullptr;
-  size_t rxInlineOff = 0;
+  // recv: the inline payload being read, into a posted buffer (rxReq set)
+  // or an early buffer (rxReq null; rxSeq names the kept message).
+  bool rxActive = false;
+  char* rxDst = nullptr;
+  size_t rxSize = 0;
+  size_t rxOff = 0;
+  Request* rxReq = nullptr;
+  uint64_t rxSeq = 0;
   // Since when the control stream waits mid-message (-1: it does not); see ctrlStalled.
   int64_t ctrlWaitSinceMs = -1;
 
@@ -276,6 +318,8 @@ void wakeCaller(Comm* c) {
 }
 
 void setError(Comm* c, ncclResult_t res, const char* what) {
+  // A comm being closed cuts its own streams short: nothing to report.
+  if (c->closing.load(std::memory_order_acquire)) return;
   int expected = ncclSuccess;
   if (c->error.compare_exchange_strong(expected, res)) {
     WARN("NET/signlion: %s comm %p: %s", c->isSend ? "send" : "recv", (void*)c, what);
@@ -288,6 +332,64 @@ void setSysError(Comm* c, int err, const char* op) {
   std::string what = std::string(op) + ": " + (err == 0 ? "connection closed by peer" : strerror(err));
   bool remote = err == 0 || err == ECONNRESET || err == EPIPE || err == ETIMEDOUT || err == EHOSTUNREACH;
   setError(c, remote ? ncclRemoteError : ncclSystemError, what.c_str());
+}
+
+// ---- Orderly close ------------------------------------------------------------
+
+// Send comm: whether the peer closed its recv comm in order, i.e. wrote
+// kByeMagic on a data stream (nothing else ever travels against the data).
+// Read also after the peer's reset: the kernel hands out what arrived before
+// it. Sets peerClosed (once, with an INFO line).
+bool peerSaidBye(Comm* c) {
+  if (c->peerClosed.load(std::memory_order_acquire)) return true;
+  for (Stream& st : c->streams) {
+    char got[sizeof(kByeMagic)];
+    ssize_t n = recv(st.fd, got, sizeof(got), MSG_DONTWAIT | MSG_PEEK);
+    if (n == (ssize_t)sizeof(got) && memcmp(got, kByeMagic, sizeof(got)) == 0) {
+      if (!c->peerClosed.exchange(true, std::memory_order_acq_rel))
+        INFO(kSubsysNet, "NET/signlion: send comm %p: the peer closed its recv comm; later sends are not delivered",
+             (void*)c);
+      wakeCaller(c);
+      return true;
+    }
+  }
+  return false;
+}
+
+// A send failed with err: an orderly close of the peer, or an error. The
+// peer's bye and its reset travel on different connections, so a reset
+// waits (up to kByeWaitMs, an error path only) until every data stream has
+// something to read: the bye, or the EOF/reset of a peer that vanished.
+void sendFailed(Comm* c, int err, const char* op) {
+  constexpr int kByeWaitMs = 250;
+  bool peerGone = err == EPIPE || err == ECONNRESET;
+  if (peerGone) {
+    int64_t deadline = nowMs() + kByeWaitMs;
+    bool ready[kSocketMaxStreams] = {};
+    pollfd p[kSocketMaxStreams];
+    int which[kSocketMaxStreams];
+    for (;;) {
+      if (peerSaidBye(c)) return;
+      nfds_t n = 0;
+      for (int s = 0; s < c->nsocks; s++)
+        if (!ready[s]) which[n] = s, p[n++] = {c->streams[s].fd, POLLIN, 0};
+      int64_t left = deadline - nowMs();
+      if (n == 0 || left <= 0) break;
+      if (poll(p, n, (int)left) < 0 && errno != EINTR) break;
+      for (nfds_t i = 0; i < n; i++) ready[which[i]] |= p[i].revents != 0;
+    }
+  }
+  setSysError(c, err, op);
+}
+
+// Recv comm closing: tells the peer's sender on every data stream, then ends
+// our direction of them (the bye is followed by a FIN, nothing else).
+void sayBye(Comm* c) {
+  for (Stream& st : c->streams) {
+    if (st.fd < 0) continue;
+    (void)!send(st.fd, kByeMagic, sizeof(kByeMagic), MSG_DONTWAIT | MSG_NOSIGNAL);
+    shutdown(st.fd, SHUT_WR);
+  }
 }
 
 // ---- Helper threads: data streams -------------------------------------------
@@ -308,7 +410,10 @@ ssize_t progressTask(Comm* c, Stream* st, StreamTask* t, size_t budget, bool* ta
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return moved;
     if (r <= 0) {
-      setSysError(c, r == 0 ? 0 : errno, c->isSend ? "send on data stream" : "recv on data stream");
+      if (c->isSend)
+        sendFailed(c, errno, "send on data stream");
+      else
+        setSysError(c, r == 0 ? 0 : errno, "recv on data stream");
       return -1;
     }
     moved += r;
@@ -329,11 +434,14 @@ ssize_t progressTask(Comm* c, Stream* st, StreamTask* t, size_t budget, bool* ta
 // peer sends. Returns true if bytes moved or a task completed.
 bool progressStream(Comm* c, Stream* st, bool byHelper) {
   std::unique_lock<std::mutex> io(st->ioMu, std::defer_lock);
-  if (byHelper) io.lock();
-  else if (!io.try_lock()) return false;
+  if (byHelper)
+    io.lock();
+  else if (!io.try_lock())
+    return false;
   bool progress = false;
   size_t budget = byHelper ? SIZE_MAX : c->chunkSize;
-  while (budget > 0 && c->error.load(std::memory_order_relaxed) == ncclSuccess) {
+  while (budget > 0 && c->error.load(std::memory_order_relaxed) == ncclSuccess &&
+         !c->peerClosed.load(std::memory_order_relaxed)) {
     StreamTask* t;
     {
       std::lock_guard<std::mutex> q(st->qMu);
@@ -358,7 +466,7 @@ bool progressStream(Comm* c, Stream* st, bool byHelper) {
       c->queuedTasks.fetch_sub(1, std::memory_order_release);
     }
     req->pending.fetch_sub(bytes, std::memory_order_acq_rel);  // last touch of req
-    if (byHelper) wakeCaller(c);  // the caller may sleep in commWait
+    if (byHelper) wakeCaller(c);                               // the caller may sleep in commWait
     progress = true;
   }
   if (progress) c->dataProgressMs.store(nowMs(), std::memory_order_relaxed);
@@ -388,7 +496,8 @@ void helperLoop(Comm* c, Helper* h) {
   std::vector<int> which;
   int64_t lastProgress = nowMs();
   auto busy = [&] {
-    if (c->error.load(std::memory_order_relaxed) != ncclSuccess) return false;
+    if (c->error.load(std::memory_order_relaxed) != ncclSuccess || c->peerClosed.load(std::memory_order_relaxed))
+      return false;
     for (int s : h->streams)
       if (c->streams[s].queued.load(std::memory_order_acquire) > 0) return true;
     return false;
@@ -406,7 +515,8 @@ void helperLoop(Comm* c, Helper* h) {
     which.clear();
     for (int s : h->streams) {
       if (c->streams[s].queued.load(std::memory_order_acquire) == 0) continue;
-      pfds.push_back({c->streams[s].fd, (short)(c->isSend ? POLLOUT : POLLIN), 0});
+      // A sender also watches for the peer's bye (or reset) against the data.
+      pfds.push_back({c->streams[s].fd, (short)(c->isSend ? POLLOUT | POLLIN : POLLIN), 0});
       which.push_back(s);
     }
     if (pfds.empty()) continue;
@@ -416,26 +526,28 @@ void helperLoop(Comm* c, Helper* h) {
       continue;
     }
     bool progress = false;
-    for (size_t i = 0; r > 0 && i < pfds.size(); i++)
+    for (size_t i = 0; r > 0 && i < pfds.size(); i++) {
+      if (c->isSend && (pfds[i].revents & POLLIN) && peerSaidBye(c)) break;
       if (pfds[i].revents != 0) progress |= progressStream(c, &c->streams[which[i]], true);
+    }
     int64_t now = nowMs();
     if (progress) {
       lastProgress = now;
     } else if (now - std::max(lastProgress, c->dataProgressMs.load(std::memory_order_relaxed)) > timeoutMs() &&
-               busy()) {
+               busy() && !(c->isSend && peerSaidBye(c))) {
       setError(c, ncclRemoteError, "no progress on a data stream within SIGNLION_SOCKET_TIMEOUT");
     }
   }
 }
 
-// Deals the payload of message `seq` (size bytes at buf) to the data streams.
-// The caller moves what the sockets take at once; helpers are woken for the rest.
+// Deals the payload of message `seq` (size bytes at buf) to the data streams;
+// the caller has added size to req->pending. The caller moves what the
+// sockets take at once; helpers are woken for the rest.
 void enqueueStreams(Comm* c, uint64_t seq, char* buf, size_t size, Request* req) {
   size_t nchunks = (size + c->chunkSize - 1) / c->chunkSize;
   if (nchunks == 0) return;
   size_t n = (size_t)c->nsocks;
   size_t start = seq % n;
-  req->pending.fetch_add(size, std::memory_order_acq_rel);
   for (size_t s = 0; s < n; s++) {
     size_t first = (s + n - start) % n;  // first chunk index carried by stream s
     if (first >= nchunks) continue;
@@ -486,6 +598,7 @@ void unlistPending(Comm* c) {
 }
 
 void destroyComm(Comm* c) {
+  c->closing.store(true, std::memory_order_release);
   unlistPending(c);
   pairUnregister(&c->link);
   for (auto& h : c->helpers) {
@@ -523,7 +636,11 @@ Comm* newComm(bool isSend) {
   c->kind = isSend ? kCommSend : kCommRecv;
   c->isSend = isSend;
   c->inlineMax = (size_t)std::max<int64_t>(0, std::min<int64_t>(signlionParamSocketInline(), 1 << 20));
-  if (!isSend) c->stage.resize(kStageBytes);
+  if (!isSend) {
+    c->stage.resize(kStageBytes);
+    c->early.resize(kMaxKept);
+    for (int i = (int)kMaxKept - 1; i >= 0; i--) c->earlyFree.push_back(i);
+  }
   c->wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (c->wakeFd < 0) {
     WARN("NET/signlion: eventfd failed: %s", strerror(errno));
@@ -592,7 +709,7 @@ bool progressPairHeader(Comm* c, bool* moved) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
     if (n < 0) {
-      setSysError(c, errno, "send on control stream");
+      sendFailed(c, errno, "send on control stream");
       return false;
     }
     *moved = true;
@@ -622,7 +739,7 @@ bool progressPairHeader(Comm* c, bool* moved) {
 // Writes queued headers (and inline payloads) in order, as far as the socket takes them.
 void progressSendCtrl(Comm* c) {
   bool moved = false;
-  while (c->error.load(std::memory_order_relaxed) == ncclSuccess) {
+  while (c->error.load(std::memory_order_relaxed) == ncclSuccess && !c->peerClosed.load(std::memory_order_relaxed)) {
     // A pairing header goes at the next message boundary (one relaxed load
     // per message when none is owed).
     if (c->ctrlOff == 0 && c->link.due.load(std::memory_order_relaxed) != 0 && !progressPairHeader(c, &moved)) break;
@@ -647,7 +764,7 @@ void progressSendCtrl(Comm* c) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     if (n < 0) {
-      setSysError(c, errno, "send on control stream");
+      sendFailed(c, errno, "send on control stream");
       return;
     }
     moved = true;
@@ -659,8 +776,45 @@ void progressSendCtrl(Comm* c) {
       c->ctrlQueue.pop_front();
     }
   }
-  if (ctrlStalled(c, !c->ctrlQueue.empty() || c->pairOff > 0, moved))
+  if (c->peerClosed.load(std::memory_order_relaxed)) return;
+  bool waiting = !c->ctrlQueue.empty() || c->pairOff > 0;
+  if (waiting && !moved && c->ctrlWaitSinceMs >= 0) {
+    // Blocked: a closed peer whose control socket stays open (shared with
+    // its process's sender, socket_pairing.h) takes no more bytes and sends
+    // no reset; its bye on the data streams says so. Looked for at most
+    // every kPollMs while blocked, never on the fast path.
+    int64_t now = nowMs();
+    if (now - c->byeCheckMs >= kPollMs && now - c->ctrlWaitSinceMs >= kPollMs) {
+      c->byeCheckMs = now;
+      if (peerSaidBye(c)) return;
+    }
+  }
+  if (ctrlStalled(c, waiting, moved))
     setError(c, ncclRemoteError, "control stream blocked longer than SIGNLION_SOCKET_TIMEOUT");
+}
+
+// Send comm whose peer closed in order: what is queued is dropped and every
+// outstanding send completes. Waits for a helper inside a data-stream call
+// (non-blocking, short), so none touches a buffer once its request is done.
+void discardSends(Comm* c) {
+  while (!c->ctrlQueue.empty()) {
+    c->ctrlQueue.front()->ctrlDone = true;
+    c->ctrlQueue.pop_front();
+  }
+  c->ctrlOff = 0;
+  c->ctrlWaitSinceMs = -1;
+  if (c->queuedTasks.load(std::memory_order_acquire) == 0) return;
+  for (Stream& st : c->streams) {
+    std::lock_guard<std::mutex> io(st.ioMu);
+    std::lock_guard<std::mutex> q(st.qMu);
+    while (!st.tasks.empty()) {
+      StreamTask& t = st.tasks.front();
+      t.req->pending.fetch_sub(t.share, std::memory_order_acq_rel);
+      st.tasks.pop_front();
+      st.queued.fetch_sub(1, std::memory_order_release);
+      c->queuedTasks.fetch_sub(1, std::memory_order_release);
+    }
+  }
 }
 
 // Reads into buf up to want bytes; returns bytes read, 0 when nothing is
@@ -693,41 +847,133 @@ ssize_t fillStage(Comm* c) {
   return n;
 }
 
-// Matches a header to the oldest posted receive with an unmatched
-// sub-request of that tag. Returns false after recording a protocol error.
-bool matchHeader(Comm* c, const MsgHeader& hdr) {
-  Request* r = c->matchQueue.front();
-  SubRequest* s = nullptr;
-  for (int i = 0; i < r->n && s == nullptr; i++)
-    if (!r->sub[i].matched && r->sub[i].tag == hdr.tag) s = &r->sub[i];
-  char what[160];
-  if (s == nullptr) {
-    snprintf(what, sizeof(what), "message with tag %d matches no posted receive (grouped receive of %d)", hdr.tag,
-             r->n);
-    setError(c, ncclInvalidUsage, what);
-    return false;
-  }
-  if (hdr.size > s->posted) {
+// An early buffer for a kept inline payload of `size` bytes; -1 when the
+// budget is spent (the comm then reads no further until receives claim some).
+int takeEarly(Comm* c, size_t size) {
+  if (c->earlyFree.empty() || (c->earlyBytes > 0 && c->earlyBytes + size > kEarlyBudget)) return -1;
+  int i = c->earlyFree.back();
+  c->earlyFree.pop_back();
+  if (c->early[i].size() < size) c->early[i].resize(size);  // grows once per slot, then reused
+  c->earlyBytes += size;
+  return i;
+}
+
+void giveEarly(Comm* c, const RxMsg& m) {
+  if (m.earlyIdx < 0) return;
+  c->earlyBytes -= m.size;
+  c->earlyFree.push_back(m.earlyIdx);
+}
+
+// Slot `slot` of receive r takes a message of `size` bytes. Returns false
+// after recording an error (larger than the posted buffer).
+bool fillSlot(Comm* c, Request* r, int slot, int tag, uint64_t size) {
+  SubRequest* s = &r->sub[slot];
+  if (size > s->posted) {
+    char what[160];
     snprintf(what, sizeof(what), "message of %llu bytes (tag %d) is larger than the posted receive of %zu bytes",
-             (unsigned long long)hdr.size, hdr.tag, s->posted);
+             (unsigned long long)size, tag, s->posted);
     setError(c, ncclInvalidUsage, what);
     return false;
   }
   s->matched = true;
-  s->size = hdr.size;
-  bool allMatched = true;
-  for (int i = 0; i < r->n; i++) allMatched &= r->sub[i].matched;
-  if (allMatched) c->matchQueue.pop_front();
-  uint64_t seq = c->seq++;
-  if (hdr.flags & kMsgInline) {
-    r->pending.fetch_add(s->size, std::memory_order_acq_rel);
-    c->rxInline = s;
-    c->rxInlineReq = r;
-    c->rxInlineOff = 0;
-  } else {
-    enqueueStreams(c, seq, s->data, s->size, r);
-  }
+  s->size = size;
+  r->pending.fetch_add(size, std::memory_order_acq_rel);  // until the payload is in
   return true;
+}
+
+// Starts reading an inline payload off the control stream.
+void startInline(Comm* c, char* dst, size_t size, Request* r, uint64_t seq) {
+  c->rxActive = true;
+  c->rxDst = dst;
+  c->rxSize = size;
+  c->rxOff = 0;
+  c->rxReq = r;
+  c->rxSeq = seq;
+}
+
+// Hands kept messages that are claimed to their receives: an inline payload
+// complete in its early buffer is copied; a spread one starts on the data
+// streams, but only in message order (the streams carry payloads in the
+// sender's order, so one behind an unclaimed spread message waits).
+void deliverKept(Comm* c) {
+  bool spreadBlocked = false;
+  for (size_t i = 0; i < c->matcher.keptCount();) {
+    Matcher::Kept& k = c->matcher.kept(i);
+    const RxMsg& m = k.msg;
+    if (m.isInline) {
+      if (k.recv != nullptr && m.payloadIn) {
+        if (m.size > 0) memcpy(k.recv->sub[k.slot].data, c->early[m.earlyIdx].data(), m.size);
+        k.recv->pending.fetch_sub(m.size, std::memory_order_acq_rel);
+        giveEarly(c, m);
+        c->matcher.release(i);
+        continue;
+      }
+    } else if (k.recv == nullptr) {
+      spreadBlocked = true;
+    } else if (!spreadBlocked) {
+      enqueueStreams(c, m.seq, k.recv->sub[k.slot].data, m.size, k.recv);
+      c->keptSpread--;
+      c->matcher.release(i);
+      continue;
+    }
+    i++;
+  }
+}
+
+// The message whose header was just read: to the receive that holds its tag
+// (transport/tag_matcher.h), or kept until one is posted. Returns 1 when
+// taken, 0 when it must wait unread (no room to keep it), -1 after an error.
+int takeHeader(Comm* c, const MsgHeader& hdr) {
+  bool isInline = (hdr.flags & kMsgInline) != 0;
+  // A claimed spread message behind a kept one is kept too: needs room first.
+  if (c->matcher.keptFull() && !isInline && c->keptSpread > 0) return 0;
+  Request* r = nullptr;
+  int slot = -1;
+  if (!c->matcher.claim(hdr.tag, &r, &slot)) {
+    if (c->matcher.keptFull()) return 0;
+    RxMsg m{c->seq, hdr.size, isInline, !isInline || hdr.size == 0, -1, nowMs()};
+    if (isInline && hdr.size > 0 && (m.earlyIdx = takeEarly(c, hdr.size)) < 0) return 0;
+    c->matcher.keep(hdr.tag, m);
+    if (!isInline)
+      c->keptSpread++;
+    else if (hdr.size > 0)
+      startInline(c, c->early[m.earlyIdx].data(), hdr.size, nullptr, c->seq);
+    c->seq++;
+    return 1;
+  }
+  if (!fillSlot(c, r, slot, hdr.tag, hdr.size)) return -1;
+  uint64_t seq = c->seq++;
+  if (isInline) {
+    if (hdr.size > 0) startInline(c, r->sub[slot].data, hdr.size, r, seq);
+  } else if (c->keptSpread > 0) {
+    c->matcher.keep(hdr.tag, RxMsg{seq, hdr.size, false, true, -1, nowMs()}, r, slot);
+    c->keptSpread++;
+  } else {
+    enqueueStreams(c, seq, r->sub[slot].data, hdr.size, r);
+  }
+  return 1;
+}
+
+// An inline payload is complete: its receive's share is in, or its kept
+// message may now be delivered.
+void finishInline(Comm* c) {
+  c->rxActive = false;
+  if (c->rxReq != nullptr) {
+    c->rxReq->pending.fetch_sub(c->rxSize, std::memory_order_acq_rel);
+    c->rxReq = nullptr;
+    return;
+  }
+  for (size_t i = 0; i < c->matcher.keptCount(); i++)
+    if (c->matcher.kept(i).msg.isInline && c->matcher.kept(i).msg.seq == c->rxSeq)
+      c->matcher.kept(i).msg.payloadIn = true;
+  deliverKept(c);
+}
+
+// The oldest kept message no receive claimed, or nullptr.
+const Matcher::Kept* oldestUnclaimed(Comm* c) {
+  for (size_t i = 0; i < c->matcher.keptCount(); i++)
+    if (c->matcher.kept(i).recv == nullptr) return &c->matcher.kept(i);
+  return nullptr;
 }
 
 // A pairing header read on the control stream (socket_pairing.h). Returns
@@ -772,25 +1018,22 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
   for (int round = 0; round < kCtrlRounds && c->error.load(std::memory_order_relaxed) == ncclSuccess; round++) {
     size_t avail = c->stageTail - c->stageHead;
     const char* head = c->stage.data() + c->stageHead;
-    if (c->rxInline != nullptr) {
-      SubRequest* s = c->rxInline;
-      size_t k = std::min(avail, s->size - c->rxInlineOff);
-      if (k > 0) memcpy(s->data + c->rxInlineOff, head, k);
+    if (c->rxActive) {
+      size_t k = std::min(avail, c->rxSize - c->rxOff);
+      if (k > 0) memcpy(c->rxDst + c->rxOff, head, k);
       c->stageHead += k;
-      c->rxInlineOff += k;
-      size_t want = s->size - c->rxInlineOff;
+      c->rxOff += k;
+      size_t want = c->rxSize - c->rxOff;
       if (want == 0) {
-        c->rxInlineReq->pending.fetch_sub(s->size, std::memory_order_acq_rel);
-        c->rxInline = nullptr;
-        c->rxInlineReq = nullptr;
+        finishInline(c);
         continue;
       }
       if (!readSocket) break;
       if (want >= kDirectRead) {  // staging is empty: no copy for a large remainder
-        ssize_t n = readCtrl(c, s->data + c->rxInlineOff, want);
+        ssize_t n = readCtrl(c, c->rxDst + c->rxOff, want);
         if (n <= 0) break;
         moved = true;
-        c->rxInlineOff += (size_t)n;
+        c->rxOff += (size_t)n;
         continue;
       }
     } else if (avail >= sizeof(MsgHeader)) {
@@ -801,11 +1044,15 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
         if (!handlePairHeader(c, hdr)) return;
         continue;
       }
-      if (c->matchQueue.empty()) break;  // the message waits in staging for its receive
+      // With no receive open the message waits in staging: the receive
+      // posted next takes it straight from there, without a copy to keep it.
+      if (!c->matcher.anyPosted()) break;
+      int taken = takeHeader(c, hdr);
+      if (taken < 0) return;
+      if (taken == 0) break;  // no room to keep it: read on once receives claim some
       c->stageHead += sizeof(hdr);
-      if (!matchHeader(c, hdr)) return;
       continue;
-    } else if (c->matchQueue.empty()) {
+    } else if (!c->matcher.anyPosted()) {
       break;  // nothing posted: leave the bytes in the socket
     }
     if (!readSocket) break;
@@ -815,22 +1062,32 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
     delayAcks(c->ctrlFd, &c->ackModeMs);
   }
   size_t avail = c->stageTail - c->stageHead;
-  bool partial = c->rxInline != nullptr || (avail > 0 && avail < sizeof(MsgHeader));
+  bool partial = c->rxActive || (avail > 0 && avail < sizeof(MsgHeader));
   if (ctrlStalled(c, partial, moved))
     setError(c, ncclRemoteError, "control stream stalled mid-message longer than SIGNLION_SOCKET_TIMEOUT");
+  // A message no receive claimed within the timeout, while receives wait:
+  // the two sides disagree on tags (a kept message costs one clock read).
+  if (c->matcher.keptCount() > 0 && c->error.load(std::memory_order_relaxed) == ncclSuccess) {
+    const Matcher::Kept* k = oldestUnclaimed(c);
+    int64_t age = k == nullptr ? 0 : nowMs() - k->msg.arrivedMs;
+    if (age > timeoutMs()) {
+      char what[200];
+      snprintf(what, sizeof(what),
+               "message with tag %d (%llu bytes) arrived %lld ms ago and no posted receive holds its tag "
+               "(SIGNLION_SOCKET_TIMEOUT)",
+               k->tag, (unsigned long long)k->msg.size, (long long)age);
+      setError(c, ncclInvalidUsage, what);
+    }
+  }
 }
 
 Request* allocRequest(Comm* c) {
-  for (Request& r : c->reqs) {
-    if (!r.used) {
-      r.used = true;
-      r.comm = c;
-      r.ctrlDone = false;
-      r.pending.store(0, std::memory_order_relaxed);
-      return &r;
-    }
-  }
-  return nullptr;
+  Request* r = c->reqs.acquire();
+  if (r == nullptr) return nullptr;
+  r->comm = c;
+  r->ctrlDone = false;
+  r->pending.store(0, std::memory_order_relaxed);
+  return r;
 }
 
 bool checkMr(Comm* c, void* mhandle, const void* data, size_t size) {
@@ -851,8 +1108,7 @@ ncclResult_t socketInit(LogSink logger) {
   std::lock_guard<std::mutex> lk(gDevMutex);
   refreshDevicesLocked();
   if (gDevs.empty()) {
-    WARN("NET/signlion: no usable network interface (SIGNLION_SOCKET_IFNAME=%s)",
-         signlionParamSocketIfname().c_str());
+    WARN("NET/signlion: no usable network interface (SIGNLION_SOCKET_IFNAME=%s)", signlionParamSocketIfname().c_str());
     return ncclSystemError;
   }
   INFO(kSubsysNet | kSubsysInit, "NET/signlion: %zu device(s), %lld streams x %lld threads per comm", gDevs.size(),
@@ -997,8 +1253,10 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
           cs->state[i] = 1;
         } else if ((err == ECONNREFUSED || err == ETIMEDOUT) && nowMs() < cs->deadline) {
           closeFd(fd);  // the listener may not be up yet: try again on the next call
-          if (!startConnect(cs->to, cs->trafficClass, fd)) err = errno;
-          else err = 0;
+          if (!startConnect(cs->to, cs->trafficClass, fd))
+            err = errno;
+          else
+            err = 0;
         }
         if (err != 0 && cs->state[i] == 0) {
           WARN("NET/signlion: connect to %s failed: %s", addressString(cs->to).c_str(), strerror(err));
@@ -1010,7 +1268,8 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
     }
     if (cs->state[i] == 1) {
       ssize_t n = send(*fd, (char*)&cs->hello[i] + cs->off[i], sizeof(Hello) - cs->off[i], MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) cs->off[i] += (size_t)n;
+      if (n > 0)
+        cs->off[i] += (size_t)n;
       else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         WARN("NET/signlion: handshake with %s failed: %s", addressString(cs->to).c_str(), strerror(errno));
         setConnecting(nullptr);
@@ -1108,14 +1367,20 @@ ncclResult_t socketAccept(void* listenComm, void** recvComm) {
     ssize_t n = recv(p->fd, (char*)&p->hello + p->off, sizeof(Hello) - p->off, MSG_DONTWAIT);
     if (n > 0) p->off += (size_t)n;
     const char* why = nullptr;
-    if (n == 0) why = "closed during handshake";
-    else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) why = strerror(errno);
-    else if (p->off < sizeof(Hello) && now - p->start > timeoutMs()) why = "handshake timed out";
+    if (n == 0)
+      why = "closed during handshake";
+    else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      why = strerror(errno);
+    else if (p->off < sizeof(Hello) && now - p->start > timeoutMs())
+      why = "handshake timed out";
     else if (p->off == sizeof(Hello)) {
       const Hello& he = p->hello;
-      if (he.magic != kHandleMagic) why = "bad magic";
-      else if (he.version != kWireVersion) why = "wrong protocol version";
-      else if (he.secret != l->secret) why = "wrong secret";
+      if (he.magic != kHandleMagic)
+        why = "bad magic";
+      else if (he.version != kWireVersion)
+        why = "wrong protocol version";
+      else if (he.secret != l->secret)
+        why = "wrong secret";
       else if (he.kind > 1 || he.nsocks < 1 || he.nsocks > (uint32_t)kSocketMaxStreams || he.index >= he.nsocks ||
                he.chunkSize < 4096)
         why = "malformed hello";
@@ -1242,6 +1507,11 @@ ncclResult_t socketIsend(void* sendComm, void* data, size_t size, int tag, void*
   r->isSend = true;
   r->n = 1;
   r->sub[0] = SubRequest{static_cast<char*>(data), size, size, tag, true};
+  if (c->peerClosed.load(std::memory_order_acquire)) {  // nobody reads: done, not delivered
+    r->ctrlDone = true;
+    *request = r;
+    return ncclSuccess;
+  }
   uint64_t seq = c->seq++;
   // Header first, then the payload: the receiver matches the header and
   // starts reading the data streams while this thread is still copying the
@@ -1249,7 +1519,10 @@ ncclResult_t socketIsend(void* sendComm, void* data, size_t size, int tag, void*
   // before the receiver began to copy it out; the plain socket overlaps both).
   if (!c->ctrlQueue.push_back(r)) return ncclInternalError;  // bounded by the request table
   progressSendCtrl(c);
-  if (size > c->inlineMax) enqueueStreams(c, seq, r->sub[0].data, size, r);
+  if (size > c->inlineMax) {
+    r->pending.fetch_add(size, std::memory_order_acq_rel);
+    enqueueStreams(c, seq, r->sub[0].data, size, r);
+  }
   *request = r;
   return ncclSuccess;
 }
@@ -1261,7 +1534,11 @@ ncclResult_t socketIrecv(void* recvComm, int n, void** data, const size_t* sizes
   Comm* c = asComm(recvComm, kCommRecv);
   ARGCHECK(c != nullptr, "irecv", "recvComm", "%p is not a recv comm", recvComm);
   ARGCHECK(n >= 1 && n <= kSocketMaxRecvs, "irecv", "n", "%d not in [1, %d]", n, kSocketMaxRecvs);
-  ARGCHECK(data != nullptr && sizes != nullptr && tags != nullptr, "irecv", data == nullptr ? "data" : sizes == nullptr ? "sizes" : "tags", "NULL");
+  ARGCHECK(data != nullptr && sizes != nullptr && tags != nullptr, "irecv",
+           data == nullptr    ? "data"
+           : sizes == nullptr ? "sizes"
+                              : "tags",
+           "NULL");
   for (int i = 0; i < n; i++) {
     ARGCHECK(data[i] != nullptr || sizes[i] == 0, "irecv", "data", "data[%d] NULL with size %zu", i, sizes[i]);
     ARGCHECK(checkMr(c, mhandles ? mhandles[i] : nullptr, data[i], sizes[i]), "irecv", "mhandles",
@@ -1274,7 +1551,11 @@ ncclResult_t socketIrecv(void* recvComm, int n, void** data, const size_t* sizes
   r->isSend = false;
   r->n = n;
   for (int i = 0; i < n; i++) r->sub[i] = SubRequest{static_cast<char*>(data[i]), sizes[i], 0, tags[i], false};
-  if (!c->matchQueue.push_back(r)) return ncclInternalError;  // bounded by the request table
+  bool ok = true;
+  bool posted = c->matcher.post(r, n, tags, [&](Matcher::Kept& k) { ok &= fillSlot(c, r, k.slot, k.tag, k.msg.size); });
+  if (!posted) return ncclInternalError;  // bounded by the request table
+  if (!ok) return (ncclResult_t)c->error.load(std::memory_order_acquire);
+  deliverKept(c);
   progressRecvCtrl(c, false);
   *request = r;
   return ncclSuccess;
@@ -1294,20 +1575,23 @@ ncclResult_t socketTest(void* request, int* done, int* sizes) {
   ARGCHECK(r != nullptr && r->used && r->comm != nullptr && r->comm->magic == kCommMagic, "test", "request",
            "%p is not an outstanding request", request);
   Comm* c = r->comm;
-  if (c->isSend) progressSendCtrl(c);
-  else progressRecvCtrl(c, true);
+  if (c->isSend)
+    progressSendCtrl(c);
+  else
+    progressRecvCtrl(c, true);
   callerProgressStreams(c);
   int err = c->error.load(std::memory_order_acquire);
   if (err != ncclSuccess) return (ncclResult_t)err;
+  if (c->peerClosed.load(std::memory_order_acquire)) discardSends(c);
   bool complete = r->pending.load(std::memory_order_acquire) == 0;
-  if (r->isSend) complete &= r->ctrlDone;
+  if (r->isSend)
+    complete &= r->ctrlDone;
   else
     for (int i = 0; i < r->n; i++) complete &= r->sub[i].matched;
-  if (c->rxInlineReq == r) complete = false;
   if (!complete) return ncclSuccess;
   if (sizes != nullptr)
     for (int i = 0; i < r->n; i++) sizes[i] = (int)r->sub[i].size;
-  r->used = false;
+  c->reqs.release(r);
   *done = 1;
   return ncclSuccess;
 }
@@ -1320,7 +1604,8 @@ void socketCommWait(void* comm, int timeoutMs) {
   // write there); helpers signal data-stream completions on wakeFd; a stream
   // with queued tasks wakes the caller directly, so it can move the bytes
   // itself in test() without waiting for a helper's hand-off.
-  if (!c->isSend && !c->matchQueue.empty() && c->stageTail - c->stageHead >= sizeof(MsgHeader)) return;  // parse first
+  if (!c->isSend && c->matcher.anyPosted() && c->stageTail - c->stageHead >= sizeof(MsgHeader)) return;  // parse first
+  if (c->peerClosed.load(std::memory_order_acquire)) return;  // sends complete at once
   pollfd p[2 + kSocketMaxStreams];
   nfds_t n = 0;
   p[n++] = {c->wakeFd, POLLIN, 0};
@@ -1352,6 +1637,19 @@ ncclResult_t socketCloseRecv(void* recvComm) {
   if (recvComm == nullptr) return ncclSuccess;
   Comm* c = asComm(recvComm, kCommRecv);
   ARGCHECK(c != nullptr, "closeRecv", "recvComm", "%p is not a recv comm", recvComm);
+  // Messages that arrived and that no receive claimed are lost: said once
+  // per comm, naming the tags (close still frees everything).
+  std::string lost;
+  int nlost = 0;
+  for (size_t i = 0; i < c->matcher.keptCount(); i++) {
+    const Matcher::Kept& k = c->matcher.kept(i);
+    if (k.recv != nullptr) continue;
+    if (nlost++ < 8) lost += " tag " + std::to_string(k.tag) + " (" + std::to_string(k.msg.size) + " B)";
+  }
+  if (nlost > 0)
+    WARN("NET/signlion: recv comm %p closed with %d message(s) no receive claimed:%s%s", (void*)c, nlost, lost.c_str(),
+         nlost > 8 ? " ..." : "");
+  sayBye(c);
   destroyComm(c);
   return ncclSuccess;
 }

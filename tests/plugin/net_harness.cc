@@ -50,20 +50,17 @@ void NetDriver::bindInProcess(int version) {
 
 // Calls the member F of whichever struct is bound, for functions whose
 // signature is the same in every version.
-#define NET_CALL(F, ...)                 \
-  (v8_    ? v8_->F(__VA_ARGS__)          \
-   : v9_  ? v9_->F(__VA_ARGS__)          \
-   : v10_ ? v10_->F(__VA_ARGS__)         \
-          : v11_->F(__VA_ARGS__))
+#define NET_CALL(F, ...) \
+  (v8_ ? v8_->F(__VA_ARGS__) : v9_ ? v9_->F(__VA_ARGS__) : v10_ ? v10_->F(__VA_ARGS__) : v11_->F(__VA_ARGS__))
 
 const char* NetDriver::name() const { return v8_ ? v8_->name : v9_ ? v9_->name : v10_ ? v10_->name : v11_->name; }
 
-ncclResult_t NetDriver::init() {
-  if (v8_) return v8_->init(nullptr);
-  if (v9_) return v9_->init(nullptr);
-  if (v10_) return v10_->init(nullptr, nullptr);
+ncclResult_t NetDriver::init(ncclDebugLogger_t logger) {
+  if (v8_) return v8_->init(logger);
+  if (v9_) return v9_->init(logger);
+  if (v10_) return v10_->init(logger, nullptr);
   ncclNetCommConfig_v11_t cfg{NCCL_NET_TRAFFIC_CLASS_UNDEF};
-  return v11_->init(&ctx_, 0x1234, &cfg, nullptr, nullptr);
+  return v11_->init(&ctx_, 0x1234, &cfg, logger, nullptr);
 }
 
 ncclResult_t NetDriver::finalize() {
@@ -113,7 +110,9 @@ ncclResult_t NetDriver::connect(int dev, void* handle, void** sendComm) {
   return v11_->connect(ctx_, dev, handle, sendComm, nullptr);
 }
 
-ncclResult_t NetDriver::accept(void* listenComm, void** recvComm) { return NET_CALL(accept, listenComm, recvComm, nullptr); }
+ncclResult_t NetDriver::accept(void* listenComm, void** recvComm) {
+  return NET_CALL(accept, listenComm, recvComm, nullptr);
+}
 ncclResult_t NetDriver::regMr(void* comm, void* data, size_t size, void** mhandle) {
   return NET_CALL(regMr, comm, data, size, NCCL_PTR_HOST, mhandle);
 }
@@ -198,8 +197,7 @@ ncclResult_t connectPair(NetDriver& net, int dev, void** sendComm, void** recvCo
   return r;
 }
 
-bool transfer(NetDriver& net, void* sendComm, void* recvComm, size_t size, size_t recvCap, int tag,
-              std::string* err) {
+bool transfer(NetDriver& net, void* sendComm, void* recvComm, size_t size, size_t recvCap, int tag, std::string* err) {
   return transferBetween(net, sendComm, net, recvComm, size, recvCap, tag, err);
 }
 

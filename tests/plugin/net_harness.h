@@ -29,7 +29,8 @@ class NetDriver {
 
   int version() const { return version_; }
   const char* name() const;
-  ncclResult_t init();
+  // logger: what NCCL would pass (nullptr: the plugin logs on its own).
+  ncclResult_t init(ncclDebugLogger_t logger = nullptr);
   ncclResult_t finalize();
   ncclResult_t devices(int* ndev);
   ncclResult_t properties(int dev, ncclNetProperties_v11_t* props);  // v8 fields copied, rest zero
@@ -68,8 +69,7 @@ ncclResult_t connectPair(NetDriver& net, int dev, void** sendComm, void** recvCo
 
 // Posts one receive of recvCap bytes and one send of size bytes on a pair,
 // completes both, checks the reported sizes and every received byte.
-bool transfer(NetDriver& net, void* sendComm, void* recvComm, size_t size, size_t recvCap, int tag,
-              std::string* err);
+bool transfer(NetDriver& net, void* sendComm, void* recvComm, size_t size, size_t recvCap, int tag, std::string* err);
 // The same when the two comms belong to two copies of the transport (a
 // dlopen'ed plugin and the in-process library): each is driven by its own.
 bool transferBetween(NetDriver& sendNet, void* sendComm, NetDriver& recvNet, void* recvComm, size_t size,
@@ -83,10 +83,10 @@ int findDevice(NetDriver& net, const std::string& ifname);
 // receive at once (interleaved both ways, receives posted larger than the
 // message), then a burst of the maximum outstanding requests each way.
 struct PeerOptions {
-  std::string lib;          // plugin path or name
+  std::string lib;  // plugin path or name
   int version = 11;
-  std::string dir;          // handle exchange directory
-  std::string role;         // "a" or "b"
+  std::string dir;   // handle exchange directory
+  std::string role;  // "a" or "b"
   std::string ifname = "lo";
   std::vector<size_t> sizes;
 };

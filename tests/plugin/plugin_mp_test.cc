@@ -71,8 +71,8 @@ void exchange(int version, const std::string& sizes, std::vector<size_t> mySizes
   signlion::paramResetCache();
   std::string dir = makeTempDir();
   ASSERT_FALSE(dir.empty());
-  pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--lib", SIGNLION_PLUGIN_PATH, "--dir", dir, "--role", "b",
-                       "--version", std::to_string(version), "--sizes", sizes});
+  pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--lib", SIGNLION_PLUGIN_PATH, "--dir", dir, "--role", "b", "--version",
+                       std::to_string(version), "--sizes", sizes});
   ASSERT_GT(child, 0);
   PeerOptions opt;
   opt.lib = SIGNLION_PLUGIN_PATH;
@@ -92,13 +92,10 @@ void exchange(int version, const std::string& sizes, std::vector<size_t> mySizes
 // Interleaved send and receive on both sides, sizes 0 .. 256 MiB (once), and a
 // burst of the maximum outstanding requests each way.
 TEST(PluginTwoProcess, ExchangeV11UpTo256MiB) {
-  exchange(11, "0,1,7,4096,16384,16385,1048579,268435456",
-           {0, 1, 7, 4096, 16384, 16385, 1048579, size_t(256) << 20});
+  exchange(11, "0,1,7,4096,16384,16385,1048579,268435456", {0, 1, 7, 4096, 16384, 16385, 1048579, size_t(256) << 20});
 }
 
-TEST(PluginTwoProcess, ExchangeV8) {
-  exchange(8, "0,3,65536,3000001", {0, 3, 65536, 3000001});
-}
+TEST(PluginTwoProcess, ExchangeV8) { exchange(8, "0,3,65536,3000001", {0, 3, 65536, 3000001}); }
 
 // The receiving side of a 256 MiB message whose sender dies (SIGKILL) or
 // freezes (SIGSTOP) mid-transfer: test() must return an error within
@@ -162,3 +159,80 @@ static void peerFailsMidTransfer(int sig) {
 
 TEST(PluginTwoProcess, PeerKilledMidTransferIsAnError) { peerFailsMidTransfer(SIGKILL); }
 TEST(PluginTwoProcess, PeerFrozenMidTransferTimesOut) { peerFailsMidTransfer(SIGSTOP); }
+
+// The sending side of a 256 MiB message whose receiver dies (SIGKILL): an
+// error from test() within SIGNLION_SOCKET_TIMEOUT, not taken for an orderly
+// close. Or whose receiver closes its recv comm mid-message (an orderly
+// close, the process stays): the send completes, new sends complete, no
+// error, and closing frees everything.
+static void receiverEndsMidTransfer(bool orderly) {
+  setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
+  setenv("SIGNLION_SOCKET_TIMEOUT", "2000", 1);
+  signlion::paramResetCache();
+  std::string err;
+  void* lib = openPlugin(SIGNLION_PLUGIN_PATH, &err);
+  ASSERT_NE(lib, nullptr) << err;
+  NetDriver net;
+  ASSERT_TRUE(net.bind(lib, 11));
+  ASSERT_EQ(net.init(), ncclSuccess);
+  int dev = findDevice(net, "lo");
+  ASSERT_GE(dev, 0);
+  std::string dir = makeTempDir();
+  pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--mode", orderly ? "recvclose" : "recvbig", "--lib",
+                       SIGNLION_PLUGIN_PATH, "--dir", dir});
+  ASSERT_GT(child, 0);
+  struct stat st;
+  int64_t start = nowMs();
+  while (stat((dir + "/peer.handle").c_str(), &st) != 0 && nowMs() - start < 30000) usleep(1000);
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  ASSERT_TRUE(std::ifstream(dir + "/peer.handle", std::ios::binary).read(handle, sizeof(handle)));
+  void* s = nullptr;
+  while (s == nullptr && nowMs() - start < 30000) ASSERT_EQ(net.connect(dev, handle, &s), ncclSuccess);
+  ASSERT_NE(s, nullptr);
+  std::vector<char> buf(size_t(256) << 20, 'y');
+  void* req = nullptr;
+  ASSERT_EQ(net.isend(s, buf.data(), buf.size(), 1, nullptr, &req), ncclSuccess);
+  ASSERT_NE(req, nullptr);
+  int done = 0;
+  ncclResult_t res = ncclSuccess;
+  // The receiver has 4 MiB of the 256 when it writes this (an orderly one
+  // closes right after, so our send may complete inside this loop already).
+  while (stat((dir + "/receiving").c_str(), &st) != 0 && res == ncclSuccess && !done && nowMs() - start < 30000)
+    res = net.test(req, &done, nullptr);
+  ASSERT_EQ(res, ncclSuccess);
+  if (!orderly) {
+    ASSERT_EQ(done, 0) << "the whole message went before the receiver ended";
+  }
+  if (!orderly) {
+    ASSERT_EQ(kill(child, SIGKILL), 0);
+  }
+  int64_t hit = nowMs();
+  while (!done && res == ncclSuccess && nowMs() - hit < 20000) res = net.test(req, &done, nullptr);
+  if (orderly) {
+    EXPECT_EQ(res, ncclSuccess);
+    EXPECT_EQ(done, 1);
+    for (int i = 0; i < 40 && res == ncclSuccess; i++) {
+      void* more = nullptr;
+      res = net.isend(s, buf.data(), i % 2 ? 100 : size_t(4) << 20, 2, nullptr, &more);
+      done = 0;
+      while (more != nullptr && !done && res == ncclSuccess && nowMs() - hit < 20000)
+        res = net.test(more, &done, nullptr);
+    }
+    EXPECT_EQ(res, ncclSuccess);
+  } else {
+    EXPECT_EQ(done, 0);
+    EXPECT_EQ(res, ncclRemoteError) << "after " << nowMs() - hit << " ms";
+  }
+  EXPECT_LT(nowMs() - hit, 5000);
+  kill(child, SIGKILL);
+  reap(child, 10000);
+  EXPECT_EQ(net.closeSend(s), ncclSuccess);
+  net.finalize();
+  dlclose(lib);
+  removeDir(dir);
+  unsetenv("SIGNLION_SOCKET_TIMEOUT");
+  signlion::paramResetCache();
+}
+
+TEST(PluginTwoProcess, ReceiverKilledMidTransferIsAnErrorForTheSender) { receiverEndsMidTransfer(false); }
+TEST(PluginTwoProcess, ReceiverClosedMidTransferLetsTheSenderComplete) { receiverEndsMidTransfer(true); }

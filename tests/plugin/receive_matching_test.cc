@@ -1,0 +1,311 @@
+// Receive matching through the dlopen'ed plugin, as independent ncclNet test
+// suites and NCCL's proxy exercise it: a message goes to the oldest posted
+// receive (single or grouped) that holds its tag, in the order the sender
+// posted messages with that tag, whatever order the tags arrive in and
+// whether or not a receive for the tag is posted yet.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "plugin_fixture.h"
+
+using namespace signlion::nettest;
+
+namespace {
+
+class ReceiveMatching : public PluginTest {};
+
+// One message: its tag, size and pattern seed; where it must land.
+struct Msg {
+  int tag;
+  size_t size;
+  uint64_t seed;
+  std::vector<char> src, dst;
+  int recv = -1;  // index of the receive request it belongs to
+  int sub = -1;   // slot inside that request
+};
+
+// Drives every request in reqs (nullptr: done) until all are done; "" or
+// what failed. sizes[i] gets what test reported for request i (up to 8).
+std::string driveAll(NetDriver& net, std::vector<void*> reqs, std::vector<std::vector<int>>* sizes) {
+  sizes->assign(reqs.size(), std::vector<int>(8, -1));
+  size_t left = 0;
+  for (void* r : reqs) left += r != nullptr;
+  int64_t start = nowMs();
+  while (left > 0) {
+    if (nowMs() - start > kLoopLimitMs) return "timed out with " + std::to_string(left) + " requests left";
+    for (size_t i = 0; i < reqs.size(); i++) {
+      if (reqs[i] == nullptr) continue;
+      int done = 0;
+      ncclResult_t res = net.test(reqs[i], &done, (*sizes)[i].data());
+      if (res != ncclSuccess) return "test failed (" + std::to_string(res) + ") on request " + std::to_string(i);
+      if (done) reqs[i] = nullptr, left--;
+    }
+  }
+  return "";
+}
+
+// Posts the receives described by `groups` (each a list of message indices
+// that one irecv takes, in slot order), then the sends in `sendOrder` (at
+// most 32 outstanding, retried while the table is full), and checks every
+// message landed bit-exact in its own slot with its own size.
+void exchange(NetDriver& net, void* s, void* r, std::vector<Msg>& msgs, const std::vector<std::vector<int>>& groups,
+              const std::vector<int>& sendOrder) {
+  std::vector<void*> rreqs;
+  for (size_t g = 0; g < groups.size(); g++) {
+    void* data[8];
+    size_t caps[8];
+    int tags[8];
+    int n = (int)groups[g].size();
+    for (int k = 0; k < n; k++) {
+      Msg& m = msgs[groups[g][k]];
+      m.recv = (int)g;
+      m.sub = k;
+      data[k] = m.dst.data();
+      caps[k] = m.dst.size();
+      tags[k] = m.tag;
+    }
+    void* req = nullptr;
+    ASSERT_EQ(net.irecv(r, n, data, caps, tags, nullptr, &req), ncclSuccess);
+    ASSERT_NE(req, nullptr) << "receive " << g;
+    rreqs.push_back(req);
+  }
+  // Sends: keep up to 32 in flight, testing receives too so both sides move.
+  std::vector<void*> sreqs;
+  size_t next = 0;
+  int64_t start = nowMs();
+  std::vector<std::vector<int>> got(rreqs.size(), std::vector<int>(8, -1));
+  std::vector<void*> rleft = rreqs;
+  while (next < sendOrder.size() || !sreqs.empty()) {
+    ASSERT_LT(nowMs() - start, kLoopLimitMs) << "sends did not complete";
+    while (next < sendOrder.size()) {
+      Msg& m = msgs[sendOrder[next]];
+      void* req = nullptr;
+      ASSERT_EQ(net.isend(s, m.src.data(), m.size, m.tag, nullptr, &req), ncclSuccess);
+      if (req == nullptr) break;  // table full: retry after a completion
+      sreqs.push_back(req);
+      next++;
+    }
+    for (size_t i = 0; i < sreqs.size();) {
+      int done = 0;
+      ASSERT_EQ(net.test(sreqs[i], &done, nullptr), ncclSuccess);
+      if (done)
+        sreqs.erase(sreqs.begin() + i);
+      else
+        i++;
+    }
+    for (size_t i = 0; i < rleft.size(); i++) {
+      if (rleft[i] == nullptr) continue;
+      int done = 0;
+      ASSERT_EQ(net.test(rleft[i], &done, got[i].data()), ncclSuccess) << "receive " << i;
+      if (done) rleft[i] = nullptr;
+    }
+  }
+  std::vector<std::vector<int>> rest;
+  ASSERT_EQ(driveAll(net, rleft, &rest), "");
+  for (size_t i = 0; i < rleft.size(); i++)
+    if (rleft[i] != nullptr) got[i] = rest[i];
+  for (size_t i = 0; i < msgs.size(); i++) {
+    const Msg& m = msgs[i];
+    EXPECT_EQ(got[m.recv][m.sub], (int)m.size) << "message " << i << " tag " << m.tag;
+    EXPECT_EQ(checkPattern(m.dst.data(), m.size, m.seed), SIZE_MAX) << "message " << i << " tag " << m.tag;
+  }
+}
+
+Msg makeMsg(int tag, size_t size, uint64_t seed) {
+  Msg m;
+  m.tag = tag;
+  m.size = size;
+  m.seed = seed;
+  m.src.resize(std::max<size_t>(size, 1));
+  fillPattern(m.src.data(), size, seed);
+  m.dst.assign(size + 32, 0x5a);
+  return m;
+}
+
+}  // namespace
+
+// Grouped receives of 1..8 with their tags interleaved across groups and
+// across single receives; sends in an order that follows none of the
+// receives. Inline, empty and spread messages mixed.
+TEST_P(ReceiveMatching, GroupedReceivesWithTagsInterleavedAcrossGroups) {
+  void *s, *r;
+  pair(&s, &r);
+  const size_t kSizes[] = {8, 0, 70000, 100, 300000, 4096, 65536, 65537, 3};
+  for (int n = 1; n <= 8; n++) {
+    SCOPED_TRACE("group size " + std::to_string(n));
+    std::vector<Msg> msgs;
+    std::vector<std::vector<int>> groups(3);
+    // Group A takes tags 0, 3, 6, ...; a single receive in between takes
+    // tag 1000; group B takes 1, 4, 7, ...; another single takes 2000.
+    for (int k = 0; k < n; k++) {
+      groups[0].push_back((int)msgs.size());
+      msgs.push_back(makeMsg(3 * k, kSizes[k % 9], 100 * n + k));
+    }
+    groups[1].push_back((int)msgs.size());
+    msgs.push_back(makeMsg(1000, 5000, 100 * n + 50));
+    for (int k = 0; k < n; k++) {
+      groups[2].push_back((int)msgs.size());
+      msgs.push_back(makeMsg(3 * k + 1, kSizes[(k + 4) % 9], 100 * n + 60 + k));
+    }
+    groups.push_back({(int)msgs.size()});
+    msgs.push_back(makeMsg(2000, 200000, 100 * n + 90));
+    // Send B's and A's messages alternately from the end, the singles in between.
+    std::vector<int> order;
+    order.push_back(groups[3][0]);
+    for (int k = n - 1; k >= 0; k--) {
+      order.push_back(groups[2][k]);
+      if (k == n / 2) order.push_back(groups[1][0]);
+      order.push_back(groups[0][k]);
+    }
+    exchange(net_, s, r, msgs, groups, order);
+  }
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+// Several receives hold the same tag: messages with that tag fill them in
+// the order both sides posted them, also when other tags come in between.
+TEST_P(ReceiveMatching, SameTagFillsReceivesInPostOrder) {
+  void *s, *r;
+  pair(&s, &r);
+  std::vector<Msg> msgs;
+  for (int k = 0; k < 6; k++) msgs.push_back(makeMsg(k % 2 == 0 ? 7 : 8, 1000 + 40000 * k, 300 + k));
+  // Receives: {7, 8}, {7}, {8, 7}, {8}; sends: 8, 8, 7, 7, 7, 8 by index order of their tag.
+  std::vector<std::vector<int>> groups = {{0, 1}, {2}, {3, 4}, {5}};
+  std::vector<int> order = {1, 3, 0, 2, 4, 5};
+  exchange(net_, s, r, msgs, groups, order);
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+// Small messages that arrive before any receive for their tag is posted, in
+// a tag order of their own, wait until their receives come; a spread
+// message with no receive yet does not hold back the small ones behind it.
+TEST_P(ReceiveMatching, EarlyInlineMessagesWithTagsOutOfOrder) {
+  void *s, *r;
+  pair(&s, &r);
+  const int kEarly = 12;
+  const int kTags[kEarly] = {9, 2, 11, 5, 0, 7, 3, 10, 1, 8, 6, 4};
+  std::vector<Msg> msgs;
+  for (int k = 0; k < kEarly; k++) msgs.push_back(makeMsg(kTags[k], k % 3 == 0 ? 0 : 10 * k + 1, 700 + k));
+  msgs.push_back(makeMsg(50, 1 << 20, 750));  // spread, its receive comes last
+  msgs.push_back(makeMsg(99, 64, 799));       // the one receive posted first
+  std::vector<void*> sreqs;
+  for (Msg& m : msgs) {
+    void* req = nullptr;
+    ASSERT_EQ(net_.isend(s, m.src.data(), m.size, m.tag, nullptr, &req), ncclSuccess);
+    ASSERT_NE(req, nullptr);
+    sreqs.push_back(req);
+  }
+  // Tag 99 is behind every other message on the wire.
+  {
+    Msg& m = msgs.back();
+    void* d = m.dst.data();
+    size_t cap = m.dst.size();
+    int tag = m.tag;
+    void* req = nullptr;
+    ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &req), ncclSuccess);
+    int got = -1;
+    ASSERT_EQ(waitReq(req, &got), ncclSuccess) << PluginLog::lastWarn();
+    EXPECT_EQ(got, 64);
+    EXPECT_EQ(checkPattern(m.dst.data(), m.size, m.seed), SIZE_MAX);
+  }
+  // Now the early ones, by ascending tag: singles and a group of three.
+  std::vector<int> byTag(kEarly);
+  for (int k = 0; k < kEarly; k++) byTag[kTags[k]] = k;
+  for (int t = 0; t < kEarly;) {
+    int n = t == 4 ? 3 : 1;
+    void* data[3];
+    size_t caps[3];
+    int tags[3];
+    for (int k = 0; k < n; k++) {
+      Msg& m = msgs[byTag[t + k]];
+      data[k] = m.dst.data();
+      caps[k] = m.dst.size();
+      tags[k] = m.tag;
+    }
+    void* req = nullptr;
+    ASSERT_EQ(net_.irecv(r, n, data, caps, tags, nullptr, &req), ncclSuccess);
+    int got[3] = {-1, -1, -1};
+    ASSERT_EQ(waitReq(req, got), ncclSuccess) << "tag " << t;
+    for (int k = 0; k < n; k++) {
+      Msg& m = msgs[byTag[t + k]];
+      EXPECT_EQ(got[k], (int)m.size) << "tag " << m.tag;
+      EXPECT_EQ(checkPattern(m.dst.data(), m.size, m.seed), SIZE_MAX) << "tag " << m.tag;
+    }
+    t += n;
+  }
+  {
+    Msg& m = msgs[kEarly];
+    void* d = m.dst.data();
+    size_t cap = m.dst.size();
+    int tag = m.tag;
+    void* req = nullptr;
+    ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &req), ncclSuccess);
+    int got = -1;
+    ASSERT_EQ(waitReq(req, &got), ncclSuccess);
+    EXPECT_EQ(got, 1 << 20);
+    EXPECT_EQ(checkPattern(m.dst.data(), m.size, m.seed), SIZE_MAX);
+  }
+  for (void* q : sreqs) EXPECT_EQ(waitReq(q, nullptr), ncclSuccess);
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+// The maximum outstanding requests on both sides at once: 32 receives (24
+// singles and 8 groups of 8) posted, then 88 sends, 32 in flight at a time,
+// in the reverse order of the receives' tags.
+TEST_P(ReceiveMatching, MaximumOutstandingRequestsBothSidesReverseTagOrder) {
+  void *s, *r;
+  pair(&s, &r);
+  std::vector<Msg> msgs;
+  std::vector<std::vector<int>> groups;
+  for (int g = 0; g < NCCL_NET_MAX_REQUESTS; g++) {
+    int n = g % 4 == 3 ? 8 : 1;
+    groups.emplace_back();
+    for (int k = 0; k < n; k++) {
+      int i = (int)msgs.size();
+      groups.back().push_back(i);
+      msgs.push_back(makeMsg(i, i % 5 == 0 ? 150000 : 8 * i, 1000 + i));
+    }
+  }
+  ASSERT_EQ(msgs.size(), 88u);
+  std::vector<int> order(msgs.size());
+  std::iota(order.rbegin(), order.rend(), 0);
+  exchange(net_, s, r, msgs, groups, order);
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+// A message that no posted receive ever claims fails the receive that waits
+// beside it after SIGNLION_SOCKET_TIMEOUT, with a WARN naming its tag.
+TEST_P(ReceiveMatching, MessageNoReceiveClaimsIsAnErrorAfterTheTimeout) {
+  Env timeout("SIGNLION_SOCKET_TIMEOUT", "1000");
+  void *s, *r;
+  pair(&s, &r);
+  char buf[16] = {};
+  void* sreq = nullptr;
+  ASSERT_EQ(net_.isend(s, buf, 8, 4242, nullptr, &sreq), ncclSuccess);
+  void* d = buf;
+  size_t cap = sizeof(buf);
+  int tag = 1;
+  void* rreq = nullptr;
+  ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
+  int before = PluginLog::warns().load();
+  int64_t start = nowMs();
+  EXPECT_EQ(waitReq(rreq, nullptr, 20000), ncclInvalidUsage);
+  EXPECT_GE(nowMs() - start, 900);
+  EXPECT_LT(nowMs() - start, 10000);
+  EXPECT_GT(PluginLog::warns().load(), before);
+  EXPECT_NE(PluginLog::lastWarn().find("tag 4242"), std::string::npos) << PluginLog::lastWarn();
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Latest, ReceiveMatching, ::testing::Values(11),
+                         [](const ::testing::TestParamInfo<int>& i) { return "v" + std::to_string(i.param); });

@@ -1,0 +1,160 @@
+// Teardown in any order, through the dlopen'ed plugin: a recv comm closed
+// while its peer still sends announces the close; the peer's pending and new
+// sends then complete (their data discarded) and its own close frees
+// everything, with no error and no WARN.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "plugin_fixture.h"
+#include "socket/socket_net.h"
+
+using namespace signlion::nettest;
+
+namespace {
+
+class Teardown : public PluginTest {
+ protected:
+  // Posts `count` sends of the given sizes in turn (retrying while the
+  // request table is full) and tests them all until done; "" or what failed.
+  std::string sendAll(void* s, const std::vector<size_t>& sizes, int count, std::vector<void*> inFlight = {}) {
+    std::vector<char> buf(size_t(4) << 20, 7);
+    int posted = 0;
+    int64_t start = nowMs();
+    while (posted < count || !inFlight.empty()) {
+      if (nowMs() - start > 20000) return "sends still in flight after 20 s";
+      while (posted < count) {
+        void* req = nullptr;
+        ncclResult_t res = net_.isend(s, buf.data(), sizes[posted % sizes.size()], posted, nullptr, &req);
+        if (res != ncclSuccess) return "isend " + std::to_string(posted) + " failed: " + std::to_string(res);
+        if (req == nullptr) break;
+        inFlight.push_back(req);
+        posted++;
+      }
+      for (size_t i = 0; i < inFlight.size();) {
+        int done = 0;
+        ncclResult_t res = net_.test(inFlight[i], &done, nullptr);
+        if (res != ncclSuccess) return "test failed: " + std::to_string(res) + " " + PluginLog::lastWarn();
+        if (done)
+          inFlight.erase(inFlight.begin() + i);
+        else
+          i++;
+      }
+    }
+    return "";
+  }
+};
+
+const std::vector<size_t> kMixed = {100, size_t(1) << 20, 0, 70000, size_t(4) << 20, 8, 65536};
+
+}  // namespace
+
+// The receiver takes two messages, closes with more in flight (one receive
+// posted, not complete); the sender's pending and 40 new sends complete.
+TEST_P(Teardown, ReceiverClosedFirstLetsPendingAndNewSendsComplete) {
+  Env timeout("SIGNLION_SOCKET_TIMEOUT", "5000");
+  void *s, *r;
+  pair(&s, &r);
+  std::vector<char> src(size_t(4) << 20, 1), dst(size_t(4) << 20);
+  std::vector<void*> sreqs;
+  for (int i = 0; i < 8; i++) {
+    void* req = nullptr;
+    ASSERT_EQ(net_.isend(s, src.data(), kMixed[i % kMixed.size()], i, nullptr, &req), ncclSuccess);
+    ASSERT_NE(req, nullptr);
+    sreqs.push_back(req);
+  }
+  for (int i = 0; i < 3; i++) {
+    void* d = dst.data();
+    size_t cap = dst.size();
+    int tag = i;
+    void* req = nullptr;
+    ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &req), ncclSuccess);
+    if (i < 2) {
+      ASSERT_EQ(waitReq(req, nullptr), ncclSuccess);
+    }
+  }
+  int warns = PluginLog::otherWarns();
+  ASSERT_EQ(net_.closeRecv(r), ncclSuccess);
+  EXPECT_EQ(sendAll(s, kMixed, 40, sreqs), "");
+  EXPECT_EQ(net_.closeSend(s), ncclSuccess);
+  EXPECT_EQ(PluginLog::otherWarns(), warns) << PluginLog::lastWarn();
+}
+
+// The same before anything was received, and with sends posted only after
+// the close.
+TEST_P(Teardown, ReceiverClosedBeforeAnySendLetsSendsComplete) {
+  Env timeout("SIGNLION_SOCKET_TIMEOUT", "5000");
+  void *s, *r;
+  pair(&s, &r);
+  int warns = PluginLog::otherWarns();
+  ASSERT_EQ(net_.closeRecv(r), ncclSuccess);
+  EXPECT_EQ(sendAll(s, kMixed, 60), "");
+  EXPECT_EQ(net_.closeSend(s), ncclSuccess);
+  EXPECT_EQ(PluginLog::otherWarns(), warns) << PluginLog::lastWarn();
+}
+
+// On a control connection shared by both directions (pairing) the closed
+// receiver's socket stays open for its process's sender: the peer's sender
+// still learns of the close and completes (far more than the socket buffers
+// hold) instead of stalling until the timeout, and the other direction
+// keeps working.
+TEST_P(Teardown, ReceiverClosedFirstOnASharedControlConnection) {
+  Env timeout("SIGNLION_SOCKET_TIMEOUT", "4000");
+  void *s1, *r1, *s2, *r2;
+  pair(&s1, &r1);
+  pair(&s2, &r2);
+  std::string err;
+  for (size_t size : {size_t(8), size_t(70000), size_t(8)}) {
+    ASSERT_TRUE(transfer(net_, s1, r1, size, size, 1, &err)) << err;
+    ASSERT_TRUE(transfer(net_, s2, r2, size, size, 2, &err)) << err;
+  }
+  for (void* c : {s1, r1, s2, r2}) ASSERT_TRUE(signlion::net::commSharesControl(c));
+  int warns = PluginLog::otherWarns();
+  ASSERT_EQ(net_.closeRecv(r1), ncclSuccess);
+  // 3000 inline messages of 16 KiB: 48 MiB, far beyond the socket buffers.
+  int64_t start = nowMs();
+  EXPECT_EQ(sendAll(s1, {16384, 16384, 16384, 1000}, 3000), "");
+  EXPECT_LT(nowMs() - start, 4000) << "the sender waited for the timeout";
+  for (size_t size : {size_t(8), size_t(3) << 20}) EXPECT_TRUE(transfer(net_, s2, r2, size, size, 3, &err)) << err;
+  EXPECT_EQ(net_.closeSend(s1), ncclSuccess);
+  EXPECT_EQ(net_.closeSend(s2), ncclSuccess);
+  EXPECT_EQ(net_.closeRecv(r2), ncclSuccess);
+  EXPECT_EQ(PluginLog::otherWarns(), warns) << PluginLog::lastWarn();
+}
+
+// Both ends closed with requests in flight on both sides, in either order
+// and after partial progress: everything is freed (ASan in README command (2)).
+TEST_P(Teardown, BothSidesClosedWithRequestsInFlightInEitherOrder) {
+  for (int order = 0; order < 2; order++) {
+    void *s, *r;
+    pair(&s, &r);
+    std::vector<char> src(size_t(8) << 20, 3), dst(size_t(8) << 20);
+    for (int i = 0; i < 12; i++) {
+      void* req = nullptr;
+      size_t size = i % 2 ? 1000 : size_t(2) << 20;
+      ASSERT_EQ(net_.isend(s, src.data(), size, i, nullptr, &req), ncclSuccess);
+      int done = 0;
+      if (req != nullptr) {
+        ASSERT_EQ(net_.test(req, &done, nullptr), ncclSuccess);
+      }
+      void* d = dst.data();
+      size_t cap = dst.size();
+      int tag = 11 - i;  // claims out of order
+      ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &req), ncclSuccess);
+      if (req != nullptr) {
+        ASSERT_EQ(net_.test(req, &done, nullptr), ncclSuccess);
+      }
+    }
+    if (order == 0) {
+      EXPECT_EQ(net_.closeSend(s), ncclSuccess);
+      EXPECT_EQ(net_.closeRecv(r), ncclSuccess);
+    } else {
+      EXPECT_EQ(net_.closeRecv(r), ncclSuccess);
+      EXPECT_EQ(net_.closeSend(s), ncclSuccess);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Latest, Teardown, ::testing::Values(11),
+                         [](const ::testing::TestParamInfo<int>& i) { return "v" + std::to_string(i.param); });
