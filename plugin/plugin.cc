@@ -1,11 +1,13 @@
 // libnccl-net-signlion.so: the exported ncclNet structs, one per interface
-// version NCCL probes (2.28/2.29 look for v11 first, older releases for v10,
-// v9, v8). The version script keeps every other symbol hidden.
+// version NCCL probes (2.30.3 .. 2.32 look for v12 first, 2.28/2.29 for v11,
+// older releases for v10, v9, v8). The version script keeps every other
+// symbol hidden.
 #include "socket/socket_net.h"
 
 #define SIGNLION_EXPORT __attribute__((visibility("default")))
 
 extern "C" {
+SIGNLION_EXPORT ncclNet_v12_t ncclNetPlugin_v12 = *signlion::net::socketNetV12();
 SIGNLION_EXPORT ncclNet_v11_t ncclNetPlugin_v11 = *signlion::net::socketNetV11();
 SIGNLION_EXPORT ncclNet_v10_t ncclNetPlugin_v10 = *signlion::net::socketNetV10();
 SIGNLION_EXPORT ncclNet_v9_t ncclNetPlugin_v9 = *signlion::net::socketNetV9();

@@ -1,6 +1,6 @@
 /*************************************************************************
  * signlion: the parts of NCCL's network-plugin interface shared by every
- * version we speak (v8..v11). Written from NCCL's published ext-net
+ * version we speak (v8..v12). Written from NCCL's published ext-net
  * interface; only the binary layout must match, names follow NCCL so that
  * readers who know NCCL recognise them.
  ************************************************************************/
@@ -56,7 +56,7 @@ typedef enum { NCCL_NET_DEVICE_HOST = 0, NCCL_NET_DEVICE_UNPACK = 1 } ncclNetDev
 #define NCCL_NET_DEVICE_INVALID_VERSION 0x0
 
 /* Device-side handle of a connection (unused by host transports; NCCL passes
- * NULL or a pointer we leave alone). Identical in v7..v11. */
+ * NULL or a pointer we leave alone). Identical in v7..v12. */
 typedef struct {
   ncclNetDeviceType netDeviceType;
   int netDeviceVersion;
@@ -67,6 +67,7 @@ typedef struct {
 typedef ncclNetDeviceHandle_v8_t ncclNetDeviceHandle_v9_t;
 typedef ncclNetDeviceHandle_v8_t ncclNetDeviceHandle_v10_t;
 typedef ncclNetDeviceHandle_v8_t ncclNetDeviceHandle_v11_t;
+typedef ncclNetDeviceHandle_v8_t ncclNetDeviceHandle_v12_t;
 
 #define NCCL_NET_TRAFFIC_CLASS_UNDEF -1
 

@@ -1,4 +1,4 @@
-// The socket transport dressed as ncclNet v8, v9, v10 and v11. Each adapter
+// The socket transport dressed as ncclNet v8, v9, v10, v11 and v12. Each adapter
 // converts arguments and forwards to socket_transport.h.
 #include "socket/socket_net.h"
 
@@ -55,6 +55,16 @@ ncclResult_t getPropsV11(int dev, ncclNetProperties_v11_t* props) {
   props->maxMultiRequestSize = 1;
   return ncclSuccess;
 }
+ncclResult_t getPropsV12(int dev, ncclNetProperties_v12_t* props) {
+  NCCLCHECK(fillV9(dev, props));
+  props->maxMultiRequestSize = 1;
+  // Rails and planes describe fabrics built of parallel switch planes; an
+  // interface gives no such fact (sysfs has none), so NCCL places our NICs
+  // by PCI distance as before.
+  props->railId = NCCL_NET_ID_UNDEF;
+  props->planeId = NCCL_NET_ID_UNDEF;
+  return ncclSuccess;
+}
 
 // ---- init / connect variants -----------------------------------------------------
 
@@ -83,6 +93,13 @@ ncclResult_t initV11(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* confi
   c->commId = commId;
   *ctx = c;
   return ncclSuccess;
+}
+
+// v12's config is v11's (one trafficClass); the struct types differ by name only.
+static_assert(sizeof(ncclNetCommConfig_v12_t) == sizeof(ncclNetCommConfig_v11_t), "config layout");
+ncclResult_t initV12(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
+                     ncclProfilerCallback_t prof) {
+  return initV11(ctx, commId, reinterpret_cast<ncclNetCommConfig_v11_t*>(config), logger, prof);
 }
 
 ncclResult_t finalizeV11(void* ctx) {
@@ -157,32 +174,102 @@ ncclResult_t irecvV10(void* recvComm, int n, void** data, size_t* sizes, int* ta
 // ---- The structs -----------------------------------------------------------------
 
 const ncclNet_v8_t kNetV8 = {
-    kSocketNetName, initV8,    socketDevices,   getPropsV8,      listenV8,        connectV8,
-    acceptAny,      socketRegMr, socketRegMrDmaBuf, socketDeregMr, isendV8,        irecvV8,
-    socketIflush,   socketTest, socketCloseSend, socketCloseRecv, socketCloseListen,
-    nullptr /* getDeviceMr */, nullptr /* irecvConsumed */};
+    kSocketNetName, initV8,      socketDevices,     getPropsV8,      listenV8,          connectV8,
+    acceptAny,      socketRegMr, socketRegMrDmaBuf, socketDeregMr,   isendV8,           irecvV8,
+    socketIflush,   socketTest,  socketCloseSend,   socketCloseRecv, socketCloseListen, nullptr /* getDeviceMr */,
+    nullptr /* irecvConsumed */};
 
-const ncclNet_v9_t kNetV9 = {
-    kSocketNetName, initV8,    socketDevices,   getPropsV9,      listenV8,        connectV8,
-    acceptAny,      socketRegMr, socketRegMrDmaBuf, socketDeregMr, isendV9,        irecvV9,
-    socketIflush,   socketTest, socketCloseSend, socketCloseRecv, socketCloseListen,
-    nullptr /* getDeviceMr */, nullptr /* irecvConsumed */, nullptr /* makeVDevice */};
+const ncclNet_v9_t kNetV9 = {kSocketNetName,
+                             initV8,
+                             socketDevices,
+                             getPropsV9,
+                             listenV8,
+                             connectV8,
+                             acceptAny,
+                             socketRegMr,
+                             socketRegMrDmaBuf,
+                             socketDeregMr,
+                             isendV9,
+                             irecvV9,
+                             socketIflush,
+                             socketTest,
+                             socketCloseSend,
+                             socketCloseRecv,
+                             socketCloseListen,
+                             nullptr /* getDeviceMr */,
+                             nullptr /* irecvConsumed */,
+                             nullptr /* makeVDevice */};
 
-const ncclNet_v10_t kNetV10 = {
-    kSocketNetName, initV10,   socketDevices,   getPropsV10,     listenV8,        connectV10,
-    acceptAny,      socketRegMr, socketRegMrDmaBuf, socketDeregMr, isendV10,       irecvV10,
-    socketIflush,   socketTest, socketCloseSend, socketCloseRecv, socketCloseListen,
-    nullptr /* getDeviceMr */, nullptr /* irecvConsumed */, nullptr /* makeVDevice */};
+const ncclNet_v10_t kNetV10 = {kSocketNetName,
+                               initV10,
+                               socketDevices,
+                               getPropsV10,
+                               listenV8,
+                               connectV10,
+                               acceptAny,
+                               socketRegMr,
+                               socketRegMrDmaBuf,
+                               socketDeregMr,
+                               isendV10,
+                               irecvV10,
+                               socketIflush,
+                               socketTest,
+                               socketCloseSend,
+                               socketCloseRecv,
+                               socketCloseListen,
+                               nullptr /* getDeviceMr */,
+                               nullptr /* irecvConsumed */,
+                               nullptr /* makeVDevice */};
 
-const ncclNet_v11_t kNetV11 = {
-    kSocketNetName, initV11,   socketDevices,   getPropsV11,     listenV11,       connectV11,
-    acceptAny,      socketRegMr, socketRegMrDmaBuf, socketDeregMr, isendV10,       irecvV10,
-    socketIflush,   socketTest, socketCloseSend, socketCloseRecv, socketCloseListen,
-    nullptr /* getDeviceMr */, nullptr /* irecvConsumed */, nullptr /* makeVDevice */,
-    finalizeV11,    nullptr /* setNetAttr */};
+const ncclNet_v11_t kNetV11 = {kSocketNetName,
+                               initV11,
+                               socketDevices,
+                               getPropsV11,
+                               listenV11,
+                               connectV11,
+                               acceptAny,
+                               socketRegMr,
+                               socketRegMrDmaBuf,
+                               socketDeregMr,
+                               isendV10,
+                               irecvV10,
+                               socketIflush,
+                               socketTest,
+                               socketCloseSend,
+                               socketCloseRecv,
+                               socketCloseListen,
+                               nullptr /* getDeviceMr */,
+                               nullptr /* irecvConsumed */,
+                               nullptr /* makeVDevice */,
+                               finalizeV11,
+                               nullptr /* setNetAttr */};
+
+const ncclNet_v12_t kNetV12 = {kSocketNetName,
+                               initV12,
+                               socketDevices,
+                               getPropsV12,
+                               listenV11,
+                               connectV11,
+                               acceptAny,
+                               socketRegMr,
+                               socketRegMrDmaBuf,
+                               socketDeregMr,
+                               isendV10,
+                               irecvV10,
+                               socketIflush,
+                               socketTest,
+                               socketCloseSend,
+                               socketCloseRecv,
+                               socketCloseListen,
+                               nullptr /* getDeviceMr */,
+                               nullptr /* irecvConsumed */,
+                               nullptr /* makeVDevice */,
+                               finalizeV11,
+                               nullptr /* setNetAttr */};
 
 }  // namespace
 
+const ncclNet_v12_t* socketNetV12() { return &kNetV12; }
 const ncclNet_v8_t* socketNetV8() { return &kNetV8; }
 const ncclNet_v9_t* socketNetV9() { return &kNetV9; }
 const ncclNet_v10_t* socketNetV10() { return &kNetV10; }

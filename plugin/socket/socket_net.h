@@ -2,7 +2,7 @@
 // communicator) and for tests and benchmarks that link the static library
 // signlion_net_socket instead of dlopen'ing libnccl-net-signlion.so.
 //
-// The shared plugin exports only ncclNetPlugin_v8..v11; the byte counters are
+// The shared plugin exports only ncclNetPlugin_v8..v12; the byte counters are
 // reached through commBytes() below, which reads the CommHeader every comm of
 // ours begins with, so it also works on comms created by a dlopen'ed copy of
 // the plugin.
@@ -12,6 +12,7 @@
 
 #include "net_v10.h"
 #include "net_v11.h"
+#include "net_v12.h"
 #include "net_v8.h"
 #include "net_v9.h"
 
@@ -21,11 +22,12 @@ namespace net {
 // Name of the network in every version's struct: what NCCL_NET must say.
 constexpr const char* kSocketNetName = "signlion";
 
-// The transport as each ncclNet version. All four drive the same code.
+// The transport as each ncclNet version. All five drive the same code.
 const ncclNet_v8_t* socketNetV8();
 const ncclNet_v9_t* socketNetV9();
 const ncclNet_v10_t* socketNetV10();
 const ncclNet_v11_t* socketNetV11();
+const ncclNet_v12_t* socketNetV12();
 
 // Bytes this comm has put on / taken off the wire so far (payload plus our
 // 16-byte message and pairing headers; the connection handshake is not counted). comm is

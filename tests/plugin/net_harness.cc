@@ -6,6 +6,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -37,7 +38,19 @@ bool NetDriver::bind(void* lib, int version) {
   v9_ = version == 9 ? static_cast<const ncclNet_v9_t*>(p) : nullptr;
   v10_ = version == 10 ? static_cast<const ncclNet_v10_t*>(p) : nullptr;
   v11_ = version == 11 ? static_cast<const ncclNet_v11_t*>(p) : nullptr;
+  bindV12(version == 12 ? static_cast<const ncclNet_v12_t*>(p) : nullptr);
   return true;
+}
+
+// v12's function table is v11's (only rail/plane ids in the properties and
+// the fused-NIC size changed): every call but getProperties goes through the
+// v11 view of it.
+static_assert(sizeof(ncclNet_v12_t) == sizeof(ncclNet_v11_t) &&
+                  offsetof(ncclNet_v12_t, setNetAttr) == offsetof(ncclNet_v11_t, setNetAttr),
+              "v12 keeps v11's function table");
+void NetDriver::bindV12(const ncclNet_v12_t* v12) {
+  v12_ = v12;
+  if (v12 != nullptr) v11_ = reinterpret_cast<const ncclNet_v11_t*>(v12);
 }
 
 void NetDriver::bindInProcess(int version) {
@@ -46,6 +59,7 @@ void NetDriver::bindInProcess(int version) {
   v9_ = version == 9 ? net::socketNetV9() : nullptr;
   v10_ = version == 10 ? net::socketNetV10() : nullptr;
   v11_ = version == 11 ? net::socketNetV11() : nullptr;
+  bindV12(version == 12 ? net::socketNetV12() : nullptr);
 }
 
 // Calls the member F of whichever struct is bound, for functions whose
@@ -72,7 +86,25 @@ ncclResult_t NetDriver::finalize() {
 
 ncclResult_t NetDriver::devices(int* ndev) { return NET_CALL(devices, ndev); }
 
-ncclResult_t NetDriver::properties(int dev, ncclNetProperties_v11_t* props) {
+namespace {
+// Copies the fields v9..v11 share into the newest layout (vProps differs in size).
+template <typename Props>
+void copyV9(const Props& p, ncclNetProperties_v12_t* out) {
+  memcpy(out, &p, offsetof(Props, vProps));  // name .. netDeviceVersion: same offsets
+  out->vProps.ndevs = p.vProps.ndevs;
+  for (int i = 0; i < p.vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC_V10; i++) out->vProps.devs[i] = p.vProps.devs[i];
+  out->maxP2pBytes = p.maxP2pBytes;
+  out->maxCollBytes = p.maxCollBytes;
+}
+template <typename Net, typename Props>
+ncclResult_t propsVia(const Net* net, int dev, ncclNetProperties_v12_t* out, Props* tmp) {
+  ncclResult_t r = net->getProperties(dev, tmp);
+  if (r == ncclSuccess) copyV9(*tmp, out);
+  return r;
+}
+}  // namespace
+
+ncclResult_t NetDriver::properties(int dev, ncclNetProperties_v12_t* props) {
   memset(props, 0, sizeof(*props));
   if (v8_) {
     ncclNetProperties_v8_t p;
@@ -88,9 +120,15 @@ ncclResult_t NetDriver::properties(int dev, ncclNetProperties_v11_t* props) {
     props->netDeviceType = p.netDeviceType;
     return ncclSuccess;
   }
-  if (v9_) return v9_->getProperties(dev, reinterpret_cast<ncclNetProperties_v9_t*>(props));
-  if (v10_) return v10_->getProperties(dev, reinterpret_cast<ncclNetProperties_v10_t*>(props));
-  return v11_->getProperties(dev, props);
+  ncclNetProperties_v9_t p9;
+  ncclNetProperties_v10_t p10;
+  ncclNetProperties_v11_t p11;
+  if (v9_) return propsVia(v9_, dev, props, &p9);
+  if (v10_) return propsVia(v10_, dev, props, &p10);
+  if (v12_) return v12_->getProperties(dev, props);
+  ncclResult_t r = propsVia(v11_, dev, props, &p11);
+  props->maxMultiRequestSize = p11.maxMultiRequestSize;
+  return r;
 }
 
 ncclResult_t NetDriver::listen(int dev, void* handle, void** listenComm) {
@@ -252,7 +290,7 @@ int findDevice(NetDriver& net, const std::string& ifname) {
   int ndev = 0;
   if (net.devices(&ndev) != ncclSuccess) return -1;
   for (int d = 0; d < ndev; d++) {
-    ncclNetProperties_v11_t p;
+    ncclNetProperties_v12_t p;
     if (net.properties(d, &p) == ncclSuccess && p.name && ifname == p.name) return d;
   }
   return -1;

@@ -1,5 +1,5 @@
 // Test harness for ncclNet plugins: loads a plugin the way NCCL does and
-// drives any of the v8..v11 structs through one version-neutral interface,
+// drives any of the v8..v12 structs through one version-neutral interface,
 // the way NCCL's proxy does (non-blocking connect/accept loops, isend/irecv
 // retried while they return no request, test polled until done).
 #pragma once
@@ -11,6 +11,7 @@
 
 #include "net_v10.h"
 #include "net_v11.h"
+#include "net_v12.h"
 #include "net_v8.h"
 #include "net_v9.h"
 
@@ -22,7 +23,7 @@ void* openPlugin(const std::string& nameOrPath, std::string* err);
 
 class NetDriver {
  public:
-  // version 8..11; false if the library lacks ncclNetPlugin_v<version>.
+  // version 8..12; false if the library lacks ncclNetPlugin_v<version>.
   bool bind(void* lib, int version);
   // The in-process transport (no dlopen).
   void bindInProcess(int version);
@@ -33,7 +34,9 @@ class NetDriver {
   ncclResult_t init(ncclDebugLogger_t logger = nullptr);
   ncclResult_t finalize();
   ncclResult_t devices(int* ndev);
-  ncclResult_t properties(int dev, ncclNetProperties_v11_t* props);  // v8 fields copied, rest zero
+  // The newest layout: older versions' fields copied, the rest zero (v8..v11
+  // leave railId/planeId at 0).
+  ncclResult_t properties(int dev, ncclNetProperties_v12_t* props);
   ncclResult_t listen(int dev, void* handle, void** listenComm);
   ncclResult_t connect(int dev, void* handle, void** sendComm);
   ncclResult_t accept(void* listenComm, void** recvComm);
@@ -48,11 +51,14 @@ class NetDriver {
   ncclResult_t closeListen(void* comm);
 
  private:
+  void bindV12(const ncclNet_v12_t* v12);
+
   int version_ = 0;
   const ncclNet_v8_t* v8_ = nullptr;
   const ncclNet_v9_t* v9_ = nullptr;
   const ncclNet_v10_t* v10_ = nullptr;
   const ncclNet_v11_t* v11_ = nullptr;
+  const ncclNet_v12_t* v12_ = nullptr;
   void* ctx_ = nullptr;
 };
 

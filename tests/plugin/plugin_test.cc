@@ -32,7 +32,7 @@ TEST(PluginLoad, ByNameAndByPathExportEveryVersion) {
     std::string err;
     void* lib = openPlugin(how, &err);
     ASSERT_NE(lib, nullptr) << how << ": " << err;
-    for (int v = 8; v <= 11; v++) {
+    for (int v = 8; v <= 12; v++) {
       NetDriver d;
       ASSERT_TRUE(d.bind(lib, v)) << how << " lacks ncclNetPlugin_v" << v;
       EXPECT_STREQ(d.name(), "signlion") << "v" << v;
@@ -46,6 +46,12 @@ TEST(PluginLoad, ByNameAndByPathExportEveryVersion) {
     for (int i = 0; i < 16; i++) EXPECT_NE(f11[i], nullptr) << "v11 function " << i;
     EXPECT_NE(v11->finalize, nullptr);
     EXPECT_EQ(v11->setNetAttr, nullptr);  // optional in NCCL
+    auto* v12 = static_cast<ncclNet_v12_t*>(dlsym(lib, "ncclNetPlugin_v12"));
+    ASSERT_NE(v12, nullptr);
+    void* const* f12 = reinterpret_cast<void* const*>(&v12->init);
+    for (int i = 0; i < 16; i++) EXPECT_NE(f12[i], nullptr) << "v12 function " << i;
+    EXPECT_NE(v12->finalize, nullptr);
+    EXPECT_EQ(v12->setNetAttr, nullptr);
     dlclose(lib);
   }
 }
@@ -64,10 +70,21 @@ TEST(PluginLoad, StructLayoutsMatchThePublishedInterface) {
   EXPECT_EQ(sizeof(ncclNetProperties_v10_t), sizeof(ncclNetProperties_v9_t));
   EXPECT_EQ(offsetof(ncclNetProperties_v11_t, maxMultiRequestSize), 104u);
   EXPECT_EQ(sizeof(ncclNetProperties_v11_t), 112u);
+  // v12 (NCCL 2.30.3+): eight devices per fused NIC move everything after
+  // vProps by 16 bytes; rail and plane ids close the struct.
+  EXPECT_EQ(sizeof(ncclNet_v12_t), 22 * sizeof(void*));
+  EXPECT_EQ(offsetof(ncclNet_v12_t, makeVDevice), 19 * sizeof(void*));
+  EXPECT_EQ(offsetof(ncclNetProperties_v12_t, vProps), 64u);
+  EXPECT_EQ(sizeof(ncclNetVDeviceProps_v12_t), 36u);
+  EXPECT_EQ(offsetof(ncclNetProperties_v12_t, maxP2pBytes), 104u);
+  EXPECT_EQ(offsetof(ncclNetProperties_v12_t, maxMultiRequestSize), 120u);
+  EXPECT_EQ(offsetof(ncclNetProperties_v12_t, railId), 124u);
+  EXPECT_EQ(offsetof(ncclNetProperties_v12_t, planeId), 126u);
+  EXPECT_EQ(sizeof(ncclNetProperties_v12_t), 128u);
 }
 
 TEST_P(PluginTest, PropertiesAreHonest) {
-  ncclNetProperties_v11_t p;
+  ncclNetProperties_v12_t p;
   ASSERT_EQ(net_.properties(dev_, &p), ncclSuccess);
   EXPECT_STREQ(p.name, "lo");
   EXPECT_EQ(p.ptrSupport, NCCL_PTR_HOST);
@@ -81,16 +98,20 @@ TEST_P(PluginTest, PropertiesAreHonest) {
     EXPECT_EQ(p.maxP2pBytes, size_t(1) << 30);
     EXPECT_EQ(p.forceFlush, 0);
   }
-  if (GetParam() == 11) {
+  if (GetParam() >= 11) {
     EXPECT_EQ(p.maxMultiRequestSize, 1);
+  }
+  if (GetParam() >= 12) {  // no rail or plane known for an interface
+    EXPECT_EQ(p.railId, NCCL_NET_ID_UNDEF);
+    EXPECT_EQ(p.planeId, NCCL_NET_ID_UNDEF);
   }
 }
 
 TEST_P(PluginTest, TransfersAllSizesBitExact) {
   void *s, *r;
   pair(&s, &r);
-  for (size_t size : {size_t(0), size_t(1), size_t(3), size_t(16384), size_t(16385), size_t(65536), size_t(65537), size_t(131072),
-                      size_t(131073), size_t(1000003), size_t(4) << 20}) {
+  for (size_t size : {size_t(0), size_t(1), size_t(3), size_t(16384), size_t(16385), size_t(65536), size_t(65537),
+                      size_t(131072), size_t(131073), size_t(1000003), size_t(4) << 20}) {
     std::string err;
     EXPECT_TRUE(transfer(net_, s, r, size, size, 3, &err)) << err;
     EXPECT_TRUE(transfer(net_, s, r, size, size + 777, 4, &err)) << "receive larger than message: " << err;
@@ -99,7 +120,7 @@ TEST_P(PluginTest, TransfersAllSizesBitExact) {
   net_.closeRecv(r);
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, PluginTest, ::testing::Values(8, 9, 10, 11),
+INSTANTIATE_TEST_SUITE_P(Versions, PluginTest, ::testing::Values(8, 9, 10, 11, 12),
                          [](const ::testing::TestParamInfo<int>& i) { return "v" + std::to_string(i.param); });
 
 // The remaining behaviours are version independent: run them on v11.
@@ -748,7 +769,8 @@ TEST_P(PluginV11, TwoInstancesPairAsTwoProcessesDo) {
   for (void* c : {sA, rA, sB, rB}) EXPECT_TRUE(signlion::net::commSharesControl(c));
   ASSERT_EQ(net_.closeSend(sA), ncclSuccess);
   EXPECT_EQ(receiveResult(other, rB), ncclRemoteError);
-  for (size_t size : {size_t(8), size_t(70000)}) EXPECT_TRUE(transferBetween(other, sB, net_, rA, size, size + 64, 3, &err)) << err;
+  for (size_t size : {size_t(8), size_t(70000)})
+    EXPECT_TRUE(transferBetween(other, sB, net_, rA, size, size + 64, 3, &err)) << err;
   other.closeRecv(rB);
   other.closeSend(sB);
   net_.closeRecv(rA);
@@ -833,7 +855,7 @@ TEST_P(PluginV11, BadArgumentsAreRejected) {
   void* out = nullptr;
   int ndev = 0;
   ASSERT_EQ(net_.devices(&ndev), ncclSuccess);
-  ncclNetProperties_v11_t props;
+  ncclNetProperties_v12_t props;
   EXPECT_EQ(net_.properties(-1, &props), ncclInvalidArgument);
   EXPECT_EQ(net_.properties(ndev, &props), ncclInvalidArgument);
   EXPECT_EQ(net_.devices(nullptr), ncclInvalidArgument);

@@ -307,5 +307,5 @@ TEST_P(ReceiveMatching, MessageNoReceiveClaimsIsAnErrorAfterTheTimeout) {
   net_.closeRecv(r);
 }
 
-INSTANTIATE_TEST_SUITE_P(Latest, ReceiveMatching, ::testing::Values(11),
+INSTANTIATE_TEST_SUITE_P(Latest, ReceiveMatching, ::testing::Values(12),
                          [](const ::testing::TestParamInfo<int>& i) { return "v" + std::to_string(i.param); });

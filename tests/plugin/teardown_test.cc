@@ -156,5 +156,5 @@ TEST_P(Teardown, BothSidesClosedWithRequestsInFlightInEitherOrder) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Latest, Teardown, ::testing::Values(11),
+INSTANTIATE_TEST_SUITE_P(Latest, Teardown, ::testing::Values(12),
                          [](const ::testing::TestParamInfo<int>& i) { return "v" + std::to_string(i.param); });
