@@ -234,51 +234,37 @@ const ncclNet_v10_t kNetV10 = {kSocketNetName,
                                nullptr /* irecvConsumed */,
                                makeVDevice};
 
-const ncclNet_v11_t kNetV11 = {kSocketNetName,
-                               initV11,
-                               socketDevices,
-                               getPropsV11,
-                               listenV11,
-                               connectV11,
-                               acceptAny,
-                               socketRegMr,
-                               socketRegMrDmaBuf,
-                               socketDeregMr,
-                               isendV10,
-                               irecvV10,
-                               socketIflush,
-                               socketTest,
-                               socketCloseSend,
-                               socketCloseRecv,
-                               socketCloseListen,
-                               nullptr /* getDeviceMr */,
-                               nullptr /* irecvConsumed */,
-                               makeVDevice,
-                               finalizeV11,
-                               nullptr /* setNetAttr */};
+// v11 and v12 share one function table; only init's config and the
+// properties differ in type. constexpr: the tables must be constant-
+// initialized, since plugin.cc copies them during static initialization.
+template <typename Net, typename Init, typename GetProps>
+constexpr Net contextNet(Init init, GetProps getProps) {
+  return Net{kSocketNetName,
+             init,
+             socketDevices,
+             getProps,
+             listenV11,
+             connectV11,
+             acceptAny,
+             socketRegMr,
+             socketRegMrDmaBuf,
+             socketDeregMr,
+             isendV10,
+             irecvV10,
+             socketIflush,
+             socketTest,
+             socketCloseSend,
+             socketCloseRecv,
+             socketCloseListen,
+             nullptr /* getDeviceMr */,
+             nullptr /* irecvConsumed */,
+             makeVDevice,
+             finalizeV11,
+             nullptr /* setNetAttr */};
+}
 
-const ncclNet_v12_t kNetV12 = {kSocketNetName,
-                               initV12,
-                               socketDevices,
-                               getPropsV12,
-                               listenV11,
-                               connectV11,
-                               acceptAny,
-                               socketRegMr,
-                               socketRegMrDmaBuf,
-                               socketDeregMr,
-                               isendV10,
-                               irecvV10,
-                               socketIflush,
-                               socketTest,
-                               socketCloseSend,
-                               socketCloseRecv,
-                               socketCloseListen,
-                               nullptr /* getDeviceMr */,
-                               nullptr /* irecvConsumed */,
-                               makeVDevice,
-                               finalizeV11,
-                               nullptr /* setNetAttr */};
+constexpr ncclNet_v11_t kNetV11 = contextNet<ncclNet_v11_t>(initV11, getPropsV11);
+constexpr ncclNet_v12_t kNetV12 = contextNet<ncclNet_v12_t>(initV12, getPropsV12);
 
 }  // namespace
 

@@ -13,6 +13,12 @@
 // socket buffers completes without a thread hand-off. Once a process pair
 // has a send and a recv comm each way, one of them moves its control stream
 // onto the other's connection, so replies carry ACKs (socket_pairing.h).
+//
+// A message goes to the oldest posted receive holding its tag, whatever the
+// order of tags (transport/tag_matcher.h); one that no open receive holds
+// is kept until one is posted. A recv comm's close writes a bye on its data
+// streams, against the data: the peer's sender then completes its sends
+// without delivering them instead of failing (docs/PLUGIN.md, "Teardown").
 #pragma once
 
 #include <atomic>

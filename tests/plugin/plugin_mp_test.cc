@@ -97,21 +97,30 @@ TEST(PluginTwoProcess, ExchangeV11UpTo256MiB) {
 
 TEST(PluginTwoProcess, ExchangeV8) { exchange(8, "0,3,65536,3000001", {0, 3, 65536, 3000001}); }
 
-// The receiving side of a 256 MiB message whose sender dies (SIGKILL) or
-// freezes (SIGSTOP) mid-transfer: test() must return an error within
-// SIGNLION_SOCKET_TIMEOUT, never hang.
-static void peerFailsMidTransfer(int sig) {
+// The failure tests' side: the plugin (v11) on loopback with a 2 s socket
+// timeout, so a failure shows within the test's bounds.
+static void openWithShortTimeout(void** lib, NetDriver* net, int* dev) {
   setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
   setenv("SIGNLION_SOCKET_TIMEOUT", "2000", 1);
   signlion::paramResetCache();
   std::string err;
-  void* lib = openPlugin(SIGNLION_PLUGIN_PATH, &err);
-  ASSERT_NE(lib, nullptr) << err;
+  *lib = openPlugin(SIGNLION_PLUGIN_PATH, &err);
+  ASSERT_NE(*lib, nullptr) << err;
+  ASSERT_TRUE(net->bind(*lib, 11));
+  ASSERT_EQ(net->init(), ncclSuccess);
+  *dev = findDevice(*net, "lo");
+  ASSERT_GE(*dev, 0);
+}
+
+// The receiving side of a 256 MiB message whose sender dies (SIGKILL) or
+// freezes (SIGSTOP) mid-transfer: test() must return an error within
+// SIGNLION_SOCKET_TIMEOUT, never hang.
+static void peerFailsMidTransfer(int sig) {
+  void* lib = nullptr;
   NetDriver net;
-  ASSERT_TRUE(net.bind(lib, 11));
-  ASSERT_EQ(net.init(), ncclSuccess);
-  int dev = findDevice(net, "lo");
-  ASSERT_GE(dev, 0);
+  int dev = -1;
+  openWithShortTimeout(&lib, &net, &dev);
+  if (::testing::Test::HasFatalFailure()) return;
   std::string dir = makeTempDir();
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   void* l = nullptr;
@@ -166,17 +175,11 @@ TEST(PluginTwoProcess, PeerFrozenMidTransferTimesOut) { peerFailsMidTransfer(SIG
 // close, the process stays): the send completes, new sends complete, no
 // error, and closing frees everything.
 static void receiverEndsMidTransfer(bool orderly) {
-  setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
-  setenv("SIGNLION_SOCKET_TIMEOUT", "2000", 1);
-  signlion::paramResetCache();
-  std::string err;
-  void* lib = openPlugin(SIGNLION_PLUGIN_PATH, &err);
-  ASSERT_NE(lib, nullptr) << err;
+  void* lib = nullptr;
   NetDriver net;
-  ASSERT_TRUE(net.bind(lib, 11));
-  ASSERT_EQ(net.init(), ncclSuccess);
-  int dev = findDevice(net, "lo");
-  ASSERT_GE(dev, 0);
+  int dev = -1;
+  openWithShortTimeout(&lib, &net, &dev);
+  if (::testing::Test::HasFatalFailure()) return;
   std::string dir = makeTempDir();
   pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--mode", orderly ? "recvclose" : "recvbig", "--lib",
                        SIGNLION_PLUGIN_PATH, "--dir", dir});
