@@ -112,6 +112,14 @@ static void openWithShortTimeout(void** lib, NetDriver* net, int* dev) {
   ASSERT_GE(*dev, 0);
 }
 
+// Undoes openWithShortTimeout.
+static void closeShortTimeout(void* lib, NetDriver* net) {
+  net->finalize();
+  dlclose(lib);
+  unsetenv("SIGNLION_SOCKET_TIMEOUT");
+  signlion::paramResetCache();
+}
+
 // The receiving side of a 256 MiB message whose sender dies (SIGKILL) or
 // freezes (SIGSTOP) mid-transfer: test() must return an error within
 // SIGNLION_SOCKET_TIMEOUT, never hang.
@@ -159,11 +167,8 @@ static void peerFailsMidTransfer(int sig) {
   reap(child, 10000);
   net.closeRecv(r);
   net.closeListen(l);
-  net.finalize();
-  dlclose(lib);
   removeDir(dir);
-  unsetenv("SIGNLION_SOCKET_TIMEOUT");
-  signlion::paramResetCache();
+  closeShortTimeout(lib, &net);
 }
 
 TEST(PluginTwoProcess, PeerKilledMidTransferIsAnError) { peerFailsMidTransfer(SIGKILL); }
@@ -230,11 +235,8 @@ static void receiverEndsMidTransfer(bool orderly) {
   kill(child, SIGKILL);
   reap(child, 10000);
   EXPECT_EQ(net.closeSend(s), ncclSuccess);
-  net.finalize();
-  dlclose(lib);
   removeDir(dir);
-  unsetenv("SIGNLION_SOCKET_TIMEOUT");
-  signlion::paramResetCache();
+  closeShortTimeout(lib, &net);
 }
 
 TEST(PluginTwoProcess, ReceiverKilledMidTransferIsAnErrorForTheSender) { receiverEndsMidTransfer(false); }
