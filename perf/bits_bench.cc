@@ -45,8 +45,12 @@ struct Inputs {
   AlignedBuffer f32, b16, counter, votes, out;
   size_t nw;
   Inputs()
-      : f32(gElems * 4), b16(gElems * 2), counter(sb::numWords(gElems) * 8 * 8), votes(sb::numWords(gElems) * 8 * 2),
-        out(gElems * 4), nw(sb::numWords(gElems)) {
+      : f32(gElems * 4),
+        b16(gElems * 2),
+        counter(sb::numWords(gElems) * 8 * 8),
+        votes(sb::numWords(gElems) * 8 * 2),
+        out(gElems * 4),
+        nw(sb::numWords(gElems)) {
     std::mt19937 rng(1);
     float* f = f32.as<float>();
     uint16_t* h = b16.as<uint16_t>();
@@ -85,8 +89,8 @@ void record(benchmark::State& state, const char* label, size_t readBytes, size_t
   state.SetBytesProcessed((int64_t)(state.iterations() * (readBytes + writeBytes)));
   state.counters["read_MB"] = (double)readBytes / 1e6;
   state.counters["write_MB"] = (double)writeBytes / 1e6;
-  state.counters["cmp_GBps"] = benchmark::Counter((double)cmpBytes * (double)state.iterations() / 1e9,
-                                                  benchmark::Counter::kIsRate);
+  state.counters["cmp_GBps"] =
+      benchmark::Counter((double)cmpBytes * (double)state.iterations() / 1e9, benchmark::Counter::kIsRate);
   state.counters[key] = id;
 }
 
@@ -270,8 +274,7 @@ benchmark::ConsoleReporter::OutputOptions consoleOptions(const char* color) {
     const char* term = getenv("TERM");
     on = isatty(STDOUT_FILENO) && term != nullptr && strcmp(term, "dumb") != 0;
   } else {
-    on = strcmp(color, "true") == 0 || strcmp(color, "yes") == 0 || strcmp(color, "1") == 0 ||
-         strcmp(color, "on") == 0;
+    on = strcmp(color, "true") == 0 || strcmp(color, "yes") == 0 || strcmp(color, "1") == 0 || strcmp(color, "on") == 0;
   }
   int opts = benchmark::ConsoleReporter::OO_Tabular;
   if (on) opts |= benchmark::ConsoleReporter::OO_Color;
@@ -296,11 +299,12 @@ int main(int argc, char** argv) {
 #ifndef NDEBUG
   printf("# bits_bench itself was built without NDEBUG (not a Release build): its figures are not representative\n");
 #endif
-  printf("# A \"Library was built as DEBUG\" warning below is about the Google Benchmark library (Debian's\n"
-         "# libbenchmark is built with assertions on), not about signlion, which is built Release. Only the\n"
-         "# library's bookkeeping around each timed iteration runs those checks; an iteration here streams\n"
-         "# %zu elements, so they are a negligible share of its time.\n",
-         gElems);
+  printf(
+      "# A \"Library was built as DEBUG\" warning below is about the Google Benchmark library (Debian's\n"
+      "# libbenchmark is built with assertions on), not about signlion, which is built Release. Only the\n"
+      "# library's bookkeeping around each timed iteration runs those checks; an iteration here streams\n"
+      "# %zu elements, so they are a negligible share of its time.\n",
+      gElems);
   registerAll();
   RatioReporter reporter(consoleOptions(color));
   benchmark::RunSpecifiedBenchmarks(&reporter);

@@ -1,0 +1,74 @@
+// The output of sign_allreduce_perf that nccl-tests' all_reduce_perf also
+// writes, shared by the host mode and the GPU mode (--nccl): number formats,
+// the -S timestamp, the -I per-iteration statistics, the -J JSON file and the
+// closing lines. Only the main rank (process 0, thread 0) calls it.
+#pragma once
+
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "sign_allreduce_perf_options.h"
+
+namespace signlion {
+namespace perf {
+
+// value in at most `width` characters: 2 decimals, then 1, then 0, then
+// exponent notation, whichever fits first (nccl-tests' time and bandwidth form).
+std::string formatFixedWidth(double value, int width);
+
+// "YYYY-MM-DD hh:mm:ss", local time (the -S column).
+constexpr const char* kTimestampFormat = "%Y-%m-%d %H:%M:%S";
+std::string timestampNow();
+
+// -I: statistics of one row's per-iteration times (seconds per call),
+// after skipping the first `skip` (-K).
+struct IterStats {
+  double min = 0, max = 0, p99 = 0, avg = 0, cvPercent = 0;
+  int samples = 0;
+};
+IterStats iterStats(const std::vector<double>& times, int skip);
+// "  i_min  i_max  i_p99  i_cv%", each 7 wide, in microseconds (cv in percent).
+std::string formatIterStats(const IterStats& s);
+
+// One direction (out-of-place or in-place) of a table row.
+struct RowResult {
+  double usec = 0, algBw = 0, busBw = 0;
+  double wrong = -1;  // -1: not checked
+  bool hasIter = false;
+  IterStats iter;
+};
+
+// -J: true when path ends in .json and can be written; else false and a message.
+bool outputFileUsable(const std::string& path);
+
+// The -J file: the options, every row, the closing figures. Written at finish().
+class JsonReport {
+ public:
+  // Opens nothing when path is empty; false (and a message) when the file
+  // cannot be written or its suffix is not .json (outputFileUsable).
+  bool open(const std::string& path, const Options& o, const std::string& mode, int nranks);
+  void row(size_t bytes, size_t count, const char* type, const char* op, const RowResult& out, const RowResult& in);
+  void finish(int wrongRows, double avgBusBw, double minBusBw);
+
+ private:
+  FILE* f_ = nullptr;
+  bool reportCputime_ = false;
+  int rows_ = 0;
+};
+
+// The closing lines of nccl-tests: out-of-bounds count, average bus bandwidth
+// (checked against NCCL_TESTS_MIN_BW when set) and the concluding line.
+// Returns true when the bandwidth check failed.
+bool printFooter(int wrongRows, double avgBusBw, double minBusBw);
+
+// NCCL_TESTS_MIN_BW, or -1 when unset.
+double minBusBwFromEnv();
+
+// Lines "# note: ..." for every given flag that does not apply in this mode
+// (host: true for the host mode, false for --nccl), printed in the header.
+std::vector<std::string> notApplicableNotes(const Options& o, bool host);
+
+}  // namespace perf
+}  // namespace signlion
