@@ -49,6 +49,40 @@ std::string formatIterStats(const IterStats& s) {
          formatFixedWidth(s.p99 * 1e6, 7) + "  " + formatFixedWidth(s.cvPercent, 7);
 }
 
+std::string formatResult(const RowResult& r) {
+  char wrong[32];
+  if (r.wrong >= 0) {
+    snprintf(wrong, sizeof(wrong), "%6g", r.wrong);
+  } else {
+    snprintf(wrong, sizeof(wrong), "%6s", "N/A");
+  }
+  std::string s = "  " + formatFixedWidth(r.usec, 7) + "  " + formatFixedWidth(r.algBw, 6) + "  " +
+                  formatFixedWidth(r.busBw, 6) + "  " + wrong;
+  if (r.hasIter) s += formatIterStats(r.iter);
+  return s;
+}
+
+ResultColumns resultColumns(const Options& o) {
+  const char* time = o.reportCputime ? "cputime" : "time";
+  ResultColumns c;
+  for (const char* dir : {"out-of-place", "in-place"}) {
+    char buf[160];
+    snprintf(buf, sizeof(buf), o.perIterTiming ? "  %-68s" : "  %-34s", dir);
+    c.top += buf;
+    snprintf(buf, sizeof(buf), "  %7s  %6s  %6s  %6s", time, "algbw", "busbw", "#wrong");
+    c.names += buf;
+    snprintf(buf, sizeof(buf), "  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
+    c.units += buf;
+    if (o.perIterTiming) {
+      snprintf(buf, sizeof(buf), "  %7s  %7s  %7s  %7s", "i_min", "i_max", "i_p99", "i_cv%");
+      c.names += buf;
+      snprintf(buf, sizeof(buf), "  %7s  %7s  %7s  %7s", "(us)", "(us)", "(us)", "(%)");
+      c.units += buf;
+    }
+  }
+  return c;
+}
+
 namespace {
 
 void jsonString(FILE* f, const std::string& s) {
@@ -72,30 +106,33 @@ void jsonNumber(FILE* f, double v) {
   }
 }
 
+// ", "key": value"
+void jsonField(FILE* f, const char* key, double v) {
+  fprintf(f, ", \"%s\": ", key);
+  jsonNumber(f, v);
+}
+void jsonField(FILE* f, const char* key, const std::string& v) {
+  fprintf(f, ", \"%s\": ", key);
+  jsonString(f, v);
+}
+
 void jsonResult(FILE* f, const char* key, const RowResult& r, bool cputime) {
   fprintf(f, ", \"%s\": {\"%s\": ", key, cputime ? "cpu_time" : "time");
   jsonNumber(f, r.usec);
-  fputs(", \"alg_bw\": ", f);
-  jsonNumber(f, r.algBw);
-  fputs(", \"bus_bw\": ", f);
-  jsonNumber(f, r.busBw);
-  fputs(", \"nwrong\": ", f);
+  jsonField(f, "alg_bw", r.algBw);
+  jsonField(f, "bus_bw", r.busBw);
   if (r.wrong >= 0) {
-    jsonNumber(f, r.wrong);
+    jsonField(f, "nwrong", r.wrong);
   } else {
-    fputs("null", f);
+    fputs(", \"nwrong\": null", f);
   }
   if (r.hasIter) {
-    fprintf(f, ", \"per_iter\": {\"samples\": %d, \"min_us\": ", r.iter.samples);
-    jsonNumber(f, r.iter.min * 1e6);
-    fputs(", \"max_us\": ", f);
-    jsonNumber(f, r.iter.max * 1e6);
-    fputs(", \"p99_us\": ", f);
-    jsonNumber(f, r.iter.p99 * 1e6);
-    fputs(", \"avg_us\": ", f);
-    jsonNumber(f, r.iter.avg * 1e6);
-    fputs(", \"cv_pct\": ", f);
-    jsonNumber(f, r.iter.cvPercent);
+    fprintf(f, ", \"per_iter\": {\"samples\": %d", r.iter.samples);
+    jsonField(f, "min_us", r.iter.min * 1e6);
+    jsonField(f, "max_us", r.iter.max * 1e6);
+    jsonField(f, "p99_us", r.iter.p99 * 1e6);
+    jsonField(f, "avg_us", r.iter.avg * 1e6);
+    jsonField(f, "cv_pct", r.iter.cvPercent);
     fputc('}', f);
   }
   fputc('}', f);
@@ -129,15 +166,13 @@ bool JsonReport::open(const std::string& path, const Options& o, const std::stri
           ", \"config\": {\"nranks\": %d, \"nthreads\": %d, \"ngpus\": %d, \"minbytes\": %zu, \"maxbytes\": %zu, "
           "\"step\": %zu, \"step_is_factor\": %s, \"warmup_iters\": %d, \"iters\": %d, \"agg_iters\": %d, "
           "\"check\": %d, \"blocking\": %d, \"cudagraph\": %d, \"report_cputime\": %d, \"average\": %d, "
-          "\"unalign\": %d, \"op\": ",
+          "\"unalign\": %d",
           nranks, o.nThreads, o.nGpus, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
           o.stepFactor > 1 ? "true" : "false", o.warmupIters, o.iters, o.aggIters, o.check, o.blocking, o.graphLaunches,
           o.reportCputime, o.average, o.unalign);
-  jsonString(f_, o.op);
-  fputs(", \"datatype\": ", f_);
-  jsonString(f_, o.type);
-  fputs(", \"algorithm\": ", f_);
-  jsonString(f_, o.algo);
+  jsonField(f_, "op", o.op);
+  jsonField(f_, "datatype", o.type);
+  jsonField(f_, "algorithm", o.algo);
   fputs("}, \"results\": [", f_);
   return true;
 }
@@ -147,8 +182,7 @@ void JsonReport::row(size_t bytes, size_t count, const char* type, const char* o
   if (f_ == nullptr) return;
   fprintf(f_, "%s\n  {\"size\": %zu, \"count\": %zu, \"type\": ", rows_++ ? "," : "", bytes, count);
   jsonString(f_, type);
-  fputs(", \"redop\": ", f_);
-  jsonString(f_, op);
+  jsonField(f_, "redop", std::string(op));
   fputs(", \"root\": -1", f_);
   jsonResult(f_, "out_of_place", out, reportCputime_);
   jsonResult(f_, "in_place", in, reportCputime_);

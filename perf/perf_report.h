@@ -43,6 +43,17 @@ struct RowResult {
 // -J: true when path ends in .json and can be written; else false and a message.
 bool outputFileUsable(const std::string& path);
 
+// The out-of-place and in-place columns of a row as nccl-tests prints them
+// ("time algbw busbw #wrong", then the -I columns when asked for).
+std::string formatResult(const RowResult& r);
+
+// The three header lines' texts of those columns, for both directions:
+// the "out-of-place / in-place" line, the column names, their units.
+struct ResultColumns {
+  std::string top, names, units;
+};
+ResultColumns resultColumns(const Options& o);
+
 // The -J file: the options, every row, the closing figures. Written at finish().
 class JsonReport {
  public:

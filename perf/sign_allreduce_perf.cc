@@ -570,21 +570,6 @@ BenchResult benchTime(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t 
   return res;
 }
 
-// The out-of-place or in-place columns of a row, as nccl-tests prints them.
-std::string formatResult(const RowResult& r) {
-  using signlion::perf::formatFixedWidth;
-  char wrong[32];
-  if (r.wrong >= 0) {
-    snprintf(wrong, sizeof(wrong), "%6g", r.wrong);
-  } else {
-    snprintf(wrong, sizeof(wrong), "%6s", "N/A");
-  }
-  std::string s = "  " + formatFixedWidth(r.usec, 7) + "  " + formatFixedWidth(r.algBw, 6) + "  " +
-                  formatFixedWidth(r.busBw, 6) + "  " + wrong;
-  if (r.hasIter) s += signlion::perf::formatIterStats(r.iter);
-  return s;
-}
-
 void timeTest(RankCtx& ctx, const OpInfo& op, const TypeInfo& type) {
   const Options& o = ctx.world->opt;
   const size_t esize = signlion::bits::typeSize(type.dt);
@@ -601,7 +586,7 @@ void timeTest(RankCtx& ctx, const OpInfo& op, const TypeInfo& type) {
       BenchResult out = benchTime(ctx, op, type.dt, count, false);
       BenchResult in = benchTime(ctx, op, type.dt, count, true);
       for (const BenchResult* r : {&out, &in}) {
-        PRINT("%s", formatResult(r->row).c_str());
+        PRINT("%s", signlion::perf::formatResult(r->row).c_str());
         ctx.busBwSum += r->row.busBw;
         ctx.busBwCount++;
       }
@@ -651,27 +636,11 @@ void printHeader(RankCtx& ctx) {
           "host CPU");
   }
   PRINT("#\n");
-  const char* time = o.reportCputime ? "cputime" : "time";
-  std::string top, names, units;
-  for (const char* dir : {"out-of-place", "in-place"}) {
-    char buf[160];
-    snprintf(buf, sizeof(buf), o.perIterTiming ? "  %-68s" : "  %-34s", dir);
-    top += buf;
-    snprintf(buf, sizeof(buf), "  %7s  %6s  %6s  %6s", time, "algbw", "busbw", "#wrong");
-    names += buf;
-    snprintf(buf, sizeof(buf), "  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
-    units += buf;
-    if (o.perIterTiming) {
-      snprintf(buf, sizeof(buf), "  %7s  %7s  %7s  %7s", "i_min", "i_max", "i_p99", "i_cv%");
-      names += buf;
-      snprintf(buf, sizeof(buf), "  %7s  %7s  %7s  %7s", "(us)", "(us)", "(us)", "(%)");
-      units += buf;
-    }
-  }
-  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %s\n", "", "", "", "", "", top.c_str(), "  wire sent per rank");
-  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %12s  %7s%s\n", "size", "count", "type", "redop", "root", names.c_str(), "wire",
-        "wire", o.reportTimestamps ? "  timestamp" : "");
-  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %12s  %7s%s%s\n", "(B)", "(elements)", "", "", "", units.c_str(), "(B)",
+  const signlion::perf::ResultColumns cols = signlion::perf::resultColumns(o);
+  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %s\n", "", "", "", "", "", cols.top.c_str(), "  wire sent per rank");
+  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %12s  %7s%s\n", "size", "count", "type", "redop", "root", cols.names.c_str(),
+        "wire", "wire", o.reportTimestamps ? "  timestamp" : "");
+  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %12s  %7s%s%s\n", "(B)", "(elements)", "", "", "", cols.units.c_str(), "(B)",
         "(b/elt)", o.reportTimestamps ? "  " : "", o.reportTimestamps ? signlion::perf::kTimestampFormat : "");
 }
 

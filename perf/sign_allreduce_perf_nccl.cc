@@ -374,13 +374,7 @@ class Bench {
     for (const RowResult& r : res) {
       busBwSum_ += r.busBw;
       busBwCount_++;
-      char wrongText[16];
-      if (r.wrong >= 0)
-        snprintf(wrongText, sizeof(wrongText), "%6g", r.wrong);
-      else
-        snprintf(wrongText, sizeof(wrongText), "%6s", "N/A");
-      printf("  %7s  %6s  %6s  %6s%s", formatFixedWidth(r.usec, 7).c_str(), formatFixedWidth(r.algBw, 6).c_str(),
-             formatFixedWidth(r.busBw, 6).c_str(), wrongText, r.hasIter ? formatIterStats(r.iter).c_str() : "");
+      printf("%s", formatResult(r).c_str());
     }
     const double sec0 = res[0].usec / 1e6;
     printf("  %7s  %7s  %6.2f  %6.2f", formatFixedWidth(f32 * 1e6, 7).c_str(), formatFixedWidth(bf16 * 1e6, 7).c_str(),
@@ -442,28 +436,14 @@ class Bench {
       printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%02x] %s\n", r, 0, all[r].pid, all[r].host,
              all[r].device, all[r].busId, all[r].name);
     printf("#\n");
-    const char* time = o_.reportCputime ? "cputime" : "time";
-    std::string top, names, units;
-    for (const char* dir : {"out-of-place", "in-place"}) {
-      char buf[160];
-      snprintf(buf, sizeof(buf), o_.perIterTiming ? "  %-68s" : "  %-34s", dir);
-      top += buf;
-      snprintf(buf, sizeof(buf), "  %7s  %6s  %6s  %6s", time, "algbw", "busbw", "#wrong");
-      names += buf;
-      snprintf(buf, sizeof(buf), "  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
-      units += buf;
-      if (o_.perIterTiming) {
-        snprintf(buf, sizeof(buf), "  %7s  %7s  %7s  %7s", "i_min", "i_max", "i_p99", "i_cv%");
-        names += buf;
-        snprintf(buf, sizeof(buf), "  %7s  %7s  %7s  %7s", "(us)", "(us)", "(us)", "(%)");
-        units += buf;
-      }
-    }
-    printf("# %10s  %12s  %8s  %6s  %6s%s  %s\n", "", "", "", "", "", top.c_str(), "     ncclAllReduce         ratio");
+    const ResultColumns cols = resultColumns(o_);
+    printf("# %10s  %12s  %8s  %6s  %6s%s  %s\n", "", "", "", "", "", cols.top.c_str(),
+           "     ncclAllReduce         ratio");
     printf("# %10s  %12s  %8s  %6s  %6s%s  %7s  %7s  %6s  %6s%s\n", "size", "count", "type", "redop", "root",
-           names.c_str(), "fp32", "bf16", "x fp32", "x bf16", o_.reportTimestamps ? "  timestamp" : "");
-    printf("# %10s  %12s  %8s  %6s  %6s%s  %7s  %7s  %6s  %6s%s%s\n", "(B)", "(elements)", "", "", "", units.c_str(),
-           "(us)", "(us)", "", "", o_.reportTimestamps ? "  " : "", o_.reportTimestamps ? kTimestampFormat : "");
+           cols.names.c_str(), "fp32", "bf16", "x fp32", "x bf16", o_.reportTimestamps ? "  timestamp" : "");
+    printf("# %10s  %12s  %8s  %6s  %6s%s  %7s  %7s  %6s  %6s%s%s\n", "(B)", "(elements)", "", "", "",
+           cols.units.c_str(), "(us)", "(us)", "", "", o_.reportTimestamps ? "  " : "",
+           o_.reportTimestamps ? kTimestampFormat : "");
   }
 
   const Options& o_;
