@@ -15,6 +15,12 @@ PY=$1 SRC=$2
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
+# The README makes its virtual environment at the top of the repository: git must ignore it.
+if ! git -C "$SRC" check-ignore -q .venv/; then
+  echo "FAILED: .venv/ (the README's virtual environment) is not ignored: git status would list it"
+  exit 1
+fi
+
 # The files git would commit (tracked, and untracked but not ignored): a clean clone's tree.
 mkdir "$TMP/src"
 (cd "$SRC" && git ls-files -z --cached --others --exclude-standard) |
