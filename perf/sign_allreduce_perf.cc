@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -148,6 +149,14 @@ void usage(const char* argv0) {
       basename(const_cast<char*>(argv0)));
 }
 
+// The flag as the user wrote it, for messages ("-n", "--rank").
+std::string flagName(int c, const option* longopts) {
+  if (c > 0 && c < 128) return std::string("-") + (char)c;
+  for (const option* l = longopts; l->name != nullptr; l++)
+    if (l->val == c) return std::string("--") + l->name;
+  return "?";
+}
+
 // Returns 0 to go on, else the exit code.
 int parseOptions(int argc, char** argv, Options* o) {
   static const option longopts[] = {{"nthreads", required_argument, 0, 't'},
@@ -193,7 +202,16 @@ int parseOptions(int argc, char** argv, Options* o) {
                           nullptr)) != -1) {
     double parsed;
     if (c > 0 && c < 128) o->given[c] = true;
-    auto integer = [&] { return (int)strtol(optarg, nullptr, 0); };
+    // A whole int or nothing: strtol alone reads "2x" as 2, "abc" as 0 and
+    // wraps 99999999999 into a huge count.
+    bool badInteger = false;
+    auto integer = [&] {
+      char* end = nullptr;
+      errno = 0;
+      long v = strtol(optarg, &end, 0);
+      if (end == optarg || *end != '\0' || errno == ERANGE || v < INT_MIN || v > INT_MAX) badInteger = true;
+      return (int)v;
+    };
     switch (c) {
       case 't':
         o->nThreads = integer();
@@ -214,9 +232,15 @@ int parseOptions(int argc, char** argv, Options* o) {
         }
         (c == 'b' ? o->minBytes : c == 'e' ? o->maxBytes : o->stepBytes) = (size_t)parsed;
         break;
-      case 'f':
-        o->stepFactor = strtoul(optarg, nullptr, 0);
+      case 'f': {
+        int factor = integer();
+        if (factor < 0) {
+          fprintf(stderr, "-f %s: a factor >= 0\n", optarg);
+          return 2;
+        }
+        o->stepFactor = (size_t)factor;
         break;
+      }
       case 'n':
         o->iters = integer();
         break;
@@ -313,6 +337,11 @@ int parseOptions(int argc, char** argv, Options* o) {
         usage(argv[0]);
         return 2;
     }
+    if (badInteger) {
+      fprintf(stderr, "%s %s: not an integer within the range of int (see -h)\n", flagName(c, longopts).c_str(),
+              optarg);
+      return 2;
+    }
   }
   if (optind < argc) {
     fprintf(stderr, "unexpected argument '%s' (see -h)\n", argv[optind]);
@@ -330,6 +359,21 @@ int parseOptions(int argc, char** argv, Options* o) {
   if (o->blocking < 0 || o->blocking > 3 || o->graphLaunches < 0 || o->unalign < 0 || o->unalign > 4096 ||
       o->perIterSkip < 0 || o->localRegister < 0 || o->localRegister > 2) {
     fprintf(stderr, "invalid -z (0..3), -G (>= 0), -u (0..4096), -K (>= 0) or -R (0..2) value\n");
+    return 2;
+  }
+  for (auto [flag, value] : {std::pair<char, int>{'C', o->reportCputime},
+                             {'S', o->reportTimestamps},
+                             {'I', o->perIterTiming},
+                             {'p', o->parallelInit},
+                             {'y', o->streamNull},
+                             {'M', o->memoryReport}}) {
+    if (value != 0 && value != 1) {
+      fprintf(stderr, "-%c %d: 0 or 1\n", flag, value);
+      return 2;
+    }
+  }
+  if (o->timeoutSec < 0 || o->deviceImpl < 0 || o->deviceCtaCount < 0) {
+    fprintf(stderr, "invalid -T, -D or -V value (>= 0)\n");
     return 2;
   }
   if (!o->outputFile.empty() && !signlion::perf::outputFileUsable(o->outputFile)) return 2;
@@ -644,6 +688,11 @@ void printHeader(RankCtx& ctx) {
         "(b/elt)", o.reportTimestamps ? "  " : "", o.reportTimestamps ? signlion::perf::kTimestampFormat : "");
 }
 
+// Bytes of each of a rank's two buffers: -e rounded up to 64, then -u elements.
+size_t bufferBytes(const Options& o) {
+  return std::max<size_t>(64, (o.maxBytes + 63) / 64 * 64) + (size_t)o.unalign * 8;
+}
+
 // Returns 0, or 1 after a failed collective (the comm is then aborted).
 int rankMain(World* w, int thread, RankCtx* out) {
   RankCtx& ctx = *out;
@@ -656,9 +705,15 @@ int rankMain(World* w, int thread, RankCtx* out) {
     w->failures++;
     return 1;
   }
-  size_t bytes = std::max<size_t>(64, (w->opt.maxBytes + 63) / 64 * 64) + (size_t)w->opt.unalign * 8;
+  size_t bytes = bufferBytes(w->opt);
   std::unique_ptr<char, decltype(&free)> send((char*)aligned_alloc(64, bytes), free);
   std::unique_ptr<char, decltype(&free)> recv((char*)aligned_alloc(64, bytes), free);
+  if (send == nullptr || recv == nullptr) {  // main() checked the total against the machine's memory
+    fprintf(stderr, "sign_allreduce_perf: rank %d: cannot allocate 2 x %zu bytes\n", ctx.rank, bytes);
+    w->failures++;
+    ncclSignCommAbort(ctx.comm);
+    return 1;
+  }
   ctx.send = send.get();
   ctx.recv = recv.get();
   memset(ctx.send, 0, bytes);
@@ -769,6 +824,16 @@ int main(int argc, char** argv) {
     }
     w.nProcs = o.nranks;
     w.proc = o.rank;
+  }
+
+  // Every rank of this process holds two buffers of -e bytes; more than the
+  // machine's memory is an error here rather than a failed allocation later.
+  const double needed = 2.0 * (double)bufferBytes(o) * o.ranksPerProcess();
+  const double physical = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  if (physical > 0 && needed > physical) {
+    fprintf(stderr, "-e %zu: %d ranks x 2 buffers need %.3g bytes, more than this machine's %.3g bytes of memory\n",
+            o.maxBytes, o.ranksPerProcess(), needed, physical);
+    return 2;
   }
 
   // The unique id: made by process 0, shared by MPI, by a file, or in memory.

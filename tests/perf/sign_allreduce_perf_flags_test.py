@@ -23,7 +23,7 @@ def run(args, expect_rc=0):
     if p.returncode != expect_rc:
         raise AssertionError("%s: exit %d, expected %d\n%s%s" % (" ".join(args), p.returncode, expect_rc, p.stdout,
                                                                   p.stderr))
-    return p.stdout
+    return p.stdout if expect_rc == 0 else p.stderr
 
 
 def parse(out):
@@ -168,8 +168,15 @@ check("long options", ["--nthreads", "2", "--minbytes", "8", "--maxbytes", "64",
 
 # Bad values: a clear message, exit 2.
 for args in (["-z", "4"], ["-J", "/tmp/out.txt"], ["-g", "0"], ["-u", "-1"], ["-I", "1", "-K", "2", "-n", "2"],
-             ["-q", "1"], ["-R", "3"], ["-A", "nope"]):
-    check("rejects %s" % " ".join(args), BASE + args, expect_rc=2)
+             ["-q", "1"], ["-R", "3"], ["-A", "nope"],
+             # not whole integers, or out of range (strtol alone took "2x" as 2, "abc" as 0, and
+             # 99999999999 wrapped to a huge -n that ran for hours)
+             ["-t", "2x"], ["-f", "abc"], ["-n", "99999999999"], ["-w", "1.5"], ["-C", "5"], ["-S", "x"],
+             ["-I", "2"], ["-p", "3"], ["-y", "2"], ["-M", "2"], ["-T", "-5"], ["-V", "-1"],
+             # more memory than the machine has: an error before any rank starts, not a crash
+             ["-e", "1000000G"]):
+    check("rejects %s" % " ".join(args), BASE + args,
+          lambda out: expect(out.strip() != "", "no message on stderr"), expect_rc=2)
 
 # --nccl takes the GPU flags; without a GPU it exits 77 (with one, it runs).
 nccl_rc = subprocess.run([BIN, "--nccl", "-t", "2", "-b", "8", "-e", "8", "-n", "1"], env=ENV, capture_output=True,
