@@ -145,7 +145,9 @@ bool outputFileUsable(const std::string& path) {
     fprintf(stderr, "-J %s: only JSON output is supported (a path ending in .json)\n", path.c_str());
     return false;
   }
-  FILE* f = fopen(path.c_str(), "w");
+  // "a", not "w": every process checks its options, and one started by hand
+  // after process 0 began writing must not truncate that file under it.
+  FILE* f = fopen(path.c_str(), "a");
   if (f == nullptr) {
     fprintf(stderr, "-J %s: cannot write the file\n", path.c_str());
     return false;
