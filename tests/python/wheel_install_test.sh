@@ -21,6 +21,17 @@ if ! git -C "$SRC" check-ignore -q .venv/; then
   exit 1
 fi
 
+# The wheel's CMake build (scikit-build-core) uses the system ninja that
+# scripts/setup.sh installs; without one, pip fetches ninja from the registry.
+if ! grep -qw ninja-build "$SRC/scripts/setup.sh"; then
+  echo "FAILED: scripts/setup.sh does not install ninja-build: the wheel build would fetch ninja from the registry"
+  exit 1
+fi
+if ! command -v ninja > /dev/null; then
+  echo "FAILED: no ninja on PATH (bash scripts/setup.sh installs ninja-build)"
+  exit 1
+fi
+
 # The files git would commit (tracked, and untracked but not ignored): a clean clone's tree.
 mkdir "$TMP/src"
 (cd "$SRC" && git ls-files -z --cached --others --exclude-standard) |
@@ -35,12 +46,17 @@ if command -v ccache > /dev/null; then  # a developer's machine: reuse its compi
   ARGS+=(--config-settings cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache --config-settings cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 start=$(date +%s)
-if ! "${PIP[@]}" wheel -q --no-deps -w "$TMP/wheels" "${ARGS[@]}" "$TMP/src" > "$TMP/wheel.log" 2>&1; then
+if ! "${PIP[@]}" wheel -v --no-deps -w "$TMP/wheels" "${ARGS[@]}" "$TMP/src" > "$TMP/wheel.log" 2>&1; then
   cat "$TMP/wheel.log"
   echo "FAILED: pip wheel (log above; scikit-build-core comes from the package registry)"
   exit 1
 fi
 echo "wheel built in $(($(date +%s) - start)) s"
+# pip -v lists what build isolation collected: scikit-build-core, but no ninja.
+if grep -iE "Collecting (ninja|cmake)\b" "$TMP/wheel.log"; then
+  echo "FAILED: pip fetched a build tool from the registry (lines above) instead of using the system one"
+  exit 1
+fi
 
 (cd "$TMP/src" && find . -print | sort) > "$TMP/tree.after"
 if ! diff "$TMP/tree.before" "$TMP/tree.after"; then
