@@ -49,6 +49,39 @@ std::string formatIterStats(const IterStats& s) {
          formatFixedWidth(s.p99 * 1e6, 7) + "  " + formatFixedWidth(s.cvPercent, 7);
 }
 
+std::vector<double> maxOverRanks(const std::vector<double>& all, int nranks) {
+  const size_t iters = nranks > 0 ? all.size() / nranks : 0;
+  std::vector<double> out(iters, 0.0);
+  for (int r = 0; r < nranks; r++)
+    for (size_t i = 0; i < iters; i++) out[i] = std::max(out[i], all[r * iters + i]);
+  return out;
+}
+
+std::string runHeader(const Options& o, int nThread, int nGpus, int graph, const char* iterTiming) {
+  char buf[512];
+  std::string s = "# Collective test starting: sign_allreduce_perf\n";
+  snprintf(buf, sizeof(buf),
+           "# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
+           "validation: %d graph: %d unalign: %d\n",
+           nThread, nGpus, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
+           o.stepFactor > 1 ? "factor" : "bytes", o.warmupIters, o.iters, o.aggIters, o.check, graph, o.unalign);
+  s += buf;
+  // nccl-tests' texts, trailing space included, so that scripts matching them match here.
+  if (o.blocking == 1) s += "# Blocking Enabled: wait and barrier after each inner iteration (-m) \n";
+  if (o.blocking == 2) s += "# Blocking Enabled: wait after each inner iteration (-m), no barrier \n";
+  if (o.blocking == 3)
+    s += "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier \n";
+  if (o.perIterTiming) {
+    s += std::string("# Per-Iteration Report: ") + iterTiming + "; i_* uses max over process rows";
+    if (o.perIterSkip) {
+      snprintf(buf, sizeof(buf), "; summary skips first %d iterations", o.perIterSkip);
+      s += buf;
+    }
+    s += " \n";
+  }
+  return s;
+}
+
 std::string formatResult(const RowResult& r) {
   char wrong[32];
   if (r.wrong >= 0) {
@@ -67,7 +100,8 @@ ResultColumns resultColumns(const Options& o) {
   ResultColumns c;
   for (const char* dir : {"out-of-place", "in-place"}) {
     char buf[160];
-    snprintf(buf, sizeof(buf), o.perIterTiming ? "  %-68s" : "  %-34s", dir);
+    const std::string label = o.perIterTiming ? std::string(dir) + " (+ per-iteration)" : std::string(dir);
+    snprintf(buf, sizeof(buf), o.perIterTiming ? "  %-68s" : "  %-34s", label.c_str());
     c.top += buf;
     snprintf(buf, sizeof(buf), "  %7s  %6s  %6s  %6s", time, "algbw", "busbw", "#wrong");
     c.names += buf;

@@ -32,6 +32,17 @@ IterStats iterStats(const std::vector<double>& times, int skip);
 // "  i_min  i_max  i_p99  i_cv%", each 7 wide, in microseconds (cv in percent).
 std::string formatIterStats(const IterStats& s);
 
+// -I across ranks: iteration i's time is the largest of every rank's
+// iteration i (nccl-tests: "i_* uses max over process rows"). all holds
+// nranks x iters seconds, rank-major.
+std::vector<double> maxOverRanks(const std::vector<double>& all, int nranks);
+
+// nccl-tests' opening lines: "# Collective test starting: sign_allreduce_perf",
+// the "# nThread ... graph: G unalign: U" line and the lines -z and -I add, in
+// nccl-tests' words. iterTiming names what -I measures with ("CUDA event
+// timing" in --nccl, "host clock timing" in the host mode).
+std::string runHeader(const Options& o, int nThread, int nGpus, int graph, const char* iterTiming);
+
 // One direction (out-of-place or in-place) of a table row.
 struct RowResult {
   double usec = 0, algBw = 0, busBw = 0;

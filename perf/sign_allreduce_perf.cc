@@ -591,9 +591,9 @@ BenchResult benchTime(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t 
   res.row.usec = agg * 1e6;
   res.row.algBw = agg > 0 ? (double)(count * esize) / 1e9 / agg : 0;
   res.row.busBw = res.row.algBw * (2.0 * (n - 1)) / n;
-  if (o.perIterTiming) {  // this rank's iterations; the main rank prints its own, as nccl-tests
+  if (o.perIterTiming) {  // iteration i: the slowest rank's, as nccl-tests
     res.row.hasIter = true;
-    res.row.iter = signlion::perf::iterStats(iterSec, o.perIterSkip);
+    res.row.iter = signlion::perf::iterStats(signlion::perf::maxOverRanks(allGather(ctx, iterSec), n), o.perIterSkip);
   }
   double maxWire = 0;
   for (double w : allGather(ctx, {wire})) maxWire = std::max(maxWire, w);
@@ -649,14 +649,8 @@ void timeTest(RankCtx& ctx, const OpInfo& op, const TypeInfo& type) {
 void printHeader(RankCtx& ctx) {
   World& w = *ctx.world;
   const Options& o = w.opt;
-  PRINT(
-      "# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
-      "validation: %d graph: %d\n",
-      o.nThreads, o.nGpus, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
-      o.stepFactor > 1 ? "factor" : "bytes", o.warmupIters, o.iters, o.aggIters, o.check, 0);
-  if (o.blocking == 1) PRINT("# Blocking Enabled: wait for completion and barrier after each collective \n");
-  if (o.blocking == 2) PRINT("# Blocking Enabled: wait for completion after each collective (host calls always do)\n");
-  if (o.blocking == 3) PRINT("# Blocking Enabled: barrier after each iteration (-n), left out of the time\n");
+  // graph: 0, as in nccl-tests without -G: the host mode makes no CUDA graph (a note says so).
+  PRINT("%s", signlion::perf::runHeader(o, o.nThreads, o.nGpus, 0, "host clock timing").c_str());
   for (const std::string& note : signlion::perf::notApplicableNotes(o, true)) PRINT("# note: %s\n", note.c_str());
   int version = 0;
   ncclSignGetVersion(&version);

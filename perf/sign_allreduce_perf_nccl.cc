@@ -186,6 +186,18 @@ class Bench {
     return v;
   }
 
+  // Every rank's `mine` (same length on every rank), rank-major, through the
+  // communicator itself. Only for -I statistics, after the timing.
+  std::vector<double> allGather(const std::vector<double>& mine) {
+    DeviceBuffer own(mine.size() * 8), all(mine.size() * 8 * n_);
+    cuda(cudaMemcpy(own.get(), mine.data(), mine.size() * 8, cudaMemcpyHostToDevice), "cudaMemcpy");
+    nccl(ncclAllGather(own.get(), all.get(), mine.size(), ncclFloat64, comm_, stream_), "ncclAllGather (statistics)");
+    cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    std::vector<double> out(mine.size() * n_);
+    cuda(cudaMemcpy(out.data(), all.get(), out.size() * 8, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    return out;
+  }
+
   // NCCL's own fp32 sum on the same communicator (over whatever network NCCL
   // chose: the signlion plugin when NCCL_NET_PLUGIN names it), checked once:
   // every rank contributes rank + 1, so every element must be exactly
@@ -275,9 +287,9 @@ class Bench {
       default:
         t.sec = reduce(sec, ncclSum) / n_;
     }
-    if (events) {  // this rank's own iterations (rank 0 prints them, as nccl-tests)
+    if (events) {  // iteration i: the slowest rank's, as nccl-tests
       t.hasIter = true;
-      t.iter = iterStats(events->seconds(o_.aggIters), o_.perIterSkip);
+      t.iter = iterStats(maxOverRanks(allGather(events->seconds(o_.aggIters)), n_), o_.perIterSkip);
     }
     return t;
   }
@@ -410,14 +422,7 @@ class Bench {
     ncclSignGetVersion(&version);
     ncclGetVersion(&ncclVersion);
     const char* env = getenv("SIGNLION_ALGO");
-    printf(
-        "# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
-        "validation: %d graph: %d\n",
-        1, 1, o_.minBytes, o_.maxBytes, o_.stepFactor > 1 ? o_.stepFactor : o_.stepBytes,
-        o_.stepFactor > 1 ? "factor" : "bytes", o_.warmupIters, o_.iters, o_.aggIters, o_.check, o_.graphLaunches);
-    if (o_.blocking == 1) printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
-    if (o_.blocking == 2) printf("# Blocking Enabled: wait for completion after each collective, no barrier\n");
-    if (o_.blocking == 3) printf("# Blocking Enabled: wait and barrier after each iteration (-n), barrier not timed\n");
+    printf("%s", runHeader(o_, 1, 1, o_.graphLaunches, "CUDA event timing").c_str());
     if (o_.streamNull) printf("# Using the legacy default CUDA stream (-y 1)\n");
     if (o_.localRegister == 2)
       printf("# note: -R 2 (symmetric registration) needs ncclMemAlloc buffers; local registration (-R 1) used\n");

@@ -30,8 +30,11 @@ def parse(out):
     """The table: {'header': dict, 'columns': [...], 'rows': [dict], 'notes': [...], 'ranks': n, 'footer': dict}."""
     lines = out.splitlines()
     head = next(l for l in lines if l.startswith("# nThread"))
+    # nccl-tests' opening: the starting line, then the parameters ending in "unalign: N"
+    assert lines[lines.index(head) - 1] == "# Collective test starting: sign_allreduce_perf", lines[:3]
     m = re.match(r"# nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+) step: (\d+)\((factor|bytes)\) "
-                 r"warmup iters: (\d+) iters: (\d+) agg iters: (\d+) validation: (\d+) graph: (\d+)$", head)
+                 r"warmup iters: (\d+) iters: (\d+) agg iters: (\d+) validation: (\d+) graph: (\d+) "
+                 r"unalign: (\d+)$", head)
     assert m, "header line: %r" % head
     names_line = next(l for l in lines if re.match(r"#\s+size\s+count\s+type\s+redop\s+root", l))
     columns = names_line[1:].split()
@@ -65,7 +68,7 @@ def parse(out):
     assert lines.index(oob[0]) < lines.index(bw[0]) < lines.index(end[0]), "closing lines out of order"
     return {
         "header": dict(zip(["nThread", "nGpus", "minBytes", "maxBytes", "step", "stepKind", "warmup", "iters", "agg",
-                            "validation", "graph"], m.groups())),
+                            "validation", "graph", "unalign"], m.groups())),
         "columns": columns,
         "rows": rows,
         "notes": [l[len("# note: "):] for l in lines if l.startswith("# note: ")],
@@ -128,9 +131,14 @@ check("-o all -d all", BASE + ["-o", "all", "-d", "all"],
                        {(r["type"], r["redop"]) for r in t["rows"]}))
 check("-d half", BASE + ["-d", "half"], lambda t: expect({r["type"] for r in t["rows"]} == {"half"}, t["rows"]))
 check("-r (root)", BASE + ["-r", "0"], note_about("-r"))
+# nccl-tests' -z lines, word for word (trailing space included)
+BLOCKING = {1: "# Blocking Enabled: wait and barrier after each inner iteration (-m) ",
+            2: "# Blocking Enabled: wait after each inner iteration (-m), no barrier ",
+            3: "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier "}
 for z in range(4):
     check("-z %d" % z, BASE + ["-z", str(z)],
-          lambda t, z=z: expect(("Blocking Enabled" in t["text"]) == (z != 0), "Blocking line for -z %d" % z))
+          lambda t, z=z: expect([l for l in t["text"].splitlines() if "Blocking Enabled" in l] ==
+                                ([BLOCKING[z]] if z else []), "Blocking line for -z %d" % z))
 check("-T (timeout)", BASE + ["-T", "60"])
 for a in range(4):
     check("-a %d" % a, BASE + ["-a", str(a)])
@@ -140,13 +148,28 @@ check("-C 1 (cputime)", BASE + ["-C", "1"],
       lambda t: (expect("cputime" in t["columns"] and "time" not in t["columns"], t["columns"]), note_about("-C")(t)))
 check("-S 1 (timestamps)", BASE + ["-S", "1"],
       lambda t: expect(t["columns"][-1] == "timestamp" and all("timestamp" in r for r in t["rows"]), t["columns"]))
+ITER_LINE = "# Per-Iteration Report: host clock timing; i_* uses max over process rows"
+
+
+def header_lines(t, prefix):
+    return [l for l in t["text"].splitlines() if l.startswith(prefix)]
+
+
 check("-I 1 (per-iteration)", BASE + ["-I", "1", "-n", "4"],
-      lambda t: expect(t["columns"].count("i_min") == 2 and t["columns"].count("i_cv%") == 2 and
-                       all(r["i_min"] <= r["i_max"] and r["i_min"] <= r["i_p99"] <= r["i_max"] for r in t["rows"]),
-                       (t["columns"], t["rows"])))
+      lambda t: (expect(t["columns"].count("i_min") == 2 and t["columns"].count("i_cv%") == 2 and
+                        all(r["i_min"] <= r["i_max"] and r["i_min"] <= r["i_p99"] <= r["i_max"] for r in t["rows"]),
+                        (t["columns"], t["rows"])),
+                 expect(header_lines(t, "# Per-Iteration Report") == [ITER_LINE + " "], t["text"]),
+                 expect("out-of-place (+ per-iteration)" in t["text"] and "in-place (+ per-iteration)" in t["text"],
+                        "column titles")))
 check("-I 1 -K 1", BASE + ["-I", "1", "-K", "1", "-n", "3"],
-      lambda t: expect(t["columns"].count("i_p99") == 2, t["columns"]))
-check("-u 3 (unaligned)", BASE + ["-u", "3", "-o", "all", "-d", "all"])
+      lambda t: (expect(t["columns"].count("i_p99") == 2, t["columns"]),
+                 expect(header_lines(t, "# Per-Iteration Report") ==
+                        [ITER_LINE + "; summary skips first 1 iterations "], t["text"])))
+check("no -I: no per-iteration line", BASE, lambda t: expect(not header_lines(t, "# Per-Iteration Report"), t["text"]))
+check("-u 3 (unaligned)", BASE + ["-u", "3", "-o", "all", "-d", "all"],
+      lambda t: expect(t["header"]["unalign"] == "3", t["header"]))
+check("no -u: unalign 0", BASE, lambda t: expect(t["header"]["unalign"] == "0", t["header"]))
 check("-p 1", BASE + ["-p", "1"], note_about("-p"))
 for flag in ("-G", "-y", "-R", "-M", "-x", "-D", "-V"):
     value = "2" if flag in ("-G", "-V") else "1"
