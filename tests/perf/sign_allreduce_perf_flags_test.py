@@ -197,9 +197,14 @@ for args in (["-z", "4"], ["-J", "/tmp/out.txt"], ["-g", "0"], ["-u", "-1"], ["-
              ["-t", "2x"], ["-f", "abc"], ["-n", "99999999999"], ["-w", "1.5"], ["-C", "5"], ["-S", "x"],
              ["-I", "2"], ["-p", "3"], ["-y", "2"], ["-M", "2"], ["-T", "-5"], ["-V", "-1"],
              # more memory than the machine has: an error before any rank starts, not a crash
-             ["-e", "1000000G"]):
+             ["-e", "1000000G"],
+             # more ranks than one process starts (-t x -g at most 128): -t 100000 hung until a timeout;
+             # 65536 x 65536 overflowed int to 0 ranks
+             ["-t", "100000"], ["-t", "129"], ["-t", "64", "-g", "3"], ["-t", "65536", "-g", "65536"]):
     check("rejects %s" % " ".join(args), BASE + args,
-          lambda out: expect(out.strip() != "", "no message on stderr"), expect_rc=2)
+          lambda out, args=args: expect(out.strip() != "" and ("at most 128 ranks per process" in out) ==
+                                        (args[0] == "-t" and args[1] not in ("2x",)), "message: %r" % out),
+          expect_rc=2)
 
 # --nccl takes the GPU flags; without a GPU it exits 77 (with one, it runs).
 nccl_rc = subprocess.run([BIN, "--nccl", "-t", "2", "-b", "8", "-e", "8", "-n", "1"], env=ENV, capture_output=True,
