@@ -3,7 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
+
+#include <unistd.h>  // environ
+
+#include "nccl_sign.h"
 
 namespace signlion {
 namespace perf {
@@ -35,12 +40,16 @@ IterStats iterStats(const std::vector<double>& times, int skip) {
   s.samples = n;
   s.min = v.front();
   s.max = v.back();
-  s.p99 = v[std::min(n - 1, (n * 99 + 99) / 100 - 1)];  // nearest rank
+  auto percentile = [&](int p) { return v[std::min(n - 1, (n * p + 99) / 100 - 1)]; };  // nearest rank
+  s.p50 = v[n / 2];
+  s.p95 = percentile(95);
+  s.p99 = percentile(99);
   double sum = 0, var = 0;
   for (double t : v) sum += t;
   s.avg = sum / n;
   for (double t : v) var += (t - s.avg) * (t - s.avg);
-  s.cvPercent = s.avg > 0 ? std::sqrt(var / n) / s.avg * 100.0 : 0.0;
+  s.stdev = std::sqrt(var / n);
+  s.cvPercent = s.avg > 0 ? s.stdev / s.avg * 100.0 : 0.0;
   return s;
 }
 
@@ -49,12 +58,24 @@ std::string formatIterStats(const IterStats& s) {
          formatFixedWidth(s.p99 * 1e6, 7) + "  " + formatFixedWidth(s.cvPercent, 7);
 }
 
-std::vector<double> maxOverRanks(const std::vector<double>& all, int nranks) {
+void setPerIteration(RowResult* r, const std::vector<double>& all, int nranks, int ranksPerProcess, int skip) {
   const size_t iters = nranks > 0 ? all.size() / nranks : 0;
-  std::vector<double> out(iters, 0.0);
-  for (int r = 0; r < nranks; r++)
-    for (size_t i = 0; i < iters; i++) out[i] = std::max(out[i], all[r * iters + i]);
-  return out;
+  const int nprocs = ranksPerProcess > 0 ? (nranks + ranksPerProcess - 1) / ranksPerProcess : 1;
+  r->hasIter = true;
+  r->skipped = skip;
+  r->iterTimes.assign(iters, 0.0);
+  r->processTimes.assign(nprocs > 1 ? nprocs : 0, std::vector<double>(iters, 0.0));
+  for (int rank = 0; rank < nranks; rank++) {
+    for (size_t i = 0; i < iters; i++) {
+      const double t = all[rank * iters + i];
+      r->iterTimes[i] = std::max(r->iterTimes[i], t);
+      if (nprocs > 1) {
+        double& row = r->processTimes[rank / ranksPerProcess][i];
+        row = std::max(row, t);
+      }
+    }
+  }
+  r->iter = iterStats(r->iterTimes, skip);
 }
 
 std::string runHeader(const Options& o, int nThread, int nGpus, int graph, const char* iterTiming) {
@@ -80,6 +101,13 @@ std::string runHeader(const Options& o, int nThread, int nGpus, int graph, const
     s += " \n";
   }
   return s;
+}
+
+std::string deviceLine(const DeviceInfo& d) {
+  char buf[512];
+  snprintf(buf, sizeof(buf), "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", d.rank, d.group, d.pid,
+           d.hostname.c_str(), d.device, d.deviceHex.c_str(), d.deviceInfo.c_str());
+  return buf;
 }
 
 std::string formatResult(const RowResult& r) {
@@ -140,16 +168,34 @@ void jsonNumber(FILE* f, double v) {
   }
 }
 
-// ", "key": value"
+// nccl-tests writes its booleans as strings: readers of its files compare with "true".
+const char* jsonBool(bool v) { return v ? "\"true\"" : "\"false\""; }
+
+// "key": value, with a comma before unless first
+void jsonKey(FILE* f, const char* key, bool first = false) { fprintf(f, "%s\"%s\": ", first ? "" : ", ", key); }
 void jsonField(FILE* f, const char* key, double v) {
-  fprintf(f, ", \"%s\": ", key);
+  jsonKey(f, key);
   jsonNumber(f, v);
 }
 void jsonField(FILE* f, const char* key, const std::string& v) {
-  fprintf(f, ", \"%s\": ", key);
+  jsonKey(f, key);
   jsonString(f, v);
 }
+void jsonField(FILE* f, const char* key, int v) { fprintf(f, ", \"%s\": %d", key, v); }
+void jsonField(FILE* f, const char* key, size_t v) { fprintf(f, ", \"%s\": %zu", key, v); }
+void jsonBoolField(FILE* f, const char* key, bool v) { fprintf(f, ", \"%s\": %s", key, jsonBool(v)); }
 
+// [a, b, ...] of microseconds
+void jsonMicroseconds(FILE* f, const std::vector<double>& seconds) {
+  fputc('[', f);
+  for (size_t i = 0; i < seconds.size(); i++) {
+    if (i) fputs(", ", f);
+    jsonNumber(f, seconds[i] * 1e6);
+  }
+  fputc(']', f);
+}
+
+// "out_of_place": {...}[, "out_of_place_per_iter": {...}], nccl-tests' fields
 void jsonResult(FILE* f, const char* key, const RowResult& r, bool cputime) {
   fprintf(f, ", \"%s\": {\"%s\": ", key, cputime ? "cpu_time" : "time");
   jsonNumber(f, r.usec);
@@ -160,14 +206,27 @@ void jsonResult(FILE* f, const char* key, const RowResult& r, bool cputime) {
   } else {
     fputs(", \"nwrong\": null", f);
   }
-  if (r.hasIter) {
-    fprintf(f, ", \"per_iter\": {\"samples\": %d", r.iter.samples);
-    jsonField(f, "min_us", r.iter.min * 1e6);
-    jsonField(f, "max_us", r.iter.max * 1e6);
-    jsonField(f, "p99_us", r.iter.p99 * 1e6);
-    jsonField(f, "avg_us", r.iter.avg * 1e6);
-    jsonField(f, "cv_pct", r.iter.cvPercent);
-    fputc('}', f);
+  fputc('}', f);
+  if (!r.hasIter) return;
+  fprintf(f, ", \"%s_per_iter\": {\"skipped_iterations\": %d", key, r.skipped);
+  jsonField(f, "min_us", r.iter.min * 1e6);
+  jsonField(f, "max_us", r.iter.max * 1e6);
+  jsonField(f, "avg_us", r.iter.avg * 1e6);
+  jsonField(f, "p50_us", r.iter.p50 * 1e6);
+  jsonField(f, "p95_us", r.iter.p95 * 1e6);
+  jsonField(f, "p99_us", r.iter.p99 * 1e6);
+  jsonField(f, "stdev_us", r.iter.stdev * 1e6);
+  jsonField(f, "cv_pct", r.iter.cvPercent);
+  jsonKey(f, "times_us");
+  jsonMicroseconds(f, r.iterTimes);
+  if (!r.processTimes.empty()) {
+    jsonKey(f, "per_process_max_times_us");
+    fputc('[', f);
+    for (size_t p = 0; p < r.processTimes.size(); p++) {
+      if (p) fputs(", ", f);
+      jsonMicroseconds(f, r.processTimes[p]);
+    }
+    fputc(']', f);
   }
   fputc('}', f);
 }
@@ -190,53 +249,116 @@ bool outputFileUsable(const std::string& path) {
   return true;
 }
 
-bool JsonReport::open(const std::string& path, const Options& o, const std::string& mode, int nranks) {
+bool JsonReport::open(const std::string& path, const Options& o, const std::string& mode, int ncclVersion) {
   if (path.empty()) return true;
   if (!outputFileUsable(path)) return false;
   f_ = fopen(path.c_str(), "w");
   if (f_ == nullptr) return false;
   reportCputime_ = o.reportCputime != 0;
-  fputs("{\"program\": \"sign_allreduce_perf\", \"mode\": ", f_);
-  jsonString(f_, mode);
-  fprintf(f_,
-          ", \"config\": {\"nranks\": %d, \"nthreads\": %d, \"ngpus\": %d, \"minbytes\": %zu, \"maxbytes\": %zu, "
-          "\"step\": %zu, \"step_is_factor\": %s, \"warmup_iters\": %d, \"iters\": %d, \"agg_iters\": %d, "
-          "\"check\": %d, \"blocking\": %d, \"cudagraph\": %d, \"report_cputime\": %d, \"average\": %d, "
-          "\"unalign\": %d",
-          nranks, o.nThreads, o.nGpus, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
-          o.stepFactor > 1 ? "true" : "false", o.warmupIters, o.iters, o.aggIters, o.check, o.blocking, o.graphLaunches,
-          o.reportCputime, o.average, o.unalign);
+  iters_ = o.iters;
+  fputs("{\"version\": 3", f_);  // nccl-tests' JSON_FILE_VERSION of this layout
+  jsonField(f_, "start_time", timestampNow());
+  jsonKey(f_, "args");
+  fputc('[', f_);
+  for (size_t i = 0; i < o.args.size(); i++) {
+    if (i) fputs(", ", f_);
+    jsonString(f_, o.args[i]);
+  }
+  fputs("], \"env\": [", f_);
+  bool first = true;
+  for (char** e = environ; *e != nullptr; e++) {
+    if (strncmp(*e, "NCCL_", 5) != 0 && strncmp(*e, "SIGNLION_", 9) != 0) continue;
+    if (!first) fputs(", ", f_);
+    first = false;
+    jsonString(f_, *e);
+  }
+  fputc(']', f_);
+  if (ncclVersion >= 0) {
+    jsonField(f_, "nccl_version", ncclVersion);
+  } else {
+    fputs(", \"nccl_version\": null", f_);
+  }
+  jsonField(f_, "program", std::string("sign_allreduce_perf"));
+  jsonField(f_, "mode", mode);
+  int version = 0;
+  ncclSignGetVersion(&version);
+  jsonField(f_, "signlion_version", version);
+  return true;
+}
+
+void JsonReport::config(const Options& o, int nThread, int nGpus, int graph, int nranks,
+                        const std::vector<DeviceInfo>& devices) {
+  if (f_ == nullptr) return;
+  fputs(", \"config\": {", f_);
+  jsonKey(f_, "nthreads", true);
+  fprintf(f_, "%d", nThread);
+  jsonField(f_, "ngpus", nGpus);
+  jsonField(f_, "minimum_bytes", o.minBytes);
+  jsonField(f_, "maximum_bytes", o.maxBytes);
+  if (o.stepFactor > 1) {
+    jsonField(f_, "step_factor", o.stepFactor);
+  } else {
+    jsonField(f_, "step_bytes", o.stepBytes);
+  }
+  jsonField(f_, "warmup_iters", o.warmupIters);
+  jsonField(f_, "iterations", o.iters);
+  jsonField(f_, "aggregated_iterations", o.aggIters);
+  jsonField(f_, "validation", o.check);
+  jsonField(f_, "graph", graph);
+  jsonBoolField(f_, "blocking_collectives", o.blocking != 0);
+  jsonBoolField(f_, "per_iter_timing", o.perIterTiming != 0);
+  jsonField(f_, "per_iter_skip", o.perIterSkip);
+  jsonBoolField(f_, "parallel_init", o.parallelInit != 0);
+  jsonKey(f_, "devices");
+  fputc('[', f_);
+  for (size_t i = 0; i < devices.size(); i++) {
+    const DeviceInfo& d = devices[i];
+    fprintf(f_, "%s{\"rank\": %d, \"group\": %d, \"pid\": %d", i ? ", " : "", d.rank, d.group, d.pid);
+    jsonField(f_, "hostname", d.hostname);
+    jsonField(f_, "device", d.device);
+    jsonField(f_, "device_hex", d.deviceHex);
+    jsonField(f_, "device_info", d.deviceInfo);
+    fputc('}', f_);
+  }
+  fputc(']', f_);
+  // signlion's
+  jsonField(f_, "nranks", nranks);
+  jsonField(f_, "blocking", o.blocking);
+  jsonField(f_, "report_cputime", o.reportCputime);
+  jsonField(f_, "report_timestamps", o.reportTimestamps);
+  jsonField(f_, "average", o.average);
+  jsonField(f_, "unalign", o.unalign);
   jsonField(f_, "op", o.op);
   jsonField(f_, "datatype", o.type);
   jsonField(f_, "algorithm", o.algo);
   fputs("}, \"results\": [", f_);
-  return true;
 }
 
 void JsonReport::row(size_t bytes, size_t count, const char* type, const char* op, const RowResult& out,
-                     const RowResult& in) {
+                     const RowResult& in, const std::vector<Extra>& extra) {
   if (f_ == nullptr) return;
-  fprintf(f_, "%s\n  {\"size\": %zu, \"count\": %zu, \"type\": ", rows_++ ? "," : "", bytes, count);
-  jsonString(f_, type);
+  fprintf(f_, "%s\n  {\"size\": %zu, \"count\": %zu", rows_++ ? "," : "", bytes, count);
+  jsonField(f_, "type", std::string(type));
   jsonField(f_, "redop", std::string(op));
-  fputs(", \"root\": -1", f_);
+  fputs(", \"root\": \"    -1\"", f_);  // nccl-tests: the table's "%6i" text
   jsonResult(f_, "out_of_place", out, reportCputime_);
   jsonResult(f_, "in_place", in, reportCputime_);
+  jsonField(f_, "actual_iterations", iters_);
+  jsonField(f_, "experiment_name", std::string());
+  for (const Extra& e : extra) jsonField(f_, e.key, e.value);
   fputc('}', f_);
 }
 
 void JsonReport::finish(int wrongRows, double avgBusBw, double minBusBw) {
   if (f_ == nullptr) return;
   fprintf(f_, "\n], \"out_of_bounds\": {\"count\": %d, \"okay\": %s}, \"average_bus_bandwidth\": {\"bandwidth\": ",
-          wrongRows, wrongRows ? "false" : "true");
+          wrongRows, jsonBool(wrongRows == 0));
   jsonNumber(f_, avgBusBw);
   fputs(", \"okay\": ", f_);
-  if (minBusBw < 0) {
-    fputs("\"unchecked\"", f_);
-  } else {
-    fputs(avgBusBw < minBusBw * 0.9 ? "false" : "true", f_);
-  }
-  fputs("}}\n", f_);
+  fputs(minBusBw < 0 ? "\"unchecked\"" : jsonBool(avgBusBw >= minBusBw * 0.9), f_);
+  fputs("}, \"errors\": []", f_);  // nccl-tests: NCCL's last error; a failed run writes no closing
+  jsonField(f_, "end_time", timestampNow());
+  fputs("}\n", f_);
   fclose(f_);
   f_ = nullptr;
 }

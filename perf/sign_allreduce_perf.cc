@@ -31,6 +31,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -207,6 +208,7 @@ int parseOptions(int argc, char** argv, Options* o) {
                                     {"nccl", no_argument, 0, 1003},
                                     {"help", no_argument, 0, 'h'},
                                     {}};
+  o->args.assign(argv, argv + argc);
   int c;
   while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:I:K:c:o:d:r:z:y:T:hG:C:a:R:x:D:V:J:S:M:u:A:", longopts,
                           nullptr)) != -1) {
@@ -609,10 +611,8 @@ BenchResult benchTime(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t 
   res.row.usec = agg * 1e6;
   res.row.algBw = agg > 0 ? (double)(count * esize) / 1e9 / agg : 0;
   res.row.busBw = res.row.algBw * (2.0 * (n - 1)) / n;
-  if (o.perIterTiming) {  // iteration i: the slowest rank's, as nccl-tests
-    res.row.hasIter = true;
-    res.row.iter = signlion::perf::iterStats(signlion::perf::maxOverRanks(allGather(ctx, iterSec), n), o.perIterSkip);
-  }
+  if (o.perIterTiming)  // iteration i: the slowest rank's, as nccl-tests
+    signlion::perf::setPerIteration(&res.row, allGather(ctx, iterSec), n, o.ranksPerProcess(), o.perIterSkip);
   double maxWire = 0;
   for (double w : allGather(ctx, {wire})) maxWire = std::max(maxWire, w);
   res.wirePerCall = op.mpi ? -1 : maxWire;
@@ -658,7 +658,14 @@ void timeTest(RankCtx& ctx, const OpInfo& op, const TypeInfo& type) {
         PRINT("  %12s  %7s", "N/A", "N/A");
       if (o.reportTimestamps) PRINT("  %19s", signlion::perf::timestampNow().c_str());
       PRINT("\n");
-      if (mainRank) ctx.world->json.row(count * esize, count, type.name, op.name, out.row, in.row);
+      if (mainRank) {
+        const double nan = std::numeric_limits<double>::quiet_NaN();  // null: MPI's bytes are not counted
+        const bool wire = out.wirePerCall >= 0;
+        ctx.world->json.row(
+            count * esize, count, type.name, op.name, out.row, in.row,
+            {{"wire_bytes_per_rank", wire ? out.wirePerCall : nan},
+             {"wire_bits_per_element", wire ? (count ? out.wirePerCall * 8.0 / (double)count : 0.0) : nan}});
+      }
       if (size == 0 && o.stepFactor > 1) break;  // 0 * factor never grows
     }
   } while (--cycles != 0);
@@ -685,13 +692,19 @@ void printHeader(RankCtx& ctx) {
   std::vector<double> mine{(double)getpid()};
   for (int i = 0; i < 32; i++) mine.push_back((double)(unsigned char)host[i]);
   std::vector<double> all = allGather(ctx, mine);
+  std::vector<signlion::perf::DeviceInfo> devices(w.nranks());
   for (int r = 0; r < w.nranks(); r++) {
-    std::string name;
-    for (int i = 0; i < 32 && all[r * 33 + 1 + i] != 0; i++) name += (char)all[r * 33 + 1 + i];
-    PRINT("#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%02x] %s\n", r, 0, (int)all[r * 33], name.c_str(), -1, 0,
-          "host CPU");
+    signlion::perf::DeviceInfo& d = devices[r];
+    d.rank = r;
+    d.pid = (int)all[r * 33];
+    for (int i = 0; i < 32 && all[r * 33 + 1 + i] != 0; i++) d.hostname += (char)all[r * 33 + 1 + i];
+    d.deviceHex = "0x00";
+    d.deviceInfo = "host CPU";
+    PRINT("%s", signlion::perf::deviceLine(d).c_str());
   }
   PRINT("#\n");
+  // graph 0 as in the header line
+  if (isMainRank(w, ctx.thread)) w.json.config(o, o.nThreads, o.nGpus, 0, w.nranks(), devices);
   const signlion::perf::ResultColumns cols = signlion::perf::resultColumns(o);
   PRINT("# %10s  %12s  %8s  %6s  %6s%s  %s\n", "", "", "", "", "", cols.top.c_str(), "  wire sent per rank");
   PRINT("# %10s  %12s  %8s  %6s  %6s%s  %12s  %7s%s\n", "size", "count", "type", "redop", "root", cols.names.c_str(),
@@ -858,7 +871,7 @@ int main(int argc, char** argv) {
 #endif
   if (!o.idFile.empty() && !shareIdThroughFile(&w)) return 1;
 
-  if (w.proc == 0 && !w.json.open(o.outputFile, o, "host", w.nranks())) return 2;
+  if (w.proc == 0 && !w.json.open(o.outputFile, o, "host", -1)) return 2;
   std::vector<RankCtx> ranks(o.ranksPerProcess());
   std::vector<std::thread> threads;
   std::vector<int> rcs(o.ranksPerProcess(), 0);

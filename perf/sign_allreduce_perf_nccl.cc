@@ -113,8 +113,7 @@ struct IterEvents {
 // Seconds per call of one row, and its per-iteration statistics (-I).
 struct Timing {
   double sec = 0;
-  bool hasIter = false;
-  IterStats iter;
+  RowResult perIter;  // -I: its per-iteration fields only
 };
 
 // One rank's run: every row of the table, printed by rank 0.
@@ -148,7 +147,12 @@ class Bench {
     config.algorithm = algo_;
     nccl(ncclSignCommSetConfig(comm_, &config), "ncclSignCommSetConfig");
     header();
-    if (rank_ == 0 && !json_.open(o_.outputFile, o_, "nccl", n_)) return 2;
+    if (rank_ == 0) {
+      int ncclVersion = 0;
+      ncclGetVersion(&ncclVersion);
+      if (!json_.open(o_.outputFile, o_, "nccl", ncclVersion)) return 2;
+      json_.config(o_, 1, 1, o_.graphLaunches, n_, devices_);  // the header's nThread, nGpus and graph
+    }
     if (o_.check) {
       const double bad = baselineWrong(maxCount);
       if (bad > 0) errors_ = 1;
@@ -287,10 +291,8 @@ class Bench {
       default:
         t.sec = reduce(sec, ncclSum) / n_;
     }
-    if (events) {  // iteration i: the slowest rank's, as nccl-tests
-      t.hasIter = true;
-      t.iter = iterStats(maxOverRanks(allGather(events->seconds(o_.aggIters)), n_), o_.perIterSkip);
-    }
+    if (events)  // iteration i: the slowest rank's, as nccl-tests; each rank is a process
+      setPerIteration(&t.perIter, allGather(events->seconds(o_.aggIters)), n_, 1, o_.perIterSkip);
     return t;
   }
 
@@ -365,11 +367,10 @@ class Bench {
       if (inPlace) cuda(cudaMemcpy(recv, send, count * esize, cudaMemcpyDeviceToDevice), "cudaMemcpy");
       Timing tm = timed([&] { sign(op, t.dt, count, inPlace); });
       RowResult& r = res[inPlace];
+      r = tm.perIter;
       r.usec = tm.sec * 1e6;
       r.algBw = tm.sec > 0 ? (double)(count * esize) / 1e9 / tm.sec : 0;
       r.busBw = r.algBw * (2.0 * (n_ - 1)) / n_;
-      r.hasIter = tm.hasIter;
-      r.iter = tm.iter;
       r.wrong = wrong(op, t.dt, count, inPlace);
       if (r.wrong > 0) errors_ = 1;
     }
@@ -393,7 +394,8 @@ class Bench {
            sec0 > 0 ? f32 / sec0 : 0.0, sec0 > 0 ? bf16 / sec0 : 0.0);
     if (o_.reportTimestamps) printf("  %19s", timestampNow().c_str());
     printf("\n");
-    json_.row(count * esize, count, t.name, op.name, res[0], res[1]);
+    json_.row(count * esize, count, t.name, op.name, res[0], res[1],
+              {{"nccl_allreduce_fp32_us", f32 * 1e6}, {"nccl_allreduce_bf16_us", bf16 * 1e6}});
   }
 
   void header() {
@@ -437,9 +439,19 @@ class Bench {
         "# x fp32, x bf16: its time over ncclSignAllReduce's out-of-place time (> 1: the sign all-reduce is "
         "faster)\n");
     printf("#\n# Using devices\n");
-    for (int r = 0; r < n_; r++)
-      printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%02x] %s\n", r, 0, all[r].pid, all[r].host,
-             all[r].device, all[r].busId, all[r].name);
+    devices_.resize(n_);
+    for (int r = 0; r < n_; r++) {
+      DeviceInfo& d = devices_[r];
+      d.rank = r;
+      d.pid = all[r].pid;
+      d.device = all[r].device;
+      d.hostname = all[r].host;
+      d.deviceInfo = all[r].name;
+      char hex[16];
+      snprintf(hex, sizeof(hex), "0x%02x", all[r].busId);
+      d.deviceHex = hex;
+      printf("%s", deviceLine(d).c_str());
+    }
     printf("#\n");
     const ResultColumns cols = resultColumns(o_);
     printf("# %10s  %12s  %8s  %6s  %6s%s  %s\n", "", "", "", "", "", cols.top.c_str(),
@@ -462,7 +474,8 @@ class Bench {
   int busBwCount_ = 0;
   double errors_ = 0;
   int rep_ = 0;
-  JsonReport json_;  // -J, rank 0
+  JsonReport json_;                  // -J, rank 0
+  std::vector<DeviceInfo> devices_;  // rank 0: every rank's, from header()
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace signlion {
 namespace perf {
@@ -33,6 +34,7 @@ struct Options {
   int unalign = 0;                          // -u: buffers start this many elements past their alignment
   int perIterTiming = 0, perIterSkip = 0;   // -I, -K
   bool given[128] = {};                     // which short flags the command line named
+  std::vector<std::string> args;            // the whole command line (-J writes it)
   std::string op = "mavo", type = "float", algo = "auto";
   // Processes started by hand.
   int rank = -1, nranks = 0;

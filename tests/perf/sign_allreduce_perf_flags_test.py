@@ -174,17 +174,90 @@ check("-p 1", BASE + ["-p", "1"], note_about("-p"))
 for flag in ("-G", "-y", "-R", "-M", "-x", "-D", "-V"):
     value = "2" if flag in ("-G", "-V") else "1"
     check("%s (GPU only)" % flag, BASE + [flag, value], note_about(flag))
+# -J: nccl-tests' JSON layout (its version 3), read the way nccl-tests' own
+# tools/analyze_perf_json.py reads its files, plus signlion's extra keys.
+# nccl-tests writes booleans as the strings "true"/"false" and the root as text.
+def verify_json_file(path, t, args, iters, per_iter=False, processes=1):
+    with open(path) as f:
+        doc = json.load(f)
+    expect(doc["version"] == 3 and doc["args"][1:] == args and doc["start_time"] and doc["end_time"],
+           {k: doc.get(k) for k in ("version", "args", "start_time", "end_time")})
+    expect(doc["errors"] == [] and all(e.split("=")[0].startswith(("NCCL_", "SIGNLION_")) for e in doc["env"]),
+           (doc["errors"], doc["env"]))
+    expect(doc["program"] == "sign_allreduce_perf" and doc["mode"] == "host", doc)
+    cfg, head = doc["config"], t["header"]
+    for key, name in (("nthreads", "nThread"), ("ngpus", "nGpus"), ("minimum_bytes", "minBytes"),
+                      ("maximum_bytes", "maxBytes"), ("warmup_iters", "warmup"), ("iterations", "iters"),
+                      ("aggregated_iterations", "agg"), ("validation", "validation"), ("graph", "graph")):
+        expect(cfg[key] == int(head[name]), "config %s %r, header %s %r" % (key, cfg[key], name, head[name]))
+    expect(cfg["step_factor" if head["stepKind"] == "factor" else "step_bytes"] == int(head["step"]), cfg)
+    expect(cfg["per_iter_timing"] == ("true" if per_iter else "false") and cfg["blocking_collectives"] == "false" and
+           cfg["parallel_init"] == "false", cfg)
+    expect([d["rank"] for d in cfg["devices"]] == list(range(t["ranks"])) and
+           all(d["hostname"] and d["pid"] > 0 and d["device_info"] == "host CPU" for d in cfg["devices"]),
+           cfg["devices"])
+    expect(cfg["unalign"] == int(head["unalign"]) and cfg["op"] == "mavo" and cfg["algorithm"] == "auto", cfg)
+    expect([r["size"] for r in doc["results"]] == sizes(t), doc["results"])
+    for r, row in zip(doc["results"], t["rows"]):
+        expect((r["count"], r["type"], r["redop"], r["root"].strip(), r["actual_iterations"]) ==
+               (int(row["count"]), row["type"], row["redop"], "-1", iters), r)
+        for place, suffix in (("out_of_place", ""), ("in_place", "_in")):
+            res = r[place]
+            expect(abs(res["time"] - row["time" + suffix]) <= max(0.01, 0.01 * row["time" + suffix]) and
+                   res["nwrong"] == row["#wrong" + suffix] and "alg_bw" in res and "bus_bw" in res, (res, row))
+            per = r.get(place + "_per_iter")
+            expect((per is not None) == per_iter, "%s_per_iter in %s" % (place, r))
+            if per:
+                expect(len(per["times_us"]) == iters and per["max_us"] == max(per["times_us"][per["skipped_iterations"]:])
+                       and per["min_us"] <= per["p50_us"] <= per["p95_us"] <= per["p99_us"] <= per["max_us"] and
+                       abs(per["min_us"] - row["i_min" + suffix]) <= max(0.01, 0.01 * row["i_min" + suffix]) and
+                       "avg_us" in per and "stdev_us" in per and "cv_pct" in per, per)
+                rows = per.get("per_process_max_times_us", [])
+                expect(len(rows) == (processes if processes > 1 else 0) and
+                       all(abs(max(p[i] for p in rows) - per["times_us"][i]) < 1e-6 for i in range(iters) if rows),
+                       per)
+        expect(r["wire_bytes_per_rank"] == row["wire"] and abs(r["wire_bits_per_element"] - row["wire_in"]) < 1e-3,
+               (r, row))
+    expect(doc["out_of_bounds"] == {"count": 0, "okay": "true"}, doc["out_of_bounds"])
+    bw = float(t["text"].split("# Avg bus bandwidth    : ")[1].split()[0])
+    expect(abs(doc["average_bus_bandwidth"]["bandwidth"] - bw) <= 1e-3 * max(bw, 1e-9) and
+           doc["average_bus_bandwidth"]["okay"] == "unchecked", (doc["average_bus_bandwidth"], bw))
+
+
 with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "out.json")
+    for name, extra, per_iter in (("-J (JSON)", [], False), ("-J -I 1 -K 1 (JSON per-iteration)",
+                                                             ["-I", "1", "-K", "1"], True),
+                                  ("-J -G 2 (host: graph 0)", ["-G", "2"], False)):
+        args = BASE + extra + ["-J", path]
+        check(name, args, lambda t, args=args, per_iter=per_iter: verify_json_file(path, t, args, 2, per_iter))
 
-    def verify_json(t):
-        with open(path) as f:
-            doc = json.load(f)
-        expect([r["size"] for r in doc["results"]] == sizes(t), doc["results"])
-        expect(doc["out_of_bounds"] == {"count": 0, "okay": True}, doc["out_of_bounds"])
-        for r, row in zip(doc["results"], t["rows"]):
-            expect(abs(r["out_of_place"]["time"] - row["time"]) <= max(0.01, 0.01 * row["time"]), (r, row))
-    check("-J (JSON)", BASE + ["-J", path], verify_json)
+    # Two processes started by hand: the per-process rows of -I in the JSON.
+    def two_processes():
+        idf, jpath = os.path.join(tmp, "id"), os.path.join(tmp, "procs.json")
+        common = ["-b", "8", "-e", "64", "-f", "8", "-n", "3", "-w", "1", "-I", "1", "--nranks", "2",
+                  "--id-file", idf]
+        args0 = common + ["--rank", "0", "-J", jpath]
+        procs = [subprocess.Popen([BIN] + (args0 if r == 0 else common + ["--rank", "1"]), env=ENV,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+        outs = []
+        try:
+            for p in procs:
+                outs.append(p.communicate(timeout=120))
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        for p, (out, err) in zip(procs, outs):
+            expect(p.returncode == 0, "rank exit %s: %s%s" % (p.returncode, out, err))
+        t = parse(outs[0][0])
+        verify_json_file(jpath, t, args0, 3, per_iter=True, processes=2)
+        print("ok   %-28s %s" % ("-J -I 1, 2 processes", " ".join(args0)))
+    try:
+        two_processes()
+    except Exception as e:
+        failures.append("-J -I 1, 2 processes")
+        print("FAIL %-28s\n     %s" % ("-J -I 1, 2 processes", e))
 check("long options", ["--nthreads", "2", "--minbytes", "8", "--maxbytes", "64", "--stepfactor", "8", "--iters", "1",
                        "--cudagraph", "1", "--report_timestamps", "1", "--per_iter_timing", "1",
                        "--unalign", "1", "--stream_null", "1", "--blocking", "2", "--parallel_init", "1"])
