@@ -45,8 +45,11 @@ constexpr int kPollMs = 50;                // helper wake-up period, bounds clos
 constexpr size_t kCallerOnlyMax = 512 * 1024;  // payloads up to this are moved by the caller (enqueueStreams)
 constexpr size_t kMaxPendingAccepts = 256;
 constexpr size_t kStageBytes = 64 * 1024;  // recv comm staging buffer for the control stream
-constexpr size_t kDirectRead = 4096;       // inline remainder read straight into the user buffer
-constexpr int kCtrlRounds = 1024;          // parse/read steps per progress call (fairness bound)
+// SIGNLION_SOCKET_INLINE's cap: no sender inlines more, so a larger inline
+// header is a protocol error (a receiver would size an early buffer by it).
+constexpr size_t kMaxInline = 1 << 20;
+constexpr size_t kDirectRead = 4096;  // inline remainder read straight into the user buffer
+constexpr int kCtrlRounds = 1024;     // parse/read steps per progress call (fairness bound)
 // Messages a recv comm keeps after reading their header: arrived before any
 // receive held their tag, or spread ones waiting for an older unclaimed
 // spread message (data streams carry payloads in message order). Past it the
@@ -653,7 +656,7 @@ Comm* newComm(bool isSend) {
   c->magic = kCommMagic;
   c->kind = isSend ? kCommSend : kCommRecv;
   c->isSend = isSend;
-  c->inlineMax = (size_t)std::max<int64_t>(0, std::min<int64_t>(signlionParamSocketInline(), 1 << 20));
+  c->inlineMax = (size_t)std::max<int64_t>(0, std::min<int64_t>(signlionParamSocketInline(), kMaxInline));
   if (!isSend) {
     c->stage.resize(kStageBytes);
     c->early.resize(kMaxKept);
@@ -945,6 +948,13 @@ void deliverKept(Comm* c) {
 // taken, 0 when it must wait unread (no room to keep it), -1 after an error.
 int takeHeader(Comm* c, const MsgHeader& hdr) {
   bool isInline = (hdr.flags & kMsgInline) != 0;
+  if (isInline && hdr.size > kMaxInline) {
+    char what[128];
+    snprintf(what, sizeof(what), "protocol error: inline message of %llu bytes (tag %d), more than any sender inlines",
+             (unsigned long long)hdr.size, hdr.tag);
+    setError(c, ncclRemoteError, what);
+    return -1;
+  }
   // A claimed spread message behind a kept one is kept too: needs room first.
   if (c->matcher.keptFull() && !isInline && c->keptSpread > 0) return 0;
   Request* r = nullptr;
