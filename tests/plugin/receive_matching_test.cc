@@ -274,6 +274,41 @@ TEST_P(ReceiveMatching, MessageNoReceiveClaimsIsAnErrorAfterTheTimeout) {
   net_.closeRecv(r);
 }
 
+// Matching under many tags: 30 rounds of 64 messages, 1000 distinct tags
+// (reused from round 16 on), each round's receives posted as grouped ones
+// of 1..8 slots, its sends shuffled.
+TEST_P(ReceiveMatching, ManyTagsInShuffledRounds) {
+  void *s, *r;
+  pair(&s, &r);
+  uint64_t rng = 12345;
+  auto next = [&rng](uint64_t n) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (rng >> 33) % n;
+  };
+  for (int round = 0; round < 30; round++) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<Msg> msgs;
+    std::vector<std::vector<int>> groups;
+    size_t groupSize = 0;
+    for (int k = 0; k < 64; k++) {
+      size_t size = next(9) == 0 ? 70000 + next(200000) : next(3000);
+      msgs.push_back(makeMsg((round * 64 + k) % 1000, size, round * 64 + k));
+      if (groups.empty() || groups.back().size() == groupSize) {
+        groups.emplace_back();
+        groupSize = 1 + next(8);
+      }
+      groups.back().push_back(k);
+    }
+    std::vector<int> order(64);
+    std::iota(order.begin(), order.end(), 0);
+    for (int k = 63; k > 0; k--) std::swap(order[k], order[next(k + 1)]);
+    exchange(net_, s, r, msgs, groups, order);
+    if (HasFatalFailure()) break;
+  }
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
 // A message whose receive comes late is no error while the comm keeps
 // moving: here the receiver takes 25 messages of another tag one at a time,
 // 100 ms apart (2.5 s in all, SIGNLION_SOCKET_TIMEOUT 1 s), before it posts
