@@ -46,11 +46,11 @@ stream() {
   shift 3
   rm -f "$DIR"/b.handle*
   ip netns exec "$NS_B" env SIGNLION_SOCKET_IFNAME="=$ifb" "$@" timeout 120 \
-    "$PEER" --mode stream --role b --ifname "$ifb" --lib "$LIB" --dir "$DIR" --bytes "$bytes" >"$DIR/b.log" 2>&1 &
+    "$PEER" --mode stream --version 12 --role b --ifname "$ifb" --lib "$LIB" --dir "$DIR" --bytes "$bytes" >"$DIR/b.log" 2>&1 &
   local pb=$!
   PIDS=($pb)
   ip netns exec "$NS_A" env SIGNLION_SOCKET_IFNAME="=$ifa" "$@" timeout 120 \
-    "$PEER" --mode stream --role a --ifname "$ifa" --lib "$LIB" --dir "$DIR" --bytes "$bytes" >"$DIR/a.log" 2>&1
+    "$PEER" --mode stream --version 12 --role a --ifname "$ifa" --lib "$LIB" --dir "$DIR" --bytes "$bytes" >"$DIR/a.log" 2>&1
   RA=$?
   wait "$pb"
   RB=$?

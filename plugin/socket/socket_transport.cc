@@ -45,8 +45,11 @@ constexpr int kPollMs = 50;                // helper wake-up period, bounds clos
 constexpr size_t kCallerOnlyMax = 512 * 1024;  // payloads up to this are moved by the caller (enqueueStreams)
 constexpr size_t kMaxPendingAccepts = 256;
 constexpr size_t kStageBytes = 64 * 1024;  // recv comm staging buffer for the control stream
-constexpr size_t kDirectRead = 4096;       // inline remainder read straight into the user buffer
-constexpr int kCtrlRounds = 1024;          // parse/read steps per progress call (fairness bound)
+// SIGNLION_SOCKET_INLINE's cap: no sender inlines more, so a larger inline
+// header is a protocol error (a receiver would size an early buffer by it).
+constexpr size_t kMaxInline = 1 << 20;
+constexpr size_t kDirectRead = 4096;  // inline remainder read straight into the user buffer
+constexpr int kCtrlRounds = 1024;     // parse/read steps per progress call (fairness bound)
 // Messages a recv comm keeps after reading their header: arrived before any
 // receive held their tag, or spread ones waiting for an older unclaimed
 // spread message (data streams carry payloads in message order). Past it the
@@ -192,9 +195,8 @@ struct RxMsg {
   uint64_t seq;  // message number: picks the data streams of a spread payload
   uint64_t size;
   bool isInline;
-  bool payloadIn;     // inline: the payload is complete in early[earlyIdx]
-  int earlyIdx;       // inline with a payload: its early buffer, else -1
-  int64_t arrivedMs;  // for the unclaimed-message timeout
+  bool payloadIn;  // inline: the payload is complete in early[earlyIdx]
+  int earlyIdx;    // inline with a payload: its early buffer, else -1
 };
 using Matcher = TagMatcher<Request, RxMsg, kSocketMaxRequests, kMaxKept, kSocketMaxRecvs>;
 
@@ -279,6 +281,13 @@ struct Comm : CommHeader {
   uint64_t rxSeq = 0;
   // Since when the control stream waits mid-message (-1: it does not); see ctrlStalled.
   int64_t ctrlWaitSinceMs = -1;
+  // recv: since when the comm is stuck beside an unclaimed kept message (a
+  // receive waits with an open slot and nothing arrives; -1: it is not);
+  // see unclaimedStuck.
+  int64_t unclaimedWaitSinceMs = -1;
+  // recv: the last header could not be taken for want of room to keep it
+  // (kMaxKept messages or kEarlyBudget bytes kept): the comm stopped reading.
+  bool keptStopped = false;
 
   // Connecting side only, until connect() returns the comm.
   struct Connecting {
@@ -647,7 +656,7 @@ Comm* newComm(bool isSend) {
   c->magic = kCommMagic;
   c->kind = isSend ? kCommSend : kCommRecv;
   c->isSend = isSend;
-  c->inlineMax = (size_t)std::max<int64_t>(0, std::min<int64_t>(signlionParamSocketInline(), 1 << 20));
+  c->inlineMax = (size_t)std::max<int64_t>(0, std::min<int64_t>(signlionParamSocketInline(), kMaxInline));
   if (!isSend) {
     c->stage.resize(kStageBytes);
     c->early.resize(kMaxKept);
@@ -682,21 +691,23 @@ Comm* asComm(void* p, CommKind kind) {
 
 // ---- Control stream ---------------------------------------------------------
 
-// The control stream's stall clock. `waiting`: a message is part-way (send:
+// A wait's stall clock (*sinceMs: when it began or last moved, -1: no
+// wait), here the control stream's. `waiting`: a message is part-way (send:
 // queued bytes the socket did not take; recv: a header or inline payload cut
 // short); `moved`: bytes moved in this call. Returns true once the stream has
 // waited without progress longer than SIGNLION_SOCKET_TIMEOUT. The clock is
 // read only while waiting: a small message that goes out or comes in whole
 // (the latency-bound case) costs no clock read here.
-bool ctrlStalled(Comm* c, bool waiting, bool moved) {
+bool waitedTooLong(int64_t* sinceMs, bool waiting, bool moved) {
   if (!waiting) {
-    c->ctrlWaitSinceMs = -1;
+    *sinceMs = -1;
     return false;
   }
   int64_t now = nowMs();
-  if (moved || c->ctrlWaitSinceMs < 0) c->ctrlWaitSinceMs = now;
-  return now - c->ctrlWaitSinceMs > timeoutMs();
+  if (moved || *sinceMs < 0) *sinceMs = now;
+  return now - *sinceMs > timeoutMs();
 }
+bool ctrlStalled(Comm* c, bool waiting, bool moved) { return waitedTooLong(&c->ctrlWaitSinceMs, waiting, moved); }
 
 // Writes the pairing header a send comm owes (socket_pairing.h), between two
 // messages. Returns true once it is out or no longer owed (a switch marker
@@ -937,13 +948,20 @@ void deliverKept(Comm* c) {
 // taken, 0 when it must wait unread (no room to keep it), -1 after an error.
 int takeHeader(Comm* c, const MsgHeader& hdr) {
   bool isInline = (hdr.flags & kMsgInline) != 0;
+  if (isInline && hdr.size > kMaxInline) {
+    char what[128];
+    snprintf(what, sizeof(what), "protocol error: inline message of %llu bytes (tag %d), more than any sender inlines",
+             (unsigned long long)hdr.size, hdr.tag);
+    setError(c, ncclRemoteError, what);
+    return -1;
+  }
   // A claimed spread message behind a kept one is kept too: needs room first.
   if (c->matcher.keptFull() && !isInline && c->keptSpread > 0) return 0;
   Request* r = nullptr;
   int slot = -1;
   if (!c->matcher.claim(hdr.tag, &r, &slot)) {
     if (c->matcher.keptFull()) return 0;
-    RxMsg m{c->seq, hdr.size, isInline, !isInline || hdr.size == 0, -1, nowMs()};
+    RxMsg m{c->seq, hdr.size, isInline, !isInline || hdr.size == 0, -1};
     if (isInline && hdr.size > 0 && (m.earlyIdx = takeEarly(c, hdr.size)) < 0) return 0;
     c->matcher.keep(hdr.tag, m);
     if (!isInline)
@@ -958,7 +976,7 @@ int takeHeader(Comm* c, const MsgHeader& hdr) {
   if (isInline) {
     if (hdr.size > 0) startInline(c, r->sub[slot].data, hdr.size, r, seq);
   } else if (c->keptSpread > 0) {
-    c->matcher.keep(hdr.tag, RxMsg{seq, hdr.size, false, true, -1, nowMs()}, r, slot);
+    c->matcher.keep(hdr.tag, RxMsg{seq, hdr.size, false, true, -1}, r, slot);
     c->keptSpread++;
   } else {
     enqueueStreams(c, seq, r->sub[slot].data, hdr.size, r);
@@ -1020,6 +1038,36 @@ bool handlePairHeader(Comm* c, const MsgHeader& hdr) {
   return true;
 }
 
+// A message no receive claims is an error once the comm is stuck with it
+// for SIGNLION_SOCKET_TIMEOUT: a receive waits with an open slot, and no
+// header, control-stream byte or data-stream byte arrives. Then the two
+// sides disagree on tags (or the kept tables are full and the message the
+// open receive waits for is behind them). Its age alone proves nothing: a
+// receiver may take other messages for longer than the timeout before it
+// posts the receive for an early one. Costs a clock read per call only
+// while a kept message waits. `moved`: this call matched a header or read bytes.
+void unclaimedStuck(Comm* c, bool moved) {
+  const Matcher::Kept* k = oldestUnclaimed(c);
+  bool waiting = k != nullptr && c->matcher.anyPosted();
+  // Payload bytes of earlier messages moving count as progress too.
+  if (waiting && c->unclaimedWaitSinceMs >= 0 &&
+      c->dataProgressMs.load(std::memory_order_relaxed) >= c->unclaimedWaitSinceMs)
+    moved = true;
+  if (!waitedTooLong(&c->unclaimedWaitSinceMs, waiting, moved)) return;
+  char limit[160] = "";
+  if (c->keptStopped)
+    snprintf(limit, sizeof(limit),
+             "; the comm stopped reading at its limit of kept messages (%zu kept messages, %zu bytes of early "
+             "payloads; limits %zu, %zu)",
+             c->matcher.keptCount(), c->earlyBytes, kMaxKept, kEarlyBudget);
+  char what[400];
+  snprintf(what, sizeof(what),
+           "message with tag %d (%llu bytes) is held by no posted receive, and the posted receives got nothing for "
+           "%lld ms (SIGNLION_SOCKET_TIMEOUT)%s",
+           k->tag, (unsigned long long)k->msg.size, (long long)(nowMs() - c->unclaimedWaitSinceMs), limit);
+  setError(c, ncclInvalidUsage, what);
+}
+
 // Parses headers and inline payloads from the staging buffer, refilling it
 // with one recv() whenever it runs short: a small message whose header and
 // payload came together costs one system call. irecv passes readSocket=false:
@@ -1027,6 +1075,7 @@ bool handlePairHeader(Comm* c, const MsgHeader& hdr) {
 // mostly posted before its message is sent, so reading then is a wasted call).
 void progressRecvCtrl(Comm* c, bool readSocket) {
   bool moved = false;
+  bool took = false;  // a message header was matched or kept
   for (int round = 0; round < kCtrlRounds && c->error.load(std::memory_order_relaxed) == ncclSuccess; round++) {
     size_t avail = c->stageTail - c->stageHead;
     const char* head = c->stage.data() + c->stageHead;
@@ -1061,8 +1110,10 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
       if (!c->matcher.anyPosted()) break;
       int taken = takeHeader(c, hdr);
       if (taken < 0) return;
+      c->keptStopped = taken == 0;
       if (taken == 0) break;  // no room to keep it: read on once receives claim some
       c->stageHead += sizeof(hdr);
+      took = true;
       continue;
     } else if (!c->matcher.anyPosted()) {
       break;  // nothing posted: leave the bytes in the socket
@@ -1077,20 +1128,7 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
   bool partial = c->rxActive || (avail > 0 && avail < sizeof(MsgHeader));
   if (ctrlStalled(c, partial, moved))
     setError(c, ncclRemoteError, "control stream stalled mid-message longer than SIGNLION_SOCKET_TIMEOUT");
-  // A message no receive claimed within the timeout, while receives wait:
-  // the two sides disagree on tags (a kept message costs one clock read).
-  if (c->matcher.keptCount() > 0 && c->error.load(std::memory_order_relaxed) == ncclSuccess) {
-    const Matcher::Kept* k = oldestUnclaimed(c);
-    int64_t age = k == nullptr ? 0 : nowMs() - k->msg.arrivedMs;
-    if (age > timeoutMs()) {
-      char what[200];
-      snprintf(what, sizeof(what),
-               "message with tag %d (%llu bytes) arrived %lld ms ago and no posted receive holds its tag "
-               "(SIGNLION_SOCKET_TIMEOUT)",
-               k->tag, (unsigned long long)k->msg.size, (long long)age);
-      setError(c, ncclInvalidUsage, what);
-    }
-  }
+  if (c->error.load(std::memory_order_relaxed) == ncclSuccess) unclaimedStuck(c, took || moved);
 }
 
 Request* allocRequest(Comm* c) {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/checks.h"
+#include "socket/socket_devices.h"
 #include "socket/socket_net.h"
 #include "socket/socket_params.h"
 #include "socket/socket_transport.h"
@@ -49,8 +50,10 @@ ncclResult_t Net::open(const char* plugin, std::unique_ptr<Net>* out) {
   }
   // Several interfaces named on purpose: one device striped over them. Not
   // without SIGNLION_SOCKET_IFNAME, which then means every interface, some
-  // of which may not reach the peers.
-  if (n->ours_ && ndev > 1 && !net::signlionParamSocketIfname().empty()) {
+  // of which may not reach the peers; nor with an exclude list ("^docker"),
+  // which means the same.
+  const std::string ifname = net::signlionParamSocketIfname();
+  if (n->ours_ && ndev > 1 && !ifname.empty() && !net::parseIfnameFilter(ifname).exclude) {
     ncclNetVDeviceProps_v11_t fuse{};
     for (int d = 0; d < ndev && fuse.ndevs < net::kSocketMaxFusedNics; d++) {
       ncclNetProperties_v11_t props;

@@ -126,7 +126,7 @@ static int recvBig(const PeerOptions& opt, bool closeEarly) {
 }
 
 // The device fused from a comma list of interface names; -1 if one is missing.
-static int fusedDevice(NetDriver& net, const std::string& list) {
+static int fusedDevice(NetDriver& net, const std::string& list, int version) {
   std::vector<int> devs;
   size_t start = 0;
   while (start <= list.size()) {
@@ -141,8 +141,35 @@ static int fusedDevice(NetDriver& net, const std::string& list) {
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
+  int ndev = 0;
+  if (net.devices(&ndev) != ncclSuccess) return -1;
   int d = -1;
   if (net.makeVDevice((int)devs.size(), devs.data(), &d) != ncclSuccess) return -1;
+  if (devs.size() == 1) return d == devs[0] ? d : -1;
+  // What a fused device reports (docs/PLUGIN.md, "NIC fusion"): a new index
+  // after the others, names joined by '+', speeds summed, its members in
+  // vProps, no rail or plane; the same list again is the same device.
+  ncclNetProperties_v12_t fused, member;
+  int again = -1, after = 0;
+  std::string name;
+  int speed = 0;
+  for (size_t i = 0; i < devs.size(); i++) {
+    if (net.properties(devs[i], &member) != ncclSuccess) return -1;
+    name += (i ? "+" : "") + std::string(member.name);
+    speed += member.speed;
+  }
+  fused.name = nullptr;
+  bool ok = net.properties(d, &fused) == ncclSuccess && net.devices(&after) == ncclSuccess &&
+            net.makeVDevice((int)devs.size(), devs.data(), &again) == ncclSuccess;
+  ok = ok && d == ndev && after == ndev + 1 && again == d && name == fused.name && fused.speed == speed &&
+       fused.vProps.ndevs == (int)devs.size();
+  for (size_t i = 0; ok && i < devs.size(); i++) ok = fused.vProps.devs[i] == devs[i];
+  if (ok && version == 12) ok = fused.railId == NCCL_NET_ID_UNDEF && fused.planeId == NCCL_NET_ID_UNDEF;
+  if (!ok) {
+    fprintf(stderr, "stream: fused device %d (of %d) reports name %s, speed %d, %d members; expected %s, %d\n", d,
+            after, fused.name ? fused.name : "?", fused.speed, fused.vProps.ndevs, name.c_str(), speed);
+    return -1;
+  }
   return d;
 }
 
@@ -156,7 +183,7 @@ static int stream(const PeerOptions& opt, size_t bytes) {
     fprintf(stderr, "stream: cannot load %s: %s\n", opt.lib.c_str(), err.c_str());
     return 1;
   }
-  int dev = fusedDevice(net, opt.ifname);
+  int dev = fusedDevice(net, opt.ifname, opt.version);
   if (dev < 0) return 1;
   bool sender = opt.role == "a";
   void* comm = nullptr;

@@ -1043,6 +1043,9 @@ TEST_P(PluginV11, MalformedPairingHeadersAreErrors) {
       {"switch marker with a size", {0, 4, 1}, false},
       {"offer with a tag", {3, 2, 0xdeadbeefull}, false},
       {"unknown flag on a message", {7, 1 | 8, 5}, false},
+      // No sender inlines more than 1 MiB; kept early (tag 9 has no
+      // receive), this one once made the receiver allocate 2^62 bytes.
+      {"inline message larger than any sender inlines", {9, 1, 1ull << 62}, false},
   };
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   void* l = nullptr;

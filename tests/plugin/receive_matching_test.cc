@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "plugin_fixture.h"
@@ -269,6 +270,134 @@ TEST_P(ReceiveMatching, MessageNoReceiveClaimsIsAnErrorAfterTheTimeout) {
   EXPECT_LT(nowMs() - start, 10000);
   EXPECT_GT(PluginLog::warns().load(), before);
   EXPECT_NE(PluginLog::lastWarn().find("tag 4242"), std::string::npos) << PluginLog::lastWarn();
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+// Matching under many tags: 30 rounds of 64 messages, 1000 distinct tags
+// (reused from round 16 on), each round's receives posted as grouped ones
+// of 1..8 slots, its sends shuffled.
+TEST_P(ReceiveMatching, ManyTagsInShuffledRounds) {
+  void *s, *r;
+  pair(&s, &r);
+  uint64_t rng = 12345;
+  auto next = [&rng](uint64_t n) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (rng >> 33) % n;
+  };
+  for (int round = 0; round < 30; round++) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<Msg> msgs;
+    std::vector<std::vector<int>> groups;
+    size_t groupSize = 0;
+    for (int k = 0; k < 64; k++) {
+      size_t size = next(9) == 0 ? 70000 + next(200000) : next(3000);
+      msgs.push_back(makeMsg((round * 64 + k) % 1000, size, round * 64 + k));
+      if (groups.empty() || groups.back().size() == groupSize) {
+        groups.emplace_back();
+        groupSize = 1 + next(8);
+      }
+      groups.back().push_back(k);
+    }
+    std::vector<int> order(64);
+    std::iota(order.begin(), order.end(), 0);
+    for (int k = 63; k > 0; k--) std::swap(order[k], order[next(k + 1)]);
+    exchange(net_, s, r, msgs, groups, order);
+    if (HasFatalFailure()) break;
+  }
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+// A message whose receive comes late is no error while the comm keeps
+// moving: here the receiver takes 25 messages of another tag one at a time,
+// 100 ms apart (2.5 s in all, SIGNLION_SOCKET_TIMEOUT 1 s), before it posts
+// the receive for the message that arrived first. Only a comm that is stuck
+// (receives waiting, nothing arriving) for the timeout is an error.
+TEST_P(ReceiveMatching, LateReceiveWhileOtherMessagesFlowIsNoError) {
+  Env timeout("SIGNLION_SOCKET_TIMEOUT", "1000");
+  void *s, *r;
+  pair(&s, &r);
+  std::vector<Msg> msgs;
+  msgs.push_back(makeMsg(7, 8, 11));  // arrives first, claimed last
+  void* first = nullptr;
+  ASSERT_EQ(net_.isend(s, msgs[0].src.data(), msgs[0].size, msgs[0].tag, nullptr, &first), ncclSuccess);
+  ASSERT_NE(first, nullptr);
+  for (int i = 0; i < 25; i++) {
+    msgs.push_back(makeMsg(8, 100 + i, 20 + i));
+    Msg& m = msgs.back();
+    void* d = m.dst.data();
+    size_t cap = m.dst.size();
+    void* rreq = nullptr;
+    ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &m.tag, nullptr, &rreq), ncclSuccess);
+    ASSERT_NE(rreq, nullptr);
+    // The receive waits 100 ms with nothing to take (the early message beside it).
+    int64_t until = nowMs() + 100;
+    int done = 0;
+    while (nowMs() < until) {
+      ASSERT_EQ(net_.test(rreq, &done, nullptr), ncclSuccess) << "message " << i << ": " << PluginLog::lastWarn();
+      ASSERT_EQ(done, 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    void* sreq = nullptr;
+    ASSERT_EQ(net_.isend(s, m.src.data(), m.size, m.tag, nullptr, &sreq), ncclSuccess);
+    ASSERT_NE(sreq, nullptr);
+    int got = -1;
+    ASSERT_EQ(waitReq(rreq, &got), ncclSuccess) << "message " << i << ": " << PluginLog::lastWarn();
+    EXPECT_EQ(got, (int)m.size);
+    EXPECT_EQ(checkPattern(m.dst.data(), m.size, m.seed), SIZE_MAX);
+    ASSERT_EQ(waitReq(sreq, nullptr), ncclSuccess);
+  }
+  receiveInto(net_, r, msgs, {0});
+  EXPECT_EQ(waitReq(first, nullptr), ncclSuccess);
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+// More early messages than a comm keeps (256), all of a tag no receive
+// holds, ahead of the one the receiver waits for: the comm stops reading and
+// the waiting receive fails after SIGNLION_SOCKET_TIMEOUT with a WARN that
+// says the kept-message limit is why, not a hang.
+TEST_P(ReceiveMatching, KeptMessageLimitIsAClearErrorAfterTheTimeout) {
+  Env timeout("SIGNLION_SOCKET_TIMEOUT", "1000");
+  void *s, *r;
+  pair(&s, &r);
+  char src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, dst[8];
+  void* d = dst;
+  size_t cap = sizeof(dst);
+  int tag = 6;
+  void* rreq = nullptr;
+  ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
+  ASSERT_NE(rreq, nullptr);
+  const int kEarly = 300;
+  std::vector<void*> sreqs;
+  int posted = 0, rdone = 0;
+  ncclResult_t rres = ncclSuccess;
+  int64_t start = nowMs();
+  while (rres == ncclSuccess && nowMs() - start < 20000) {
+    while (posted <= kEarly) {
+      void* q = nullptr;
+      ASSERT_EQ(net_.isend(s, src, sizeof(src), posted == kEarly ? 6 : 5, nullptr, &q), ncclSuccess);
+      if (q == nullptr) break;
+      sreqs.push_back(q);
+      posted++;
+    }
+    for (size_t i = 0; i < sreqs.size();) {
+      int done = 0;
+      ASSERT_EQ(net_.test(sreqs[i], &done, nullptr), ncclSuccess);
+      if (done)
+        sreqs.erase(sreqs.begin() + i);
+      else
+        i++;
+    }
+    rres = net_.test(rreq, &rdone, nullptr);
+    ASSERT_EQ(rdone, 0) << "the receive cannot complete: its message is behind the limit";
+  }
+  EXPECT_EQ(rres, ncclInvalidUsage);
+  EXPECT_LT(nowMs() - start, 10000);
+  std::string warn = PluginLog::lastWarn();
+  EXPECT_NE(warn.find("tag 5"), std::string::npos) << warn;
+  EXPECT_NE(warn.find("256 kept"), std::string::npos) << warn;
   net_.closeSend(s);
   net_.closeRecv(r);
 }
