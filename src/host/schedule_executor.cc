@@ -93,7 +93,8 @@ void ScheduleExecutor::decide(const uint64_t* counter, int64_t mStride, int widt
   k_->decideBits(cnt, s_->nranks, s_->spec.tieRule, result_ + b, (size_t)nb, (size_t)len);
 }
 
-void ScheduleExecutor::onRecv(size_t cookie) {
+ncclResult_t ScheduleExecutor::onRecv(size_t cookie, size_t bytes) {
+  if (cookie & kHeaderCookie) return check_.verify((int)(cookie & ~kHeaderCookie), bytes, "ncclSignHostAllReduce");
   const Pending& p = pending_[cookie];
   const algo::Recv& r = *p.recv;
   const int64_t nb = s_->nblocks;
@@ -115,6 +116,7 @@ void ScheduleExecutor::onRecv(size_t cookie) {
     for (int q = 0; q < r.planes; q++)
       memcpy(plane(r.buf, r.slot, q, r.width) + p.begin, p.data + (int64_t)q * p.len, (size_t)p.len * 8);
   }
+  return ncclSuccess;
 }
 
 ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchLayout& layout, const void* send,
@@ -147,6 +149,7 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
       void* comm = links_.peer(x.peer).sendComm;
       int64_t step = algo::chunkBlocks(x.planes, chunkBytes);
       for (int64_t b = x.range.begin; b < x.range.end; b += step) {
+        if (b == x.range.begin) check_.sendOnce(transfers_, x.peer, comm);
         int64_t len = std::min(step, x.range.end - b);
         uint64_t* data = plane(x.buf, x.slot, 0, x.width) + b;
         if (x.planes > 1) {  // gather the planes of this chunk into one message
@@ -161,6 +164,7 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
       void* comm = links_.peer(x.peer).recvComm;
       int64_t step = algo::chunkBlocks(x.planes, chunkBytes);
       for (int64_t b = x.range.begin; b < x.range.end; b += step) {
+        if (b == x.range.begin) check_.recvOnce(transfers_, x.peer, comm);
         int64_t len = std::min(step, x.range.end - b);
         uint64_t* data;
         if (x.planes > 1 || x.op != algo::RecvOp::kStore) {
@@ -173,7 +177,7 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
         pending_.push_back({&x, b, len, data});
       }
     }
-    NCCLCHECK(transfers_.run([this](size_t cookie) { onRecv(cookie); }));
+    NCCLCHECK(transfers_.run([this](size_t cookie, size_t bytes) { return onRecv(cookie, bytes); }));
   }
 
   // The result planes of every block are here: write the output.

@@ -39,13 +39,16 @@ Shard shardOf(size_t count, int n, int i) {
   return {(size_t)r.begin, (size_t)r.size()};
 }
 
+constexpr const char* kFn = "ncclSignHostSumAllReduce";
+
 // One segment: count elements of send summed into recv. The ring runs in the
 // registered arena (the user's buffers are not registered): a working copy
-// of the segment, and a stage for one incoming shard.
+// of the segment, and a stage for one incoming shard. The call's header
+// (c->check.begin) goes to the next rank ahead of the first step's data.
 ncclResult_t ringSum(ncclSignComm* c, const char* send, char* recv, size_t count, ncclDataType_t dt) {
   const int n = c->nranks, rank = c->rank, next = (rank + 1) % n, prev = (rank + n - 1) % n;
   const size_t es = bits::typeSize(dt);
-  if (n == 1 || count == 0) {
+  if (n == 1) {
     if (send != recv && count > 0) memmove(recv, send, count * es);
     return ncclSuccess;
   }
@@ -64,14 +67,20 @@ ncclResult_t ringSum(ncclSignComm* c, const char* send, char* recv, size_t count
       Shard out = shardOf(count, n, ((phase == 0 ? rank - k : rank + 1 - k) % n + n) % n);
       Shard in = shardOf(count, n, ((phase == 0 ? rank - k - 1 : rank - k) % n + n) % n);
       t.clear();
+      if (phase == 0 && k == 0) {
+        c->check.send(t, sendComm);
+        c->check.recv(t, prev, recvComm);
+      }
       for (size_t b = 0; b < out.count; b += chunk)
         t.send(sendComm, buf + (out.begin + b) * es, std::min(chunk, out.count - b) * es, c->arena.mhandle(sendComm));
       for (size_t b = 0; b < in.count; b += chunk) {
         char* dst = phase == 0 ? stage + b * es : buf + (in.begin + b) * es;
         t.recv(recvComm, dst, std::min(chunk, in.count - b) * es, c->arena.mhandle(recvComm), b);
       }
-      NCCLCHECK(t.run([&](size_t b) {
+      NCCLCHECK(t.run([&](size_t b, size_t bytes) {
+        if (b & kHeaderCookie) return c->check.verify((int)(b & ~kHeaderCookie), bytes, kFn);
         if (phase == 0) addInto(buf + (in.begin + b) * es, stage + b * es, std::min(chunk, in.count - b), dt);
+        return ncclSuccess;
       }));
     }
   }
@@ -85,7 +94,7 @@ ncclResult_t ringSum(ncclSignComm* c, const char* send, char* recv, size_t count
 
 extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostSumAllReduce(
     const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclSignComm_t comm) {
-  static const char* kFn = "ncclSignHostSumAllReduce";
+  using signlion::host::kFn;
   ncclSignComm* c = signlion::host::checkComm(comm, kFn);
   if (c == nullptr) return ncclInvalidArgument;
   ARGCHECK(datatype == ncclFloat32 || datatype == ncclBfloat16, kFn, "datatype",
@@ -94,12 +103,25 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostSumAl
   ARGCHECK(sendbuff != nullptr || count == 0, kFn, "sendbuff", "NULL with count %zu", count);
   ARGCHECK(recvbuff != nullptr || count == 0, kFn, "recvbuff", "NULL with count %zu", count);
   const size_t es = signlion::bits::typeSize(datatype);
-  ARGCHECK(count <= SIZE_MAX / es, kFn, "count", "%zu elements overflow the address space", count);
+  ARGCHECK(count <= (size_t)PTRDIFF_MAX / es, kFn, "count", "%zu elements of %zu bytes exceed PTRDIFF_MAX bytes", count,
+           es);
+  NCCLCHECK(signlion::host::callStart(c, kFn));
+  signlion::host::CallHeader h;
+  h.seq = c->calls;
+  h.count = count;
+  h.kind = (uint8_t)signlion::host::CallKind::kSumAllReduce;
+  h.datatype = (uint8_t)datatype;
   size_t segment = (size_t)std::max<int64_t>(1, signlionParamHostSegment());
-  for (size_t done = 0; done < count; done += segment) {
-    NCCLCHECK(signlion::host::ringSum(c, static_cast<const char*>(sendbuff) + done * es,
-                                      static_cast<char*>(recvbuff) + done * es, std::min(segment, count - done),
-                                      datatype));
+  h.segment = segment;
+  ncclResult_t res = ncclSuccess;
+  if (count == 0) {  // no data: the headers still go round, so a disagreement is an error everywhere
+    res = c->check.checkRing(*c->sumTransfers, c->links, h, kFn);
   }
-  return ncclSuccess;
+  for (size_t done = 0; done < count && res == ncclSuccess; done += segment) {
+    h.part = (uint32_t)(done / segment);
+    c->check.begin(h);
+    res = signlion::host::ringSum(c, static_cast<const char*>(sendbuff) + done * es,
+                                  static_cast<char*>(recvbuff) + done * es, std::min(segment, count - done), datatype);
+  }
+  return signlion::host::callEnd(c, res);
 }

@@ -1,0 +1,224 @@
+#include "host/call_check.h"
+
+#include <cinttypes>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "bits/bits.h"
+#include "common/checks.h"
+#include "host/host_params.h"
+
+namespace signlion {
+namespace host {
+
+namespace {
+
+const char* opName(int op) { return op == ncclSignMajority ? "majority" : op == ncclSignAverage ? "average" : "?"; }
+const char* zeroName(int z) {
+  return z == ncclSignZeroPositive ? "positive" : z == ncclSignZeroNegative ? "negative" : z == ncclSignZeroAbstain ? "abstain" : "?";
+}
+const char* tieName(int t) {
+  return t == ncclSignTieZero ? "zero" : t == ncclSignTiePositive ? "positive" : t == ncclSignTieNegative ? "negative" : "?";
+}
+const char* kindName(int k) {
+  return k == (int)CallKind::kSignAllReduce ? "ncclSignHostAllReduce"
+         : k == (int)CallKind::kSumAllReduce ? "ncclSignHostSumAllReduce"
+                                             : "?";
+}
+
+std::string num(uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+ncclResult_t CallCheck::init(const Net& net, const Links& links, int rank, int nranks) {
+  rank_ = rank;
+  nranks_ = nranks;
+  void* p = nullptr;
+  SYSCHECKRET(posix_memalign(&p, 64, sizeof(CallHeader) * (nranks + 1)), "posix_memalign");
+  buf_ = static_cast<char*>(p);
+  for (int i = 0; i <= nranks; i++) new (slot(i)) CallHeader();
+  sentIn_.assign(nranks, 0);
+  recvIn_.assign(nranks, 0);
+  for (int peer : links.peers()) {
+    for (void* comm : {links.peer(peer).sendComm, links.peer(peer).recvComm}) {
+      void* mh = nullptr;
+      NCCLCHECK(net.api().regMr(comm, buf_, sizeof(CallHeader) * (nranks + 1), NCCL_PTR_HOST, &mh));
+      regs_.emplace_back(comm, mh);
+    }
+  }
+  return ncclSuccess;
+}
+
+void CallCheck::release(const Net& net) {
+  for (auto& r : regs_) net.api().deregMr(r.first, r.second);
+  forget();
+}
+
+void CallCheck::forget() {
+  regs_.clear();
+  free(buf_);
+  buf_ = nullptr;
+}
+
+void* CallCheck::mhandle(void* comm) const {
+  for (const auto& r : regs_)
+    if (r.first == comm) return r.second;
+  return nullptr;
+}
+
+void CallCheck::begin(const CallHeader& mine) {
+  *slot(nranks_) = mine;
+  slot(nranks_)->magic = CallHeader::kMagic;
+  slot(nranks_)->rank = rank_;
+  run_++;
+}
+
+void CallCheck::send(Transfers& t, void* comm) { t.send(comm, slot(nranks_), sizeof(CallHeader), mhandle(comm)); }
+
+void CallCheck::recv(Transfers& t, int peer, void* comm) {
+  *slot(peer) = CallHeader();
+  slot(peer)->magic = 0;
+  t.recv(comm, slot(peer), sizeof(CallHeader), mhandle(comm), kHeaderCookie | (size_t)peer, /*exactSize=*/false);
+}
+
+void CallCheck::sendOnce(Transfers& t, int peer, void* comm) {
+  if (sentIn_[peer] == run_) return;
+  sentIn_[peer] = run_;
+  send(t, comm);
+}
+
+void CallCheck::recvOnce(Transfers& t, int peer, void* comm) {
+  if (recvIn_[peer] == run_) return;
+  recvIn_[peer] = run_;
+  recv(t, peer, comm);
+}
+
+ncclResult_t CallCheck::verify(int peer, size_t size, const char* fn) const {
+  const CallHeader& o = *slot(peer);
+  const CallHeader& m = mine();
+  if (size != sizeof(CallHeader) || o.magic != CallHeader::kMagic || o.rank != peer) {
+    WARN("%s: call %" PRIu64 ": rank %d received a message from rank %d that does not start a call (%zu bytes): "
+         "the ranks are not in the same call (a message of an earlier, failed call, or another collective)",
+         fn, m.seq, rank_, peer, size);
+    return ncclInvalidUsage;
+  }
+  if (o.seq != m.seq) {
+    WARN("%s: rank %d is at call %" PRIu64 ", rank %d at call %" PRIu64
+         " of this communicator: a rank skipped a call, or went on after an error",
+         fn, peer, o.seq, rank_, m.seq);
+    return ncclInvalidUsage;
+  }
+  if (o.kind == m.kind && o.count == m.count && o.datatype == m.datatype && o.op == m.op &&
+      o.zeroRule == m.zeroRule && o.tieRule == m.tieRule && o.algorithm == m.algorithm && o.segment == m.segment &&
+      o.part == m.part)
+    return ncclSuccess;  // the hot path: no formatting, no allocation
+  // The first field that differs, as "<name>", theirs, mine.
+  const char* field = nullptr;
+  std::string theirs, ours;
+  auto differs = [&](const char* name, bool d, std::string t, std::string o2) {
+    if (field != nullptr || !d) return;
+    field = name;
+    theirs = std::move(t);
+    ours = std::move(o2);
+  };
+  differs("collective", o.kind != m.kind, kindName(o.kind), kindName(m.kind));
+  differs("count", o.count != m.count, num(o.count), num(m.count));
+  differs("datatype", o.datatype != m.datatype, bits::typeName((ncclDataType_t)o.datatype),
+          bits::typeName((ncclDataType_t)m.datatype));
+  differs("op", o.op != m.op, opName(o.op), opName(m.op));
+  differs("zero rule", o.zeroRule != m.zeroRule, zeroName(o.zeroRule), zeroName(m.zeroRule));
+  differs("tie rule", o.tieRule != m.tieRule, tieName(o.tieRule), tieName(m.tieRule));
+  differs("algorithm", o.algorithm != m.algorithm, algoName((ncclSignAlgo_t)o.algorithm),
+          algoName((ncclSignAlgo_t)m.algorithm));
+  differs("segment (SIGNLION_HOST_SEGMENT)", o.segment != m.segment, num(o.segment), num(m.segment));
+  differs("segment index", o.part != m.part, num(o.part), num(m.part));
+  if (field == nullptr) return ncclSuccess;
+  WARN("%s: call %" PRIu64 ": rank %d passed %s %s, rank %d passed %s: every rank must pass the same %s", fn, m.seq,
+       peer, field, theirs.c_str(), rank_, ours.c_str(), field);
+  return ncclInvalidUsage;
+}
+
+ncclResult_t CallCheck::checkRing(Transfers& t, const Links& links, const CallHeader& mine, const char* fn) {
+  if (nranks_ < 2) return ncclSuccess;
+  const int next = (rank_ + 1) % nranks_, prev = (rank_ + nranks_ - 1) % nranks_;
+  CallHeader h = mine;
+  for (int step = 0; step < nranks_ - 1; step++) {
+    h.part = (uint32_t)step;
+    begin(h);
+    t.clear();
+    send(t, links.peer(next).sendComm);
+    recv(t, prev, links.peer(prev).recvComm);
+    NCCLCHECK(t.run([&](size_t cookie, size_t size) { return verify((int)(cookie & ~kHeaderCookie), size, fn); }));
+  }
+  return ncclSuccess;
+}
+
+namespace {
+
+// The settings every rank must share, as one row of the init-time table.
+struct Settings {
+  int32_t algorithm, zeroRule, tieRule, pad;
+  int64_t segment, chunkBytes;
+  double costParams[3];
+};
+
+}  // namespace
+
+ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config, const double costParams[3]) {
+  const int nranks = bootstrap.nranks(), rank = bootstrap.rank();
+  std::vector<Settings> table(nranks);
+  Settings& me = table[rank];
+  memset(&me, 0, sizeof(me));
+  me.algorithm = config.algorithm;
+  me.zeroRule = config.zeroRule;
+  me.tieRule = config.tieRule;
+  me.segment = signlionParamHostSegment();
+  me.chunkBytes = hostChunkBytes();
+  for (int i = 0; i < 3; i++) me.costParams[i] = costParams[i];
+  NCCLCHECK(bootstrap.allGather(table.data(), sizeof(Settings)));
+  // Every rank reads the same table: every rank fails, each naming the first
+  // rank that differs from rank 0.
+  static const char* kFn = "ncclSignCommInitRank";
+  const Settings& r0 = table[0];
+  for (int r = 1; r < nranks; r++) {
+    const Settings& o = table[r];
+    const char* what = nullptr;
+    std::string a, b;
+    if (o.algorithm != r0.algorithm) {
+      what = "algorithm (config->algorithm or SIGNLION_ALGO)";
+      a = algoName((ncclSignAlgo_t)o.algorithm);
+      b = algoName((ncclSignAlgo_t)r0.algorithm);
+    } else if (o.zeroRule != r0.zeroRule) {
+      what = "zero rule (config->zeroRule)";
+      a = zeroName(o.zeroRule);
+      b = zeroName(r0.zeroRule);
+    } else if (o.tieRule != r0.tieRule) {
+      what = "tie rule (config->tieRule)";
+      a = tieName(o.tieRule);
+      b = tieName(r0.tieRule);
+    } else if (o.segment != r0.segment) {
+      what = "SIGNLION_HOST_SEGMENT";
+      a = num((uint64_t)o.segment);
+      b = num((uint64_t)r0.segment);
+    } else if (o.chunkBytes != r0.chunkBytes) {
+      what = "SIGNLION_HOST_CHUNK_BYTES";
+      a = num((uint64_t)o.chunkBytes);
+      b = num((uint64_t)r0.chunkBytes);
+    } else if (memcmp(o.costParams, r0.costParams, sizeof(o.costParams)) != 0) {
+      what = "cost model (SIGNLION_COST_ALPHA_NS, _BETA_MBPS, _GAMMA_PS)";
+      a = std::to_string(o.costParams[0]) + "/" + std::to_string(o.costParams[1]) + "/" + std::to_string(o.costParams[2]);
+      b = std::to_string(r0.costParams[0]) + "/" + std::to_string(r0.costParams[1]) + "/" +
+          std::to_string(r0.costParams[2]);
+    }
+    if (what != nullptr) {
+      WARN("%s: rank %d set %s %s, rank 0 set %s: every rank must set the same (seen by rank %d)", kFn, r, what,
+           a.c_str(), b.c_str(), rank);
+      return ncclInvalidUsage;
+    }
+  }
+  return ncclSuccess;
+}
+
+}  // namespace host
+}  // namespace signlion

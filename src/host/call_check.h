@@ -1,0 +1,105 @@
+// Every rank agrees or every rank gets an error. Each call of the host
+// communicator has a sequence number and a signature (what the ranks must
+// pass identically: count, datatype, op, zero and tie rules, algorithm,
+// segment); before its first data message to a peer in a call, a rank sends
+// that peer a small header carrying both, and the receiver compares it with
+// its own before it forwards anything of that call. A rank that finds another
+// call or another signature fails with ncclInvalidUsage and a WARN naming the
+// field and both values; its peers then miss its next messages and fail
+// within the timeout. The headers live in their own registered buffer (one
+// slot per peer), so a warm call allocates and registers nothing. The check
+// relies on nothing but ncclNet's in-order delivery on each comm: no tags,
+// so any NCCL net plugin carries it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/config.h"
+#include "host/bootstrap.h"
+#include "host/links.h"
+#include "host/net.h"
+#include "host/transfers.h"
+
+namespace signlion {
+namespace host {
+
+enum class CallKind : uint8_t { kSignAllReduce = 1, kSumAllReduce = 2 };
+
+// What one call's first message to each peer says. Fixed size: a receive of
+// a header never depends on the peer's idea of the call.
+struct CallHeader {
+  uint64_t magic = kMagic;
+  uint64_t seq = 0;      // calls on this communicator so far, this one included
+  uint64_t count = 0;    // elements of the whole call
+  uint64_t segment = 0;  // elements per segment (SIGNLION_HOST_SEGMENT)
+  uint32_t part = 0;     // segment of the call (or step of the check ring)
+  int32_t rank = -1;     // the sender
+  uint8_t kind = 0;      // CallKind
+  uint8_t datatype = 0;
+  uint8_t op = 0;
+  uint8_t zeroRule = 0;
+  uint8_t tieRule = 0;
+  uint8_t algorithm = 0;  // the algorithm this segment runs (after the cost model's choice)
+  uint8_t pad[2] = {0, 0};
+  static constexpr uint64_t kMagic = 0x6c6c616369676973ull;  // "sigicall"
+};
+static_assert(sizeof(CallHeader) == 48, "CallHeader is a wire format");
+
+// Cookies of header receives in a Transfers batch: the peer with this bit.
+constexpr size_t kHeaderCookie = size_t{1} << (sizeof(size_t) * 8 - 1);
+
+class CallCheck {
+ public:
+  // Registers the header slots on every link comm.
+  ncclResult_t init(const Net& net, const Links& links, int rank, int nranks);
+  // Deregisters (when the comms are still open) and frees.
+  void release(const Net& net);
+  void forget();
+  ~CallCheck() { forget(); }
+
+  // Starts one run (a segment of a call, or one step of the check ring): the
+  // header this rank sends from now on; every peer gets it again once.
+  void begin(const CallHeader& mine);
+  const CallHeader& mine() const { return *slot(nranks_); }
+
+  // Adds the header send to (receive from) `peer` on `comm` to t, once per
+  // run: call before the run's first data message to (from) that peer.
+  void sendOnce(Transfers& t, int peer, void* comm);
+  void recvOnce(Transfers& t, int peer, void* comm);
+  // Adds both unconditionally (the check ring, the sum's first step).
+  void send(Transfers& t, void* comm);
+  void recv(Transfers& t, int peer, void* comm);
+
+  // Checks what arrived in peer's slot (`size` bytes) against mine():
+  // ncclInvalidUsage with a WARN naming the field and both values.
+  ncclResult_t verify(int peer, size_t size, const char* fn) const;
+
+  // N-1 steps of headers around the ring (to rank+1, from rank-1): a call
+  // that has no data to move still takes part, and fails when any rank
+  // passed something else (a failed rank sends no further header, so the
+  // failure goes round within the timeout).
+  ncclResult_t checkRing(Transfers& t, const Links& links, const CallHeader& mine, const char* fn);
+
+ private:
+  CallHeader* slot(int i) const { return reinterpret_cast<CallHeader*>(buf_) + i; }
+  void* mhandle(void* comm) const;
+
+  int rank_ = 0;
+  int nranks_ = 0;
+  char* buf_ = nullptr;  // nranks_ receive slots (by peer), then the one this rank sends
+  std::vector<std::pair<void*, void*>> regs_;  // (comm, mhandle)
+  uint64_t run_ = 0;                           // begin() calls so far
+  std::vector<uint64_t> sentIn_, recvIn_;      // per peer: the run whose header went (came)
+};
+
+// Compares the settings every rank must share (the config's rules and
+// algorithm, the host tunables that shape messages, the cost model's
+// parameters) across the ranks once, at ncclSignCommInitRank: ncclInvalidUsage
+// on every rank, with a WARN naming the setting and both values, when any
+// differs.
+ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config, const double costParams[3]);
+
+}  // namespace host
+}  // namespace signlion
