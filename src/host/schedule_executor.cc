@@ -147,9 +147,12 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
     uint64_t* stage = stage_;
     for (const algo::Send& x : st.sends) {
       void* comm = links_.peer(x.peer).sendComm;
+      // The header goes with the first transfer the schedule names for this
+      // peer, even an empty one: the more ranks hear it, the more of them
+      // name a disagreement rather than time out.
+      check_.sendOnce(transfers_, x.peer, comm);
       int64_t step = algo::chunkBlocks(x.planes, chunkBytes);
       for (int64_t b = x.range.begin; b < x.range.end; b += step) {
-        if (b == x.range.begin) check_.sendOnce(transfers_, x.peer, comm);
         int64_t len = std::min(step, x.range.end - b);
         uint64_t* data = plane(x.buf, x.slot, 0, x.width) + b;
         if (x.planes > 1) {  // gather the planes of this chunk into one message
@@ -162,9 +165,9 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
     }
     for (const algo::Recv& x : st.recvs) {
       void* comm = links_.peer(x.peer).recvComm;
+      check_.recvOnce(transfers_, x.peer, comm);
       int64_t step = algo::chunkBlocks(x.planes, chunkBytes);
       for (int64_t b = x.range.begin; b < x.range.end; b += step) {
-        if (b == x.range.begin) check_.recvOnce(transfers_, x.peer, comm);
         int64_t len = std::min(step, x.range.end - b);
         uint64_t* data;
         if (x.planes > 1 || x.op != algo::RecvOp::kStore) {

@@ -38,17 +38,16 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostAllRe
   h.op = (uint8_t)op;
   h.zeroRule = (uint8_t)spec.zeroRule;
   h.tieRule = (uint8_t)spec.tieRule;
-  if (count == 0) {
-    // No schedule to run, but every rank takes part: the headers go round
-    // the ring, so a rank that passed something else fails everywhere.
-    h.algorithm = (uint8_t)c->config.algorithm;
-    return signlion::host::callEnd(c, c->check.checkRing(*c->sumTransfers, c->links, h, kFn));
-  }
   ncclResult_t res = ncclSuccess;
-  for (size_t done = 0; done < count && res == ncclSuccess;) {
+  size_t done = 0;
+  do {
     size_t n = std::min(segment, count - done);
+    // count == 0 still runs a schedule, the one of a single block, whose
+    // messages carry nothing of use: every rank takes part, and its headers
+    // meet those of a rank that passed a small count, which then names it.
+    const int64_t nblocks = std::max<int64_t>(1, signlion::algo::blocksForCount(n));
     const signlion::host::ScheduleEntry* e;
-    res = signlion::host::scheduleFor(c, signlion::algo::blocksForCount(n), spec, &e);
+    res = signlion::host::scheduleFor(c, nblocks, spec, &e);
     if (res != ncclSuccess) break;
     h.part = (uint32_t)(done / segment);
     h.algorithm = (uint8_t)e->schedule.algo;
@@ -56,6 +55,6 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostAllRe
     res = c->executor->run(e->schedule, e->extra, static_cast<const char*>(sendbuff) + done * esize,
                            static_cast<char*>(recvbuff) + done * esize, n, datatype);
     done += n;
-  }
+  } while (done < count && res == ncclSuccess);
   return signlion::host::callEnd(c, res);
 }
