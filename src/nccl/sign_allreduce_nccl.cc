@@ -79,7 +79,8 @@ ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
   ARGCHECK(recvbuff != nullptr || count == 0, kFn, "recvbuff", "NULL with count %zu", count);
   NCCLCHECK(bits::checkVoteArgs(datatype, (int)op, kFn));
   const size_t esize = bits::typeSize(datatype);
-  ARGCHECK(count <= SIZE_MAX / esize, kFn, "count", "%zu elements of %zu bytes overflow size_t", count, esize);
+  ARGCHECK(count <= (size_t)PTRDIFF_MAX / esize, kFn, "count", "%zu elements of %zu bytes exceed PTRDIFF_MAX bytes", count,
+           esize);
   ARGCHECK(count <= kMaxCount, kFn, "count", "%zu elements exceed the %llu that int64 block arithmetic holds", count,
            (unsigned long long)kMaxCount);
 
