@@ -5,7 +5,6 @@
 #include <cstring>
 #include <string>
 
-#include "bits/bits.h"
 #include "common/checks.h"
 #include "host/host_params.h"
 
@@ -13,22 +12,7 @@ namespace signlion {
 namespace host {
 
 namespace {
-
-const char* opName(int op) { return op == ncclSignMajority ? "majority" : op == ncclSignAverage ? "average" : "?"; }
-const char* zeroName(int z) {
-  return z == ncclSignZeroPositive ? "positive" : z == ncclSignZeroNegative ? "negative" : z == ncclSignZeroAbstain ? "abstain" : "?";
-}
-const char* tieName(int t) {
-  return t == ncclSignTieZero ? "zero" : t == ncclSignTiePositive ? "positive" : t == ncclSignTieNegative ? "negative" : "?";
-}
-const char* kindName(int k) {
-  return k == (int)CallKind::kSignAllReduce ? "ncclSignHostAllReduce"
-         : k == (int)CallKind::kSumAllReduce ? "ncclSignHostSumAllReduce"
-                                             : "?";
-}
-
 std::string num(uint64_t v) { return std::to_string(v); }
-
 }  // namespace
 
 ncclResult_t CallCheck::init(const Net& net, const Links& links, int rank, int nranks) {
@@ -67,10 +51,10 @@ void* CallCheck::mhandle(void* comm) const {
   return nullptr;
 }
 
-void CallCheck::begin(const CallHeader& mine) {
-  *slot(nranks_) = mine;
+void CallCheck::begin(const CallSignature& mine) {
   slot(nranks_)->magic = CallHeader::kMagic;
-  slot(nranks_)->rank = rank_;
+  slot(nranks_)->sig = mine;
+  slot(nranks_)->sig.rank = rank_;
   run_++;
 }
 
@@ -96,53 +80,19 @@ void CallCheck::recvOnce(Transfers& t, int peer, void* comm) {
 
 ncclResult_t CallCheck::verify(int peer, size_t size, const char* fn) const {
   const CallHeader& o = *slot(peer);
-  const CallHeader& m = mine();
-  if (size != sizeof(CallHeader) || o.magic != CallHeader::kMagic || o.rank != peer) {
+  if (size != sizeof(CallHeader) || o.magic != CallHeader::kMagic || o.sig.rank != peer) {
     WARN("%s: call %" PRIu64 ": rank %d received a message from rank %d that does not start a call (%zu bytes): "
          "the ranks are not in the same call (a message of an earlier, failed call, or another collective)",
-         fn, m.seq, rank_, peer, size);
+         fn, mine().seq, rank_, peer, size);
     return ncclInvalidUsage;
   }
-  if (o.seq != m.seq) {
-    WARN("%s: rank %d is at call %" PRIu64 ", rank %d at call %" PRIu64
-         " of this communicator: a rank skipped a call, or went on after an error",
-         fn, peer, o.seq, rank_, m.seq);
-    return ncclInvalidUsage;
-  }
-  if (o.kind == m.kind && o.count == m.count && o.datatype == m.datatype && o.op == m.op &&
-      o.zeroRule == m.zeroRule && o.tieRule == m.tieRule && o.algorithm == m.algorithm && o.segment == m.segment &&
-      o.part == m.part)
-    return ncclSuccess;  // the hot path: no formatting, no allocation
-  // The first field that differs, as "<name>", theirs, mine.
-  const char* field = nullptr;
-  std::string theirs, ours;
-  auto differs = [&](const char* name, bool d, std::string t, std::string o2) {
-    if (field != nullptr || !d) return;
-    field = name;
-    theirs = std::move(t);
-    ours = std::move(o2);
-  };
-  differs("collective", o.kind != m.kind, kindName(o.kind), kindName(m.kind));
-  differs("count", o.count != m.count, num(o.count), num(m.count));
-  differs("datatype", o.datatype != m.datatype, bits::typeName((ncclDataType_t)o.datatype),
-          bits::typeName((ncclDataType_t)m.datatype));
-  differs("op", o.op != m.op, opName(o.op), opName(m.op));
-  differs("zero rule", o.zeroRule != m.zeroRule, zeroName(o.zeroRule), zeroName(m.zeroRule));
-  differs("tie rule", o.tieRule != m.tieRule, tieName(o.tieRule), tieName(m.tieRule));
-  differs("algorithm", o.algorithm != m.algorithm, algoName((ncclSignAlgo_t)o.algorithm),
-          algoName((ncclSignAlgo_t)m.algorithm));
-  differs("segment (SIGNLION_HOST_SEGMENT)", o.segment != m.segment, num(o.segment), num(m.segment));
-  differs("segment index", o.part != m.part, num(o.part), num(m.part));
-  if (field == nullptr) return ncclSuccess;
-  WARN("%s: call %" PRIu64 ": rank %d passed %s %s, rank %d passed %s: every rank must pass the same %s", fn, m.seq,
-       peer, field, theirs.c_str(), rank_, ours.c_str(), field);
-  return ncclInvalidUsage;
+  return compareSignatures(o.sig, mine(), fn);
 }
 
-ncclResult_t CallCheck::checkRing(Transfers& t, const Links& links, const CallHeader& mine, const char* fn) {
+ncclResult_t CallCheck::checkRing(Transfers& t, const Links& links, const CallSignature& mine, const char* fn) {
   if (nranks_ < 2) return ncclSuccess;
   const int next = (rank_ + 1) % nranks_, prev = (rank_ + nranks_ - 1) % nranks_;
-  CallHeader h = mine;
+  CallSignature h = mine;
   for (int step = 0; step < nranks_ - 1; step++) {
     h.part = (uint32_t)step;
     begin(h);
@@ -191,12 +141,12 @@ ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& conf
       b = algoName((ncclSignAlgo_t)r0.algorithm);
     } else if (o.zeroRule != r0.zeroRule) {
       what = "zero rule (config->zeroRule)";
-      a = zeroName(o.zeroRule);
-      b = zeroName(r0.zeroRule);
+      a = zeroRuleName(o.zeroRule);
+      b = zeroRuleName(r0.zeroRule);
     } else if (o.tieRule != r0.tieRule) {
       what = "tie rule (config->tieRule)";
-      a = tieName(o.tieRule);
-      b = tieName(r0.tieRule);
+      a = tieRuleName(o.tieRule);
+      b = tieRuleName(r0.tieRule);
     } else if (o.segment != r0.segment) {
       what = "SIGNLION_HOST_SEGMENT";
       a = num((uint64_t)o.segment);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/call_signature.h"
 #include "common/config.h"
 #include "host/bootstrap.h"
 #include "host/links.h"
@@ -25,24 +26,11 @@
 namespace signlion {
 namespace host {
 
-enum class CallKind : uint8_t { kSignAllReduce = 1, kSumAllReduce = 2 };
-
 // What one call's first message to each peer says. Fixed size: a receive of
 // a header never depends on the peer's idea of the call.
 struct CallHeader {
   uint64_t magic = kMagic;
-  uint64_t seq = 0;      // calls on this communicator so far, this one included
-  uint64_t count = 0;    // elements of the whole call
-  uint64_t segment = 0;  // elements per segment (SIGNLION_HOST_SEGMENT)
-  uint32_t part = 0;     // segment of the call (or step of the check ring)
-  int32_t rank = -1;     // the sender
-  uint8_t kind = 0;      // CallKind
-  uint8_t datatype = 0;
-  uint8_t op = 0;
-  uint8_t zeroRule = 0;
-  uint8_t tieRule = 0;
-  uint8_t algorithm = 0;  // the algorithm this segment runs (after the cost model's choice)
-  uint8_t pad[2] = {0, 0};
+  CallSignature sig;
   static constexpr uint64_t kMagic = 0x6c6c616369676973ull;  // "sigicall"
 };
 static_assert(sizeof(CallHeader) == 48, "CallHeader is a wire format");
@@ -61,8 +49,8 @@ class CallCheck {
 
   // Starts one run (a segment of a call, or one step of the check ring): the
   // header this rank sends from now on; every peer gets it again once.
-  void begin(const CallHeader& mine);
-  const CallHeader& mine() const { return *slot(nranks_); }
+  void begin(const CallSignature& mine);
+  const CallSignature& mine() const { return slot(nranks_)->sig; }
 
   // Adds the header send to (receive from) `peer` on `comm` to t, once per
   // run: call before the run's first data message to (from) that peer.
@@ -80,7 +68,7 @@ class CallCheck {
   // that has no data to move still takes part, and fails when any rank
   // passed something else (a failed rank sends no further header, so the
   // failure goes round within the timeout).
-  ncclResult_t checkRing(Transfers& t, const Links& links, const CallHeader& mine, const char* fn);
+  ncclResult_t checkRing(Transfers& t, const Links& links, const CallSignature& mine, const char* fn);
 
  private:
   CallHeader* slot(int i) const { return reinterpret_cast<CallHeader*>(buf_) + i; }

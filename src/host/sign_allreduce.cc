@@ -29,11 +29,11 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostAllRe
   signlion::algo::OpSpec spec{op, c->config.zeroRule, c->config.tieRule};
   // Segments are whole blocks, so every segment but the last is a multiple of 64.
   size_t segment = (size_t)std::max<int64_t>(64, signlionParamHostSegment()) / 64 * 64;
-  signlion::host::CallHeader h;
+  signlion::CallSignature h;
   h.seq = c->calls;
   h.count = count;
   h.segment = segment;
-  h.kind = (uint8_t)signlion::host::CallKind::kSignAllReduce;
+  h.kind = (uint8_t)signlion::CallKind::kSignAllReduce;
   h.datatype = (uint8_t)datatype;
   h.op = (uint8_t)op;
   h.zeroRule = (uint8_t)spec.zeroRule;

@@ -106,10 +106,10 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostSumAl
   ARGCHECK(count <= (size_t)PTRDIFF_MAX / es, kFn, "count", "%zu elements of %zu bytes exceed PTRDIFF_MAX bytes", count,
            es);
   NCCLCHECK(signlion::host::callStart(c, kFn));
-  signlion::host::CallHeader h;
+  signlion::CallSignature h;
   h.seq = c->calls;
   h.count = count;
-  h.kind = (uint8_t)signlion::host::CallKind::kSumAllReduce;
+  h.kind = (uint8_t)signlion::CallKind::kSumAllReduce;
   h.datatype = (uint8_t)datatype;
   size_t segment = (size_t)std::max<int64_t>(1, signlionParamHostSegment());
   h.segment = segment;
