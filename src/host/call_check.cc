@@ -58,35 +58,45 @@ void CallCheck::begin(const CallSignature& mine) {
   run_++;
 }
 
-void CallCheck::send(Transfers& t, void* comm) { t.send(comm, slot(nranks_), sizeof(CallHeader), mhandle(comm)); }
+void CallCheck::sendAlone(Transfers& t, void* comm) { t.send(comm, slot(nranks_), kHeaderBytes, mhandle(comm)); }
 
-void CallCheck::recv(Transfers& t, int peer, void* comm) {
+void CallCheck::recvAlone(Transfers& t, int peer, void* comm) {
   *slot(peer) = CallHeader();
   slot(peer)->magic = 0;
-  t.recv(comm, slot(peer), sizeof(CallHeader), mhandle(comm), kHeaderCookie | (size_t)peer, /*exactSize=*/false);
+  t.recv(comm, slot(peer), kHeaderBytes, mhandle(comm), kHeaderCookie | (size_t)peer, /*exactSize=*/false);
 }
 
-void CallCheck::sendOnce(Transfers& t, int peer, void* comm) {
-  if (sentIn_[peer] == run_) return;
+bool CallCheck::firstSend(int peer) {
+  if (sentIn_[peer] == run_) return false;
   sentIn_[peer] = run_;
-  send(t, comm);
+  return true;
 }
 
-void CallCheck::recvOnce(Transfers& t, int peer, void* comm) {
-  if (recvIn_[peer] == run_) return;
+bool CallCheck::firstRecv(int peer) {
+  if (recvIn_[peer] == run_) return false;
   recvIn_[peer] = run_;
-  recv(t, peer, comm);
+  return true;
 }
 
-ncclResult_t CallCheck::verify(int peer, size_t size, const char* fn) const {
-  const CallHeader& o = *slot(peer);
-  if (size != sizeof(CallHeader) || o.magic != CallHeader::kMagic || o.sig.rank != peer) {
+void CallCheck::writeHeader(void* msg) const { memcpy(msg, slot(nranks_), kHeaderBytes); }
+
+ncclResult_t CallCheck::verify(int peer, const void* msg, size_t size, size_t payloadBytes, const char* fn) const {
+  CallHeader o;
+  o.magic = 0;
+  if (size >= kHeaderBytes) memcpy(&o, msg != nullptr ? msg : slot(peer), kHeaderBytes);
+  if (o.magic != CallHeader::kMagic || o.sig.rank != peer) {
     WARN("%s: call %" PRIu64 ": rank %d received a message from rank %d that does not start a call (%zu bytes): "
          "the ranks are not in the same call (a message of an earlier, failed call, or another collective)",
          fn, mine().seq, rank_, peer, size);
     return ncclInvalidUsage;
   }
-  return compareSignatures(o.sig, mine(), fn);
+  NCCLCHECK(compareSignatures(o.sig, mine(), fn));
+  if (size != kHeaderBytes + payloadBytes) {
+    WARN("%s: call %" PRIu64 ": rank %d sent rank %d %zu bytes where %zu were due, with the same signature", fn,
+         mine().seq, peer, rank_, size - kHeaderBytes, payloadBytes);
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
 }
 
 ncclResult_t CallCheck::checkRing(Transfers& t, const Links& links, const CallSignature& mine, const char* fn) {
@@ -97,9 +107,11 @@ ncclResult_t CallCheck::checkRing(Transfers& t, const Links& links, const CallSi
     h.part = (uint32_t)step;
     begin(h);
     t.clear();
-    send(t, links.peer(next).sendComm);
-    recv(t, prev, links.peer(prev).recvComm);
-    NCCLCHECK(t.run([&](size_t cookie, size_t size) { return verify((int)(cookie & ~kHeaderCookie), size, fn); }));
+    sendAlone(t, links.peer(next).sendComm);
+    recvAlone(t, prev, links.peer(prev).recvComm);
+    NCCLCHECK(t.run([&](size_t cookie, size_t size) {
+      return verify((int)(cookie & ~kHeaderCookie), nullptr, size, 0, fn);
+    }));
   }
   return ncclSuccess;
 }

@@ -1,15 +1,18 @@
 // Every rank agrees or every rank gets an error. Each call of the host
 // communicator has a sequence number and a signature (what the ranks must
 // pass identically: count, datatype, op, zero and tie rules, algorithm,
-// segment); before its first data message to a peer in a call, a rank sends
-// that peer a small header carrying both, and the receiver compares it with
-// its own before it forwards anything of that call. A rank that finds another
-// call or another signature fails with ncclInvalidUsage and a WARN naming the
-// field and both values; its peers then miss its next messages and fail
-// within the timeout. The headers live in their own registered buffer (one
-// slot per peer), so a warm call allocates and registers nothing. The check
-// relies on nothing but ncclNet's in-order delivery on each comm: no tags,
-// so any NCCL net plugin carries it.
+// segment); a rank's first message to each peer in a call (segment) starts
+// with a small header carrying both, and the receiver compares it with its
+// own before the step ends, so nothing of a call that disagrees is forwarded
+// or written out. The header rides in front of the first data chunk, so it
+// costs no message of its own; a peer whose first transfer is empty gets the
+// header alone. A rank that finds another call or another signature fails
+// with ncclInvalidUsage and a WARN naming the field and both values; its
+// peers then miss its next messages and fail within the timeout. Headers
+// that travel alone land in a registered buffer of their own (one slot per
+// peer), so a warm call allocates and registers nothing. The check relies on
+// nothing but ncclNet's in-order delivery on each comm: no tags, so any NCCL
+// net plugin carries it.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +38,10 @@ struct CallHeader {
 };
 static_assert(sizeof(CallHeader) == 48, "CallHeader is a wire format");
 
-// Cookies of header receives in a Transfers batch: the peer with this bit.
+constexpr size_t kHeaderBytes = sizeof(CallHeader);
+constexpr size_t kHeaderWords = kHeaderBytes / 8;
+
+// Cookies of a header alone in a Transfers batch: the peer with this bit.
 constexpr size_t kHeaderCookie = size_t{1} << (sizeof(size_t) * 8 - 1);
 
 class CallCheck {
@@ -52,17 +58,22 @@ class CallCheck {
   void begin(const CallSignature& mine);
   const CallSignature& mine() const { return slot(nranks_)->sig; }
 
-  // Adds the header send to (receive from) `peer` on `comm` to t, once per
-  // run: call before the run's first data message to (from) that peer.
-  void sendOnce(Transfers& t, int peer, void* comm);
-  void recvOnce(Transfers& t, int peer, void* comm);
-  // Adds both unconditionally (the check ring, the sum's first step).
-  void send(Transfers& t, void* comm);
-  void recv(Transfers& t, int peer, void* comm);
+  // True the first time in this run for `peer` (and never again): that
+  // message carries the header.
+  bool firstSend(int peer);
+  bool firstRecv(int peer);
+  // Writes the header in front of a first message (kHeaderBytes at msg).
+  void writeHeader(void* msg) const;
+  // The header alone, to (from) a peer whose first transfer is empty (and
+  // around the check ring): from (into) this object's registered slots.
+  void sendAlone(Transfers& t, void* comm);
+  void recvAlone(Transfers& t, int peer, void* comm);
 
-  // Checks what arrived in peer's slot (`size` bytes) against mine():
-  // ncclInvalidUsage with a WARN naming the field and both values.
-  ncclResult_t verify(int peer, size_t size, const char* fn) const;
+  // A first message from `peer` of `size` bytes at msg (a header alone:
+  // msg = nullptr, the peer's slot) whose payload should be payloadBytes:
+  // its header against mine() (ncclInvalidUsage with a WARN naming the
+  // field and both values), then its size.
+  ncclResult_t verify(int peer, const void* msg, size_t size, size_t payloadBytes, const char* fn) const;
 
   // N-1 steps of headers around the ring (to rank+1, from rank-1): a call
   // that has no data to move still takes part, and fails when any rank

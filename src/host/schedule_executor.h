@@ -79,6 +79,7 @@ class ScheduleExecutor {
     int64_t begin;
     int64_t len;
     uint64_t* data;
+    bool first;  // the peer's first message of the run: a header precedes data
   };
   std::vector<Pending> pending_;
 };

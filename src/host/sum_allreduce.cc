@@ -43,8 +43,9 @@ constexpr const char* kFn = "ncclSignHostSumAllReduce";
 
 // One segment: count elements of send summed into recv. The ring runs in the
 // registered arena (the user's buffers are not registered): a working copy
-// of the segment, and a stage for one incoming shard. The call's header
-// (c->check.begin) goes to the next rank ahead of the first step's data.
+// of the segment, a stage for one incoming shard, and the first message of
+// the segment each way, which carries the call's header (c->check.begin) in
+// front of the first step's first chunk (alone when that shard is empty).
 ncclResult_t ringSum(ncclSignComm* c, const char* send, char* recv, size_t count, ncclDataType_t dt) {
   const int n = c->nranks, rank = c->rank, next = (rank + 1) % n, prev = (rank + n - 1) % n;
   const size_t es = bits::typeSize(dt);
@@ -53,9 +54,13 @@ ncclResult_t ringSum(ncclSignComm* c, const char* send, char* recv, size_t count
     return ncclSuccess;
   }
   const size_t chunk = (size_t)hostChunkBytes() / es;
-  NCCLCHECK(c->arena.reserve((count + shardOf(count, n, 0).count) * es, *c->net, c->links));
+  const size_t shardMax = shardOf(count, n, 0).count;
+  const size_t firstMax = kHeaderBytes + std::min(chunk, shardMax) * es;
+  NCCLCHECK(c->arena.reserve((count + shardMax) * es + 2 * firstMax, *c->net, c->links));
   char* buf = c->arena.base();
   char* stage = buf + count * es;
+  char* firstOut = stage + shardMax * es;
+  char* firstIn = firstOut + firstMax;
   memcpy(buf, send, count * es);
   void* sendComm = c->links.peer(next).sendComm;
   void* recvComm = c->links.peer(prev).recvComm;
@@ -66,20 +71,38 @@ ncclResult_t ringSum(ncclSignComm* c, const char* send, char* recv, size_t count
       // all-gather forwards shard rank+1-k and stores shard rank-k.
       Shard out = shardOf(count, n, ((phase == 0 ? rank - k : rank + 1 - k) % n + n) % n);
       Shard in = shardOf(count, n, ((phase == 0 ? rank - k - 1 : rank - k) % n + n) % n);
+      const bool first = phase == 0 && k == 0;
       t.clear();
-      if (phase == 0 && k == 0) {
-        c->check.send(t, sendComm);
-        c->check.recv(t, prev, recvComm);
+      if (first && out.count == 0) c->check.sendAlone(t, sendComm);
+      if (first && in.count == 0) c->check.recvAlone(t, prev, recvComm);
+      for (size_t b = 0; b < out.count; b += chunk) {
+        size_t bytes = std::min(chunk, out.count - b) * es;
+        char* data = buf + (out.begin + b) * es;
+        if (first && b == 0) {
+          c->check.writeHeader(firstOut);
+          memcpy(firstOut + kHeaderBytes, data, bytes);
+          data = firstOut;
+          bytes += kHeaderBytes;
+        }
+        t.send(sendComm, data, bytes, c->arena.mhandle(sendComm));
       }
-      for (size_t b = 0; b < out.count; b += chunk)
-        t.send(sendComm, buf + (out.begin + b) * es, std::min(chunk, out.count - b) * es, c->arena.mhandle(sendComm));
       for (size_t b = 0; b < in.count; b += chunk) {
+        size_t bytes = std::min(chunk, in.count - b) * es;
         char* dst = phase == 0 ? stage + b * es : buf + (in.begin + b) * es;
-        t.recv(recvComm, dst, std::min(chunk, in.count - b) * es, c->arena.mhandle(recvComm), b);
+        if (first && b == 0)  // judged by its header before its size
+          t.recv(recvComm, firstIn, bytes + kHeaderBytes, c->arena.mhandle(recvComm), b, /*exactSize=*/false);
+        else
+          t.recv(recvComm, dst, bytes, c->arena.mhandle(recvComm), b);
       }
       NCCLCHECK(t.run([&](size_t b, size_t bytes) {
-        if (b & kHeaderCookie) return c->check.verify((int)(b & ~kHeaderCookie), bytes, kFn);
-        if (phase == 0) addInto(buf + (in.begin + b) * es, stage + b * es, std::min(chunk, in.count - b), dt);
+        if (b & kHeaderCookie) return c->check.verify((int)(b & ~kHeaderCookie), nullptr, bytes, 0, kFn);
+        size_t len = std::min(chunk, in.count - b);
+        const char* src = stage + b * es;
+        if (first && b == 0) {  // only phase 0 has a first message
+          NCCLCHECK(c->check.verify(prev, firstIn, bytes, len * es, kFn));
+          src = firstIn + kHeaderBytes;
+        }
+        if (phase == 0) addInto(buf + (in.begin + b) * es, src, len, dt);
         return ncclSuccess;
       }));
     }
