@@ -41,9 +41,8 @@ ncclResult_t compareSignatures(const CallSignature& o, const CallSignature& m, c
          fn, o.rank, o.seq, m.rank, m.seq);
     return ncclInvalidUsage;
   }
-  if (o.kind == m.kind && o.count == m.count && o.datatype == m.datatype && o.op == m.op &&
-      o.zeroRule == m.zeroRule && o.tieRule == m.tieRule && o.algorithm == m.algorithm && o.segment == m.segment &&
-      o.part == m.part)
+  if (o.kind == m.kind && o.count == m.count && o.datatype == m.datatype && o.op == m.op && o.zeroRule == m.zeroRule &&
+      o.tieRule == m.tieRule && o.algorithm == m.algorithm && o.segment == m.segment && o.part == m.part)
     return ncclSuccess;  // the hot path: no formatting, no allocation
   // The first field that differs: its name, theirs, mine.
   const char* field = nullptr;

@@ -85,7 +85,8 @@ ncclResult_t CallCheck::verify(int peer, const void* msg, size_t size, size_t pa
   o.magic = 0;
   if (size >= kHeaderBytes) memcpy(&o, msg != nullptr ? msg : slot(peer), kHeaderBytes);
   if (o.magic != CallHeader::kMagic || o.sig.rank != peer) {
-    WARN("%s: call %" PRIu64 ": rank %d received a message from rank %d that does not start a call (%zu bytes): "
+    WARN("%s: call %" PRIu64
+         ": rank %d received a message from rank %d that does not start a call (%zu bytes): "
          "the ranks are not in the same call (a message of an earlier, failed call, or another collective)",
          fn, mine().seq, rank_, peer, size);
     return ncclInvalidUsage;
@@ -109,9 +110,8 @@ ncclResult_t CallCheck::checkRing(Transfers& t, const Links& links, const CallSi
     t.clear();
     sendAlone(t, links.peer(next).sendComm);
     recvAlone(t, prev, links.peer(prev).recvComm);
-    NCCLCHECK(t.run([&](size_t cookie, size_t size) {
-      return verify((int)(cookie & ~kHeaderCookie), nullptr, size, 0, fn);
-    }));
+    NCCLCHECK(t.run(
+        [&](size_t cookie, size_t size) { return verify((int)(cookie & ~kHeaderCookie), nullptr, size, 0, fn); }));
   }
   return ncclSuccess;
 }
@@ -169,7 +169,8 @@ ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& conf
       b = num((uint64_t)r0.chunkBytes);
     } else if (memcmp(o.costParams, r0.costParams, sizeof(o.costParams)) != 0) {
       what = "cost model (SIGNLION_COST_ALPHA_NS, _BETA_MBPS, _GAMMA_PS)";
-      a = std::to_string(o.costParams[0]) + "/" + std::to_string(o.costParams[1]) + "/" + std::to_string(o.costParams[2]);
+      a = std::to_string(o.costParams[0]) + "/" + std::to_string(o.costParams[1]) + "/" +
+          std::to_string(o.costParams[2]);
       b = std::to_string(r0.costParams[0]) + "/" + std::to_string(r0.costParams[1]) + "/" +
           std::to_string(r0.costParams[2]);
     }

@@ -87,7 +87,7 @@ class CallCheck {
 
   int rank_ = 0;
   int nranks_ = 0;
-  char* buf_ = nullptr;  // nranks_ receive slots (by peer), then the one this rank sends
+  char* buf_ = nullptr;                        // nranks_ receive slots (by peer), then the one this rank sends
   std::vector<std::pair<void*, void*>> regs_;  // (comm, mhandle)
   uint64_t run_ = 0;                           // begin() calls so far
   std::vector<uint64_t> sentIn_, recvIn_;      // per peer: the run whose header went (came)

@@ -51,8 +51,7 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
   NCCLCHECK(checkSettingsAgree(*comm->bootstrap, comm->config, cost));
   NCCLCHECK(comm->links.connect(*comm->net, *comm->bootstrap, schedulePeers(nranks, rank), comm->config.timeoutMs));
   NCCLCHECK(comm->check.init(*comm->net, comm->links, rank, nranks));
-  comm->executor.reset(
-      new ScheduleExecutor(*comm->net, comm->links, comm->arena, comm->check, comm->config.timeoutMs));
+  comm->executor.reset(new ScheduleExecutor(*comm->net, comm->links, comm->arena, comm->check, comm->config.timeoutMs));
   comm->sumTransfers.reset(new Transfers(*comm->net, comm->config.timeoutMs));
   INFO(kSubsysInit, "ncclSignCommInitRank: rank %d/%d ready, algorithm %s, net %s", rank, nranks,
        algoName(comm->config.algorithm), comm->net->name());
@@ -73,9 +72,10 @@ ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec
 ncclResult_t callStart(ncclSignComm* comm, const char* fn) {
   ncclResult_t err = comm->asyncError.load();
   if (err != ncclSuccess) {
-    WARN("%s: rank %d: an earlier call on this communicator failed (error %d): it takes no further calls; "
-         "ncclSignCommAbort or ncclSignCommDestroy it",
-         fn, comm->rank, (int)err);
+    WARN(
+        "%s: rank %d: an earlier call on this communicator failed (error %d): it takes no further calls; "
+        "ncclSignCommAbort or ncclSignCommDestroy it",
+        fn, comm->rank, (int)err);
     return err;
   }
   comm->calls++;
@@ -161,8 +161,7 @@ SIGNLION_API ncclResult_t ncclSignBarrier(ncclSignComm_t comm) {
   if (c == nullptr) return ncclInvalidArgument;
   ncclResult_t err = c->asyncError.load();
   if (err != ncclSuccess) {
-    WARN("ncclSignBarrier: rank %d: an earlier call on this communicator failed (error %d)", c->rank,
-         (int)err);
+    WARN("ncclSignBarrier: rank %d: an earlier call on this communicator failed (error %d)", c->rank, (int)err);
     return err;
   }
   return signlion::host::callEnd(c, c->bootstrap->barrier());

@@ -74,8 +74,8 @@ ncclResult_t runSegments(const NcclApi& api, CommContext& ctx, const algo::OpSpe
 
 // SIGNLION_CHECK=1: the call's signature against every rank's, before
 // anything of the call is enqueued.
-ncclResult_t checkCall(const NcclApi& api, CommContext& ctx, const algo::OpSpec& spec, size_t count,
-                       ncclDataType_t dt, cudaStream_t stream, bool capturing) {
+ncclResult_t checkCall(const NcclApi& api, CommContext& ctx, const algo::OpSpec& spec, size_t count, ncclDataType_t dt,
+                       cudaStream_t stream, bool capturing) {
   static const char* kFn = "ncclSignAllReduce (SIGNLION_CHECK=1)";
   if (capturing) {
     WARN("%s: the check waits for the stream, which CUDA graph capture forbids: unset SIGNLION_CHECK to capture", kFn);
@@ -107,8 +107,8 @@ ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
   ARGCHECK(recvbuff != nullptr || count == 0, kFn, "recvbuff", "NULL with count %zu", count);
   NCCLCHECK(bits::checkVoteArgs(datatype, (int)op, kFn));
   const size_t esize = bits::typeSize(datatype);
-  ARGCHECK(count <= (size_t)PTRDIFF_MAX / esize, kFn, "count", "%zu elements of %zu bytes exceed PTRDIFF_MAX bytes", count,
-           esize);
+  ARGCHECK(count <= (size_t)PTRDIFF_MAX / esize, kFn, "count", "%zu elements of %zu bytes exceed PTRDIFF_MAX bytes",
+           count, esize);
   ARGCHECK(count <= kMaxCount, kFn, "count", "%zu elements exceed the %llu that int64 block arithmetic holds", count,
            (unsigned long long)kMaxCount);
 

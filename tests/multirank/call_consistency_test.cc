@@ -63,10 +63,14 @@ struct Args {
 enum class Mismatch { kCount, kDatatype, kOp, kCountZero };
 const char* mismatchName(Mismatch m) {
   switch (m) {
-    case Mismatch::kCount: return "count";
-    case Mismatch::kDatatype: return "datatype";
-    case Mismatch::kOp: return "op";
-    case Mismatch::kCountZero: return "count0";
+    case Mismatch::kCount:
+      return "count";
+    case Mismatch::kDatatype:
+      return "datatype";
+    case Mismatch::kOp:
+      return "op";
+    case Mismatch::kCountZero:
+      return "count0";
   }
   return "?";
 }
@@ -76,13 +80,19 @@ Args argsFor(Mismatch m, int rank, int n) {
   Args a;
   const bool odd = rank == n - 1;
   switch (m) {
-    case Mismatch::kCount: a.count = odd ? 999 : 1000; break;
+    case Mismatch::kCount:
+      a.count = odd ? 999 : 1000;
+      break;
     case Mismatch::kDatatype:
       a.count = 100;
       a.dt = odd ? ncclFloat16 : ncclFloat32;
       break;
-    case Mismatch::kOp: a.op = odd ? ncclSignAverage : ncclSignMajority; break;
-    case Mismatch::kCountZero: a.count = odd ? 0 : 64; break;
+    case Mismatch::kOp:
+      a.op = odd ? ncclSignAverage : ncclSignMajority;
+      break;
+    case Mismatch::kCountZero:
+      a.count = odd ? 0 : 64;
+      break;
   }
   return a;
 }
@@ -96,10 +106,14 @@ struct Expected {
 };
 Expected expectedWarn(Mismatch m) {
   switch (m) {
-    case Mismatch::kCount: return {"count", "999", "1000"};
-    case Mismatch::kDatatype: return {"datatype", "half", "float"};
-    case Mismatch::kOp: return {"op", "average", "majority"};
-    case Mismatch::kCountZero: return {"count", "0", "64"};
+    case Mismatch::kCount:
+      return {"count", "999", "1000"};
+    case Mismatch::kDatatype:
+      return {"datatype", "half", "float"};
+    case Mismatch::kOp:
+      return {"op", "average", "majority"};
+    case Mismatch::kCountZero:
+      return {"count", "0", "64"};
   }
   return {"?", "?", "?"};
 }
@@ -146,8 +160,9 @@ TEST_P(CallMismatch, EveryRankFailsNoneSucceeds) {
   std::vector<ncclResult_t> res(n, ncclSuccess), async(n, ncclSuccess);
   std::vector<double> seconds(n, 0);
   test::WarnCapture warns;
-  std::vector<ncclResult_t> init =
-      runRanks(n, [&](int) { return makeConfig(mc.algo); }, [&](int rank, ncclSignComm_t comm) {
+  std::vector<ncclResult_t> init = runRanks(
+      n, [&](int) { return makeConfig(mc.algo); },
+      [&](int rank, ncclSignComm_t comm) {
         Args a = argsFor(mc.what, rank, n);
         std::vector<float> in(1000, rank % 2 ? 1.0f : -1.0f), out(1000, 0.0f);
         auto t0 = std::chrono::steady_clock::now();
@@ -167,7 +182,8 @@ TEST_P(CallMismatch, EveryRankFailsNoneSucceeds) {
   for (ncclResult_t r : res) invalidUsage += r == ncclInvalidUsage;
   EXPECT_GE(invalidUsage, 1) << "no rank named the disagreement";
   EXPECT_TRUE(namesBoth(warns.lines(), expectedWarn(mc.what), n - 1))
-      << "no WARN naming " << expectedWarn(mc.what).field << " and both values; WARNs:\n" << joined(warns.lines());
+      << "no WARN naming " << expectedWarn(mc.what).field << " and both values; WARNs:\n"
+      << joined(warns.lines());
 }
 
 std::vector<MismatchCase> mismatchCases() {
@@ -210,7 +226,8 @@ TEST_P(SettingMismatch, InitFailsOnEveryRank) {
           },
           [](int, ncclSignComm_t) {});
       if (sc.name == std::string("algo") && algo == ncclSignAlgoAllGather) continue;  // no difference
-      for (int r = 0; r < n; r++) EXPECT_EQ(init[r], ncclInvalidUsage) << sc.name << " " << algoName(algo) << " rank " << r;
+      for (int r = 0; r < n; r++)
+        EXPECT_EQ(init[r], ncclInvalidUsage) << sc.name << " " << algoName(algo) << " rank " << r;
       EXPECT_EQ(warns.countContaining(sc.warn), n) << sc.name << " " << algoName(algo);
     }
   }
@@ -225,21 +242,24 @@ TEST(StickyError, LeftoverDataIsNeverAResult) {
   for (ncclSignAlgo_t algo : kAlgos) {
     std::vector<ncclResult_t> first(2, ncclSuccess), second(2, ncclSuccess), async(2, ncclSuccess);
     std::vector<float> out1(64, 7.0f);
-    runRanks(2, [&](int) { return makeConfig(algo); }, [&](int rank, ncclSignComm_t& comm) {
-      std::vector<float> in(64, 1.0f), out(64, 7.0f);
-      ncclResult_t before = ncclInternalError;
-      EXPECT_EQ(ncclSignCommGetAsyncError(comm, &before), ncclSuccess);
-      EXPECT_EQ(before, ncclSuccess);
-      first[rank] = ncclSignHostAllReduce(in.data(), out.data(), rank == 0 ? 0 : 64, ncclFloat32, ncclSignMajority, comm);
-      if (rank == 0) {
-        ncclSignCommAbort(comm);  // as documented after an error; the peer calls again
-        comm = nullptr;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      second[rank] = ncclSignHostAllReduce(in.data(), out1.data(), 64, ncclFloat32, ncclSignMajority, comm);
-      EXPECT_EQ(ncclSignCommGetAsyncError(comm, &async[rank]), ncclSuccess);
-    });
+    runRanks(
+        2, [&](int) { return makeConfig(algo); },
+        [&](int rank, ncclSignComm_t& comm) {
+          std::vector<float> in(64, 1.0f), out(64, 7.0f);
+          ncclResult_t before = ncclInternalError;
+          EXPECT_EQ(ncclSignCommGetAsyncError(comm, &before), ncclSuccess);
+          EXPECT_EQ(before, ncclSuccess);
+          first[rank] =
+              ncclSignHostAllReduce(in.data(), out.data(), rank == 0 ? 0 : 64, ncclFloat32, ncclSignMajority, comm);
+          if (rank == 0) {
+            ncclSignCommAbort(comm);  // as documented after an error; the peer calls again
+            comm = nullptr;
+            return;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          second[rank] = ncclSignHostAllReduce(in.data(), out1.data(), 64, ncclFloat32, ncclSignMajority, comm);
+          EXPECT_EQ(ncclSignCommGetAsyncError(comm, &async[rank]), ncclSuccess);
+        });
     for (int r = 0; r < 2; r++) EXPECT_NE(first[r], ncclSuccess) << algoName(algo) << " rank " << r;
     EXPECT_NE(second[1], ncclSuccess) << algoName(algo);
     EXPECT_EQ(second[1], first[1]) << algoName(algo) << ": not the sticky error";
@@ -253,26 +273,31 @@ TEST(StickyError, LeftoverDataIsNeverAResult) {
 TEST(StickyError, EveryLaterCallGetsTheFirstError) {
   const int n = 3;
   std::vector<ncclResult_t> first(n), later(n, ncclSuccess);
-  runRanks(n, [&](int) { return makeConfig(ncclSignAlgoRing); }, [&](int rank, ncclSignComm_t comm) {
-    std::vector<float> in(100, 1.0f), out(100);
-    first[rank] = ncclSignHostAllReduce(in.data(), out.data(), rank == 1 ? 99 : 100, ncclFloat32, ncclSignMajority, comm);
-    for (int i = 0; i < 3; i++) {
-      ncclResult_t r[3] = {ncclSignHostAllReduce(in.data(), out.data(), 100, ncclFloat32, ncclSignMajority, comm),
-                           ncclSignHostSumAllReduce(in.data(), out.data(), 100, ncclFloat32, comm),
-                           ncclSignBarrier(comm)};
-      for (ncclResult_t x : r) EXPECT_EQ(x, first[rank]) << "rank " << rank;
-    }
-    ncclResult_t async = ncclSuccess;
-    EXPECT_EQ(ncclSignCommGetAsyncError(comm, &async), ncclSuccess);
-    EXPECT_EQ(async, first[rank]);
-  });
+  runRanks(
+      n, [&](int) { return makeConfig(ncclSignAlgoRing); },
+      [&](int rank, ncclSignComm_t comm) {
+        std::vector<float> in(100, 1.0f), out(100);
+        first[rank] =
+            ncclSignHostAllReduce(in.data(), out.data(), rank == 1 ? 99 : 100, ncclFloat32, ncclSignMajority, comm);
+        for (int i = 0; i < 3; i++) {
+          ncclResult_t r[3] = {ncclSignHostAllReduce(in.data(), out.data(), 100, ncclFloat32, ncclSignMajority, comm),
+                               ncclSignHostSumAllReduce(in.data(), out.data(), 100, ncclFloat32, comm),
+                               ncclSignBarrier(comm)};
+          for (ncclResult_t x : r) EXPECT_EQ(x, first[rank]) << "rank " << rank;
+        }
+        ncclResult_t async = ncclSuccess;
+        EXPECT_EQ(ncclSignCommGetAsyncError(comm, &async), ncclSuccess);
+        EXPECT_EQ(async, first[rank]);
+      });
   for (int r = 0; r < n; r++) EXPECT_NE(first[r], ncclSuccess) << "rank " << r;
   // A fresh communicator is unaffected.
-  runRanks(n, [&](int) { return makeConfig(ncclSignAlgoRing); }, [&](int rank, ncclSignComm_t comm) {
-    std::vector<float> in(100, 1.0f), out(100);
-    EXPECT_EQ(ncclSignHostAllReduce(in.data(), out.data(), 100, ncclFloat32, ncclSignMajority, comm), ncclSuccess);
-    for (float v : out) ASSERT_EQ(v, 1.0f) << "rank " << rank;
-  });
+  runRanks(
+      n, [&](int) { return makeConfig(ncclSignAlgoRing); },
+      [&](int rank, ncclSignComm_t comm) {
+        std::vector<float> in(100, 1.0f), out(100);
+        EXPECT_EQ(ncclSignHostAllReduce(in.data(), out.data(), 100, ncclFloat32, ncclSignMajority, comm), ncclSuccess);
+        for (float v : out) ASSERT_EQ(v, 1.0f) << "rank " << rank;
+      });
 }
 
 // The sum baseline checks its calls the same way.
@@ -280,17 +305,21 @@ TEST(CallMismatchSum, CountAndDatatypeAndCollective) {
   for (int n : {2, 3, 4, 8}) {
     for (int what = 0; what < 4; what++) {
       std::vector<ncclResult_t> res(n, ncclSuccess);
-      runRanks(n, [&](int) { return makeConfig(ncclSignAlgoRing); }, [&](int rank, ncclSignComm_t comm) {
-        std::vector<float> in(1000, 1.0f), out(1000);
-        const bool odd = rank == n - 1;
-        if (what == 0) res[rank] = ncclSignHostSumAllReduce(in.data(), out.data(), odd ? 999 : 1000, ncclFloat32, comm);
-        if (what == 1) res[rank] = ncclSignHostSumAllReduce(in.data(), out.data(), odd ? 0 : 1000, ncclFloat32, comm);
-        if (what == 2)
-          res[rank] = ncclSignHostSumAllReduce(in.data(), out.data(), 500, odd ? ncclBfloat16 : ncclFloat32, comm);
-        if (what == 3)
-          res[rank] = odd ? ncclSignHostAllReduce(in.data(), out.data(), 1000, ncclFloat32, ncclSignMajority, comm)
-                          : ncclSignHostSumAllReduce(in.data(), out.data(), 1000, ncclFloat32, comm);
-      });
+      runRanks(
+          n, [&](int) { return makeConfig(ncclSignAlgoRing); },
+          [&](int rank, ncclSignComm_t comm) {
+            std::vector<float> in(1000, 1.0f), out(1000);
+            const bool odd = rank == n - 1;
+            if (what == 0)
+              res[rank] = ncclSignHostSumAllReduce(in.data(), out.data(), odd ? 999 : 1000, ncclFloat32, comm);
+            if (what == 1)
+              res[rank] = ncclSignHostSumAllReduce(in.data(), out.data(), odd ? 0 : 1000, ncclFloat32, comm);
+            if (what == 2)
+              res[rank] = ncclSignHostSumAllReduce(in.data(), out.data(), 500, odd ? ncclBfloat16 : ncclFloat32, comm);
+            if (what == 3)
+              res[rank] = odd ? ncclSignHostAllReduce(in.data(), out.data(), 1000, ncclFloat32, ncclSignMajority, comm)
+                              : ncclSignHostSumAllReduce(in.data(), out.data(), 1000, ncclFloat32, comm);
+          });
       for (int r = 0; r < n; r++) EXPECT_NE(res[r], ncclSuccess) << "case " << what << " N " << n << " rank " << r;
     }
   }
@@ -299,33 +328,35 @@ TEST(CallMismatchSum, CountAndDatatypeAndCollective) {
 // A count whose bytes pass PTRDIFF_MAX is no buffer: ncclInvalidArgument
 // naming 'count' (it used to crash in pack), and the comm still works.
 TEST(CountLimit, BytesBeyondPtrdiffMaxAreAnArgumentError) {
-  runRanks(1, [&](int) { return makeConfig(ncclSignAlgoAuto); }, [&](int, ncclSignComm_t comm) {
-    std::vector<float> in(64, 1.0f), out(64);
-    const size_t huge[] = {(size_t{1} << 62) - 1, (size_t)PTRDIFF_MAX / 4 + 1, SIZE_MAX / 4};
-    for (size_t count : huge) {
-      test::WarnCapture warns;
-      EXPECT_EQ(ncclSignHostAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSignMajority, comm),
-                ncclInvalidArgument)
-          << count;
-      EXPECT_EQ(ncclSignHostSumAllReduce(in.data(), out.data(), count, ncclFloat32, comm), ncclInvalidArgument)
-          << count;
-      EXPECT_EQ(warns.countContaining("invalid argument 'count'"), 2) << count;
-    }
-    // fp16 up to PTRDIFF_MAX / 2 elements passes the check (and int8 PTRDIFF_MAX):
-    // the largest allowed is a bound, not something to allocate here.
-    EXPECT_EQ(ncclSignHostAllReduce(in.data(), out.data(), 64, ncclFloat32, ncclSignMajority, comm), ncclSuccess);
-    ncclResult_t async = ncclInternalError;
-    EXPECT_EQ(ncclSignCommGetAsyncError(comm, &async), ncclSuccess);
-    EXPECT_EQ(async, ncclSuccess) << "an argument error is not the comm's";
-  });
+  runRanks(
+      1, [&](int) { return makeConfig(ncclSignAlgoAuto); },
+      [&](int, ncclSignComm_t comm) {
+        std::vector<float> in(64, 1.0f), out(64);
+        const size_t huge[] = {(size_t{1} << 62) - 1, (size_t)PTRDIFF_MAX / 4 + 1, SIZE_MAX / 4};
+        for (size_t count : huge) {
+          test::WarnCapture warns;
+          EXPECT_EQ(ncclSignHostAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSignMajority, comm),
+                    ncclInvalidArgument)
+              << count;
+          EXPECT_EQ(ncclSignHostSumAllReduce(in.data(), out.data(), count, ncclFloat32, comm), ncclInvalidArgument)
+              << count;
+          EXPECT_EQ(warns.countContaining("invalid argument 'count'"), 2) << count;
+        }
+        // fp16 up to PTRDIFF_MAX / 2 elements passes the check (and int8 PTRDIFF_MAX):
+        // the largest allowed is a bound, not something to allocate here.
+        EXPECT_EQ(ncclSignHostAllReduce(in.data(), out.data(), 64, ncclFloat32, ncclSignMajority, comm), ncclSuccess);
+        ncclResult_t async = ncclInternalError;
+        EXPECT_EQ(ncclSignCommGetAsyncError(comm, &async), ncclSuccess);
+        EXPECT_EQ(async, ncclSuccess) << "an argument error is not the comm's";
+      });
 }
 
 TEST(AsyncError, ArgumentsAreChecked) {
   ncclResult_t r;
   EXPECT_EQ(ncclSignCommGetAsyncError(nullptr, &r), ncclInvalidArgument);
-  runRanks(1, [&](int) { return makeConfig(ncclSignAlgoAuto); }, [&](int, ncclSignComm_t comm) {
-    EXPECT_EQ(ncclSignCommGetAsyncError(comm, nullptr), ncclInvalidArgument);
-  });
+  runRanks(
+      1, [&](int) { return makeConfig(ncclSignAlgoAuto); },
+      [&](int, ncclSignComm_t comm) { EXPECT_EQ(ncclSignCommGetAsyncError(comm, nullptr), ncclInvalidArgument); });
 }
 
 }  // namespace
