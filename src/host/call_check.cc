@@ -24,31 +24,18 @@ ncclResult_t CallCheck::init(const Net& net, const Links& links, int rank, int n
   for (int i = 0; i <= nranks; i++) new (slot(i)) CallHeader();
   sentIn_.assign(nranks, 0);
   recvIn_.assign(nranks, 0);
-  for (int peer : links.peers()) {
-    for (void* comm : {links.peer(peer).sendComm, links.peer(peer).recvComm}) {
-      void* mh = nullptr;
-      NCCLCHECK(net.api().regMr(comm, buf_, sizeof(CallHeader) * (nranks + 1), NCCL_PTR_HOST, &mh));
-      regs_.emplace_back(comm, mh);
-    }
-  }
-  return ncclSuccess;
+  return regs_.add(net, links, buf_, sizeof(CallHeader) * (nranks + 1));
 }
 
 void CallCheck::release(const Net& net) {
-  for (auto& r : regs_) net.api().deregMr(r.first, r.second);
+  regs_.release(net);
   forget();
 }
 
 void CallCheck::forget() {
-  regs_.clear();
+  regs_.forget();
   free(buf_);
   buf_ = nullptr;
-}
-
-void* CallCheck::mhandle(void* comm) const {
-  for (const auto& r : regs_)
-    if (r.first == comm) return r.second;
-  return nullptr;
 }
 
 void CallCheck::begin(const CallSignature& mine) {

@@ -24,6 +24,7 @@
 #include "host/bootstrap.h"
 #include "host/links.h"
 #include "host/net.h"
+#include "host/registrations.h"
 #include "host/transfers.h"
 
 namespace signlion {
@@ -83,14 +84,14 @@ class CallCheck {
 
  private:
   CallHeader* slot(int i) const { return reinterpret_cast<CallHeader*>(buf_) + i; }
-  void* mhandle(void* comm) const;
+  void* mhandle(void* comm) const { return regs_.mhandle(comm); }
 
   int rank_ = 0;
   int nranks_ = 0;
-  char* buf_ = nullptr;                        // nranks_ receive slots (by peer), then the one this rank sends
-  std::vector<std::pair<void*, void*>> regs_;  // (comm, mhandle)
-  uint64_t run_ = 0;                           // begin() calls so far
-  std::vector<uint64_t> sentIn_, recvIn_;      // per peer: the run whose header went (came)
+  char* buf_ = nullptr;  // nranks_ receive slots (by peer), then the one this rank sends
+  Registrations regs_;
+  uint64_t run_ = 0;                       // begin() calls so far
+  std::vector<uint64_t> sentIn_, recvIn_;  // per peer: the run whose header went (came)
 };
 
 // Compares the settings every rank must share (the config's rules and

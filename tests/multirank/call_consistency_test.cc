@@ -13,11 +13,14 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/ranks.h"
 #include "common/warn_capture.h"
 #include "nccl_sign.h"
 
 namespace signlion {
 namespace {
+
+using test::runRanks;
 
 constexpr int kTimeoutMs = 3000;  // bounds every wait of these calls
 const ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
@@ -28,29 +31,6 @@ ncclSignConfig_t makeConfig(ncclSignAlgo_t algo) {
   c.algorithm = algo;
   c.timeoutMs = kTimeoutMs;
   return c;
-}
-
-// Ranks as threads, each with its own config; body runs on the ranks whose
-// init succeeded (and may abort the comm, setting it to NULL). Returns every
-// rank's init result.
-std::vector<ncclResult_t> runRanks(int n, const std::function<ncclSignConfig_t(int)>& configOf,
-                                   const std::function<void(int, ncclSignComm_t&)>& body) {
-  ncclSignUniqueId id;
-  EXPECT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
-  std::vector<ncclResult_t> init(n, ncclInternalError);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; r++) {
-    threads.emplace_back([&, r] {
-      ncclSignConfig_t cfg = configOf(r);
-      ncclSignComm_t comm = nullptr;
-      init[r] = ncclSignCommInitRank(&comm, n, id, r, &cfg);
-      if (init[r] != ncclSuccess) return;
-      body(r, comm);
-      EXPECT_EQ(ncclSignCommDestroy(comm), ncclSuccess);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return init;
 }
 
 // What one rank passes to the call under test.
