@@ -199,6 +199,15 @@ ncclResult_t ncclSignCommUserRank(const ncclSignComm_t comm, int* rank);
 /* Blocks until every rank has entered the barrier (or the timeout passes). */
 ncclResult_t ncclSignBarrier(ncclSignComm_t comm);
 
+/* The communicator's sticky error, as NCCL's async error: ncclSuccess while
+ * every call on it has succeeded, else the error of the first call that
+ * failed. A communicator that has seen an error refuses every further call
+ * (collectives and barrier) with that error, so what the failed call left on
+ * the links can never be read as a later call's result: abort or destroy it
+ * and make a new one. May be called from any thread.
+ * Errors: ncclInvalidArgument (a bad comm, asyncError NULL). */
+ncclResult_t ncclSignCommGetAsyncError(ncclSignComm_t comm, ncclResult_t* asyncError);
+
 /* Bytes this rank has put on and taken off the wire through its links, since
  * the communicator was made (payload and transport headers). Benchmarks
  * difference two readings to get the bytes of one call. Counted by
@@ -210,17 +219,32 @@ ncclResult_t ncclSignCommGetWireBytes(const ncclSignComm_t comm, uint64_t* sentB
  * majority vote (or average) of the signs of all ranks' sendbuff, as defined
  * at the top of this header. sendbuff == recvbuff is in place. count may be 0.
  * Synchronous: returns when this rank's result is complete.
+ * Collective: every rank calls it, in the same order as its other calls on
+ * comm, with the same count, datatype and op; the zero rule, tie rule and
+ * algorithm (config, SIGNLION_ALGO), SIGNLION_HOST_SEGMENT,
+ * SIGNLION_HOST_CHUNK_BYTES and the SIGNLION_COST_* parameters must be the
+ * same on every rank too (they are compared at ncclSignCommInitRank, which
+ * fails with ncclInvalidUsage otherwise). Each call carries its sequence
+ * number and these values in its messages: a rank that passed something
+ * else makes the call fail on every rank (ncclInvalidUsage on a rank that
+ * sees the difference, with a WARN naming the field and both values; an
+ * error within the timeout on the others), never a result.
  * Errors: ncclInvalidArgument (NULL buffers with count > 0, a datatype other
- * than fp32/fp16/bf16/int8, an op out of range, average with int8, a bad
- * comm), ncclRemoteError / ncclSystemError on a peer failure (the comm must
- * then be aborted). */
+ * than fp32/fp16/bf16/int8, an op out of range, average with int8, count
+ * elements of more than PTRDIFF_MAX bytes, a bad comm), ncclInvalidUsage
+ * (the ranks disagree, as above), ncclRemoteError / ncclSystemError on a
+ * peer failure; after any of the last three the comm keeps the error (see
+ * ncclSignCommGetAsyncError) and must be aborted or destroyed. */
 ncclResult_t ncclSignHostAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                    ncclSignOp_t op, ncclSignComm_t comm);
 
 /* A plain sum all-reduce (ring reduce-scatter + all-gather) of fp32 or bf16
  * on the same communicator and links: what plain Lion or AdamW would send,
  * the baseline the sign all-reduce is measured against. bf16 is summed in
- * fp32 per hop and rounded to bf16 (round to nearest even) after each hop. */
+ * fp32 per hop and rounded to bf16 (round to nearest even) after each hop.
+ * Collective with the same rules as ncclSignHostAllReduce: every rank passes
+ * the same count and datatype, and a disagreement is an error on every rank;
+ * errors are sticky likewise. */
 ncclResult_t ncclSignHostSumAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                       ncclSignComm_t comm);
 

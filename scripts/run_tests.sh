@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds signlion and runs every test: the full CTest suite (unit, multirank,
 # plugin, netns; gpu tests skip without a device), then the unit and multirank tests again
-# under AddressSanitizer + UndefinedBehaviorSanitizer. README command (2).
+# under AddressSanitizer + UndefinedBehaviorSanitizer, then the multirank and plugin tests
+# under ThreadSanitizer (host only). README command (2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 BUILD=${BUILD:-build}
 BUILD_SAN=${BUILD_SAN:-build-asan}
+BUILD_TSAN=${BUILD_TSAN:-build-tsan}
 LOGDIR=$(mktemp -d)
 trap 'rm -rf "$LOGDIR"' EXIT
 
@@ -35,10 +37,23 @@ echo "== ctest ($BUILD_SAN, labels unit and multirank) =="
 (cd "$BUILD_SAN" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$JOBS" -L "unit|multirank" --timeout 900) 2>&1 | tee "$LOGDIR/san.log" || rc=1
 
+# Ranks as threads and the transport's helper threads: every data race is a
+# failure (TSan exits 66 on a report). The netns test runs in the main pass.
+echo "== build ($BUILD_TSAN: thread) =="
+cmake -S . -B "$BUILD_TSAN" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIGNLION_SANITIZE=thread \
+  -DSIGNLION_ENABLE_CUDA=OFF -DSIGNLION_BUILD_PERF=OFF
+cmake --build "$BUILD_TSAN" -j "$JOBS"
+
+echo "== ctest ($BUILD_TSAN, labels multirank and plugin) =="
+(cd "$BUILD_TSAN" && TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" \
+  ctest --output-on-failure -j "$JOBS" -L "multirank|plugin" -LE netns --timeout 900) 2>&1 | tee "$LOGDIR/tsan.log" || rc=1
+
 read -r p1 f1 s1 < <(summarize "$LOGDIR/main.log")
 read -r p2 f2 s2 < <(summarize "$LOGDIR/san.log")
+read -r p3 f3 s3 < <(summarize "$LOGDIR/tsan.log")
 echo
 echo "ctest ($BUILD): $p1 passed, $f1 failed, $s1 skipped"
 echo "ctest ($BUILD_SAN): $p2 passed, $f2 failed, $s2 skipped"
-echo "total: $((p1 + p2)) passed, $((f1 + f2)) failed, $((s1 + s2)) skipped"
+echo "ctest ($BUILD_TSAN): $p3 passed, $f3 failed, $s3 skipped"
+echo "total: $((p1 + p2 + p3)) passed, $((f1 + f2 + f3)) failed, $((s1 + s2 + s3)) skipped"
 exit $rc

@@ -15,37 +15,25 @@ ncclResult_t Arena::reserve(size_t bytes, const Net& net, const Links& links) {
   SYSCHECKRET(posix_memalign(&p, 64, want), "posix_memalign");
   base_ = static_cast<char*>(p);
   INFO(kSubsysAlloc, "host arena: %zu bytes", want);
-  for (int peer : links.peers()) {
-    for (void* comm : {links.peer(peer).sendComm, links.peer(peer).recvComm}) {
-      void* mh = nullptr;
-      ncclResult_t res = net.api().regMr(comm, base_, want, NCCL_PTR_HOST, &mh);
-      if (res != ncclSuccess) {
-        release(net);  // all or nothing: a later call must not find it half registered
-        return res;
-      }
-      regs_.emplace_back(comm, mh);
-    }
+  ncclResult_t res = regs_.add(net, links, base_, want);
+  if (res != ncclSuccess) {
+    release(net);  // all or nothing: a later call must not find it half registered
+    return res;
   }
   capacity_ = want;  // usable only once registered on every comm
   return ncclSuccess;
 }
 
 void Arena::release(const Net& net) {
-  for (auto& r : regs_) net.api().deregMr(r.first, r.second);
+  regs_.release(net);
   forget();
 }
 
 void Arena::forget() {
-  regs_.clear();
+  regs_.forget();
   free(base_);
   base_ = nullptr;
   capacity_ = 0;
-}
-
-void* Arena::mhandle(void* comm) const {
-  for (const auto& r : regs_)
-    if (r.first == comm) return r.second;
-  return nullptr;
 }
 
 }  // namespace host

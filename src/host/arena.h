@@ -11,6 +11,7 @@
 
 #include "host/links.h"
 #include "host/net.h"
+#include "host/registrations.h"
 
 namespace signlion {
 namespace host {
@@ -28,12 +29,12 @@ class Arena {
   char* base() const { return base_; }
   size_t capacity() const { return capacity_; }
   // The registration of the arena on one of the link comms.
-  void* mhandle(void* comm) const;
+  void* mhandle(void* comm) const { return regs_.mhandle(comm); }
 
  private:
   char* base_ = nullptr;
   size_t capacity_ = 0;
-  std::vector<std::pair<void*, void*>> regs_;  // (comm, mhandle)
+  Registrations regs_;
 };
 
 }  // namespace host

@@ -31,6 +31,7 @@ void destroy(ncclSignComm* comm) {
     comm->sumTransfers.reset();
     comm->links.close(*comm->net);
     comm->arena.forget();
+    comm->check.forget();
   }
   comm->bootstrap.reset();
   comm->net.reset();
@@ -45,8 +46,12 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
   comm->nranks = nranks;
   NCCLCHECK(Bootstrap::create(id, rank, nranks, comm->config.timeoutMs, &comm->bootstrap));
   NCCLCHECK(Net::open(comm->config.netPlugin, &comm->net));
+  const algo::CostParams& cp = comm->costModel.params();
+  const double cost[3] = {cp.alphaUs, cp.betaBytesPerUs, cp.gammaUsPerPlane};
+  NCCLCHECK(checkSettingsAgree(*comm->bootstrap, comm->config, cost));
   NCCLCHECK(comm->links.connect(*comm->net, *comm->bootstrap, schedulePeers(nranks, rank), comm->config.timeoutMs));
-  comm->executor.reset(new ScheduleExecutor(*comm->net, comm->links, comm->arena, comm->config.timeoutMs));
+  NCCLCHECK(comm->check.init(*comm->net, comm->links, rank, nranks));
+  comm->executor.reset(new ScheduleExecutor(*comm->net, comm->links, comm->arena, comm->check, comm->config.timeoutMs));
   comm->sumTransfers.reset(new Transfers(*comm->net, comm->config.timeoutMs));
   INFO(kSubsysInit, "ncclSignCommInitRank: rank %d/%d ready, algorithm %s, net %s", rank, nranks,
        algoName(comm->config.algorithm), comm->net->name());
@@ -62,6 +67,30 @@ ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec
   };
   return comm->schedules.get(comm->nranks, comm->rank, nblocks, spec, comm->config.algorithm, algo::kAllAlgorithms,
                              comm->costModel, finish, out);
+}
+
+ncclResult_t callStart(ncclSignComm* comm, const char* fn) {
+  ncclResult_t err = comm->asyncError.load();
+  if (err != ncclSuccess) {
+    WARN(
+        "%s: rank %d: an earlier call on this communicator failed (error %d): it takes no further calls; "
+        "ncclSignCommAbort or ncclSignCommDestroy it",
+        fn, comm->rank, (int)err);
+    return err;
+  }
+  comm->calls++;
+  return ncclSuccess;
+}
+
+ncclResult_t callEnd(ncclSignComm* comm, ncclResult_t res) {
+  // An argument error is found the same way on every rank before anything of
+  // the call moves (the settings agree): the caller's mistake, not the
+  // comm's state, as in NCCL.
+  if (res != ncclSuccess && res != ncclInProgress && res != ncclInvalidArgument) {
+    ncclResult_t none = ncclSuccess;
+    comm->asyncError.compare_exchange_strong(none, res);
+  }
+  return res;
 }
 
 void wireBytes(const ncclSignComm* comm, uint64_t* sent, uint64_t* received) {
@@ -130,7 +159,20 @@ SIGNLION_API ncclResult_t ncclSignCommUserRank(const ncclSignComm_t comm, int* r
 SIGNLION_API ncclResult_t ncclSignBarrier(ncclSignComm_t comm) {
   ncclSignComm* c = checkComm(comm, "ncclSignBarrier");
   if (c == nullptr) return ncclInvalidArgument;
-  return c->bootstrap->barrier();
+  ncclResult_t err = c->asyncError.load();
+  if (err != ncclSuccess) {
+    WARN("ncclSignBarrier: rank %d: an earlier call on this communicator failed (error %d)", c->rank, (int)err);
+    return err;
+  }
+  return signlion::host::callEnd(c, c->bootstrap->barrier());
+}
+
+SIGNLION_API ncclResult_t ncclSignCommGetAsyncError(ncclSignComm_t comm, ncclResult_t* asyncError) {
+  ARGCHECK(asyncError != nullptr, "ncclSignCommGetAsyncError", "asyncError", "must not be NULL");
+  ncclSignComm* c = checkComm(comm, "ncclSignCommGetAsyncError");
+  if (c == nullptr) return ncclInvalidArgument;
+  *asyncError = c->asyncError.load();
+  return ncclSuccess;
 }
 
 SIGNLION_API ncclResult_t ncclSignCommGetWireBytes(const ncclSignComm_t comm, uint64_t* sentBytes,

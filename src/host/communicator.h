@@ -2,6 +2,7 @@
 // scratch, the schedule cache, and the executors that run on them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include "common/config.h"
 #include "host/arena.h"
 #include "host/bootstrap.h"
+#include "host/call_check.h"
 #include "host/links.h"
 #include "host/net.h"
 #include "host/schedule_executor.h"
@@ -29,6 +31,12 @@ struct ncclSignComm {
   std::unique_ptr<signlion::host::Net> net;
   signlion::host::Links links;
   signlion::host::Arena arena;
+  signlion::host::CallCheck check;  // the calls' headers (sequence number and signature)
+  uint64_t calls = 0;               // collective calls started on this comm (their sequence numbers)
+  // The first error of a call on this comm: every later call returns it, so
+  // what a failed call left on the links is never read as a result. Read by
+  // ncclSignCommGetAsyncError from any thread.
+  std::atomic<ncclResult_t> asyncError{ncclSuccess};
   std::unique_ptr<signlion::host::ScheduleExecutor> executor;
   std::unique_ptr<signlion::host::Transfers> sumTransfers;  // the sum baseline's, reused across calls
   signlion::algo::CostModel costModel;
@@ -44,6 +52,14 @@ namespace host {
 // The comm if `comm` is a live communicator, else nullptr after a WARN that
 // names `caller`.
 ncclSignComm* checkComm(ncclSignComm_t comm, const char* caller);
+
+// The start of a collective call on comm: its sticky error (WARN naming
+// `fn`) if an earlier call failed, else ncclSuccess with comm->calls counting
+// this call.
+ncclResult_t callStart(ncclSignComm* comm, const char* fn);
+// The end of a call: res, kept as comm's sticky error when it is one (all but
+// ncclInvalidArgument).
+ncclResult_t callEnd(ncclSignComm* comm, ncclResult_t res);
 
 using ScheduleEntry = algo::ScheduleCache<algo::ScratchLayout>::Entry;
 

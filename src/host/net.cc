@@ -4,8 +4,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/checks.h"
 #include "socket/socket_devices.h"
@@ -16,6 +18,75 @@
 namespace signlion {
 namespace host {
 
+namespace {
+
+// Net plugin libraries, each loaded once per process and counted by the
+// Nets that use it, all under one lock. Ranks as threads may open their
+// communicators at once: the dynamic loader's own lock orders a library's
+// static initialisers (its ncclNetPlugin_v11 among them) before another
+// thread's dlopen returns, but nothing a race detector sees does; this lock
+// does, and it makes loading explicitly once-only.
+struct LoadedPlugin {
+  std::string lib;
+  void* dl;
+  const ncclNet_v11_t* api;
+  int users;
+};
+
+std::mutex& pluginsMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::vector<LoadedPlugin>& loadedPlugins() {
+  static std::vector<LoadedPlugin> plugins;
+  return plugins;
+}
+
+// The library `lib` (a file name for dlopen, or a path) and its v11 struct,
+// loaded now or already; released by releasePlugin(dl).
+ncclResult_t acquirePlugin(const std::string& lib, void** dl, const ncclNet_v11_t** api) {
+  std::lock_guard<std::mutex> lock(pluginsMutex());
+  for (LoadedPlugin& p : loadedPlugins()) {
+    if (p.lib == lib) {
+      p.users++;
+      *dl = p.dl;
+      *api = p.api;
+      return ncclSuccess;
+    }
+  }
+  void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    WARN("ncclSignCommInitRank: invalid argument 'config->netPlugin': cannot load %s: %s", lib.c_str(), dlerror());
+    return ncclInvalidArgument;
+  }
+  auto* v11 = static_cast<const ncclNet_v11_t*>(dlsym(handle, "ncclNetPlugin_v11"));
+  if (v11 == nullptr) {
+    WARN("ncclSignCommInitRank: invalid argument 'config->netPlugin': %s exports no ncclNetPlugin_v11", lib.c_str());
+    dlclose(handle);
+    return ncclInvalidArgument;
+  }
+  loadedPlugins().push_back({lib, handle, v11, 1});
+  *dl = handle;
+  *api = v11;
+  return ncclSuccess;
+}
+
+void releasePlugin(void* dl) {
+  std::lock_guard<std::mutex> lock(pluginsMutex());
+  std::vector<LoadedPlugin>& plugins = loadedPlugins();
+  for (size_t i = 0; i < plugins.size(); i++) {
+    if (plugins[i].dl != dl) continue;
+    if (--plugins[i].users == 0) {
+      dlclose(dl);
+      plugins.erase(plugins.begin() + (std::ptrdiff_t)i);
+    }
+    return;
+  }
+}
+
+}  // namespace
+
 ncclResult_t Net::open(const char* plugin, std::unique_ptr<Net>* out) {
   std::unique_ptr<Net> n(new Net());
   bool builtin = plugin == nullptr || *plugin == '\0' || strcmp(plugin, net::kSocketNetName) == 0;
@@ -25,16 +96,7 @@ ncclResult_t Net::open(const char* plugin, std::unique_ptr<Net>* out) {
     std::string lib(plugin);
     bool isPath = lib.find('/') != std::string::npos || (lib.size() > 3 && lib.compare(lib.size() - 3, 3, ".so") == 0);
     if (!isPath) lib = "libnccl-net-" + lib + ".so";
-    n->dl_ = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (n->dl_ == nullptr) {
-      WARN("ncclSignCommInitRank: invalid argument 'config->netPlugin': cannot load %s: %s", lib.c_str(), dlerror());
-      return ncclInvalidArgument;
-    }
-    n->api_ = static_cast<const ncclNet_v11_t*>(dlsym(n->dl_, "ncclNetPlugin_v11"));
-    if (n->api_ == nullptr) {
-      WARN("ncclSignCommInitRank: invalid argument 'config->netPlugin': %s exports no ncclNetPlugin_v11", lib.c_str());
-      return ncclInvalidArgument;
-    }
+    NCCLCHECK(acquirePlugin(lib, &n->dl_, &n->api_));
   }
   // Only the built-in transport's comms may be read as ours (byte counters,
   // waits): a dlopen'ed library of the same name may be another build with
@@ -70,7 +132,7 @@ ncclResult_t Net::open(const char* plugin, std::unique_ptr<Net>* out) {
 
 Net::~Net() {
   if (api_ != nullptr && ctx_ != nullptr && api_->finalize != nullptr) api_->finalize(ctx_);
-  if (dl_ != nullptr) dlclose(dl_);
+  if (dl_ != nullptr) releasePlugin(dl_);
 }
 
 void Net::wait(void* comm, int timeoutMs) const {

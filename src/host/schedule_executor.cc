@@ -13,12 +13,30 @@ namespace host {
 
 using algo::Buffer;
 
+namespace {
+
+// Words of the first chunk of a transfer: the one that carries the call's
+// header (call_check.h), staged with it even when the rest travels in place.
+int64_t firstChunkWords(int planes, const algo::Range& r, int64_t chunkBytes) {
+  return planes * std::min(algo::chunkBlocks(planes, chunkBytes), r.size());
+}
+
+// Receives other than a single plane stored where it belongs go through the stage.
+bool stagedRecv(const algo::Recv& x) { return x.planes > 1 || x.op != algo::RecvOp::kStore; }
+
+}  // namespace
+
 algo::ScratchLayout hostScratchLayout(const algo::Schedule& s) {
+  const int64_t chunkBytes = hostChunkBytes();
   int64_t stageWords = 0;
   for (const algo::Step& st : s.steps) {
+    // Every transfer may be a peer's first of the call: room for a header in
+    // front of its first chunk (and for that chunk, if it would not be staged).
     int64_t w = 0;
-    for (const algo::Send& x : st.sends) w += x.planes > 1 ? x.bytes() / 8 : 0;
-    for (const algo::Recv& x : st.recvs) w += (x.planes > 1 || x.op != algo::RecvOp::kStore) ? x.bytes() / 8 : 0;
+    for (const algo::Send& x : st.sends)
+      w += (int64_t)kHeaderWords + (x.planes > 1 ? x.bytes() / 8 : firstChunkWords(x.planes, x.range, chunkBytes));
+    for (const algo::Recv& x : st.recvs)
+      w += (int64_t)kHeaderWords + (stagedRecv(x) ? x.bytes() / 8 : firstChunkWords(x.planes, x.range, chunkBytes));
     stageWords = std::max(stageWords, w);
   }
   return algo::layoutScratch(s, stageWords, 1);
@@ -93,10 +111,14 @@ void ScheduleExecutor::decide(const uint64_t* counter, int64_t mStride, int widt
   k_->decideBits(cnt, s_->nranks, s_->spec.tieRule, result_ + b, (size_t)nb, (size_t)len);
 }
 
-void ScheduleExecutor::onRecv(size_t cookie) {
+ncclResult_t ScheduleExecutor::onRecv(size_t cookie, size_t bytes) {
+  static const char* kFn = "ncclSignHostAllReduce";
+  if (cookie & kHeaderCookie) return check_.verify((int)(cookie & ~kHeaderCookie), nullptr, bytes, 0, kFn);
   const Pending& p = pending_[cookie];
   const algo::Recv& r = *p.recv;
   const int64_t nb = s_->nblocks;
+  if (p.first)  // the header in front of the payload, before the payload is used
+    NCCLCHECK(check_.verify(r.peer, p.data - kHeaderWords, bytes, (size_t)(r.planes * p.len * 8), kFn));
   if (r.op == algo::RecvOp::kSumWords) {
     // Integer sums of field words: no carry crosses a field (the schedule
     // sized the fields for the largest count).
@@ -111,10 +133,13 @@ void ScheduleExecutor::onRecv(size_t cookie) {
       k_->add(acc, r.localWidth, (size_t)nb, p.data + (int64_t)c * r.width * p.len, r.width, (size_t)p.len, acc,
               r.resultWidth, (size_t)nb, (size_t)p.len);
     }
-  } else if (r.planes > 1) {  // kStore through the stage; a single plane landed in place
+  } else if (p.data != plane(r.buf, r.slot, 0, r.width) + p.begin) {
+    // kStore through the stage (several planes, or a first message); a
+    // single plane otherwise landed in place.
     for (int q = 0; q < r.planes; q++)
       memcpy(plane(r.buf, r.slot, q, r.width) + p.begin, p.data + (int64_t)q * p.len, (size_t)p.len * 8);
   }
+  return ncclSuccess;
 }
 
 ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchLayout& layout, const void* send,
@@ -145,35 +170,55 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
     uint64_t* stage = stage_;
     for (const algo::Send& x : st.sends) {
       void* comm = links_.peer(x.peer).sendComm;
+      // The first message to each peer carries the call's header; to a peer
+      // whose first transfer is empty, the header goes alone.
+      bool first = check_.firstSend(x.peer);
+      if (first && x.range.size() <= 0) check_.sendAlone(transfers_, comm);
       int64_t step = algo::chunkBlocks(x.planes, chunkBytes);
       for (int64_t b = x.range.begin; b < x.range.end; b += step) {
         int64_t len = std::min(step, x.range.end - b);
         uint64_t* data = plane(x.buf, x.slot, 0, x.width) + b;
-        if (x.planes > 1) {  // gather the planes of this chunk into one message
+        size_t bytes = (size_t)(x.planes * len * 8);
+        if (x.planes > 1 || first) {  // gather the planes of this chunk (after the header) into one message
+          uint64_t* msg = stage;
+          if (first) {
+            check_.writeHeader(stage);
+            stage += kHeaderWords;
+            bytes += kHeaderBytes;
+          }
           for (int q = 0; q < x.planes; q++) memcpy(stage + q * len, plane(x.buf, x.slot, q, x.width) + b, len * 8);
-          data = stage;
           stage += x.planes * len;
+          data = msg;
+          first = false;
         }
-        transfers_.send(comm, data, (size_t)(x.planes * len * 8), arena_.mhandle(comm));
+        transfers_.send(comm, data, bytes, arena_.mhandle(comm));
       }
     }
     for (const algo::Recv& x : st.recvs) {
       void* comm = links_.peer(x.peer).recvComm;
+      bool first = check_.firstRecv(x.peer);
+      if (first && x.range.size() <= 0) check_.recvAlone(transfers_, x.peer, comm);
       int64_t step = algo::chunkBlocks(x.planes, chunkBytes);
       for (int64_t b = x.range.begin; b < x.range.end; b += step) {
         int64_t len = std::min(step, x.range.end - b);
+        size_t bytes = (size_t)(x.planes * len * 8);
         uint64_t* data;
-        if (x.planes > 1 || x.op != algo::RecvOp::kStore) {
+        uint64_t* msg;
+        if (stagedRecv(x) || first) {
+          msg = stage;
+          if (first) stage += kHeaderWords;  // the header lands in front of the payload
           data = stage;
           stage += x.planes * len;
         } else {
-          data = plane(x.buf, x.slot, 0, x.width) + b;  // a single plane lands where it belongs
+          data = msg = plane(x.buf, x.slot, 0, x.width) + b;  // a single plane lands where it belongs
         }
-        transfers_.recv(comm, data, (size_t)(x.planes * len * 8), arena_.mhandle(comm), pending_.size());
-        pending_.push_back({&x, b, len, data});
+        // A first message is judged by its header before its size.
+        transfers_.recv(comm, msg, bytes + (first ? kHeaderBytes : 0), arena_.mhandle(comm), pending_.size(), !first);
+        pending_.push_back({&x, b, len, data, first});
+        first = false;
       }
     }
-    NCCLCHECK(transfers_.run([this](size_t cookie) { onRecv(cookie); }));
+    NCCLCHECK(transfers_.run([this](size_t cookie, size_t bytes) { return onRecv(cookie, bytes); }));
   }
 
   // The result planes of every block are here: write the output.

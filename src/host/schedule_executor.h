@@ -12,6 +12,7 @@
 #include "algo/scratch_layout.h"
 #include "bits/bits.h"
 #include "host/arena.h"
+#include "host/call_check.h"
 #include "host/links.h"
 #include "host/transfers.h"
 
@@ -26,13 +27,15 @@ algo::ScratchLayout hostScratchLayout(const algo::Schedule& s);
 
 class ScheduleExecutor {
  public:
-  ScheduleExecutor(const Net& net, const Links& links, Arena& arena, int timeoutMs)
-      : net_(net), links_(links), arena_(arena), transfers_(net, timeoutMs) {}
+  ScheduleExecutor(const Net& net, const Links& links, Arena& arena, CallCheck& check, int timeoutMs)
+      : net_(net), links_(links), arena_(arena), check_(check), transfers_(net, timeoutMs) {}
 
   // count elements of dt from send (any alignment) -> count results into recv.
   // The schedule must have been built for numWords(count) blocks, and layout
   // be hostScratchLayout(s). send may be recv: every pack runs before the
-  // first result is written.
+  // first result is written. The call's header (check.begin) goes before the
+  // first message to each peer, and the header from each peer is verified
+  // before anything received from it is forwarded.
   ncclResult_t run(const algo::Schedule& s, const algo::ScratchLayout& layout, const void* send, void* recv,
                    size_t count, ncclDataType_t dt);
 
@@ -46,11 +49,12 @@ class ScheduleExecutor {
   // Decides blocks [b, b + len) of a counter whose M counter starts mStride
   // words after its P counter (planes nblocks apart) into the result planes.
   void decide(const uint64_t* counter, int64_t mStride, int width, int64_t b, int64_t len);
-  void onRecv(size_t cookie);
+  ncclResult_t onRecv(size_t cookie, size_t bytes);
 
   const Net& net_;
   const Links& links_;
   Arena& arena_;
+  CallCheck& check_;
   Transfers transfers_;
   const bits::Kernels* k_ = nullptr;
 
@@ -75,6 +79,7 @@ class ScheduleExecutor {
     int64_t begin;
     int64_t len;
     uint64_t* data;
+    bool first;  // the peer's first message of the run: a header precedes data
   };
   std::vector<Pending> pending_;
 };

@@ -2,6 +2,7 @@
 // run as segments of SIGNLION_HOST_SEGMENT elements, each a whole schedule,
 // so scratch memory is bounded whatever the count.
 #include <algorithm>
+#include <cstdint>
 
 #include "bits/bits.h"
 #include "common/checks.h"
@@ -19,19 +20,41 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostAllRe
   ARGCHECK(sendbuff != nullptr || count == 0, kFn, "sendbuff", "NULL with count %zu", count);
   ARGCHECK(recvbuff != nullptr || count == 0, kFn, "recvbuff", "NULL with count %zu", count);
   const size_t esize = signlion::bits::typeSize(datatype);
-  ARGCHECK(count <= SIZE_MAX / esize, kFn, "count", "%zu elements overflow the address space", count);
+  // No object is larger than PTRDIFF_MAX bytes: a larger count is not a
+  // buffer this rank can hold (and its byte offsets would overflow).
+  ARGCHECK(count <= (size_t)PTRDIFF_MAX / esize, kFn, "count", "%zu elements of %zu bytes exceed PTRDIFF_MAX bytes",
+           count, esize);
+  NCCLCHECK(signlion::host::callStart(c, kFn));
 
   signlion::algo::OpSpec spec{op, c->config.zeroRule, c->config.tieRule};
   // Segments are whole blocks, so every segment but the last is a multiple of 64.
   size_t segment = (size_t)std::max<int64_t>(64, signlionParamHostSegment()) / 64 * 64;
+  signlion::CallSignature h;
+  h.seq = c->calls;
+  h.count = count;
+  h.segment = segment;
+  h.kind = (uint8_t)signlion::CallKind::kSignAllReduce;
+  h.datatype = (uint8_t)datatype;
+  h.op = (uint8_t)op;
+  h.zeroRule = (uint8_t)spec.zeroRule;
+  h.tieRule = (uint8_t)spec.tieRule;
+  ncclResult_t res = ncclSuccess;
   size_t done = 0;
-  do {  // count == 0 still runs one (empty) schedule: every rank takes part
+  do {
     size_t n = std::min(segment, count - done);
+    // count == 0 still runs a schedule, the one of a single block, whose
+    // messages carry nothing of use: every rank takes part, and its headers
+    // meet those of a rank that passed a small count, which then names it.
+    const int64_t nblocks = std::max<int64_t>(1, signlion::algo::blocksForCount(n));
     const signlion::host::ScheduleEntry* e;
-    NCCLCHECK(signlion::host::scheduleFor(c, signlion::algo::blocksForCount(n), spec, &e));
-    NCCLCHECK(c->executor->run(e->schedule, e->extra, static_cast<const char*>(sendbuff) + done * esize,
-                               static_cast<char*>(recvbuff) + done * esize, n, datatype));
+    res = signlion::host::scheduleFor(c, nblocks, spec, &e);
+    if (res != ncclSuccess) break;
+    h.part = (uint32_t)(done / segment);
+    h.algorithm = (uint8_t)e->schedule.algo;
+    c->check.begin(h);
+    res = c->executor->run(e->schedule, e->extra, static_cast<const char*>(sendbuff) + done * esize,
+                           static_cast<char*>(recvbuff) + done * esize, n, datatype);
     done += n;
-  } while (done < count);
-  return ncclSuccess;
+  } while (done < count && res == ncclSuccess);
+  return signlion::host::callEnd(c, res);
 }

@@ -39,20 +39,28 @@ Shard shardOf(size_t count, int n, int i) {
   return {(size_t)r.begin, (size_t)r.size()};
 }
 
+constexpr const char* kFn = "ncclSignHostSumAllReduce";
+
 // One segment: count elements of send summed into recv. The ring runs in the
 // registered arena (the user's buffers are not registered): a working copy
-// of the segment, and a stage for one incoming shard.
+// of the segment, a stage for one incoming shard, and the first message of
+// the segment each way, which carries the call's header (c->check.begin) in
+// front of the first step's first chunk (alone when that shard is empty).
 ncclResult_t ringSum(ncclSignComm* c, const char* send, char* recv, size_t count, ncclDataType_t dt) {
   const int n = c->nranks, rank = c->rank, next = (rank + 1) % n, prev = (rank + n - 1) % n;
   const size_t es = bits::typeSize(dt);
-  if (n == 1 || count == 0) {
+  if (n == 1) {
     if (send != recv && count > 0) memmove(recv, send, count * es);
     return ncclSuccess;
   }
   const size_t chunk = (size_t)hostChunkBytes() / es;
-  NCCLCHECK(c->arena.reserve((count + shardOf(count, n, 0).count) * es, *c->net, c->links));
+  const size_t shardMax = shardOf(count, n, 0).count;
+  const size_t firstMax = kHeaderBytes + std::min(chunk, shardMax) * es;
+  NCCLCHECK(c->arena.reserve((count + shardMax) * es + 2 * firstMax, *c->net, c->links));
   char* buf = c->arena.base();
   char* stage = buf + count * es;
+  char* firstOut = stage + shardMax * es;
+  char* firstIn = firstOut + firstMax;
   memcpy(buf, send, count * es);
   void* sendComm = c->links.peer(next).sendComm;
   void* recvComm = c->links.peer(prev).recvComm;
@@ -63,15 +71,39 @@ ncclResult_t ringSum(ncclSignComm* c, const char* send, char* recv, size_t count
       // all-gather forwards shard rank+1-k and stores shard rank-k.
       Shard out = shardOf(count, n, ((phase == 0 ? rank - k : rank + 1 - k) % n + n) % n);
       Shard in = shardOf(count, n, ((phase == 0 ? rank - k - 1 : rank - k) % n + n) % n);
+      const bool first = phase == 0 && k == 0;
       t.clear();
-      for (size_t b = 0; b < out.count; b += chunk)
-        t.send(sendComm, buf + (out.begin + b) * es, std::min(chunk, out.count - b) * es, c->arena.mhandle(sendComm));
-      for (size_t b = 0; b < in.count; b += chunk) {
-        char* dst = phase == 0 ? stage + b * es : buf + (in.begin + b) * es;
-        t.recv(recvComm, dst, std::min(chunk, in.count - b) * es, c->arena.mhandle(recvComm), b);
+      if (first && out.count == 0) c->check.sendAlone(t, sendComm);
+      if (first && in.count == 0) c->check.recvAlone(t, prev, recvComm);
+      for (size_t b = 0; b < out.count; b += chunk) {
+        size_t bytes = std::min(chunk, out.count - b) * es;
+        char* data = buf + (out.begin + b) * es;
+        if (first && b == 0) {
+          c->check.writeHeader(firstOut);
+          memcpy(firstOut + kHeaderBytes, data, bytes);
+          data = firstOut;
+          bytes += kHeaderBytes;
+        }
+        t.send(sendComm, data, bytes, c->arena.mhandle(sendComm));
       }
-      NCCLCHECK(t.run([&](size_t b) {
-        if (phase == 0) addInto(buf + (in.begin + b) * es, stage + b * es, std::min(chunk, in.count - b), dt);
+      for (size_t b = 0; b < in.count; b += chunk) {
+        size_t bytes = std::min(chunk, in.count - b) * es;
+        char* dst = phase == 0 ? stage + b * es : buf + (in.begin + b) * es;
+        if (first && b == 0)  // judged by its header before its size
+          t.recv(recvComm, firstIn, bytes + kHeaderBytes, c->arena.mhandle(recvComm), b, /*exactSize=*/false);
+        else
+          t.recv(recvComm, dst, bytes, c->arena.mhandle(recvComm), b);
+      }
+      NCCLCHECK(t.run([&](size_t b, size_t bytes) {
+        if (b & kHeaderCookie) return c->check.verify((int)(b & ~kHeaderCookie), nullptr, bytes, 0, kFn);
+        size_t len = std::min(chunk, in.count - b);
+        const char* src = stage + b * es;
+        if (first && b == 0) {  // only phase 0 has a first message
+          NCCLCHECK(c->check.verify(prev, firstIn, bytes, len * es, kFn));
+          src = firstIn + kHeaderBytes;
+        }
+        if (phase == 0) addInto(buf + (in.begin + b) * es, src, len, dt);
+        return ncclSuccess;
       }));
     }
   }
@@ -85,7 +117,7 @@ ncclResult_t ringSum(ncclSignComm* c, const char* send, char* recv, size_t count
 
 extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostSumAllReduce(
     const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclSignComm_t comm) {
-  static const char* kFn = "ncclSignHostSumAllReduce";
+  using signlion::host::kFn;
   ncclSignComm* c = signlion::host::checkComm(comm, kFn);
   if (c == nullptr) return ncclInvalidArgument;
   ARGCHECK(datatype == ncclFloat32 || datatype == ncclBfloat16, kFn, "datatype",
@@ -94,12 +126,25 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostSumAl
   ARGCHECK(sendbuff != nullptr || count == 0, kFn, "sendbuff", "NULL with count %zu", count);
   ARGCHECK(recvbuff != nullptr || count == 0, kFn, "recvbuff", "NULL with count %zu", count);
   const size_t es = signlion::bits::typeSize(datatype);
-  ARGCHECK(count <= SIZE_MAX / es, kFn, "count", "%zu elements overflow the address space", count);
+  ARGCHECK(count <= (size_t)PTRDIFF_MAX / es, kFn, "count", "%zu elements of %zu bytes exceed PTRDIFF_MAX bytes", count,
+           es);
+  NCCLCHECK(signlion::host::callStart(c, kFn));
+  signlion::CallSignature h;
+  h.seq = c->calls;
+  h.count = count;
+  h.kind = (uint8_t)signlion::CallKind::kSumAllReduce;
+  h.datatype = (uint8_t)datatype;
   size_t segment = (size_t)std::max<int64_t>(1, signlionParamHostSegment());
-  for (size_t done = 0; done < count; done += segment) {
-    NCCLCHECK(signlion::host::ringSum(c, static_cast<const char*>(sendbuff) + done * es,
-                                      static_cast<char*>(recvbuff) + done * es, std::min(segment, count - done),
-                                      datatype));
+  h.segment = segment;
+  ncclResult_t res = ncclSuccess;
+  if (count == 0) {  // no data: the headers still go round, so a disagreement is an error everywhere
+    res = c->check.checkRing(*c->sumTransfers, c->links, h, kFn);
   }
-  return ncclSuccess;
+  for (size_t done = 0; done < count && res == ncclSuccess; done += segment) {
+    h.part = (uint32_t)(done / segment);
+    c->check.begin(h);
+    res = signlion::host::ringSum(c, static_cast<const char*>(sendbuff) + done * es,
+                                  static_cast<char*>(recvbuff) + done * es, std::min(segment, count - done), datatype);
+  }
+  return signlion::host::callEnd(c, res);
 }

@@ -25,17 +25,24 @@ class Transfers {
   // Forgets the last batch; capacity is kept, so a warm communicator does not
   // allocate here.
   void clear() { ops_.clear(); }
-  void send(void* comm, void* data, size_t bytes, void* mhandle) { ops_.push_back({true, comm, data, bytes, mhandle, 0}); }
-  // cookie comes back to onRecv when this receive completes.
-  void recv(void* comm, void* data, size_t bytes, void* mhandle, size_t cookie) {
-    ops_.push_back({false, comm, data, bytes, mhandle, cookie});
+  void send(void* comm, void* data, size_t bytes, void* mhandle) {
+    ops_.push_back({true, comm, data, bytes, mhandle, 0, true});
+  }
+  // cookie comes back to onRecv when this receive completes. exactSize:
+  // a message of another size is an error here; otherwise any size up to
+  // `bytes` goes to onRecv, which judges it.
+  void recv(void* comm, void* data, size_t bytes, void* mhandle, size_t cookie, bool exactSize = true) {
+    ops_.push_back({false, comm, data, bytes, mhandle, cookie, exactSize});
   }
   size_t size() const { return ops_.size(); }
 
-  // Runs the batch to completion. onRecv(cookie) is called once per receive,
-  // in completion order. Errors: the plugin's (ncclRemoteError for a dead
-  // peer), ncclRemoteError after timeoutMs without progress, ncclInternalError
-  // for a message of the wrong size.
+  // Runs the batch to completion. onRecv(cookie, bytes) -> ncclResult_t is
+  // called once per receive, in completion order; its first error ends the
+  // batch. Errors: onRecv's, the plugin's (ncclRemoteError for a dead peer),
+  // ncclRemoteError after timeoutMs without progress, ncclInvalidUsage for a
+  // message of the wrong size (after the receives posted before it on the
+  // same comm have completed and been judged: a call header's verdict, which
+  // names the disagreement, comes first).
   template <typename OnRecv>
   ncclResult_t run(OnRecv&& onRecv);
 
@@ -47,12 +54,18 @@ class Transfers {
     size_t bytes;
     void* mhandle;
     size_t cookie;
+    bool exactSize;
     void* req = nullptr;
     bool posted = false;
     bool done = false;
   };
   ncclResult_t post(Op& op);
-  ncclResult_t test(Op& op, bool* completed);
+  // completed: done; *size: the bytes that came (receives).
+  ncclResult_t test(Op& op, bool* completed, size_t* size);
+  // A receive that completed with the wrong size: first complete and judge
+  // the receives posted before it on its comm, bounded by the timeout.
+  template <typename OnRecv>
+  ncclResult_t wrongSize(size_t index, size_t size, OnRecv& onRecv);
 
   const Net& net_;
   int timeoutMs_;
@@ -85,12 +98,16 @@ ncclResult_t Transfers::run(OnRecv&& onRecv) {
         progress = true;
       }
       bool completed = false;
-      NCCLCHECK(test(op, &completed));
+      size_t size = 0;
+      NCCLCHECK(test(op, &completed, &size));
       if (completed) {
         op.done = true;
         remaining--;
         progress = true;
-        if (!op.isSend) onRecv(op.cookie);
+        if (!op.isSend) {
+          if (op.exactSize && size != op.bytes) return wrongSize((size_t)(&op - ops_.data()), size, onRecv);
+          NCCLCHECK(onRecv(op.cookie, size));
+        }
       } else if (waitOn == nullptr) {
         waitOn = op.comm;
       }
@@ -107,6 +124,29 @@ ncclResult_t Transfers::run(OnRecv&& onRecv) {
     }
   }
   return ncclSuccess;
+}
+
+template <typename OnRecv>
+ncclResult_t Transfers::wrongSize(size_t index, size_t size, OnRecv& onRecv) {
+  const int64_t deadline = nowUs() + (int64_t)timeoutMs_ * 1000;
+  for (size_t i = 0; i < index; i++) {
+    Op& e = ops_[i];
+    if (e.isSend || e.done || !e.posted || e.comm != ops_[index].comm) continue;
+    size_t got = 0;
+    while (!e.done) {
+      bool completed = false;
+      NCCLCHECK(test(e, &completed, &got));
+      if (completed) break;
+      if (nowUs() > deadline) return ncclRemoteError;
+      net_.wait(e.comm, 1);
+    }
+    e.done = true;
+    if (e.exactSize && got != e.bytes) continue;  // judged by the first wrong size below
+    NCCLCHECK(onRecv(e.cookie, got));
+  }
+  WARN("host transfers: a receive of %zu bytes completed with %zu bytes: the ranks are not running the same call",
+       ops_[index].bytes, size);
+  return ncclInvalidUsage;
 }
 
 }  // namespace host

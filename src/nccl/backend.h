@@ -60,6 +60,13 @@ class Backend {
   // In-place integer sum over the ranks.
   virtual ncclResult_t allReduceSum(uint64_t* data, size_t words) = 0;
 
+  // SIGNLION_CHECK only (src/nccl/call_agreement.h): host bytes into
+  // backend memory, on the main lane; and backend memory back to the host
+  // once everything issued before it on the main lane is done (the device
+  // backend waits for the stream: not capturable).
+  virtual ncclResult_t copyIn(uint64_t* dst, const void* src, size_t words) = 0;
+  virtual ncclResult_t copyOut(void* dst, const uint64_t* src, size_t words) = 0;
+
   virtual ncclResult_t divert() = 0;
   virtual ncclResult_t join() = 0;
 };

@@ -21,6 +21,7 @@
 
 #include "algo/cost_model.h"
 #include "algo/schedule_cache.h"
+#include "common/call_signature.h"
 #include "common/config.h"
 #include "nccl/nccl_plan.h"
 #include "nccl/nccl_symbols.h"
@@ -53,6 +54,10 @@ class CommContext {
   // ncclSignCommSetConfig and ncclSignCommRelease.
   std::mutex mu;
   ResolvedConfig config;
+  // SIGNLION_CHECK: calls made on the comm (their sequence numbers) and the
+  // host side of the signature table (call_agreement.h).
+  uint64_t calls = 0;
+  std::vector<CallSignature> checkTable;
 
   // The schedule and plan of one segment of nblocks blocks.
   ncclResult_t planFor(int64_t nblocks, const algo::OpSpec& spec, const algo::ScheduleCache<Plan>::Entry** out);

@@ -114,6 +114,18 @@ ncclResult_t DeviceBackend::allReduceSum(uint64_t* data, size_t words) {
   return settle(api_.allReduce(data, data, words, ncclUint64, ncclSum, comm_, stream_), "ncclAllReduce");
 }
 
+ncclResult_t DeviceBackend::copyIn(uint64_t* dst, const void* src, size_t words) {
+  // From pageable memory: the copy has taken the bytes when this returns.
+  CUDACHECK(cudaMemcpyAsync(dst, src, words * 8, cudaMemcpyHostToDevice, stream_));
+  return ncclSuccess;
+}
+
+ncclResult_t DeviceBackend::copyOut(void* dst, const uint64_t* src, size_t words) {
+  CUDACHECK(cudaMemcpyAsync(dst, src, words * 8, cudaMemcpyDeviceToHost, stream_));
+  CUDACHECK(cudaStreamSynchronize(stream_));
+  return ncclSuccess;
+}
+
 ncclResult_t DeviceBackend::divert() {
   CUDACHECK(cudaEventRecord(fork_, stream_));
   CUDACHECK(cudaStreamWaitEvent(side_, fork_, 0));

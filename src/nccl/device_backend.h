@@ -53,6 +53,9 @@ class DeviceBackend final : public Backend {
   ncclResult_t allGather(const uint64_t* send, uint64_t* recv, size_t wordsPerRank) override;
   ncclResult_t allReduceSum(uint64_t* data, size_t words) override;
 
+  ncclResult_t copyIn(uint64_t* dst, const void* src, size_t words) override;
+  ncclResult_t copyOut(void* dst, const uint64_t* src, size_t words) override;
+
   ncclResult_t divert() override;
   ncclResult_t join() override;
 

@@ -15,6 +15,7 @@
 #include "bits/bits.h"
 #include "common/cuda_checks.h"
 #include "common/config.h"
+#include "nccl/call_agreement.h"
 #include "nccl/comm_context.h"
 #include "nccl/device_backend.h"
 #include "nccl/nccl_executor.h"
@@ -71,6 +72,33 @@ ncclResult_t runSegments(const NcclApi& api, CommContext& ctx, const algo::OpSpe
   return ncclSuccess;
 }
 
+// SIGNLION_CHECK=1: the call's signature against every rank's, before
+// anything of the call is enqueued.
+ncclResult_t checkCall(const NcclApi& api, CommContext& ctx, const algo::OpSpec& spec, size_t count, ncclDataType_t dt,
+                       cudaStream_t stream, bool capturing) {
+  static const char* kFn = "ncclSignAllReduce (SIGNLION_CHECK=1)";
+  if (capturing) {
+    WARN("%s: the check waits for the stream, which CUDA graph capture forbids: unset SIGNLION_CHECK to capture", kFn);
+    return ncclInvalidUsage;
+  }
+  CallSignature mine;
+  mine.seq = ++ctx.calls;
+  mine.count = count;
+  mine.segment = segmentElements();
+  mine.rank = ctx.shape.rank;
+  mine.kind = (uint8_t)CallKind::kSignAllReduce;
+  mine.datatype = (uint8_t)dt;
+  mine.op = (uint8_t)spec.op;
+  mine.zeroRule = (uint8_t)spec.zeroRule;
+  mine.tieRule = (uint8_t)spec.tieRule;
+  mine.algorithm = (uint8_t)ctx.config.algorithm;
+  ctx.checkTable.resize((size_t)ctx.shape.nranks);
+  uint64_t* scratch;
+  NCCLCHECK(ctx.scratch(agreementWords(ctx.shape.nranks) * 8, stream, capturing, &scratch));
+  DeviceBackend backend(api, ctx.comm, stream, ctx.side(), ctx.forkEvent(), ctx.joinEvent());
+  return checkAgreement(backend, mine, ctx.shape.nranks, scratch, ctx.checkTable.data(), kFn);
+}
+
 ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclSignOp_t op,
                        ncclComm_t comm, cudaStream_t stream) {
   static const char* kFn = "ncclSignAllReduce";
@@ -79,7 +107,8 @@ ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
   ARGCHECK(recvbuff != nullptr || count == 0, kFn, "recvbuff", "NULL with count %zu", count);
   NCCLCHECK(bits::checkVoteArgs(datatype, (int)op, kFn));
   const size_t esize = bits::typeSize(datatype);
-  ARGCHECK(count <= SIZE_MAX / esize, kFn, "count", "%zu elements of %zu bytes overflow size_t", count, esize);
+  ARGCHECK(count <= (size_t)PTRDIFF_MAX / esize, kFn, "count", "%zu elements of %zu bytes exceed PTRDIFF_MAX bytes",
+           count, esize);
   ARGCHECK(count <= kMaxCount, kFn, "count", "%zu elements exceed the %llu that int64 block arithmetic holds", count,
            (unsigned long long)kMaxCount);
 
@@ -90,21 +119,29 @@ ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
   TRACE(kSubsysColl, "%s send %p recv %p count %zu %s op %d comm %p (rank %d/%d, device %d) stream %p", kFn, sendbuff,
         recvbuff, count, bits::typeName(datatype), (int)op, (void*)comm, shape.rank, shape.nranks, shape.cudaDev,
         (void*)stream);
-  if (count == 0) return ncclSuccess;  // every rank passes 0: nothing moves
+  // SIGNLION_CHECK: even a count of 0 takes part in the check, so a rank
+  // that passed another count fails rather than waits in NCCL.
+  const bool check = checkCallsEnabled();
+  if (count == 0 && !check) return ncclSuccess;  // every rank passes 0: nothing moves
 
   std::shared_ptr<CommContext> ctx;
   NCCLCHECK(commContext(comm, shape, &ctx));
   std::lock_guard<std::mutex> lock(ctx->mu);
   DeviceGuard device;
   NCCLCHECK(device.set(shape.cudaDev));
-  NCCLCHECK(checkDeviceBuffer(sendbuff, "sendbuff", shape.cudaDev, kFn));
-  if (recvbuff != sendbuff) NCCLCHECK(checkDeviceBuffer(recvbuff, "recvbuff", shape.cudaDev, kFn));
+  if (count > 0) {
+    NCCLCHECK(checkDeviceBuffer(sendbuff, "sendbuff", shape.cudaDev, kFn));
+    if (recvbuff != sendbuff) NCCLCHECK(checkDeviceBuffer(recvbuff, "recvbuff", shape.cudaDev, kFn));
+  }
 
   const algo::OpSpec spec{op, ctx->config.zeroRule, ctx->config.tieRule};
   bool capturing;
   NCCLCHECK(ctx->beginCall(stream, &capturing));
-  ncclResult_t res = runSegments(*api, *ctx, spec, static_cast<const char*>(sendbuff), static_cast<char*>(recvbuff),
-                                 count, datatype, stream, capturing);
+  ncclResult_t res = ncclSuccess;
+  if (check) res = checkCall(*api, *ctx, spec, count, datatype, stream, capturing);
+  if (res == ncclSuccess && count > 0)
+    res = runSegments(*api, *ctx, spec, static_cast<const char*>(sendbuff), static_cast<char*>(recvbuff), count,
+                      datatype, stream, capturing);
   // Also after a failure: the next call must come after whatever was enqueued.
   ncclResult_t end = ctx->endCall(stream, capturing);
   NCCLCHECK(res);

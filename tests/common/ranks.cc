@@ -8,13 +8,15 @@
 namespace signlion {
 namespace test {
 
-void withRanks(int nranks, const ncclSignConfig_t& config, const std::function<void(int, ncclSignComm_t)>& body) {
+std::vector<ncclResult_t> runRanks(int nranks, const std::function<ncclSignConfig_t(int)>& configOf,
+                                   const std::function<void(int, ncclSignComm_t&)>& body) {
   ncclSignUniqueId id;
-  ASSERT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
+  EXPECT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
   std::vector<std::thread> threads;
   std::vector<ncclResult_t> initRes(nranks, ncclInternalError);
   for (int r = 0; r < nranks; r++) {
     threads.emplace_back([&, r] {
+      ncclSignConfig_t config = configOf(r);
       ncclSignComm_t comm = nullptr;
       initRes[r] = ncclSignCommInitRank(&comm, nranks, id, r, &config);
       if (initRes[r] != ncclSuccess) return;
@@ -23,6 +25,12 @@ void withRanks(int nranks, const ncclSignConfig_t& config, const std::function<v
     });
   }
   for (auto& t : threads) t.join();
+  return initRes;
+}
+
+void withRanks(int nranks, const ncclSignConfig_t& config, const std::function<void(int, ncclSignComm_t)>& body) {
+  std::vector<ncclResult_t> initRes = runRanks(
+      nranks, [&](int) { return config; }, [&](int r, ncclSignComm_t& comm) { body(r, comm); });
   for (int r = 0; r < nranks; r++) ASSERT_EQ(initRes[r], ncclSuccess) << "init of rank " << r << " of " << nranks;
 }
 

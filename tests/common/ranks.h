@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "nccl_sign.h"
 
@@ -13,6 +14,12 @@ namespace test {
 // on each; every rank's results are checked inside body. Init failures fail
 // the calling test.
 void withRanks(int nranks, const ncclSignConfig_t& config, const std::function<void(int, ncclSignComm_t)>& body);
+
+// The same with a config per rank (configOf(rank)), for ranks that disagree:
+// body runs on the ranks whose init succeeded and may abort the comm (then
+// setting it to NULL); returns every rank's init result.
+std::vector<ncclResult_t> runRanks(int nranks, const std::function<ncclSignConfig_t(int)>& configOf,
+                                   const std::function<void(int, ncclSignComm_t&)>& body);
 
 }  // namespace test
 }  // namespace signlion

@@ -333,6 +333,25 @@ TEST(SignAllReduceNetPlugin, PluginLoadedByPath) {
   EXPECT_EQ(ncclSignCommInitRank(&comm, 1, id, 0, &cfg), ncclInvalidArgument);
 }
 
+// Ranks as threads that load the plugin at the same moment, again and again
+// (the library is unloaded between rounds, when the last comm goes): loading
+// is once-only under signlion's own lock, so the plugin's static
+// initialisers are ordered before every thread's use of its ncclNet struct
+// (under ThreadSanitizer this raced: the loader's lock is invisible to it).
+TEST(SignAllReduceNetPlugin, ThreadsLoadThePluginAtOnce) {
+  ncclSignConfig_t cfg = makeConfig(ncclSignAlgoRing);
+  cfg.netPlugin = SIGNLION_TEST_PLUGIN_PATH;
+  const int n = 8;
+  const size_t count = 100;
+  std::vector<Bytes> in = test::randomVoteInputs(n, count, ncclFloat32, 11);
+  Bytes want = test::referenceOutput(in, count, ncclFloat32, ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero);
+  for (int round = 0; round < 4; round++) {
+    withRanks(n, cfg, [&](int rank, ncclSignComm_t comm) {
+      checkCall(rank, comm, in, want, count, ncclFloat32, ncclSignMajority, false, "round " + std::to_string(round));
+    });
+  }
+}
+
 // ---- ranks as processes, and ranks that fail ------------------------------------
 
 // Forks nranks children, then makes `nids` unique ids (whose rendezvous

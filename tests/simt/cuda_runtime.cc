@@ -87,6 +87,10 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind)
   return cudaSuccess;
 }
 
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);  // the emulator's streams run in order, at once
+}
+
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
   if (bytes) memset(dst, value, bytes);
   return cudaSuccess;

@@ -7,7 +7,7 @@
 add_executable(signlion_simt_nccl_tests ${CMAKE_CURRENT_LIST_DIR}/nccl_executor_test.cc
                ${CMAKE_CURRENT_LIST_DIR}/emulator.cc ${CMAKE_CURRENT_LIST_DIR}/cuda_runtime.cc ${_emulated_sources}
                ${PROJECT_SOURCE_DIR}/src/nccl/nccl_plan.cc ${PROJECT_SOURCE_DIR}/src/nccl/nccl_executor.cc
-               ${PROJECT_SOURCE_DIR}/src/nccl/device_backend.cc)
+               ${PROJECT_SOURCE_DIR}/src/nccl/device_backend.cc ${PROJECT_SOURCE_DIR}/src/nccl/call_agreement.cc)
 foreach(_prop INCLUDE_DIRECTORIES COMPILE_DEFINITIONS COMPILE_OPTIONS LINK_OPTIONS)
   set_property(TARGET signlion_simt_nccl_tests PROPERTY ${_prop} $<TARGET_PROPERTY:signlion_simt_kernel_tests,${_prop}>)
 endforeach()

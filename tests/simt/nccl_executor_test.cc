@@ -23,6 +23,8 @@
 #include "common/config.h"
 #include "common/fake_fabric.h"
 #include "common/vote_inputs.h"
+#include "common/warn_capture.h"
+#include "nccl/call_agreement.h"
 #include "nccl/device_backend.h"
 #include "nccl/nccl_executor.h"
 #include "nccl/nccl_plan.h"
@@ -223,6 +225,52 @@ INSTANTIATE_TEST_SUITE_P(AllAlgorithms, NcclExecutorOnSimt, ::testing::ValuesIn(
                          [](const ::testing::TestParamInfo<ncclSignAlgo_t>& info) {
                            return std::string(algoName(info.param));
                          });
+
+// SIGNLION_CHECK=1's signature check through DeviceBackend (copyIn, the
+// all-gather, copyOut and its wait) on emulated device memory: agreeing ranks
+// pass; when the last rank passed another count, every rank fails with
+// ncclInvalidUsage naming it.
+TEST(CallAgreementOnSimt, DeviceBackendCarriesTheSignatures) {
+  const NcclApi api = fakeApi();
+  for (int n : {2, 3, 4, 8}) {
+    for (bool disagree : {false, true}) {
+      SCOPED_TRACE("N=" + std::to_string(n) + (disagree ? " disagree" : " agree"));
+      test::FakeFabric fabric(n);
+      test::WarnCapture warns;
+      std::vector<FakeComm> comms(n);
+      std::vector<ncclResult_t> res(n, ncclInternalError);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < n; r++) {
+        comms[r].rank = r;
+        comms[r].fabric = &fabric;
+        threads.emplace_back([&, r] {
+          test::FakeFabric::Lock turn(fabric.mutex());
+          tTurn = &turn;
+          tComm = &comms[r];
+          CallSignature mine;
+          mine.seq = 3;
+          mine.count = disagree && r == n - 1 ? 999 : 1000;
+          mine.segment = 64 << 20;
+          mine.rank = r;
+          mine.kind = (uint8_t)CallKind::kSignAllReduce;
+          mine.datatype = ncclBfloat16;
+          DeviceBytes scratch(agreementWords(n) * 8);
+          memset(scratch.p, 0xA5, agreementWords(n) * 8);
+          std::vector<CallSignature> table(n);
+          int stream, side, fork, join;
+          DeviceBackend backend(api, reinterpret_cast<ncclComm_t>(&comms[r]), reinterpret_cast<cudaStream_t>(&stream),
+                                reinterpret_cast<cudaStream_t>(&side), reinterpret_cast<cudaEvent_t>(&fork),
+                                reinterpret_cast<cudaEvent_t>(&join));
+          res[r] = checkAgreement(backend, mine, n, static_cast<uint64_t*>(scratch.p), table.data(), "test");
+          tTurn = nullptr;
+        });
+      }
+      for (auto& t : threads) t.join();
+      for (int r = 0; r < n; r++) EXPECT_EQ(res[r], disagree ? ncclInvalidUsage : ncclSuccess) << "rank " << r;
+      EXPECT_EQ(warns.countContaining(" passed count "), disagree ? n : 0);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace nccl

@@ -89,6 +89,9 @@ TEST(NcclSignAllReduce, CountsThatOverflowAreInvalidArguments) {
       ncclSignAllReduce(gBuf, gBuf, SIZE_MAX / 4 + 1, ncclFloat32, ncclSignMajority, comm.get(), nullptr), "count"));
   EXPECT_TRUE(rejects(
       ncclSignAllReduce(gBuf, gBuf, SIZE_MAX / 2 + 1, ncclBfloat16, ncclSignMajority, comm.get(), nullptr), "count"));
+  // Bytes beyond PTRDIFF_MAX though size_t holds them: no buffer is that large.
+  EXPECT_TRUE(rejects(
+      ncclSignAllReduce(gBuf, gBuf, (size_t{1} << 62) - 1, ncclFloat32, ncclSignMajority, comm.get(), nullptr), "count"));
   // One byte per element, but beyond what int64 block arithmetic holds.
   EXPECT_TRUE(
       rejects(ncclSignAllReduce(gBuf, gBuf, SIZE_MAX - 5, ncclInt8, ncclSignMajority, comm.get(), nullptr), "count"));

@@ -29,7 +29,9 @@
 #include "common/fake_fabric.h"
 #include "common/param.h"
 #include "common/vote_inputs.h"
+#include "common/warn_capture.h"
 #include "nccl/backend.h"
+#include "nccl/call_agreement.h"
 #include "nccl/comm_context.h"
 #include "nccl/nccl_executor.h"
 #include "nccl/nccl_plan.h"
@@ -405,6 +407,15 @@ class CpuBackend final : public Backend {
     return ncclSuccess;
   }
 
+  ncclResult_t copyIn(uint64_t* dst, const void* src, size_t words) override {
+    return run([=] { std::memcpy(dst, src, words * 8); });
+  }
+  ncclResult_t copyOut(void* dst, const uint64_t* src, size_t words) override {
+    EXPECT_FALSE(diverted_) << "copyOut waits for the main lane";
+    std::memcpy(dst, src, words * 8);
+    return ncclSuccess;
+  }
+
   ncclResult_t divert() override {
     diverted_ = true;
     return ncclSuccess;
@@ -513,6 +524,65 @@ TEST(NcclExecutorOnCpu, ManyChunksAndOddRankCounts) {
       runOnCpu(algo, n, 20000, ncclFloat32, kSpecs[5], false, 4096, true);
       if (HasFailure()) return;
     }
+}
+
+// SIGNLION_CHECK=1's signature check (call_agreement.h) on the CPU backend:
+// one all-gather, then every rank compares. Agreeing ranks pass; when the
+// last rank passed another count, datatype, op, rule, algorithm or segment,
+// or is at another call, every rank fails with ncclInvalidUsage and a WARN
+// naming the field.
+TEST(CallAgreementOnCpu, EveryRankFailsWhenOneDisagrees) {
+  struct Case {
+    const char* warn;  // the field as the WARN names it
+    const char* odd;   // the odd rank's value as the WARN writes it
+    std::function<void(CallSignature*)> change;
+  };
+  const Case cases[] = {
+      {"", "", [](CallSignature*) {}},
+      {"passed count ", "999", [](CallSignature* s) { s->count = 999; }},
+      {"passed datatype ", "half", [](CallSignature* s) { s->datatype = ncclFloat16; }},
+      {"passed op ", "average", [](CallSignature* s) { s->op = ncclSignAverage; }},
+      {"passed zero rule ", "abstain", [](CallSignature* s) { s->zeroRule = ncclSignZeroAbstain; }},
+      {"passed tie rule ", "negative", [](CallSignature* s) { s->tieRule = ncclSignTieNegative; }},
+      {"passed algorithm ", "ring", [](CallSignature* s) { s->algorithm = ncclSignAlgoRing; }},
+      {"passed segment size ", "64", [](CallSignature* s) { s->segment = 64; }},
+      {" at call ", "8", [](CallSignature* s) { s->seq = 8; }},
+  };
+  for (const Case& c : cases) {
+    for (int n : {2, 3, 4, 8}) {
+      SCOPED_TRACE(std::string(c.warn) + " N=" + std::to_string(n));
+      test::FakeFabric fabric(n);
+      test::WarnCapture warns;
+      std::vector<ncclResult_t> res(n, ncclInternalError);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < n; r++) {
+        threads.emplace_back([&, r] {
+          CallSignature mine;
+          mine.seq = 7;
+          mine.count = 1000;
+          mine.segment = 1 << 20;
+          mine.rank = r;
+          mine.kind = (uint8_t)CallKind::kSignAllReduce;
+          mine.datatype = ncclFloat32;
+          mine.algorithm = ncclSignAlgoHalvingDoubling;
+          if (r == n - 1) c.change(&mine);
+          std::vector<uint64_t> scratch(agreementWords(n), 0xA5A5A5A5A5A5A5A5ull);
+          std::vector<CallSignature> table(n);
+          CpuBackend backend(fabric, r, false);
+          res[r] = checkAgreement(backend, mine, n, scratch.data(), table.data(), "test");
+        });
+      }
+      for (auto& t : threads) t.join();
+      const bool agree = c.warn[0] == '\0';
+      for (int r = 0; r < n; r++) EXPECT_EQ(res[r], agree ? ncclSuccess : ncclInvalidUsage) << "rank " << r;
+      if (agree) {
+        EXPECT_EQ(warns.count(), 0);
+      } else {
+        EXPECT_EQ(warns.countContaining(c.warn), n) << "every rank names the field";
+        EXPECT_EQ(warns.countContaining(c.odd), n) << "every rank names the odd value";
+      }
+    }
+  }
 }
 
 // The NCCL path chooses by the same rule as the host: under Auto, fields too
