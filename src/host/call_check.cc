@@ -81,7 +81,8 @@ void CallCheck::recvOnce(Transfers& t, int peer, void* comm) {
 ncclResult_t CallCheck::verify(int peer, size_t size, const char* fn) const {
   const CallHeader& o = *slot(peer);
   if (size != sizeof(CallHeader) || o.magic != CallHeader::kMagic || o.sig.rank != peer) {
-    WARN("%s: call %" PRIu64 ": rank %d received a message from rank %d that does not start a call (%zu bytes): "
+    WARN("%s: call %" PRIu64
+         ": rank %d received a message from rank %d that does not start a call (%zu bytes): "
          "the ranks are not in the same call (a message of an earlier, failed call, or another collective)",
          fn, mine().seq, rank_, peer, size);
     return ncclInvalidUsage;
@@ -110,12 +111,14 @@ namespace {
 struct Settings {
   int32_t algorithm, zeroRule, tieRule, pad;
   int64_t segment, chunkBytes;
-  double costParams[3];
+  double costParams[kCompareCostParams];
+  uint64_t hostHash;  // not compared: the rank's node
 };
 
 }  // namespace
 
-ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config, const double costParams[3]) {
+ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config,
+                                const double costParams[kCompareCostParams], algo::Topology* topology) {
   const int nranks = bootstrap.nranks(), rank = bootstrap.rank();
   std::vector<Settings> table(nranks);
   Settings& me = table[rank];
@@ -125,8 +128,12 @@ ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& conf
   me.tieRule = config.tieRule;
   me.segment = signlionParamHostSegment();
   me.chunkBytes = hostChunkBytes();
-  for (int i = 0; i < 3; i++) me.costParams[i] = costParams[i];
+  for (int i = 0; i < kCompareCostParams; i++) me.costParams[i] = costParams[i];
+  me.hostHash = algo::hostIdHash(config.hostId);
   NCCLCHECK(bootstrap.allGather(table.data(), sizeof(Settings)));
+  std::vector<uint64_t> hashes;
+  for (const Settings& s : table) hashes.push_back(s.hostHash);
+  *topology = algo::topologyFromHostHashes(hashes);
   // Every rank reads the same table: every rank fails, each naming the first
   // rank that differs from rank 0.
   static const char* kFn = "ncclSignCommInitRank";
@@ -156,10 +163,11 @@ ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& conf
       a = num((uint64_t)o.chunkBytes);
       b = num((uint64_t)r0.chunkBytes);
     } else if (memcmp(o.costParams, r0.costParams, sizeof(o.costParams)) != 0) {
-      what = "cost model (SIGNLION_COST_ALPHA_NS, _BETA_MBPS, _GAMMA_PS)";
-      a = std::to_string(o.costParams[0]) + "/" + std::to_string(o.costParams[1]) + "/" + std::to_string(o.costParams[2]);
-      b = std::to_string(r0.costParams[0]) + "/" + std::to_string(r0.costParams[1]) + "/" +
-          std::to_string(r0.costParams[2]);
+      what = "cost model (SIGNLION_COST_ALPHA_NS, _BETA_MBPS, _GAMMA_PS, _INTRA_ALPHA_NS, _INTRA_BETA_MBPS)";
+      for (int i = 0; i < kCompareCostParams; i++) {
+        a += (i ? "/" : "") + std::to_string(o.costParams[i]);
+        b += (i ? "/" : "") + std::to_string(r0.costParams[i]);
+      }
     }
     if (what != nullptr) {
       WARN("%s: rank %d set %s %s, rank 0 set %s: every rank must set the same (seen by rank %d)", kFn, r, what,

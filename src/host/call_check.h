@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "algo/topology.h"
 #include "common/call_signature.h"
 #include "common/config.h"
 #include "host/bootstrap.h"
@@ -76,7 +77,7 @@ class CallCheck {
 
   int rank_ = 0;
   int nranks_ = 0;
-  char* buf_ = nullptr;  // nranks_ receive slots (by peer), then the one this rank sends
+  char* buf_ = nullptr;                        // nranks_ receive slots (by peer), then the one this rank sends
   std::vector<std::pair<void*, void*>> regs_;  // (comm, mhandle)
   uint64_t run_ = 0;                           // begin() calls so far
   std::vector<uint64_t> sentIn_, recvIn_;      // per peer: the run whose header went (came)
@@ -86,8 +87,11 @@ class CallCheck {
 // algorithm, the host tunables that shape messages, the cost model's
 // parameters) across the ranks once, at ncclSignCommInitRank: ncclInvalidUsage
 // on every rank, with a WARN naming the setting and both values, when any
-// differs.
-ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config, const double costParams[3]);
+// differs. The same exchange carries each rank's host identity (hashed, not
+// compared): *topology comes back with every rank's node.
+constexpr int kCompareCostParams = 5;
+ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config,
+                                const double costParams[kCompareCostParams], algo::Topology* topology);
 
 }  // namespace host
 }  // namespace signlion

@@ -47,15 +47,19 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
   NCCLCHECK(Bootstrap::create(id, rank, nranks, comm->config.timeoutMs, &comm->bootstrap));
   NCCLCHECK(Net::open(comm->config.netPlugin, &comm->net));
   const algo::CostParams& cp = comm->costModel.params();
-  const double cost[3] = {cp.alphaUs, cp.betaBytesPerUs, cp.gammaUsPerPlane};
-  NCCLCHECK(checkSettingsAgree(*comm->bootstrap, comm->config, cost));
-  NCCLCHECK(comm->links.connect(*comm->net, *comm->bootstrap, schedulePeers(nranks, rank), comm->config.timeoutMs));
+  const double cost[kCompareCostParams] = {cp.alphaUs, cp.betaBytesPerUs, cp.gammaUsPerPlane, cp.intraAlphaUs,
+                                           cp.intraBetaBytesPerUs};
+  NCCLCHECK(checkSettingsAgree(*comm->bootstrap, comm->config, cost, &comm->topology));
+  comm->hierNodeRanks = hierarchicalNodeRanks(comm->topology, nranks, comm->config.algorithm);
+  NCCLCHECK(comm->links.connect(*comm->net, *comm->bootstrap,
+                                schedulePeers(nranks, rank, comm->topology, comm->hierNodeRanks > 0),
+                                comm->config.timeoutMs, comm->hierNodeRanks));
   NCCLCHECK(comm->check.init(*comm->net, comm->links, rank, nranks));
-  comm->executor.reset(
-      new ScheduleExecutor(*comm->net, comm->links, comm->arena, comm->check, comm->config.timeoutMs));
+  comm->executor.reset(new ScheduleExecutor(*comm->net, comm->links, comm->arena, comm->check, comm->config.timeoutMs));
   comm->sumTransfers.reset(new Transfers(*comm->net, comm->config.timeoutMs));
-  INFO(kSubsysInit, "ncclSignCommInitRank: rank %d/%d ready, algorithm %s, net %s", rank, nranks,
-       algoName(comm->config.algorithm), comm->net->name());
+  INFO(kSubsysInit, "ncclSignCommInitRank: rank %d/%d ready, algorithm %s, net %s, %s (host id %s)", rank, nranks,
+       algoName(comm->config.algorithm), comm->net->name(), comm->topology.describe(nranks).c_str(),
+       comm->config.hostId.c_str());
   return ncclSuccess;
 }
 
@@ -66,16 +70,21 @@ ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec
     e->extra = hostScratchLayout(e->schedule);
     return ncclSuccess;
   };
-  return comm->schedules.get(comm->nranks, comm->rank, nblocks, spec, comm->config.algorithm, algo::kAllAlgorithms,
-                             comm->costModel, finish, out);
+  // Without its links (one node, or nodes too large) the hierarchical
+  // algorithm is not available: auto leaves it out, forcing it fails.
+  unsigned available = algo::kAllAlgorithms;
+  if (comm->hierNodeRanks == 0) available &= ~algo::algoBit(ncclSignAlgoHierarchical);
+  return comm->schedules.get(comm->nranks, comm->rank, nblocks, spec, comm->config.algorithm, available,
+                             comm->costModel, finish, out, &comm->topology);
 }
 
 ncclResult_t callStart(ncclSignComm* comm, const char* fn) {
   ncclResult_t err = comm->asyncError.load();
   if (err != ncclSuccess) {
-    WARN("%s: rank %d: an earlier call on this communicator failed (error %d): it takes no further calls; "
-         "ncclSignCommAbort or ncclSignCommDestroy it",
-         fn, comm->rank, (int)err);
+    WARN(
+        "%s: rank %d: an earlier call on this communicator failed (error %d): it takes no further calls; "
+        "ncclSignCommAbort or ncclSignCommDestroy it",
+        fn, comm->rank, (int)err);
     return err;
   }
   comm->calls++;
@@ -161,8 +170,7 @@ SIGNLION_API ncclResult_t ncclSignBarrier(ncclSignComm_t comm) {
   if (c == nullptr) return ncclInvalidArgument;
   ncclResult_t err = c->asyncError.load();
   if (err != ncclSuccess) {
-    WARN("ncclSignBarrier: rank %d: an earlier call on this communicator failed (error %d)", c->rank,
-         (int)err);
+    WARN("ncclSignBarrier: rank %d: an earlier call on this communicator failed (error %d)", c->rank, (int)err);
     return err;
   }
   return signlion::host::callEnd(c, c->bootstrap->barrier());

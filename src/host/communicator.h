@@ -40,6 +40,8 @@ struct ncclSignComm {
   std::unique_ptr<signlion::host::ScheduleExecutor> executor;
   std::unique_ptr<signlion::host::Transfers> sumTransfers;  // the sum baseline's, reused across calls
   signlion::algo::CostModel costModel;
+  signlion::algo::Topology topology;  // every rank's node, from the host ids traded at init
+  int hierNodeRanks = 0;              // hierarchicalNodeRanks: 0 when hier has no links here
 
   // Each schedule with the executor's arena layout for it, so a warm
   // communicator builds and lays out none.

@@ -9,6 +9,11 @@ namespace signlion {
 namespace test {
 
 void withRanks(int nranks, const ncclSignConfig_t& config, const std::function<void(int, ncclSignComm_t)>& body) {
+  withRanks(nranks, [&](int) { return config; }, body);
+}
+
+void withRanks(int nranks, const std::function<ncclSignConfig_t(int)>& configOf,
+               const std::function<void(int, ncclSignComm_t)>& body) {
   ncclSignUniqueId id;
   ASSERT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
   std::vector<std::thread> threads;
@@ -16,6 +21,7 @@ void withRanks(int nranks, const ncclSignConfig_t& config, const std::function<v
   for (int r = 0; r < nranks; r++) {
     threads.emplace_back([&, r] {
       ncclSignComm_t comm = nullptr;
+      const ncclSignConfig_t config = configOf(r);
       initRes[r] = ncclSignCommInitRank(&comm, nranks, id, r, &config);
       if (initRes[r] != ncclSuccess) return;
       body(r, comm);

@@ -130,6 +130,98 @@ TEST(SignAllReduceRules, ZeroAndTieRules) {
   }
 }
 
+// The hierarchical algorithm with ranks as threads grouped into nodes by a
+// host id per rank (config.hostId): nodes x ranks per node in {1..4} x
+// {1, 2, 3, 4, 8}, unequal and interleaved nodes; every dtype, op, count,
+// in and out of place.
+struct Layout {
+  std::vector<int> node;  // node of each rank
+  std::string name() const {
+    std::string s = "nodes_";
+    for (int n : node) s += std::to_string(n);
+    return s;
+  }
+};
+
+std::vector<Layout> hierLayouts() {
+  std::vector<Layout> v;
+  auto fromSizes = [](std::vector<int> sizes) {
+    Layout l;
+    for (size_t n = 0; n < sizes.size(); n++) l.node.insert(l.node.end(), sizes[n], (int)n);
+    return l;
+  };
+  for (int nodes = 1; nodes <= 4; nodes++)
+    for (int per : {1, 2, 3, 4, 8})
+      if (nodes * per <= 16) v.push_back(fromSizes(std::vector<int>(nodes, per)));
+  for (auto sizes : std::vector<std::vector<int>>{{1, 2}, {3, 1, 4}, {2, 3}, {8, 1}, {4, 4, 3}})
+    v.push_back(fromSizes(sizes));
+  v.push_back(Layout{{0, 1, 2, 0, 1, 2, 0}});  // interleaved
+  return v;
+}
+
+std::vector<std::string> gHostIds;  // storage for the configs' hostId strings
+
+ncclSignConfig_t hierConfig(const Layout& l, int rank, ncclSignZeroRule_t zero = ncclSignZeroPositive,
+                            ncclSignTieRule_t tie = ncclSignTieZero) {
+  ncclSignConfig_t c = makeConfig(ncclSignAlgoHierarchical, zero, tie);
+  static const char* kIds[] = {"node-a", "node-b", "node-c", "node-d", "node-e"};
+  c.hostId = kIds[l.node[rank]];
+  return c;
+}
+
+class SignAllReduceHierarchical : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(SignAllReduceHierarchical, EveryRankGetsTheReference) {
+  const Layout l = GetParam();
+  const int n = (int)l.node.size();
+  const size_t counts[] = {0, 1, 63, 64, 65, 4097, 100003};
+  withRanks(n, [&](int r) { return hierConfig(l, r); }, [&](int rank, ncclSignComm_t comm) {
+    uint32_t seed = 300;
+    for (size_t count : counts) {
+      for (ncclDataType_t dt : kTypes) {
+        std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, seed++);
+        for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+          if (op == ncclSignAverage && dt == ncclInt8) continue;
+          Bytes want = test::referenceOutput(in, count, dt, op, ncclSignZeroPositive, ncclSignTieZero);
+          for (bool inPlace : {false, true})
+            checkCall(rank, comm, in, want, count, dt, op, inPlace,
+                      l.name() + " count " + std::to_string(count) + " " + bits::typeName(dt) +
+                          (op ? " avg" : " maj") + (inPlace ? " in-place" : ""));
+        }
+      }
+    }
+  });
+}
+INSTANTIATE_TEST_SUITE_P(Host, SignAllReduceHierarchical, ::testing::ValuesIn(hierLayouts()),
+                         [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name(); });
+
+// Zero and tie rules on unequal nodes, and auto choosing the hierarchy for a
+// large message on 2 nodes of 4 where inter-node links are slow.
+TEST(SignAllReduceHierarchicalRules, ZeroAndTieRules) {
+  for (const Layout& l : {Layout{{0, 0, 1, 1, 1}}, Layout{{0, 0, 0, 0, 1, 1, 1, 1}}}) {
+    const int n = (int)l.node.size();
+    for (ncclSignZeroRule_t zero : {ncclSignZeroNegative, ncclSignZeroAbstain}) {
+      for (ncclSignTieRule_t tie : {ncclSignTieZero, ncclSignTiePositive, ncclSignTieNegative}) {
+        withRanks(n, [&](int r) { return hierConfig(l, r, zero, tie); }, [&](int rank, ncclSignComm_t comm) {
+          for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16, ncclInt8}) {
+            size_t count = 1000;
+            std::vector<Bytes> in(n, Bytes(count * bits::typeSize(dt)));
+            std::mt19937 rng(7);
+            for (int r = 0; r < n; r++)
+              for (size_t i = 0; i < count; i++) test::setElem(in[r], dt, i, (float)((int)(rng() % 3) - 1));
+            for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+              if (op == ncclSignAverage && dt == ncclInt8) continue;
+              Bytes want = test::referenceOutput(in, count, dt, op, zero, tie);
+              checkCall(rank, comm, in, want, count, dt, op, rank % 2 == 0,
+                        l.name() + " zero=" + std::to_string(zero) + " tie=" + std::to_string(tie));
+            }
+          }
+        });
+      }
+    }
+  }
+}
+
 // Large counts, including one that needs several segments and a partial block.
 TEST(SignAllReduceLarge, MillionsOfElements) {
   struct Case {

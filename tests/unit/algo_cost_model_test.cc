@@ -229,6 +229,40 @@ TEST(AlgoCostModel, ParamsFromAnotherPrefixKeepTheirDefaults) {
   EXPECT_DOUBLE_EQ(p.gammaUsPerPlane, d.gammaUsPerPlane);
 }
 
+// Two link classes: on 2 nodes of 4 ranks joined by 1 Gbit/s links, the
+// flat algorithms push every rank's votes through the node's one link and
+// the hierarchy wins large messages; with an unknown topology (or one rank
+// per node) auto never picks it (it would be halving-doubling).
+TEST(AlgoCostModel, HierarchyWinsAcrossSlowNodeLinks) {
+  CostParams p;
+  p.alphaUs = 50.0;
+  p.betaBytesPerUs = 125.0;  // 1 Gbit/s between nodes
+  p.gammaUsPerPlane = 0.0;
+  CostModel m(p);
+  Topology two;
+  two.node = {0, 0, 0, 0, 1, 1, 1, 1};
+  ncclSignAlgo_t out = ncclSignAlgoAuto;
+  ASSERT_EQ(chooseAlgorithm(8, uint64_t{1} << 26, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, m, &out, &two),
+            ncclSuccess);
+  EXPECT_EQ(out, ncclSignAlgoHierarchical);
+  double hier = 0, ring = 0, hd = 0;
+  ASSERT_EQ(m.predict(ncclSignAlgoHierarchical, 8, uint64_t{1} << 26, OpSpec(), &hier, &two), ncclSuccess);
+  ASSERT_EQ(m.predict(ncclSignAlgoRing, 8, uint64_t{1} << 26, OpSpec(), &ring, &two), ncclSuccess);
+  ASSERT_EQ(m.predict(ncclSignAlgoHalvingDoubling, 8, uint64_t{1} << 26, OpSpec(), &hd, &two), ncclSuccess);
+  EXPECT_LT(hier, ring);
+  EXPECT_LT(ring, hd);  // halving-doubling's first step sends 4 half-messages through one link
+  ASSERT_EQ(chooseAlgorithm(8, uint64_t{1} << 26, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, m, &out), ncclSuccess);
+  EXPECT_NE(out, ncclSignAlgoHierarchical);
+  Topology singles;
+  for (int r = 0; r < 8; r++) singles.node.push_back(r);
+  ASSERT_EQ(chooseAlgorithm(8, uint64_t{1} << 26, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, m, &out, &singles),
+            ncclSuccess);
+  EXPECT_NE(out, ncclSignAlgoHierarchical);
+  // Forced, it is used whatever the model says.
+  ASSERT_EQ(chooseAlgorithm(8, 64, OpSpec(), kAllAlgorithms, ncclSignAlgoHierarchical, m, &out), ncclSuccess);
+  EXPECT_EQ(out, ncclSignAlgoHierarchical);
+}
+
 }  // namespace
 }  // namespace algo
 }  // namespace signlion
