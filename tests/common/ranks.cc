@@ -9,7 +9,8 @@ namespace signlion {
 namespace test {
 
 void withRanks(int nranks, const ncclSignConfig_t& config, const std::function<void(int, ncclSignComm_t)>& body) {
-  withRanks(nranks, [&](int) { return config; }, body);
+  withRanks(
+      nranks, [&](int) { return config; }, body);
 }
 
 void withRanks(int nranks, const std::function<ncclSignConfig_t(int)>& configOf,

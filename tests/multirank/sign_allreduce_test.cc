@@ -102,8 +102,8 @@ INSTANTIATE_TEST_SUITE_P(Host, SignAllReduceMatrix, ::testing::ValuesIn(matrixCa
 
 // Zero and tie rules (and exact ties for even N) on every algorithm.
 TEST(SignAllReduceRules, ZeroAndTieRules) {
-  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                              ncclSignAlgoFieldSum}) {
+  for (ncclSignAlgo_t algo :
+       {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum}) {
     for (int n : {2, 3, 4, 6}) {
       for (ncclSignZeroRule_t zero : {ncclSignZeroNegative, ncclSignZeroAbstain}) {
         for (ncclSignTieRule_t tie : {ncclSignTieZero, ncclSignTiePositive, ncclSignTieNegative}) {
@@ -119,8 +119,8 @@ TEST(SignAllReduceRules, ZeroAndTieRules) {
                 if (op == ncclSignAverage && dt == ncclInt8) continue;
                 Bytes want = test::referenceOutput(in, count, dt, op, zero, tie);
                 checkCall(rank, comm, in, want, count, dt, op, rank % 2 == 0,
-                          std::string(algoName(algo)) + " N=" + std::to_string(n) + " zero=" +
-                              std::to_string(zero) + " tie=" + std::to_string(tie));
+                          std::string(algoName(algo)) + " N=" + std::to_string(n) + " zero=" + std::to_string(zero) +
+                              " tie=" + std::to_string(tie));
               }
             }
           });
@@ -175,22 +175,24 @@ TEST_P(SignAllReduceHierarchical, EveryRankGetsTheReference) {
   const Layout l = GetParam();
   const int n = (int)l.node.size();
   const size_t counts[] = {0, 1, 63, 64, 65, 4097, 100003};
-  withRanks(n, [&](int r) { return hierConfig(l, r); }, [&](int rank, ncclSignComm_t comm) {
-    uint32_t seed = 300;
-    for (size_t count : counts) {
-      for (ncclDataType_t dt : kTypes) {
-        std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, seed++);
-        for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
-          if (op == ncclSignAverage && dt == ncclInt8) continue;
-          Bytes want = test::referenceOutput(in, count, dt, op, ncclSignZeroPositive, ncclSignTieZero);
-          for (bool inPlace : {false, true})
-            checkCall(rank, comm, in, want, count, dt, op, inPlace,
-                      l.name() + " count " + std::to_string(count) + " " + bits::typeName(dt) +
-                          (op ? " avg" : " maj") + (inPlace ? " in-place" : ""));
+  withRanks(
+      n, [&](int r) { return hierConfig(l, r); },
+      [&](int rank, ncclSignComm_t comm) {
+        uint32_t seed = 300;
+        for (size_t count : counts) {
+          for (ncclDataType_t dt : kTypes) {
+            std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, seed++);
+            for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+              if (op == ncclSignAverage && dt == ncclInt8) continue;
+              Bytes want = test::referenceOutput(in, count, dt, op, ncclSignZeroPositive, ncclSignTieZero);
+              for (bool inPlace : {false, true})
+                checkCall(rank, comm, in, want, count, dt, op, inPlace,
+                          l.name() + " count " + std::to_string(count) + " " + bits::typeName(dt) +
+                              (op ? " avg" : " maj") + (inPlace ? " in-place" : ""));
+            }
+          }
         }
-      }
-    }
-  });
+      });
 }
 INSTANTIATE_TEST_SUITE_P(Host, SignAllReduceHierarchical, ::testing::ValuesIn(hierLayouts()),
                          [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name(); });
@@ -202,21 +204,23 @@ TEST(SignAllReduceHierarchicalRules, ZeroAndTieRules) {
     const int n = (int)l.node.size();
     for (ncclSignZeroRule_t zero : {ncclSignZeroNegative, ncclSignZeroAbstain}) {
       for (ncclSignTieRule_t tie : {ncclSignTieZero, ncclSignTiePositive, ncclSignTieNegative}) {
-        withRanks(n, [&](int r) { return hierConfig(l, r, zero, tie); }, [&](int rank, ncclSignComm_t comm) {
-          for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16, ncclInt8}) {
-            size_t count = 1000;
-            std::vector<Bytes> in(n, Bytes(count * bits::typeSize(dt)));
-            std::mt19937 rng(7);
-            for (int r = 0; r < n; r++)
-              for (size_t i = 0; i < count; i++) test::setElem(in[r], dt, i, (float)((int)(rng() % 3) - 1));
-            for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
-              if (op == ncclSignAverage && dt == ncclInt8) continue;
-              Bytes want = test::referenceOutput(in, count, dt, op, zero, tie);
-              checkCall(rank, comm, in, want, count, dt, op, rank % 2 == 0,
-                        l.name() + " zero=" + std::to_string(zero) + " tie=" + std::to_string(tie));
-            }
-          }
-        });
+        withRanks(
+            n, [&](int r) { return hierConfig(l, r, zero, tie); },
+            [&](int rank, ncclSignComm_t comm) {
+              for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16, ncclInt8}) {
+                size_t count = 1000;
+                std::vector<Bytes> in(n, Bytes(count * bits::typeSize(dt)));
+                std::mt19937 rng(7);
+                for (int r = 0; r < n; r++)
+                  for (size_t i = 0; i < count; i++) test::setElem(in[r], dt, i, (float)((int)(rng() % 3) - 1));
+                for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+                  if (op == ncclSignAverage && dt == ncclInt8) continue;
+                  Bytes want = test::referenceOutput(in, count, dt, op, zero, tie);
+                  checkCall(rank, comm, in, want, count, dt, op, rank % 2 == 0,
+                            l.name() + " zero=" + std::to_string(zero) + " tie=" + std::to_string(tie));
+                }
+              }
+            });
       }
     }
   }
@@ -233,8 +237,8 @@ TEST(SignAllReduceLarge, MillionsOfElements) {
                  Case{ncclSignAlgoAllGather, 3, 1000003}, Case{ncclSignAlgoRing, 4, (1u << 24) + 7},
                  Case{ncclSignAlgoHalvingDoubling, 3, (1u << 24) + 7}}) {
     std::vector<Bytes> in = test::randomVoteInputs(c.n, c.count, ncclFloat32, 11);
-    Bytes want = test::referenceOutput(in, c.count, ncclFloat32, ncclSignMajority, ncclSignZeroPositive,
-                                       ncclSignTieZero);
+    Bytes want =
+        test::referenceOutput(in, c.count, ncclFloat32, ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero);
     withRanks(c.n, makeConfig(c.algo), [&](int rank, ncclSignComm_t comm) {
       checkCall(rank, comm, in, want, c.count, ncclFloat32, ncclSignMajority, false,
                 std::string(algoName(c.algo)) + " count " + std::to_string(c.count));
@@ -501,7 +505,8 @@ TEST(SignAllReduceProcesses, SeparateProcessesOnLoopback) {
       std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, 5);
       Bytes want = test::referenceOutput(in, count, dt, ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero);
       Bytes out(count * bits::typeSize(dt));
-      if (ncclSignHostAllReduce(in[rank].data(), out.data(), count, dt, ncclSignMajority, comm) != ncclSuccess) return 3;
+      if (ncclSignHostAllReduce(in[rank].data(), out.data(), count, dt, ncclSignMajority, comm) != ncclSuccess)
+        return 3;
       if (test::firstMismatch(out, want) != std::string::npos) return 4;
     }
     return ncclSignCommDestroy(comm) == ncclSuccess ? 0 : 5;
@@ -519,7 +524,7 @@ void survivorsSeeAnError(bool kill) {
     if (ncclSignCommInitRank(&comm, n, ids[0], rank, &cfg) != ncclSuccess) return 2;
     std::vector<float> x(1 << 20, 1.0f), y(x.size());
     if (rank == n - 1) {
-      if (kill) _exit(9);  // gone without a word
+      if (kill) _exit(9);               // gone without a word
       sleep(2 * timeoutMs / 1000 + 2);  // stalled well past everyone's timeout
       _exit(9);
     }
@@ -532,7 +537,8 @@ void survivorsSeeAnError(bool kill) {
     // The survivors make a fresh communicator and it works.
     ncclSignComm_t again;
     if (ncclSignCommInitRank(&again, n - 1, ids[1], rank, &cfg) != ncclSuccess) return 5;
-    if (ncclSignHostAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSignMajority, again) != ncclSuccess) return 6;
+    if (ncclSignHostAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSignMajority, again) != ncclSuccess)
+      return 6;
     if (y[0] != 1.0f) return 7;
     ncclSignCommDestroy(again);
     return 0;

@@ -131,7 +131,7 @@ class Simulator {
     std::vector<uint64_t> res;    // result code, resultPlanes bits
     std::vector<char> hasRes;
     std::vector<std::vector<int8_t>> vP, vM;  // vote slots; -1 = never written
-    std::vector<uint64_t> fields;              // counters planes of fieldWords words
+    std::vector<uint64_t> fields;             // counters planes of fieldWords words
   };
   struct Payload {
     std::vector<int64_t> a, b;  // counters, votes: P and M per element
@@ -209,7 +209,8 @@ class Simulator {
             st.fields[c * s.fieldWords + e / s.fieldsPerWord] |= v << ((e % s.fieldsPerWord) * s.fieldBits);
           }
           break;
-        case LocalOp::kSumVotes: break;  // below, slot by slot
+        case LocalOp::kSumVotes:
+          break;  // below, slot by slot
         case LocalOp::kDecide: {
           int64_t p, m = 0;
           if (l.src == Buffer::kFields) {
@@ -291,7 +292,8 @@ class Simulator {
           if (!st.hasRes[e]) ADD_FAILURE() << "rank " << r << " sends a result it does not have";
           p.codes.push_back(st.res[e] & ((uint64_t{1} << snd.planes) - 1));
           break;
-        case Buffer::kFields: break;
+        case Buffer::kFields:
+          break;
       }
     }
     return p;
@@ -612,8 +614,8 @@ std::vector<Topology> hierarchicalLayouts() {
   };
   for (int nodes = 1; nodes <= 4; nodes++)
     for (int per : {1, 2, 3, 4, 8}) out.push_back(fromSizes(std::vector<int>(nodes, per)));
-  for (auto sizes : std::vector<std::vector<int>>{{1, 2}, {2, 1}, {3, 1, 4}, {2, 3}, {8, 1}, {4, 4, 3}, {1, 8, 2, 5},
-                                                  {3, 5}, {2, 2, 2, 1}})
+  for (auto sizes : std::vector<std::vector<int>>{
+           {1, 2}, {2, 1}, {3, 1, 4}, {2, 3}, {8, 1}, {4, 4, 3}, {1, 8, 2, 5}, {3, 5}, {2, 2, 2, 1}})
     out.push_back(fromSizes(sizes));
   for (int nranks : {5, 7, 12}) {  // rank r on node r % 3: no node's ranks are contiguous
     Topology t;
