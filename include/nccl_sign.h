@@ -219,6 +219,15 @@ ncclResult_t ncclSignCommGetAsyncError(ncclSignComm_t comm, ncclResult_t* asyncE
  * (config.netPlugin) both read 0. */
 ncclResult_t ncclSignCommGetWireBytes(const ncclSignComm_t comm, uint64_t* sentBytes, uint64_t* recvBytes);
 
+/* The part of ncclSignCommGetWireBytes that went to and came from ranks on
+ * other nodes (host identities traded at init: config.hostId,
+ * SIGNLION_HOSTID, else hostname and boot id), and *node, this rank's node:
+ * 0, 1, ... in the order of each node's lowest rank. What a node's NIC
+ * carries is the sum of these over the node's ranks.
+ * Errors: ncclInvalidArgument (a bad comm, a NULL pointer). */
+ncclResult_t ncclSignCommGetInterNodeWireBytes(const ncclSignComm_t comm, int* node, uint64_t* sentBytes,
+                                               uint64_t* recvBytes);
+
 /* The sign all-reduce on host buffers: every rank's recvbuff receives the
  * majority vote (or average) of the signs of all ranks' sendbuff, as defined
  * at the top of this header. sendbuff == recvbuff is in place. count may be 0.

@@ -9,9 +9,12 @@
 // -o picks the reduction: mavo (majority vote, default), avg (average of
 // votes), sum (ncclSignHostSumAllReduce, the plain ring sum on the same
 // communicator: the baseline rows), mpisum (MPI_Allreduce of fp32, MPI only),
-// all. -A picks the sign algorithm (auto, ring, hd, allgather, fieldsum).
+// all. -A picks the sign algorithm (auto, ring, hd, allgather, fieldsum, hier).
 // algbw = count * sizeof(input datatype) / time, busbw = algbw * 2(n-1)/n:
 // the figures of an all-reduce of the input datatype, whatever the wire.
+// The last columns are the transport's byte counters: the most any rank sent
+// per call, and the most any node sent to other nodes (its ranks' sums; host
+// ids as the communicator traded them, e.g. SIGNLION_HOSTID per namespace).
 //
 // --nccl is the GPU mode (sign_allreduce_perf_nccl.h): ncclSignAllReduce on
 // device buffers and NCCL communicators, -t ranks as processes, each row
@@ -96,30 +99,31 @@ double parseSize(const char* s) {  // nccl-tests' K/M/G suffixes (powers of 1024
 }
 
 void usage(const char* argv0) {
-  printf("USAGE: %s\n\t"
-         "[-t,--nthreads <ranks as threads per process>]\n\t"
-         "[-b,--minbytes <min size in bytes>]\n\t"
-         "[-e,--maxbytes <max size in bytes>]\n\t"
-         "[-i,--stepbytes <increment size>]\n\t"
-         "[-f,--stepfactor <increment factor>]\n\t"
-         "[-n,--iters <iteration count>]\n\t"
-         "[-m,--agg_iters <aggregated iteration count>]\n\t"
-         "[-w,--warmup_iters <warmup iteration count>]\n\t"
-         "[-N,--run_cycles <cycle count> run & print each cycle (default: 1; 0=infinite)]\n\t"
-         "[-c,--check <check iteration count>]\n\t"
-         "[-o,--op <mavo/avg/sum/mpisum/all>]\n\t"
-         "[-d,--datatype <float/half/bfloat16/int8/all>]\n\t"
-         "[-r,--root <root>] (ignored: all-reduce)\n\t"
-         "[-z,--blocking <0/1>]\n\t"
-         "[-T,--timeout <time in seconds>]\n\t"
-         "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>]\n\t"
-         "[-A,--algo <auto/ring/hd/allgather/fieldsum>]\n\t"
-         "[--rank <r> --nranks <n> --id-file <path>] (one rank per process, started by hand)\n\t"
-         "[--nccl] GPU mode: ncclSignAllReduce on device buffers and NCCL communicators, -t ranks as\n\t"
-         "         processes (rank r on GPU r %% devices), each row next to NCCL's ncclAllReduce of the\n\t"
-         "         same count in fp32 and bf16; -o mavo/avg/all. Exits 77 when no GPU answers.\n\t"
-         "[-h,--help]\n",
-         basename(const_cast<char*>(argv0)));
+  printf(
+      "USAGE: %s\n\t"
+      "[-t,--nthreads <ranks as threads per process>]\n\t"
+      "[-b,--minbytes <min size in bytes>]\n\t"
+      "[-e,--maxbytes <max size in bytes>]\n\t"
+      "[-i,--stepbytes <increment size>]\n\t"
+      "[-f,--stepfactor <increment factor>]\n\t"
+      "[-n,--iters <iteration count>]\n\t"
+      "[-m,--agg_iters <aggregated iteration count>]\n\t"
+      "[-w,--warmup_iters <warmup iteration count>]\n\t"
+      "[-N,--run_cycles <cycle count> run & print each cycle (default: 1; 0=infinite)]\n\t"
+      "[-c,--check <check iteration count>]\n\t"
+      "[-o,--op <mavo/avg/sum/mpisum/all>]\n\t"
+      "[-d,--datatype <float/half/bfloat16/int8/all>]\n\t"
+      "[-r,--root <root>] (ignored: all-reduce)\n\t"
+      "[-z,--blocking <0/1>]\n\t"
+      "[-T,--timeout <time in seconds>]\n\t"
+      "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>]\n\t"
+      "[-A,--algo <auto/ring/hd/allgather/fieldsum/hier>]\n\t"
+      "[--rank <r> --nranks <n> --id-file <path>] (one rank per process, started by hand)\n\t"
+      "[--nccl] GPU mode: ncclSignAllReduce on device buffers and NCCL communicators, -t ranks as\n\t"
+      "         processes (rank r on GPU r %% devices), each row next to NCCL's ncclAllReduce of the\n\t"
+      "         same count in fp32 and bf16; -o mavo/avg/all. Exits 77 when no GPU answers.\n\t"
+      "[-h,--help]\n",
+      basename(const_cast<char*>(argv0)));
 }
 
 // Returns 0 to go on, else the exit code.
@@ -204,6 +208,7 @@ ncclSignAlgo_t algoFromName(const std::string& s, bool* ok) {
   if (s == "hd" || s == "halving_doubling") return ncclSignAlgoHalvingDoubling;
   if (s == "allgather") return ncclSignAlgoAllGather;
   if (s == "fieldsum") return ncclSignAlgoFieldSum;
+  if (s == "hier" || s == "hierarchical") return ncclSignAlgoHierarchical;
   *ok = false;
   return ncclSignAlgoAuto;
 }
@@ -330,16 +335,25 @@ void runColl(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t count, bo
   }
 }
 
-uint64_t sentBytes(RankCtx& ctx) {
-  uint64_t s = 0, r = 0;
-  checkNccl(ncclSignCommGetWireBytes(ctx.comm, &s, &r), "ncclSignCommGetWireBytes");
-  return s;
+struct SentBytes {
+  uint64_t all = 0, interNode = 0;
+  int node = 0;
+};
+
+SentBytes sentBytes(RankCtx& ctx) {
+  SentBytes b;
+  uint64_t r = 0;
+  checkNccl(ncclSignCommGetWireBytes(ctx.comm, &b.all, &r), "ncclSignCommGetWireBytes");
+  checkNccl(ncclSignCommGetInterNodeWireBytes(ctx.comm, &b.node, &b.interNode, &r),
+            "ncclSignCommGetInterNodeWireBytes");
+  return b;
 }
 
 struct BenchResult {
   double usec, algBw, busBw;
   double wrong;       // -1: not checked
   double wirePerCall; // max over ranks of bytes this rank sent per call; -1: not ours to count
+  double interNodePerCall;  // max over nodes of bytes the node's ranks sent to other nodes per call
 };
 
 BenchResult benchTime(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t count, bool inPlace) {
@@ -352,23 +366,28 @@ BenchResult benchTime(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t 
   runColl(ctx, op, dt, count, inPlace);  // sync
   barrier(ctx, op.mpi);
 
-  uint64_t wire0 = sentBytes(ctx);
+  SentBytes wire0 = sentBytes(ctx);
   auto t0 = std::chrono::steady_clock::now();
   for (int it = 0; it < o.iters; it++) {
     for (int a = 0; a < o.aggIters; a++) runColl(ctx, op, dt, count, inPlace);
     if (o.blocking) barrier(ctx, op.mpi);
   }
   double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / (o.iters * o.aggIters);
-  double wire = (double)(sentBytes(ctx) - wire0) / (o.iters * o.aggIters);
+  SentBytes wire1 = sentBytes(ctx);
+  const double calls = o.iters * o.aggIters;
+  double wire = (double)(wire1.all - wire0.all) / calls;
+  double interNode = (double)(wire1.interNode - wire0.interNode) / calls;
 
-  std::vector<double> all = allGather(ctx, {sec, wire});
+  std::vector<double> all = allGather(ctx, {sec, wire, interNode, (double)wire1.node});
   double agg = all[0], maxWire = 0;
+  std::vector<double> nodeSent(n, 0.0);  // nodes are numbered below n
   for (int r = 0; r < n; r++) {
-    double t = all[2 * r];
+    double t = all[4 * r];
     if (o.average == 1) agg = r == 0 ? t : agg + t;
     if (o.average == 2) agg = std::min(agg, t);
     if (o.average == 3) agg = std::max(agg, t);
-    maxWire = std::max(maxWire, all[2 * r + 1]);
+    maxWire = std::max(maxWire, all[4 * r + 1]);
+    nodeSent[(int)all[4 * r + 3]] += all[4 * r + 2];
   }
   if (o.average == 1) agg /= n;
 
@@ -377,6 +396,7 @@ BenchResult benchTime(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t 
   res.algBw = (double)(count * esize) / 1e9 / agg;
   res.busBw = res.algBw * (2.0 * (n - 1)) / n;
   res.wirePerCall = op.mpi ? -1 : maxWire;
+  res.interNodePerCall = op.mpi ? -1 : *std::max_element(nodeSent.begin(), nodeSent.end());
   res.wrong = -1;
   if (o.check) {
     double wrong = 0;
@@ -422,10 +442,12 @@ void timeTest(RankCtx& ctx, const OpInfo& op, const TypeInfo& type) {
         ctx.busBwSum += r->busBw;
         ctx.busBwCount++;
       }
-      if (out.wirePerCall >= 0)
-        PRINT("  %12.0f  %7.3f\n", out.wirePerCall, count ? out.wirePerCall * 8.0 / (double)count : 0.0);
-      else
-        PRINT("  %12s  %7s\n", "N/A", "N/A");
+      for (double w : {out.wirePerCall, out.interNodePerCall})
+        if (w >= 0)
+          PRINT("  %12.0f  %7.3f", w, count ? w * 8.0 / (double)count : 0.0);
+        else
+          PRINT("  %12s  %7s", "N/A", "N/A");
+      PRINT("\n");
       if (size == 0 && o.stepFactor > 1) break;  // 0 * factor never grows
     }
   } while (--cycles != 0);
@@ -462,12 +484,14 @@ void printHeader(RankCtx& ctx) {
           0, "host CPU");
   }
   PRINT("#\n");
-  PRINT("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          %s\n", "", "", "",
-        "", "", "  wire sent per rank");
-  PRINT("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %12s  %7s\n", "size", "count", "type",
-        "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "wire", "wire");
-  PRINT("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %12s  %7s\n", "(B)", "(elements)", "",
-        "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(B)", "(b/elt)");
+  PRINT("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          %s%s\n", "", "", "",
+        "", "", "  wire sent per rank", "   inter-node per node");
+  PRINT("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %12s  %7s  %12s  %7s\n", "size", "count",
+        "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "wire", "wire",
+        "wire", "wire");
+  PRINT("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %12s  %7s  %12s  %7s\n", "(B)",
+        "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(B)", "(b/elt)",
+        "(B)", "(b/elt)");
 }
 
 // Returns 0, or 1 after a failed collective (the comm is then aborted).
@@ -549,7 +573,7 @@ int main(int argc, char** argv) {
   bool ok;
   w.config.algorithm = algoFromName(o.algo, &ok);
   if (!ok) {
-    fprintf(stderr, "-A %s: not one of auto, ring, hd, allgather, fieldsum\n", o.algo.c_str());
+    fprintf(stderr, "-A %s: not one of auto, ring, hd, allgather, fieldsum, hier\n", o.algo.c_str());
     return 2;
   }
   if (o.nccl) return ncclMain(o, w.config.algorithm);

@@ -102,9 +102,10 @@ ncclResult_t callEnd(ncclSignComm* comm, ncclResult_t res) {
   return res;
 }
 
-void wireBytes(const ncclSignComm* comm, uint64_t* sent, uint64_t* received) {
+void wireBytes(const ncclSignComm* comm, bool interNodeOnly, uint64_t* sent, uint64_t* received) {
   *sent = *received = 0;
   for (int p : comm->links.peers()) {
+    if (interNodeOnly && comm->topology.sameNode(p, comm->rank)) continue;
     uint64_t s = 0, r = 0;
     if (comm->net->wireBytes(comm->links.peer(p).sendComm, &s, &r)) *sent += s;
     if (comm->net->wireBytes(comm->links.peer(p).recvComm, &s, &r)) *received += r;
@@ -190,6 +191,18 @@ SIGNLION_API ncclResult_t ncclSignCommGetWireBytes(const ncclSignComm_t comm, ui
   ARGCHECK(recvBytes != nullptr, "ncclSignCommGetWireBytes", "recvBytes", "must not be NULL");
   ncclSignComm* c = checkComm(comm, "ncclSignCommGetWireBytes");
   if (c == nullptr) return ncclInvalidArgument;
-  signlion::host::wireBytes(c, sentBytes, recvBytes);
+  signlion::host::wireBytes(c, false, sentBytes, recvBytes);
+  return ncclSuccess;
+}
+
+SIGNLION_API ncclResult_t ncclSignCommGetInterNodeWireBytes(const ncclSignComm_t comm, int* node, uint64_t* sentBytes,
+                                                            uint64_t* recvBytes) {
+  ARGCHECK(node != nullptr, "ncclSignCommGetInterNodeWireBytes", "node", "must not be NULL");
+  ARGCHECK(sentBytes != nullptr, "ncclSignCommGetInterNodeWireBytes", "sentBytes", "must not be NULL");
+  ARGCHECK(recvBytes != nullptr, "ncclSignCommGetInterNodeWireBytes", "recvBytes", "must not be NULL");
+  ncclSignComm* c = checkComm(comm, "ncclSignCommGetInterNodeWireBytes");
+  if (c == nullptr) return ncclInvalidArgument;
+  *node = c->topology.nodeOf(c->rank);
+  signlion::host::wireBytes(c, true, sentBytes, recvBytes);
   return ncclSuccess;
 }

@@ -70,9 +70,9 @@ using ScheduleEntry = algo::ScheduleCache<algo::ScratchLayout>::Entry;
 // (requested algorithm, blocks, op, rules).
 ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec& spec, const ScheduleEntry** out);
 
-// Bytes of wire traffic of all links so far (our transport's counters, which
-// include its headers).
-void wireBytes(const ncclSignComm* comm, uint64_t* sent, uint64_t* received);
+// Bytes of wire traffic so far (our transport's counters, which include its
+// headers): of all links, or only of the links to ranks on other nodes.
+void wireBytes(const ncclSignComm* comm, bool interNodeOnly, uint64_t* sent, uint64_t* received);
 
 }  // namespace host
 }  // namespace signlion

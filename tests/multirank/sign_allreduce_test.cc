@@ -270,6 +270,52 @@ TEST(SignAllReduceWire, BytesMatchTheSchedule) {
   }
 }
 
+// On 2 nodes of 4 (host ids per thread), ncclSignCommGetInterNodeWireBytes
+// counts the bytes the schedule sends to the other node's ranks, and the rest
+// of ncclSignCommGetWireBytes is what it sends inside the node (within 1%:
+// headers).
+TEST(SignAllReduceWire, InterNodeBytesMatchTheSchedule) {
+  const size_t count = 1 << 20;
+  const Layout l{{0, 0, 0, 0, 1, 1, 1, 1}};
+  const int n = (int)l.node.size();
+  algo::Topology topo;
+  topo.node = l.node;
+  std::vector<Bytes> in = test::randomVoteInputs(n, count, ncclFloat32, 5);
+  for (ncclSignAlgo_t algo : {ncclSignAlgoHierarchical, ncclSignAlgoRing, ncclSignAlgoHalvingDoubling}) {
+    withRanks(
+        n,
+        [&](int r) {
+          ncclSignConfig_t c = hierConfig(l, r);
+          c.algorithm = algo;
+          return c;
+        },
+        [&](int rank, ncclSignComm_t comm) {
+          Bytes out(count * 4);
+          uint64_t s0, r0, s1, r1, all0, all1, unused;
+          int node = -1;
+          ASSERT_EQ(ncclSignCommGetInterNodeWireBytes(comm, &node, &s0, &r0), ncclSuccess);
+          ASSERT_EQ(ncclSignCommGetWireBytes(comm, &all0, &unused), ncclSuccess);
+          ASSERT_EQ(ncclSignHostAllReduce(in[rank].data(), out.data(), count, ncclFloat32, ncclSignMajority, comm),
+                    ncclSuccess);
+          ASSERT_EQ(ncclSignCommGetInterNodeWireBytes(comm, &node, &s1, &r1), ncclSuccess);
+          ASSERT_EQ(ncclSignCommGetWireBytes(comm, &all1, &unused), ncclSuccess);
+          EXPECT_EQ(node, l.node[rank]);
+          algo::Schedule s;
+          ASSERT_EQ(algo::buildSchedule(algo, n, rank, algo::blocksForCount(count), algo::OpSpec{}, &s, &topo),
+                    ncclSuccess);
+          double inter = 0, intra = 0;
+          for (const algo::Step& st : s.steps)
+            for (const algo::Send& m : st.sends) (topo.sameNode(rank, m.peer) ? intra : inter) += (double)m.bytes();
+          double measuredInter = (double)(s1 - s0), measuredIntra = (double)(all1 - all0) - measuredInter;
+          EXPECT_NEAR(measuredInter, inter, inter * 0.01 + 1) << algoName(algo) << " rank " << rank;
+          EXPECT_NEAR(measuredIntra, intra, intra * 0.01 + 1) << algoName(algo) << " rank " << rank;
+        });
+  }
+  int node = 0;
+  uint64_t s = 0, r = 0;
+  EXPECT_EQ(ncclSignCommGetInterNodeWireBytes(nullptr, &node, &s, &r), ncclInvalidArgument);
+}
+
 // The baseline: a ring sum all-reduce, checked against a sum in the same order.
 TEST(SumAllReduce, RingSumMatchesSerialSum) {
   for (int n : {1, 2, 3, 5, 8}) {
