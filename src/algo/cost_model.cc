@@ -15,6 +15,8 @@ SIGNLION_PARAM(CostBetaMBps, "COST_BETA_MBPS", 1250)
 SIGNLION_PARAM(CostGammaPs, "COST_GAMMA_PS", 10)
 SIGNLION_PARAM(CostIntraAlphaNs, "COST_INTRA_ALPHA_NS", 10000)
 SIGNLION_PARAM(CostIntraBetaMBps, "COST_INTRA_BETA_MBPS", 8000)
+SIGNLION_PARAM(CostPackPs, "COST_PACK_PS", 430)
+SIGNLION_PARAM(CostDecidePs, "COST_DECIDE_PS", 575)
 
 namespace signlion {
 namespace algo {
@@ -65,10 +67,16 @@ void intraCostParamsFrom(const char* prefix, int64_t alphaNs, int64_t betaMBps, 
   p->intraBetaBytesPerUs = positiveParam(betaMBps, prefix, "INTRA_BETA_MBPS", p->intraBetaBytesPerUs);
 }
 
+void cpuCostParamsFrom(const char* prefix, int64_t packPs, int64_t decidePs, CostParams* p) {
+  p->packUsPerElement = positiveParam(packPs, prefix, "PACK_PS", p->packUsPerElement * 1e6) * 1e-6;
+  p->decideUsPerElement = positiveParam(decidePs, prefix, "DECIDE_PS", p->decideUsPerElement * 1e6) * 1e-6;
+}
+
 CostModel::CostModel()
     : params_(costParamsFrom("COST", signlionParamCostAlphaNs(), signlionParamCostBetaMBps(),
                              signlionParamCostGammaPs(), CostParams())) {
   intraCostParamsFrom("COST", signlionParamCostIntraAlphaNs(), signlionParamCostIntraBetaMBps(), &params_);
+  cpuCostParamsFrom("COST", signlionParamCostPackPs(), signlionParamCostDecidePs(), &params_);
 }
 
 ncclResult_t CostModel::setMeasured(double alphaUs, double betaBytesPerUs) {
@@ -98,7 +106,7 @@ double CostModel::predict(const Schedule& s, const Topology* topo) const {
     }
   }
   const bool oneNode = topo->known() && topo->members(s.nranks).size() == 1;
-  double us = 0, receivedBits = 0;
+  double us = 0;
   bool any = false;
   for (size_t i = 0; i < s.steps.size(); i++) {
     if (!s.steps[i].anyRankCommunicates) continue;
@@ -120,13 +128,14 @@ double CostModel::predict(const Schedule& s, const Topology* topo) const {
                          ? stepUs + static_cast<double>(std::max(egress, ingress)) / params_.betaBytesPerUs
                          : 0;
     double idleUs = oneNode || topo->known() ? params_.intraAlphaUs : stepUs;  // waits for the others
-    us += std::max({intraUs, interUs, intraUs == 0 && interUs == 0 ? idleUs : 0.0});
-    receivedBits += 8.0 * static_cast<double>(s.steps[i].bytesReceived());
+    // Each received chunk is added while the next ones travel.
+    double addUs = params_.gammaUsPerPlane * 8.0 * static_cast<double>(s.steps[i].bytesReceived());
+    us += std::max({intraUs, interUs, addUs, intraUs == 0 && interUs == 0 ? idleUs : 0.0});
     any = true;
   }
   if (oneCollective && any) us += params_.alphaUs;
   double elems = static_cast<double>(s.nblocks) * kBlockElems;
-  return us + params_.gammaUsPerPlane * (receivedBits + elems * (s.counters + s.resultPlanes));
+  return us + elems * (params_.packUsPerElement * s.counters + params_.decideUsPerElement);
 }
 
 ncclResult_t CostModel::predict(ncclSignAlgo_t algo, int nranks, uint64_t count, const OpSpec& spec, double* us,

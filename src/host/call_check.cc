@@ -163,7 +163,9 @@ ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& conf
       a = num((uint64_t)o.chunkBytes);
       b = num((uint64_t)r0.chunkBytes);
     } else if (memcmp(o.costParams, r0.costParams, sizeof(o.costParams)) != 0) {
-      what = "cost model (SIGNLION_COST_ALPHA_NS, _BETA_MBPS, _GAMMA_PS, _INTRA_ALPHA_NS, _INTRA_BETA_MBPS)";
+      what =
+          "cost model (SIGNLION_COST_ALPHA_NS, _BETA_MBPS, _GAMMA_PS, _INTRA_ALPHA_NS, _INTRA_BETA_MBPS, _PACK_PS, "
+          "_DECIDE_PS)";
       for (int i = 0; i < kCompareCostParams; i++) {
         a += (i ? "/" : "") + std::to_string(o.costParams[i]);
         b += (i ? "/" : "") + std::to_string(r0.costParams[i]);

@@ -89,7 +89,7 @@ class CallCheck {
 // on every rank, with a WARN naming the setting and both values, when any
 // differs. The same exchange carries each rank's host identity (hashed, not
 // compared): *topology comes back with every rank's node.
-constexpr int kCompareCostParams = 5;
+constexpr int kCompareCostParams = 7;
 ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config,
                                 const double costParams[kCompareCostParams], algo::Topology* topology);
 

@@ -47,8 +47,9 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
   NCCLCHECK(Bootstrap::create(id, rank, nranks, comm->config.timeoutMs, &comm->bootstrap));
   NCCLCHECK(Net::open(comm->config.netPlugin, &comm->net));
   const algo::CostParams& cp = comm->costModel.params();
-  const double cost[kCompareCostParams] = {cp.alphaUs, cp.betaBytesPerUs, cp.gammaUsPerPlane, cp.intraAlphaUs,
-                                           cp.intraBetaBytesPerUs};
+  const double cost[kCompareCostParams] = {cp.alphaUs,           cp.betaBytesPerUs,      cp.gammaUsPerPlane,
+                                           cp.intraAlphaUs,      cp.intraBetaBytesPerUs, cp.packUsPerElement,
+                                           cp.decideUsPerElement};
   NCCLCHECK(checkSettingsAgree(*comm->bootstrap, comm->config, cost, &comm->topology));
   comm->hierNodeRanks = hierarchicalNodeRanks(comm->topology, nranks, comm->config.algorithm);
   NCCLCHECK(comm->links.connect(*comm->net, *comm->bootstrap,
