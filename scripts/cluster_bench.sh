@@ -25,19 +25,8 @@ MINB=${MINB:-16M} MAXB=${MAXB:-256M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-1} WARMU
 CONTENDERS=${CONTENDERS:-"sign-hier sign-hd sign-ring sign-auto fp32-sum"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 source "$HERE/netns_lib.sh"
-
-[[ -x $PERF ]] || { echo "no $PERF: build the target sign_allreduce_perf first" >&2; exit 2; }
-mkdir -p "$OUT/logs"
-WORK=$(mktemp -d /tmp/signlion-cluster-XXXXXX)
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  netns_star_down
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+source "$HERE/star_bench_lib.sh"
+star_bench_begin "$PERF" "$OUT" cluster
 
 contender_args() {  # name -> perf arguments
   local b=(-b "$MINB" -e "$MAXB")

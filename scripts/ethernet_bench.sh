@@ -26,19 +26,8 @@ MINB=${MINB:-1M} MAXB=${MAXB:-256M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-2} WARMUP
 CONTENDERS=${CONTENDERS:-"sign-auto sign-ring sign-hd sign-allgather fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 source "$HERE/netns_lib.sh"
-
-[[ -x $PERF ]] || { echo "no $PERF: build the target sign_allreduce_perf first" >&2; exit 2; }
-mkdir -p "$OUT/logs"
-WORK=$(mktemp -d /tmp/signlion-eth-XXXXXX)
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  netns_star_down
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+source "$HERE/star_bench_lib.sh"
+star_bench_begin "$PERF" "$OUT" eth
 
 CSV=$OUT/ethernet.csv
 echo "nranks,rate,contender,bytes,count,type,redop,time_us,algbw_GBps,busbw_GBps,wrong,time_inplace_us,wire_bytes_per_rank,wire_bits_per_elt" >"$CSV"
