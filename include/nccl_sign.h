@@ -110,14 +110,15 @@ typedef enum {
 } ncclSignTieRule_t;
 
 /* Algorithms of the sign all-reduce. Auto lets the cost model decide per call;
- * SIGNLION_ALGO=ring|hd|allgather|fieldsum forces one from the environment. */
+ * SIGNLION_ALGO=ring|hd|allgather|fieldsum|hier forces one from the environment. */
 typedef enum {
   ncclSignAlgoAuto = 0,
   ncclSignAlgoRing = 1,            /* reduce-scatter with growing width, then all-gather */
   ncclSignAlgoHalvingDoubling = 2, /* recursive halving-doubling, folded for non powers of two */
   ncclSignAlgoAllGather = 3,       /* all-gather of 1-bit votes, local vote */
   ncclSignAlgoFieldSum = 4,        /* votes in narrow integer fields summed by a sum all-reduce */
-  ncclSignNumAlgos = 5
+  ncclSignAlgoHierarchical = 5,    /* count inside each node, halving-doubling of counters between nodes */
+  ncclSignNumAlgos = 6
 } ncclSignAlgo_t;
 
 /* Communicator configuration. Always start from NCCL_SIGN_CONFIG_INITIALIZER,
@@ -133,13 +134,18 @@ typedef struct ncclSignConfig_v1 {
   int timeoutMs;         /* bound on any wait for a peer, ms; 0 = SIGNLION_TIMEOUT_MS (default 60000) */
   const char* netPlugin; /* NCCL net plugin to carry host traffic: NULL = signlion's own,
                             else a name ("foo" loads libnccl-net-foo.so) or a path */
+  const char* hostId;    /* this rank's node identity for the hierarchical algorithm and the
+                            cost model: ranks with equal ids share a node. NULL = SIGNLION_HOSTID,
+                            else hostname + boot id. Set per rank when ranks are threads of one
+                            process that should act as several nodes. A struct of an older
+                            header without this field is accepted (its size says so). */
 } ncclSignConfig_t;
 
 #define NCCL_SIGN_CONFIG_MAGIC 0x5349474eu /* "SIGN" */
 #define NCCL_SIGN_CONFIG_INITIALIZER                                                           \
   {                                                                                            \
     sizeof(ncclSignConfig_t), NCCL_SIGN_CONFIG_MAGIC, NCCL_SIGN_VERSION_CODE, ncclSignAlgoAuto, \
-        ncclSignZeroPositive, ncclSignTieZero, 0, NULL                                         \
+        ncclSignZeroPositive, ncclSignTieZero, 0, NULL, NULL                                   \
   }
 
 /* Checks a configuration the way a communicator will at creation, so callers
@@ -214,6 +220,15 @@ ncclResult_t ncclSignCommGetAsyncError(ncclSignComm_t comm, ncclResult_t* asyncE
  * signlion's built-in socket transport; with another net plugin
  * (config.netPlugin) both read 0. */
 ncclResult_t ncclSignCommGetWireBytes(const ncclSignComm_t comm, uint64_t* sentBytes, uint64_t* recvBytes);
+
+/* The part of ncclSignCommGetWireBytes that went to and came from ranks on
+ * other nodes (host identities traded at init: config.hostId,
+ * SIGNLION_HOSTID, else hostname and boot id), and *node, this rank's node:
+ * 0, 1, ... in the order of each node's lowest rank. What a node's NIC
+ * carries is the sum of these over the node's ranks.
+ * Errors: ncclInvalidArgument (a bad comm, a NULL pointer). */
+ncclResult_t ncclSignCommGetInterNodeWireBytes(const ncclSignComm_t comm, int* node, uint64_t* sentBytes,
+                                               uint64_t* recvBytes);
 
 /* The sign all-reduce on host buffers: every rank's recvbuff receives the
  * majority vote (or average) of the signs of all ranks' sendbuff, as defined

@@ -9,9 +9,12 @@
 // -o picks the reduction: mavo (majority vote, default), avg (average of
 // votes), sum (ncclSignHostSumAllReduce, the plain ring sum on the same
 // communicator: the baseline rows), mpisum (MPI_Allreduce of fp32, MPI only),
-// all. -A picks the sign algorithm (auto, ring, hd, allgather, fieldsum).
+// all. -A picks the sign algorithm (auto, ring, hd, allgather, fieldsum, hier).
 // algbw = count * sizeof(input datatype) / time, busbw = algbw * 2(n-1)/n:
 // the figures of an all-reduce of the input datatype, whatever the wire.
+// The last columns are the transport's byte counters: the most any rank sent
+// per call, and the most any node sent to other nodes (its ranks' sums; host
+// ids as the communicator traded them, e.g. SIGNLION_HOSTID per namespace).
 //
 // --nccl is the GPU mode (sign_allreduce_perf_nccl.h): ncclSignAllReduce on
 // device buffers and NCCL communicators, -t ranks as processes, each row
@@ -151,7 +154,7 @@ void usage(const char* argv0) {
       "[-u,--unalign <index of first element> misalign source and destination buffers (default: 0)]\n\t"
       "[-I,--per_iter_timing <0/1> per-iteration timing: i_min, i_max, i_p99, i_cv%% columns (default: 0)]\n\t"
       "[-K,--per_iter_skip <count> leading iterations left out of the -I statistics (default: 0)]\n\t"
-      "[-A,--algo <auto/ring/hd/allgather/fieldsum>]\n\t"
+      "[-A,--algo <auto/ring/hd/allgather/fieldsum/hier>]\n\t"
       "[--rank <r> --nranks <n> --id-file <path>] (one rank per process, started by hand)\n\t"
       "[--nccl] GPU mode: ncclSignAllReduce on device buffers and NCCL communicators, -t x -g ranks as\n\t"
       "         processes (rank r on GPU r %% devices), each row next to NCCL's ncclAllReduce of the\n\t"
@@ -417,6 +420,7 @@ ncclSignAlgo_t algoFromName(const std::string& s, bool* ok) {
   if (s == "hd" || s == "halving_doubling") return ncclSignAlgoHalvingDoubling;
   if (s == "allgather") return ncclSignAlgoAllGather;
   if (s == "fieldsum") return ncclSignAlgoFieldSum;
+  if (s == "hier" || s == "hierarchical") return ncclSignAlgoHierarchical;
   *ok = false;
   return ncclSignAlgoAuto;
 }
@@ -547,15 +551,24 @@ void runColl(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t count, bo
   }
 }
 
-uint64_t sentBytes(RankCtx& ctx) {
-  uint64_t s = 0, r = 0;
-  checkNccl(ncclSignCommGetWireBytes(ctx.comm, &s, &r), "ncclSignCommGetWireBytes");
-  return s;
+struct SentBytes {
+  uint64_t all = 0, interNode = 0;
+  int node = 0;
+};
+
+SentBytes sentBytes(RankCtx& ctx) {
+  SentBytes b;
+  uint64_t r = 0;
+  checkNccl(ncclSignCommGetWireBytes(ctx.comm, &b.all, &r), "ncclSignCommGetWireBytes");
+  checkNccl(ncclSignCommGetInterNodeWireBytes(ctx.comm, &b.node, &b.interNode, &r),
+            "ncclSignCommGetInterNodeWireBytes");
+  return b;
 }
 
 struct BenchResult {
   RowResult row;
-  double wirePerCall;  // max over ranks of bytes this rank sent per call; -1: not ours to count
+  double wirePerCall;       // max over ranks of bytes this rank sent per call; -1: not ours to count
+  double interNodePerCall;  // max over nodes of bytes the node's ranks sent to other nodes per call; -1: likewise
 };
 
 // Seconds per call aggregated over the ranks as -a asks.
@@ -589,7 +602,7 @@ BenchResult benchTime(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t 
   std::vector<double> iterSec;
   iterSec.reserve(o.iters);
   double collOnly = 0;
-  uint64_t wire0 = sentBytes(ctx);
+  SentBytes wire0 = sentBytes(ctx);
   auto t0 = Clock::now();
   for (int it = 0; it < o.iters; it++) {
     auto i0 = Clock::now();
@@ -604,7 +617,10 @@ BenchResult benchTime(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t 
   }
   double total = o.blocking == 3 ? collOnly : std::chrono::duration<double>(Clock::now() - t0).count();
   double sec = total / (o.iters * o.aggIters);
-  double wire = (double)(sentBytes(ctx) - wire0) / (o.iters * o.aggIters);
+  SentBytes wire1 = sentBytes(ctx);
+  const double calls = (double)o.iters * o.aggIters;
+  double wire = (double)(wire1.all - wire0.all) / calls;
+  double interNode = (double)(wire1.interNode - wire0.interNode) / calls;
 
   BenchResult res;
   double agg = aggregate(ctx, sec);
@@ -614,8 +630,14 @@ BenchResult benchTime(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t 
   if (o.perIterTiming)  // iteration i: the slowest rank's, as nccl-tests
     signlion::perf::setPerIteration(&res.row, allGather(ctx, iterSec), n, o.ranksPerProcess(), o.perIterSkip);
   double maxWire = 0;
-  for (double w : allGather(ctx, {wire})) maxWire = std::max(maxWire, w);
+  std::vector<double> nodeSent(n, 0.0);  // nodes are numbered below n
+  std::vector<double> wires = allGather(ctx, {wire, interNode, (double)wire1.node});
+  for (int r = 0; r < n; r++) {
+    maxWire = std::max(maxWire, wires[3 * r]);
+    nodeSent[(int)wires[3 * r + 2]] += wires[3 * r + 1];
+  }
   res.wirePerCall = op.mpi ? -1 : maxWire;
+  res.interNodePerCall = op.mpi ? -1 : *std::max_element(nodeSent.begin(), nodeSent.end());
   if (o.check) {
     double wrong = 0;
     for (int c = 0; c < o.check; c++) {
@@ -652,10 +674,11 @@ void timeTest(RankCtx& ctx, const OpInfo& op, const TypeInfo& type) {
         ctx.busBwSum += r->row.busBw;
         ctx.busBwCount++;
       }
-      if (out.wirePerCall >= 0)
-        PRINT("  %12.0f  %7.3f", out.wirePerCall, count ? out.wirePerCall * 8.0 / (double)count : 0.0);
-      else
-        PRINT("  %12s  %7s", "N/A", "N/A");
+      for (double w : {out.wirePerCall, out.interNodePerCall})
+        if (w >= 0)
+          PRINT("  %12.0f  %7.3f", w, count ? w * 8.0 / (double)count : 0.0);
+        else
+          PRINT("  %12s  %7s", "N/A", "N/A");
       if (o.reportTimestamps) PRINT("  %19s", signlion::perf::timestampNow().c_str());
       PRINT("\n");
       if (mainRank) {
@@ -664,7 +687,9 @@ void timeTest(RankCtx& ctx, const OpInfo& op, const TypeInfo& type) {
         ctx.world->json.row(
             count * esize, count, type.name, op.name, out.row, in.row,
             {{"wire_bytes_per_rank", wire ? out.wirePerCall : nan},
-             {"wire_bits_per_element", wire ? (count ? out.wirePerCall * 8.0 / (double)count : 0.0) : nan}});
+             {"wire_bits_per_element", wire ? (count ? out.wirePerCall * 8.0 / (double)count : 0.0) : nan},
+             {"inter_node_bytes_per_node", wire ? out.interNodePerCall : nan},
+             {"inter_node_bits_per_element", wire ? (count ? out.interNodePerCall * 8.0 / (double)count : 0.0) : nan}});
       }
       if (size == 0 && o.stepFactor > 1) break;  // 0 * factor never grows
     }
@@ -706,11 +731,16 @@ void printHeader(RankCtx& ctx) {
   // graph 0 as in the header line
   if (isMainRank(w, ctx.thread)) w.json.config(o, o.nThreads, o.nGpus, 0, w.nranks(), devices);
   const signlion::perf::ResultColumns cols = signlion::perf::resultColumns(o);
-  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %s\n", "", "", "", "", "", cols.top.c_str(), "  wire sent per rank");
-  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %12s  %7s%s\n", "size", "count", "type", "redop", "root", cols.names.c_str(),
-        "wire", "wire", o.reportTimestamps ? "  timestamp" : "");
-  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %12s  %7s%s%s\n", "(B)", "(elements)", "", "", "", cols.units.c_str(), "(B)",
-        "(b/elt)", o.reportTimestamps ? "  " : "", o.reportTimestamps ? signlion::perf::kTimestampFormat : "");
+  // The last two pairs: the transport's byte counters per call, the most any
+  // rank sent, and the most any node's ranks sent to other nodes (host ids as
+  // the communicator traded them, e.g. SIGNLION_HOSTID per namespace).
+  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %s%s\n", "", "", "", "", "", cols.top.c_str(), "  wire sent per rank",
+        "   inter-node per node");
+  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %12s  %7s  %12s  %7s%s\n", "size", "count", "type", "redop", "root",
+        cols.names.c_str(), "wire", "wire", "inter", "inter", o.reportTimestamps ? "  timestamp" : "");
+  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %12s  %7s  %12s  %7s%s%s\n", "(B)", "(elements)", "", "", "",
+        cols.units.c_str(), "(B)", "(b/elt)", "(B)", "(b/elt)", o.reportTimestamps ? "  " : "",
+        o.reportTimestamps ? signlion::perf::kTimestampFormat : "");
 }
 
 // Bytes of each of a rank's two buffers: -e rounded up to 64, then -u elements.
@@ -813,7 +843,7 @@ int main(int argc, char** argv) {
   bool ok;
   w.config.algorithm = algoFromName(o.algo, &ok);
   if (!ok) {
-    fprintf(stderr, "-A %s: not one of auto, ring, hd, allgather, fieldsum\n", o.algo.c_str());
+    fprintf(stderr, "-A %s: not one of auto, ring, hd, allgather, fieldsum, hier\n", o.algo.c_str());
     return 2;
   }
   if (o.nccl) return ncclMain(o, w.config.algorithm);

@@ -4,7 +4,9 @@
 # star), one rank per namespace, for fp32 inputs of MINB..MAXB. Writes
 # OUT/ethernet.csv, OUT/ethernet.png (time vs size, one line per contender;
 # needs python3-matplotlib) and every rank-0 table under OUT/logs. Deletes
-# every namespace it made, also on failure or interrupt.
+# every namespace it made, also on failure or interrupt. Each rank gets
+# SIGNLION_HOSTID=ns<r> (a namespace is a node) and SIGNLION_COST_BETA_MBPS of
+# its link's rate, so auto's cost model sees the emulated network.
 #   scripts/ethernet_bench.sh [BUILD_DIR] [OUT_DIR]            (root)
 # Environment (defaults: the full benchmark of docs/PERFORMANCE_ethernet.md):
 #   RANKS="4 8" RATES="1gbit 10gbit" MINB=1M MAXB=256M FACTOR=4 ITERS=2 WARMUP=1
@@ -24,19 +26,8 @@ MINB=${MINB:-1M} MAXB=${MAXB:-256M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-2} WARMUP
 CONTENDERS=${CONTENDERS:-"sign-auto sign-ring sign-hd sign-allgather fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 source "$HERE/netns_lib.sh"
-
-[[ -x $PERF ]] || { echo "no $PERF: build the target sign_allreduce_perf first" >&2; exit 2; }
-mkdir -p "$OUT/logs"
-WORK=$(mktemp -d /tmp/signlion-eth-XXXXXX)
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  netns_star_down
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+source "$HERE/star_bench_lib.sh"
+star_bench_begin "$PERF" "$OUT" eth
 
 CSV=$OUT/ethernet.csv
 echo "nranks,rate,contender,bytes,count,type,redop,time_us,algbw_GBps,busbw_GBps,wrong,time_inplace_us,wire_bytes_per_rank,wire_bits_per_elt" >"$CSV"
@@ -58,6 +49,10 @@ contender_args() {  # name nranks -> prints "ENV... -- ARGS..." or nothing when 
     mpi-fp32) echo "-- -o mpisum -d float ${b[*]}" ;;
   esac
 }
+# What the cost model is told about the links: each namespace is a node of
+# its own (SIGNLION_HOSTID; they share hostname and boot id) whose link runs at
+# the tbf rate (SIGNLION_COST_BETA_MBPS, MB/s), as a user would set them.
+rate_mbps() { local b; b=$(echo "$1" | sed 's/gbit/000000000/; s/mbit/000000/'); echo $((b / 8000000)); }
 half() { local v=$1 s=${1//[0-9]/}; v=${v%[KMGkmg]}; case $s in M|m) echo "$((v * 512))K" ;; G|g) echo "$((v * 512))M" ;; K|k) echo "$((v * 512))" ;; *) echo $((v / 2)) ;; esac; }
 
 run_contender() {  # name nranks rate
@@ -80,7 +75,8 @@ run_contender() {  # name nranks rate
     local idf=$WORK/id.$name.$n.$rate
     rm -f "$idf"; PIDS=()
     for ((r = n - 1; r >= 0; r--)); do
-      ip netns exec "${STAR_NS[$r]}" env SIGNLION_SOCKET_IFNAME="=$STAR_IF" $envs timeout "$RUN_TIMEOUT" \
+      ip netns exec "${STAR_NS[$r]}" env SIGNLION_SOCKET_IFNAME="=$STAR_IF" SIGNLION_HOSTID="ns$r" \
+        SIGNLION_COST_BETA_MBPS="$(rate_mbps "$rate")" $envs timeout "$RUN_TIMEOUT" \
         "$PERF" --rank "$r" --nranks "$n" --id-file "$idf" $args "${common[@]}" \
         >"$([[ $r == 0 ]] && echo "$log" || echo "$WORK/rank$r.log")" 2>&1 &
       PIDS+=($!)

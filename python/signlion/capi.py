@@ -116,6 +116,7 @@ def _lib():
         "ncclSignCommUserRank": [vp, ctypes.POINTER(i)],
         "ncclSignBarrier": [vp],
         "ncclSignCommGetWireBytes": [vp, u64p, u64p],
+        "ncclSignCommGetInterNodeWireBytes": [vp, ctypes.POINTER(i), u64p, u64p],
         "ncclSignHostAllReduce": [vp, vp, sz, i, i, vp],
         "ncclSignHostSumAllReduce": [vp, vp, sz, i, vp],
         "ncclSignLionCreate": [ctypes.POINTER(vp), sz, i, ctypes.POINTER(LionConfig), vp],

@@ -13,6 +13,10 @@
 SIGNLION_PARAM(CostAlphaNs, "COST_ALPHA_NS", 20000)
 SIGNLION_PARAM(CostBetaMBps, "COST_BETA_MBPS", 1250)
 SIGNLION_PARAM(CostGammaPs, "COST_GAMMA_PS", 10)
+SIGNLION_PARAM(CostIntraAlphaNs, "COST_INTRA_ALPHA_NS", 10000)
+SIGNLION_PARAM(CostIntraBetaMBps, "COST_INTRA_BETA_MBPS", 8000)
+SIGNLION_PARAM(CostPackPs, "COST_PACK_PS", 430)
+SIGNLION_PARAM(CostDecidePs, "COST_DECIDE_PS", 575)
 
 namespace signlion {
 namespace algo {
@@ -39,6 +43,14 @@ void warnLeftOut(ncclSignAlgo_t algo, int nranks, const SettingConflict& conflic
   }
   WARN("%s", line.c_str());
 }
+
+// Several nodes, one of them with several ranks: otherwise the hierarchical
+// schedule is halving-doubling's, or keeps everything inside one node.
+bool worthHierarchical(int nranks, const Topology* topo) {
+  if (topo == nullptr || !topo->known() || topo->node.size() != (size_t)nranks) return false;
+  const auto nodes = topo->members(nranks);
+  return nodes.size() > 1 && nodes.size() < (size_t)nranks;
+}
 }  // namespace
 
 CostParams costParamsFrom(const char* prefix, int64_t alphaNs, int64_t betaMBps, int64_t gammaPs,
@@ -50,9 +62,22 @@ CostParams costParamsFrom(const char* prefix, int64_t alphaNs, int64_t betaMBps,
   return p;
 }
 
+void intraCostParamsFrom(const char* prefix, int64_t alphaNs, int64_t betaMBps, CostParams* p) {
+  p->intraAlphaUs = positiveParam(alphaNs, prefix, "INTRA_ALPHA_NS", p->intraAlphaUs * 1e3) * 1e-3;
+  p->intraBetaBytesPerUs = positiveParam(betaMBps, prefix, "INTRA_BETA_MBPS", p->intraBetaBytesPerUs);
+}
+
+void cpuCostParamsFrom(const char* prefix, int64_t packPs, int64_t decidePs, CostParams* p) {
+  p->packUsPerElement = positiveParam(packPs, prefix, "PACK_PS", p->packUsPerElement * 1e6) * 1e-6;
+  p->decideUsPerElement = positiveParam(decidePs, prefix, "DECIDE_PS", p->decideUsPerElement * 1e6) * 1e-6;
+}
+
 CostModel::CostModel()
     : params_(costParamsFrom("COST", signlionParamCostAlphaNs(), signlionParamCostBetaMBps(),
-                             signlionParamCostGammaPs(), CostParams())) {}
+                             signlionParamCostGammaPs(), CostParams())) {
+  intraCostParamsFrom("COST", signlionParamCostIntraAlphaNs(), signlionParamCostIntraBetaMBps(), &params_);
+  cpuCostParamsFrom("COST", signlionParamCostPackPs(), signlionParamCostDecidePs(), &params_);
+}
 
 ncclResult_t CostModel::setMeasured(double alphaUs, double betaBytesPerUs) {
   ARGCHECK(alphaUs >= 0 && std::isfinite(alphaUs), "CostModel::setMeasured", "alphaUs", "%g is not >= 0", alphaUs);
@@ -64,34 +89,67 @@ ncclResult_t CostModel::setMeasured(double alphaUs, double betaBytesPerUs) {
   return ncclSuccess;
 }
 
-double CostModel::predict(const Schedule& s) const {
+double CostModel::predict(const Schedule& s, const Topology* topo) const {
+  static const Topology kUnknown;
+  if (topo == nullptr || (topo->known() && topo->node.size() != (size_t)s.nranks)) topo = &kUnknown;
   const bool oneCollective = params_.collectiveStepUs >= 0 && runsAsOneCollective(s.algo);
   const double stepUs = oneCollective ? params_.collectiveStepUs : params_.alphaUs;
-  double us = 0, receivedBits = 0;
+  // s's node: s first, then the schedules of its node mates (they share the
+  // node's network link with s).
+  std::vector<Schedule> mates;
+  if (topo->known()) {
+    const std::vector<std::vector<int>> nodes = topo->members(s.nranks);
+    for (int r : nodes[topo->nodeOf(s.rank)]) {
+      if (r == s.rank) continue;
+      mates.emplace_back();
+      if (buildSchedule(s.algo, s.nranks, r, s.nblocks, s.spec, &mates.back(), topo) != ncclSuccess) mates.pop_back();
+    }
+  }
+  const bool oneNode = topo->known() && topo->members(s.nranks).size() == 1;
+  double us = 0;
   bool any = false;
-  for (const Step& st : s.steps) {
-    if (!st.anyRankCommunicates) continue;
-    int64_t bytes = std::max(st.bytesSent(), st.bytesReceived());
-    us += stepUs + static_cast<double>(bytes) / params_.betaBytesPerUs;
-    receivedBits += 8.0 * static_cast<double>(st.bytesReceived());
+  for (size_t i = 0; i < s.steps.size(); i++) {
+    if (!s.steps[i].anyRankCommunicates) continue;
+    double intraUs = 0;
+    int64_t egress = 0, ingress = 0;
+    auto addRank = [&](const Schedule& x) {
+      if (i >= x.steps.size()) return;
+      const Step& st = x.steps[i];
+      int64_t sent = 0, received = 0;
+      for (const Send& m : st.sends) (topo->sameNode(x.rank, m.peer) ? sent : egress) += m.bytes();
+      for (const Recv& m : st.recvs) (topo->sameNode(x.rank, m.peer) ? received : ingress) += m.bytes();
+      if (sent > 0 || received > 0)
+        intraUs = std::max(intraUs, params_.intraAlphaUs +
+                                        static_cast<double>(std::max(sent, received)) / params_.intraBetaBytesPerUs);
+    };
+    addRank(s);
+    for (const Schedule& x : mates) addRank(x);
+    double interUs = egress > 0 || ingress > 0
+                         ? stepUs + static_cast<double>(std::max(egress, ingress)) / params_.betaBytesPerUs
+                         : 0;
+    double idleUs = oneNode || topo->known() ? params_.intraAlphaUs : stepUs;  // waits for the others
+    // Each received chunk is added while the next ones travel.
+    double addUs = params_.gammaUsPerPlane * 8.0 * static_cast<double>(s.steps[i].bytesReceived());
+    us += std::max({intraUs, interUs, addUs, intraUs == 0 && interUs == 0 ? idleUs : 0.0});
     any = true;
   }
   if (oneCollective && any) us += params_.alphaUs;
   double elems = static_cast<double>(s.nblocks) * kBlockElems;
-  return us + params_.gammaUsPerPlane * (receivedBits + elems * (s.counters + s.resultPlanes));
+  return us + elems * (params_.packUsPerElement * s.counters + params_.decideUsPerElement);
 }
 
-ncclResult_t CostModel::predict(ncclSignAlgo_t algo, int nranks, uint64_t count, const OpSpec& spec,
-                                double* us) const {
+ncclResult_t CostModel::predict(ncclSignAlgo_t algo, int nranks, uint64_t count, const OpSpec& spec, double* us,
+                                const Topology* topo) const {
   ARGCHECK(us != nullptr, "CostModel::predict", "us", "must not be NULL");
   Schedule s;
-  NCCLCHECK(buildSchedule(algo, nranks, 0, blocksForCount(count), spec, &s));
-  *us = predict(s);
+  NCCLCHECK(buildSchedule(algo, nranks, 0, blocksForCount(count), spec, &s, topo));
+  *us = predict(s, topo);
   return ncclSuccess;
 }
 
 ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, unsigned available,
-                             ncclSignAlgo_t requested, const CostModel& model, ncclSignAlgo_t* chosen) {
+                             ncclSignAlgo_t requested, const CostModel& model, ncclSignAlgo_t* chosen,
+                             const Topology* topo) {
   const char* fn = "chooseAlgorithm";
   ARGCHECK(chosen != nullptr, fn, "chosen", "must not be NULL");
   ARGCHECK(nranks >= 1, fn, "nranks", "%d < 1", nranks);
@@ -106,6 +164,7 @@ ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, uns
     *chosen = requested;
     return ncclSuccess;
   }
+  if (!worthHierarchical(nranks, topo)) available &= ~algoBit(ncclSignAlgoHierarchical);
   ncclSignAlgo_t best = ncclSignAlgoAuto;
   double bestUs = 0;
   std::string all;
@@ -119,7 +178,7 @@ ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, uns
       continue;
     }
     double us;
-    NCCLCHECK(model.predict(algo, nranks, count, spec, &us));
+    NCCLCHECK(model.predict(algo, nranks, count, spec, &us, topo));
     all += std::string(" ") + algoName(algo) + " " + std::to_string(us);
     if (best == ncclSignAlgoAuto || us < bestUs) {
       best = algo;

@@ -4,7 +4,7 @@
 // all-gather of the result planes. For N not a power of two the N-P extra
 // ranks first fold their votes into a partner (rank P+i into rank i) and get
 // the whole result back from it at the end. See docs/ALGORITHMS.md.
-#include "algo/schedule.h"
+#include "algo/halving_doubling.h"
 
 namespace signlion {
 namespace algo {
@@ -12,88 +12,112 @@ namespace detail {
 
 namespace {
 
-struct Fold {
-  int p;      // ranks in the halving-doubling core: the largest power of two <= N
-  int extra;  // N - p ranks folded into ranks 0..extra-1
-
-  // Votes held by core rank q after the fold: its own, plus its extra's.
-  int64_t own(int q) const { return q < extra ? 2 : 1; }
-  // Votes in the sum over core ranks congruent to q modulo m (a power of two):
-  // what a counter holds once the ranks that differ from q in bits >= log2(m)
-  // have been added into it.
-  int64_t groupMax(int q, int m) const {
-    int64_t lo = q % m;
-    int64_t folded = extra > lo ? (extra - 1 - lo) / m + 1 : 0;
-    return p / m + folded;
-  }
-};
+int largestPowerOfTwo(int n) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
 
 }  // namespace
 
+int halvingDoublingSteps(int members) {
+  int p = largestPowerOfTwo(members), logp = 0;
+  while ((1 << logp) < p) logp++;
+  return 1 + 2 * logp + 1 + (members > p ? 1 : 0);
+}
+
+void appendHalvingDoubling(Schedule* s, const HdGroup& g, Step first) {
+  const int n = (int)g.ranks.size(), q = g.me;
+  const int p = largestPowerOfTwo(n), extra = n - p;
+  // Votes held by core member i after the fold: its own plus its extra's.
+  auto own = [&](int i) { return g.votes[i] + (i < extra ? g.votes[p + i] : 0); };
+  // Votes in the sum over core members congruent to i modulo m (a power of
+  // two): what a counter holds once the members that differ from i in bits
+  // >= log2(m) have been added into it.
+  auto groupMax = [&](int i, int m) {
+    int64_t sum = 0;
+    for (int j = i % m; j < p; j += m) sum += own(j);
+    return sum;
+  };
+  // Pieces are the p shards of the range; [a, a+cnt) pieces as blocks.
+  auto pieces = [&](int a, int cnt) {
+    return Range{g.range.begin + shardRange(g.range.size(), p, a).begin,
+                 g.range.begin + shardRange(g.range.size(), p, a + cnt - 1).end};
+  };
+  const Range all = g.range;
+  const bool member = q >= 0, isExtra = member && q >= p, isPartner = member && q < extra;
+  const bool anyData = s->nblocks > 0;  // some group of the communicator has blocks
+  auto rankOf = [&](int i) { return g.ranks[i]; };
+
+  // Fold: member p+i adds its votes into member i.
+  Step fold = std::move(first);
+  if (isExtra && !all.empty())
+    fold.sends.push_back(makeSend(rankOf(q - p), Buffer::kCounter, all, s->counters, g.votes[q]));
+  if (isPartner && !all.empty())
+    fold.recvs.push_back(makeAddRecv(rankOf(q + p), all, s->counters, g.votes[q + p], g.votes[q]));
+  fold.anyRankCommunicates = fold.anyRankCommunicates || (extra > 0 && anyData);
+  s->steps.push_back(std::move(fold));
+
+  // Reduce-scatter by recursive halving. Before the step at distance d,
+  // member i holds pieces [i & ~(2d-1), +2d) summed over the members
+  // congruent to i mod 2d.
+  for (int d = p / 2; d >= 1; d /= 2) {
+    Step st;
+    st.anyRankCommunicates = anyData;
+    if (member && !isExtra) {
+      const int peer = q ^ d, base = q & ~(2 * d - 1);
+      Range keep = pieces(base + (q & d), d), give = pieces(base + (peer & d), d);
+      if (!give.empty())
+        st.sends.push_back(makeSend(rankOf(peer), Buffer::kCounter, give, s->counters, groupMax(q, 2 * d)));
+      if (!keep.empty())
+        st.recvs.push_back(makeAddRecv(rankOf(peer), keep, s->counters, groupMax(peer, 2 * d), groupMax(q, 2 * d)));
+    }
+    s->steps.push_back(std::move(st));
+  }
+
+  // Decide the owned piece (piece i), then all-gather by recursive doubling:
+  // before the step at distance d, member i holds result pieces [i & ~(d-1), +d).
+  Step decideStep;
+  if (member && !isExtra)
+    decideStep.locals.push_back(decide(Buffer::kCounter, pieces(q, 1), s->nranks, counterWidth(s->nranks)));
+  s->steps.push_back(std::move(decideStep));
+  for (int d = 1; d < p; d *= 2) {
+    Step st;
+    st.anyRankCommunicates = anyData;
+    if (member && !isExtra) {
+      const int peer = q ^ d;
+      Range mine = pieces(q & ~(d - 1), d), theirs = pieces(peer & ~(d - 1), d);
+      if (!mine.empty()) st.sends.push_back(makeResultSend(rankOf(peer), mine, s->resultPlanes));
+      if (!theirs.empty()) st.recvs.push_back(makeStoreRecv(rankOf(peer), Buffer::kResult, theirs, s->resultPlanes));
+    }
+    s->steps.push_back(std::move(st));
+  }
+
+  // Unfold: member i hands the whole result to member p+i.
+  if (extra > 0) {
+    Step unfold;
+    unfold.anyRankCommunicates = anyData;
+    if (isPartner && !all.empty()) unfold.sends.push_back(makeResultSend(rankOf(q + p), all, s->resultPlanes));
+    if (isExtra && !all.empty())
+      unfold.recvs.push_back(makeStoreRecv(rankOf(q - p), Buffer::kResult, all, s->resultPlanes));
+    s->steps.push_back(std::move(unfold));
+  }
+}
+
 void buildHalvingDoubling(Schedule* s) {
   const int n = s->nranks, r = s->rank;
-  Fold f{1, 0};
-  while (f.p * 2 <= n) f.p *= 2;
-  f.extra = n - f.p;
-  // Pieces are the p shards of the message; [a, a+cnt) pieces as blocks.
-  auto pieces = [&](int a, int cnt) {
-    return Range{shardRange(s->nblocks, f.p, a).begin, shardRange(s->nblocks, f.p, a + cnt - 1).end};
-  };
-  const Range all{0, s->nblocks};
-  const bool isExtra = r >= f.p;
-  const bool isPartner = r < f.extra;
-
-  s->counterMax = isExtra ? 1 : n;
+  HdGroup g;
+  g.ranks.resize(n);
+  for (int i = 0; i < n; i++) g.ranks[i] = i;
+  g.votes.assign(n, 1);
+  g.me = r;
+  g.range = Range{0, s->nblocks};
+  const int p = largestPowerOfTwo(n);
+  s->counterMax = r >= p ? 1 : n;
   s->counterWidth = counterWidth(s->counterMax);
-
-  // Fold: rank p+i adds its votes into rank i.
-  Step fold;
-  fold.locals.push_back(packVotes(Buffer::kCounter, 0, s->nblocks));
-  if (isExtra && !all.empty()) fold.sends.push_back(makeSend(r - f.p, Buffer::kCounter, all, s->counters, 1));
-  if (isPartner && !all.empty()) fold.recvs.push_back(makeAddRecv(r + f.p, all, s->counters, 1, 1));
-  fold.anyRankCommunicates = f.extra > 0 && !all.empty();
-  s->steps.push_back(fold);
-
-  // Reduce-scatter by recursive halving. Before the step at distance d, rank q
-  // holds pieces [q & ~(2d-1), +2d) summed over the ranks congruent to q mod 2d.
-  for (int d = f.p / 2; d >= 1; d /= 2) {
-    Step st;
-    st.anyRankCommunicates = !all.empty();
-    if (!isExtra) {
-      const int q = r, peer = q ^ d, base = q & ~(2 * d - 1);
-      Range keep = pieces(base + (q & d), d), give = pieces(base + (peer & d), d);
-      if (!give.empty()) st.sends.push_back(makeSend(peer, Buffer::kCounter, give, s->counters, f.groupMax(q, 2 * d)));
-      if (!keep.empty())
-        st.recvs.push_back(makeAddRecv(peer, keep, s->counters, f.groupMax(peer, 2 * d), f.groupMax(q, 2 * d)));
-    }
-    s->steps.push_back(st);
-  }
-
-  // Decide the owned piece (piece q), then all-gather by recursive doubling:
-  // before the step at distance d, rank q holds result pieces [q & ~(d-1), +d).
-  Step decideStep;
-  if (!isExtra) decideStep.locals.push_back(decide(Buffer::kCounter, pieces(r, 1), n, counterWidth(n)));
-  s->steps.push_back(decideStep);
-  for (int d = 1; d < f.p; d *= 2) {
-    Step st;
-    st.anyRankCommunicates = !all.empty();
-    if (!isExtra) {
-      const int q = r, peer = q ^ d;
-      Range mine = pieces(q & ~(d - 1), d), theirs = pieces(peer & ~(d - 1), d);
-      if (!mine.empty()) st.sends.push_back(makeResultSend(peer, mine, s->resultPlanes));
-      if (!theirs.empty()) st.recvs.push_back(makeStoreRecv(peer, Buffer::kResult, theirs, s->resultPlanes));
-    }
-    s->steps.push_back(st);
-  }
-
-  // Unfold: rank i hands the whole result to rank p+i.
-  if (f.extra > 0) {
-    Step unfold;
-    unfold.anyRankCommunicates = !all.empty();
-    if (isPartner && !all.empty()) unfold.sends.push_back(makeResultSend(r + f.p, all, s->resultPlanes));
-    if (isExtra && !all.empty()) unfold.recvs.push_back(makeStoreRecv(r - f.p, Buffer::kResult, all, s->resultPlanes));
-    s->steps.push_back(unfold);
-  }
+  Step first;
+  first.locals.push_back(packVotes(Buffer::kCounter, 0, s->nblocks));
+  appendHalvingDoubling(s, g, std::move(first));
 }
 
 }  // namespace detail

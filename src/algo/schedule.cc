@@ -36,10 +36,18 @@ int64_t sumOf(const Items& items, Fn fn) {
 }
 }  // namespace
 
-int64_t Step::bytesSent() const { return sumOf(sends, [](const Send& m) { return m.bytes(); }); }
-int64_t Step::bytesReceived() const { return sumOf(recvs, [](const Recv& m) { return m.bytes(); }); }
-int64_t Schedule::bytesSent() const { return sumOf(steps, [](const Step& s) { return s.bytesSent(); }); }
-int64_t Schedule::bytesReceived() const { return sumOf(steps, [](const Step& s) { return s.bytesReceived(); }); }
+int64_t Step::bytesSent() const {
+  return sumOf(sends, [](const Send& m) { return m.bytes(); });
+}
+int64_t Step::bytesReceived() const {
+  return sumOf(recvs, [](const Recv& m) { return m.bytes(); });
+}
+int64_t Schedule::bytesSent() const {
+  return sumOf(steps, [](const Step& s) { return s.bytesSent(); });
+}
+int64_t Schedule::bytesReceived() const {
+  return sumOf(steps, [](const Step& s) { return s.bytesReceived(); });
+}
 
 int Schedule::messageSteps() const {
   int n = 0;
@@ -57,9 +65,12 @@ int64_t Schedule::planeOffset(Buffer buf, int slot, int plane, int payloadWidth)
   switch (buf) {
     case Buffer::kCounter:
       return (static_cast<int64_t>(plane / payloadWidth) * counterWidth + plane % payloadWidth) * nblocks;
-    case Buffer::kResult: return static_cast<int64_t>(plane) * nblocks;
-    case Buffer::kVotes: return (static_cast<int64_t>(slot) * counters + plane) * nblocks;
-    case Buffer::kFields: return static_cast<int64_t>(plane) * fieldWords;
+    case Buffer::kResult:
+      return static_cast<int64_t>(plane) * nblocks;
+    case Buffer::kVotes:
+      return (static_cast<int64_t>(slot) * counters + plane) * nblocks;
+    case Buffer::kFields:
+      return static_cast<int64_t>(plane) * fieldWords;
   }
   return 0;
 }
@@ -68,8 +79,8 @@ ncclResult_t checkOpSpec(const OpSpec& spec, const char* caller) {
   ARGCHECK(spec.op >= 0 && spec.op < ncclSignNumOps, caller, "op", "%d is not an ncclSignOp_t", (int)spec.op);
   ARGCHECK(spec.zeroRule >= 0 && spec.zeroRule < ncclSignNumZeroRules, caller, "zeroRule",
            "%d is not an ncclSignZeroRule_t", (int)spec.zeroRule);
-  ARGCHECK(spec.tieRule >= 0 && spec.tieRule < ncclSignNumTieRules, caller, "tieRule",
-           "%d is not an ncclSignTieRule_t", (int)spec.tieRule);
+  ARGCHECK(spec.tieRule >= 0 && spec.tieRule < ncclSignNumTieRules, caller, "tieRule", "%d is not an ncclSignTieRule_t",
+           (int)spec.tieRule);
   return ncclSuccess;
 }
 
@@ -80,7 +91,7 @@ SettingConflict settingsConflict(ncclSignAlgo_t algo, int nranks) {
 }
 
 ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nblocks, const OpSpec& spec,
-                           Schedule* out) {
+                           Schedule* out, const Topology* topo) {
   const char* fn = "buildSchedule";
   ARGCHECK(out != nullptr, fn, "out", "must not be NULL");
   ARGCHECK(nranks >= 1, fn, "nranks", "%d < 1", nranks);
@@ -89,6 +100,10 @@ ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nb
   ARGCHECK(algo > ncclSignAlgoAuto && algo < ncclSignNumAlgos, fn, "algo",
            "%d is not a concrete algorithm (auto must be resolved first)", (int)algo);
   NCCLCHECK(checkOpSpec(spec, fn));
+  static const Topology kUnknown;
+  if (topo == nullptr) topo = &kUnknown;
+  ARGCHECK(!topo->known() || topo->node.size() == (size_t)nranks, fn, "topo", "names %zu ranks, not %d",
+           topo->node.size(), nranks);
 
   Schedule s;
   s.algo = algo;
@@ -99,9 +114,18 @@ ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nb
   s.counters = countersPerValue(spec.zeroRule);
   s.resultPlanes = resultPlanes(spec.op, spec.zeroRule, spec.tieRule, nranks);
   switch (algo) {
-    case ncclSignAlgoRing: detail::buildRing(&s); break;
-    case ncclSignAlgoHalvingDoubling: detail::buildHalvingDoubling(&s); break;
-    case ncclSignAlgoAllGather: detail::buildAllGather(&s); break;
+    case ncclSignAlgoRing:
+      detail::buildRing(&s);
+      break;
+    case ncclSignAlgoHalvingDoubling:
+      detail::buildHalvingDoubling(&s);
+      break;
+    case ncclSignAlgoAllGather:
+      detail::buildAllGather(&s);
+      break;
+    case ncclSignAlgoHierarchical:
+      detail::buildHierarchical(&s, *topo);
+      break;
     case ncclSignAlgoFieldSum: {
       // Fields as narrow as N allows, or fixed ones (Lion Cub: 4 or 8 bits).
       SettingConflict conflict;
@@ -110,10 +134,11 @@ ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nb
       detail::buildFieldSum(&s);
       break;
     }
-    default: return ncclInternalError;  // excluded by the ARGCHECK above
+    default:
+      return ncclInternalError;  // excluded by the ARGCHECK above
   }
-  TRACE(kSubsysAlgo, "schedule %s nranks %d rank %d nblocks %lld: %zu steps, %lld bytes sent", algoName(algo),
-        nranks, rank, (long long)nblocks, s.steps.size(), (long long)s.bytesSent());
+  TRACE(kSubsysAlgo, "schedule %s nranks %d rank %d nblocks %lld: %zu steps, %lld bytes sent", algoName(algo), nranks,
+        rank, (long long)nblocks, s.steps.size(), (long long)s.bytesSent());
   *out = std::move(s);
   return ncclSuccess;
 }

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/topology.h"
 #include "bits/bits.h"
 #include "nccl_sign.h"
 
@@ -119,10 +120,10 @@ enum class RecvOp : uint8_t {
 struct Transfer {
   int peer = -1;
   Buffer buf = Buffer::kCounter;
-  int slot = 0;     // kVotes: the origin rank whose votes travel
-  Range range;      // blocks, or words for kFields
-  int planes = 0;   // 64-bit words per unit of range that travel
-  int width = 0;    // per-counter width of the payload (kCounter/kVotes: planes/counters)
+  int slot = 0;          // kVotes: the origin rank whose votes travel
+  Range range;           // blocks, or words for kFields
+  int planes = 0;        // 64-bit words per unit of range that travel
+  int width = 0;         // per-counter width of the payload (kCounter/kVotes: planes/counters)
   int64_t maxCount = 0;  // max count of the payload (counters, votes, fields: per field)
   int64_t bytes() const { return 8 * static_cast<int64_t>(planes) * range.size(); }
 };
@@ -157,22 +158,22 @@ struct Schedule {
   int rank = 0;
   int64_t nblocks = 0;
   OpSpec spec;
-  int counters = 1;       // countersPerValue(spec.zeroRule)
-  int resultPlanes = 1;   // resultPlanes(...) for this N
+  int counters = 1;      // countersPerValue(spec.zeroRule)
+  int resultPlanes = 1;  // resultPlanes(...) for this N
   // Scratch sizing: the largest count this rank's kCounter ever holds (over
   // any range) and its width. kCounter needs counters*counterWidth planes.
   int64_t counterMax = 0;
   int counterWidth = 0;
-  int voteSlots = 0;      // kVotes slots (allgather: N, else 0)
+  int voteSlots = 0;  // kVotes slots (allgather: N, else 0)
   // Field-sum only: field width, fields per word, words per counter plane.
   int fieldBits = 0;
   int fieldsPerWord = 0;
   int64_t fieldWords = 0;
   std::vector<Step> steps;
 
-  int64_t bytesSent() const;      // this rank, whole call
+  int64_t bytesSent() const;  // this rank, whole call
   int64_t bytesReceived() const;
-  int messageSteps() const;       // steps in which this rank sends or receives
+  int messageSteps() const;             // steps in which this rank sends or receives
   int64_t maxRecvBytesPerStep() const;  // staging space for one step's receives
   // Bytes of each buffer this rank needs (uint64 words * 8).
   int64_t counterBytes() const { return 8 * nblocks * counters * counterWidth; }
@@ -208,13 +209,16 @@ SettingConflict settingsConflict(ncclSignAlgo_t algo, int nranks);
 
 // Builds rank `rank`'s schedule of `algo` (a concrete algorithm, not Auto) for
 // a message of nblocks blocks. Every rank of the communicator must call it
-// with the same arguments but its own rank.
+// with the same arguments but its own rank. `topo` (nullptr or unknown: every
+// rank its own node) is what the hierarchical algorithm groups by; the flat
+// algorithms ignore it.
 // Errors: ncclInvalidArgument (with a WARN naming the argument) for nranks < 1,
 // rank outside [0, nranks), nblocks < 0, Auto or an unknown algorithm, an
 // out-of-range op/zero rule/tie rule, or a setting that rules `algo` out
-// (settingsConflict; the WARN names the variable).
+// (settingsConflict; the WARN names the variable), a known topology whose
+// size is not nranks.
 ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nblocks, const OpSpec& spec,
-                           Schedule* out);
+                           Schedule* out, const Topology* topo = nullptr);
 
 // Checks an OpSpec's enums; `caller` names the API call in the WARN line.
 ncclResult_t checkOpSpec(const OpSpec& spec, const char* caller);
@@ -227,6 +231,7 @@ void buildRing(Schedule* s);
 void buildHalvingDoubling(Schedule* s);
 void buildAllGather(Schedule* s);
 void buildFieldSum(Schedule* s);
+void buildHierarchical(Schedule* s, const Topology& topo);
 // SIGNLION_FIELD_BITS read once: fieldBitsFor(it, nranks); when that is 0,
 // *conflict (if not null) says why.
 int fieldSumBits(int nranks, SettingConflict* conflict);

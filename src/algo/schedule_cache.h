@@ -39,9 +39,11 @@ class ScheduleCache {
   // buildSchedule, then finish(&entry) to fill `extra`; nothing is cached
   // when one of them fails). The pointer is valid until the next get() or
   // clear(): entries never move otherwise (the storage is reserved once).
+  // `topo` (nullptr: unknown) must be the same for every get() of a cache.
   template <class Finish>
   ncclResult_t get(int nranks, int rank, int64_t nblocks, const OpSpec& spec, ncclSignAlgo_t requested,
-                   unsigned available, const CostModel& model, Finish finish, const Entry** out) {
+                   unsigned available, const CostModel& model, Finish finish, const Entry** out,
+                   const Topology* topo = nullptr) {
     for (const Slot& s : slots_) {
       if (s.requested == requested && s.nblocks == nblocks && s.spec.op == spec.op &&
           s.spec.zeroRule == spec.zeroRule && s.spec.tieRule == spec.tieRule) {
@@ -51,9 +53,9 @@ class ScheduleCache {
     }
     ncclSignAlgo_t chosen;
     NCCLCHECK(chooseAlgorithm(nranks, static_cast<uint64_t>(nblocks) * kBlockElems, spec, available, requested, model,
-                              &chosen));
+                              &chosen, topo));
     Slot made{requested, nblocks, spec, {}};
-    NCCLCHECK(buildSchedule(chosen, nranks, rank, nblocks, spec, &made.entry.schedule));
+    NCCLCHECK(buildSchedule(chosen, nranks, rank, nblocks, spec, &made.entry.schedule, topo));
     NCCLCHECK(finish(&made.entry));
     if (slots_.capacity() < kCapacity) slots_.reserve(kCapacity);
     Slot* slot;

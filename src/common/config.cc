@@ -2,8 +2,10 @@
 
 #include <strings.h>
 
+#include <cstddef>
 #include <string>
 
+#include "algo/topology.h"
 #include "common/checks.h"
 #include "common/param.h"
 
@@ -18,9 +20,10 @@ struct AlgoName {
   ncclSignAlgo_t algo;
 };
 constexpr AlgoName kAlgoNames[] = {
-    {"auto", ncclSignAlgoAuto},         {"ring", ncclSignAlgoRing},           {"hd", ncclSignAlgoHalvingDoubling},
-    {"halving_doubling", ncclSignAlgoHalvingDoubling}, {"allgather", ncclSignAlgoAllGather},
-    {"fieldsum", ncclSignAlgoFieldSum},
+    {"auto", ncclSignAlgoAuto},           {"ring", ncclSignAlgoRing},
+    {"hd", ncclSignAlgoHalvingDoubling},  {"halving_doubling", ncclSignAlgoHalvingDoubling},
+    {"allgather", ncclSignAlgoAllGather}, {"fieldsum", ncclSignAlgoFieldSum},
+    {"hier", ncclSignAlgoHierarchical},   {"hierarchical", ncclSignAlgoHierarchical},
 };
 }  // namespace
 
@@ -43,7 +46,9 @@ const char* algoName(ncclSignAlgo_t algo) {
 ncclResult_t resolveConfig(const ncclSignConfig_t* config, const char* caller, ResolvedConfig* out) {
   ResolvedConfig r;
   if (config != nullptr) {
-    ARGCHECK(config->size == sizeof(ncclSignConfig_t), caller, "config->size",
+    // The struct of a header without hostId ends just before it.
+    const size_t withoutHostId = offsetof(ncclSignConfig_t, hostId);
+    ARGCHECK(config->size == sizeof(ncclSignConfig_t) || config->size == withoutHostId, caller, "config->size",
              "%zu does not match sizeof(ncclSignConfig_t)=%zu; start from NCCL_SIGN_CONFIG_INITIALIZER", config->size,
              sizeof(ncclSignConfig_t));
     ARGCHECK(config->magic == NCCL_SIGN_CONFIG_MAGIC, caller, "config->magic",
@@ -62,7 +67,9 @@ ncclResult_t resolveConfig(const ncclSignConfig_t* config, const char* caller, R
     r.tieRule = static_cast<ncclSignTieRule_t>(config->tieRule);
     r.timeoutMs = config->timeoutMs;
     r.netPlugin = config->netPlugin;
+    if (config->size == sizeof(ncclSignConfig_t) && config->hostId != nullptr) r.hostId = config->hostId;
   }
+  if (r.hostId.empty()) r.hostId = algo::defaultHostId();
   if (r.timeoutMs == 0) {
     int64_t t = signlionParamTimeoutMs();
     if (t <= 0 || t > (1ll << 31) - 1) {
@@ -76,7 +83,7 @@ ncclResult_t resolveConfig(const ncclSignConfig_t* config, const char* caller, R
   if (!env.empty() && strcasecmp(env.c_str(), "auto") != 0) {
     ncclSignAlgo_t forced;
     if (!parseAlgoName(env.c_str(), &forced)) {
-      WARN("%s: SIGNLION_ALGO=%s is not one of auto, ring, hd, allgather, fieldsum", caller, env.c_str());
+      WARN("%s: SIGNLION_ALGO=%s is not one of auto, ring, hd, allgather, fieldsum, hier", caller, env.c_str());
       return ncclInvalidArgument;
     }
     r.algorithm = forced;

@@ -2,6 +2,8 @@
 // defaults filled in, SIGNLION_* overrides applied, every field validated.
 #pragma once
 
+#include <string>
+
 #include "nccl_sign.h"
 
 namespace signlion {
@@ -12,6 +14,7 @@ struct ResolvedConfig {
   ncclSignTieRule_t tieRule = ncclSignTieZero;
   int timeoutMs = 0;  // 0 until resolved: SIGNLION_TIMEOUT_MS
   const char* netPlugin = nullptr;
+  std::string hostId;  // config->hostId, else algo::defaultHostId()
 };
 
 // Whether a config struct made with the header of version `v` can be read by
@@ -19,7 +22,7 @@ struct ResolvedConfig {
 constexpr bool headerVersionCompatible(unsigned v) { return v / 100 == NCCL_SIGN_VERSION_CODE / 100; }
 
 // Parses an algorithm name as accepted by SIGNLION_ALGO ("auto", "ring", "hd"
-// or "halving_doubling", "allgather", "fieldsum"). Returns false if unknown.
+// or "halving_doubling", "allgather", "fieldsum", "hier" or "hierarchical"). Returns false if unknown.
 bool parseAlgoName(const char* name, ncclSignAlgo_t* algo);
 const char* algoName(ncclSignAlgo_t algo);
 

@@ -109,12 +109,14 @@ namespace {
 struct Settings {
   int32_t algorithm, zeroRule, tieRule, pad;
   int64_t segment, chunkBytes;
-  double costParams[3];
+  double costParams[kCompareCostParams];
+  uint64_t hostHash;  // not compared: the rank's node
 };
 
 }  // namespace
 
-ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config, const double costParams[3]) {
+ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config,
+                                const double costParams[kCompareCostParams], algo::Topology* topology) {
   const int nranks = bootstrap.nranks(), rank = bootstrap.rank();
   std::vector<Settings> table(nranks);
   Settings& me = table[rank];
@@ -124,8 +126,12 @@ ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& conf
   me.tieRule = config.tieRule;
   me.segment = signlionParamHostSegment();
   me.chunkBytes = hostChunkBytes();
-  for (int i = 0; i < 3; i++) me.costParams[i] = costParams[i];
+  for (int i = 0; i < kCompareCostParams; i++) me.costParams[i] = costParams[i];
+  me.hostHash = algo::hostIdHash(config.hostId);
   NCCLCHECK(bootstrap.allGather(table.data(), sizeof(Settings)));
+  std::vector<uint64_t> hashes;
+  for (const Settings& s : table) hashes.push_back(s.hostHash);
+  *topology = algo::topologyFromHostHashes(hashes);
   // Every rank reads the same table: every rank fails, each naming the first
   // rank that differs from rank 0.
   static const char* kFn = "ncclSignCommInitRank";
@@ -155,11 +161,13 @@ ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& conf
       a = num((uint64_t)o.chunkBytes);
       b = num((uint64_t)r0.chunkBytes);
     } else if (memcmp(o.costParams, r0.costParams, sizeof(o.costParams)) != 0) {
-      what = "cost model (SIGNLION_COST_ALPHA_NS, _BETA_MBPS, _GAMMA_PS)";
-      a = std::to_string(o.costParams[0]) + "/" + std::to_string(o.costParams[1]) + "/" +
-          std::to_string(o.costParams[2]);
-      b = std::to_string(r0.costParams[0]) + "/" + std::to_string(r0.costParams[1]) + "/" +
-          std::to_string(r0.costParams[2]);
+      what =
+          "cost model (SIGNLION_COST_ALPHA_NS, _BETA_MBPS, _GAMMA_PS, _INTRA_ALPHA_NS, _INTRA_BETA_MBPS, _PACK_PS, "
+          "_DECIDE_PS)";
+      for (int i = 0; i < kCompareCostParams; i++) {
+        a += (i ? "/" : "") + std::to_string(o.costParams[i]);
+        b += (i ? "/" : "") + std::to_string(r0.costParams[i]);
+      }
     }
     if (what != nullptr) {
       WARN("%s: rank %d set %s %s, rank 0 set %s: every rank must set the same (seen by rank %d)", kFn, r, what,

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "algo/topology.h"
 #include "common/call_signature.h"
 #include "common/config.h"
 #include "host/bootstrap.h"
@@ -98,8 +99,11 @@ class CallCheck {
 // algorithm, the host tunables that shape messages, the cost model's
 // parameters) across the ranks once, at ncclSignCommInitRank: ncclInvalidUsage
 // on every rank, with a WARN naming the setting and both values, when any
-// differs.
-ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config, const double costParams[3]);
+// differs. The same exchange carries each rank's host identity (hashed, not
+// compared): *topology comes back with every rank's node.
+constexpr int kCompareCostParams = 7;
+ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config,
+                                const double costParams[kCompareCostParams], algo::Topology* topology);
 
 }  // namespace host
 }  // namespace signlion

@@ -47,14 +47,20 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
   NCCLCHECK(Bootstrap::create(id, rank, nranks, comm->config.timeoutMs, &comm->bootstrap));
   NCCLCHECK(Net::open(comm->config.netPlugin, &comm->net));
   const algo::CostParams& cp = comm->costModel.params();
-  const double cost[3] = {cp.alphaUs, cp.betaBytesPerUs, cp.gammaUsPerPlane};
-  NCCLCHECK(checkSettingsAgree(*comm->bootstrap, comm->config, cost));
-  NCCLCHECK(comm->links.connect(*comm->net, *comm->bootstrap, schedulePeers(nranks, rank), comm->config.timeoutMs));
+  const double cost[kCompareCostParams] = {cp.alphaUs,           cp.betaBytesPerUs,      cp.gammaUsPerPlane,
+                                           cp.intraAlphaUs,      cp.intraBetaBytesPerUs, cp.packUsPerElement,
+                                           cp.decideUsPerElement};
+  NCCLCHECK(checkSettingsAgree(*comm->bootstrap, comm->config, cost, &comm->topology));
+  comm->hierNodeRanks = hierarchicalNodeRanks(comm->topology, nranks, comm->config.algorithm);
+  NCCLCHECK(comm->links.connect(*comm->net, *comm->bootstrap,
+                                schedulePeers(nranks, rank, comm->topology, comm->hierNodeRanks > 0),
+                                comm->config.timeoutMs, comm->hierNodeRanks));
   NCCLCHECK(comm->check.init(*comm->net, comm->links, rank, nranks));
   comm->executor.reset(new ScheduleExecutor(*comm->net, comm->links, comm->arena, comm->check, comm->config.timeoutMs));
   comm->sumTransfers.reset(new Transfers(*comm->net, comm->config.timeoutMs));
-  INFO(kSubsysInit, "ncclSignCommInitRank: rank %d/%d ready, algorithm %s, net %s", rank, nranks,
-       algoName(comm->config.algorithm), comm->net->name());
+  INFO(kSubsysInit, "ncclSignCommInitRank: rank %d/%d ready, algorithm %s, net %s, %s (host id %s)", rank, nranks,
+       algoName(comm->config.algorithm), comm->net->name(), comm->topology.describe(nranks).c_str(),
+       comm->config.hostId.c_str());
   return ncclSuccess;
 }
 
@@ -65,8 +71,12 @@ ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec
     e->extra = hostScratchLayout(e->schedule);
     return ncclSuccess;
   };
-  return comm->schedules.get(comm->nranks, comm->rank, nblocks, spec, comm->config.algorithm, algo::kAllAlgorithms,
-                             comm->costModel, finish, out);
+  // Without its links (one node, or nodes too large) the hierarchical
+  // algorithm is not available: auto leaves it out, forcing it fails.
+  unsigned available = algo::kAllAlgorithms;
+  if (comm->hierNodeRanks == 0) available &= ~algo::algoBit(ncclSignAlgoHierarchical);
+  return comm->schedules.get(comm->nranks, comm->rank, nblocks, spec, comm->config.algorithm, available,
+                             comm->costModel, finish, out, &comm->topology);
 }
 
 ncclResult_t callStart(ncclSignComm* comm, const char* fn) {
@@ -93,9 +103,10 @@ ncclResult_t callEnd(ncclSignComm* comm, ncclResult_t res) {
   return res;
 }
 
-void wireBytes(const ncclSignComm* comm, uint64_t* sent, uint64_t* received) {
+void wireBytes(const ncclSignComm* comm, bool interNodeOnly, uint64_t* sent, uint64_t* received) {
   *sent = *received = 0;
   for (int p : comm->links.peers()) {
+    if (interNodeOnly && comm->topology.sameNode(p, comm->rank)) continue;
     uint64_t s = 0, r = 0;
     if (comm->net->wireBytes(comm->links.peer(p).sendComm, &s, &r)) *sent += s;
     if (comm->net->wireBytes(comm->links.peer(p).recvComm, &s, &r)) *received += r;
@@ -181,6 +192,18 @@ SIGNLION_API ncclResult_t ncclSignCommGetWireBytes(const ncclSignComm_t comm, ui
   ARGCHECK(recvBytes != nullptr, "ncclSignCommGetWireBytes", "recvBytes", "must not be NULL");
   ncclSignComm* c = checkComm(comm, "ncclSignCommGetWireBytes");
   if (c == nullptr) return ncclInvalidArgument;
-  signlion::host::wireBytes(c, sentBytes, recvBytes);
+  signlion::host::wireBytes(c, false, sentBytes, recvBytes);
+  return ncclSuccess;
+}
+
+SIGNLION_API ncclResult_t ncclSignCommGetInterNodeWireBytes(const ncclSignComm_t comm, int* node, uint64_t* sentBytes,
+                                                            uint64_t* recvBytes) {
+  ARGCHECK(node != nullptr, "ncclSignCommGetInterNodeWireBytes", "node", "must not be NULL");
+  ARGCHECK(sentBytes != nullptr, "ncclSignCommGetInterNodeWireBytes", "sentBytes", "must not be NULL");
+  ARGCHECK(recvBytes != nullptr, "ncclSignCommGetInterNodeWireBytes", "recvBytes", "must not be NULL");
+  ncclSignComm* c = checkComm(comm, "ncclSignCommGetInterNodeWireBytes");
+  if (c == nullptr) return ncclInvalidArgument;
+  *node = c->topology.nodeOf(c->rank);
+  signlion::host::wireBytes(c, true, sentBytes, recvBytes);
   return ncclSuccess;
 }

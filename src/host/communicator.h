@@ -40,6 +40,8 @@ struct ncclSignComm {
   std::unique_ptr<signlion::host::ScheduleExecutor> executor;
   std::unique_ptr<signlion::host::Transfers> sumTransfers;  // the sum baseline's, reused across calls
   signlion::algo::CostModel costModel;
+  signlion::algo::Topology topology;  // every rank's node, from the host ids traded at init
+  int hierNodeRanks = 0;              // hierarchicalNodeRanks: 0 when hier has no links here
 
   // Each schedule with the executor's arena layout for it, so a warm
   // communicator builds and lays out none.
@@ -68,9 +70,9 @@ using ScheduleEntry = algo::ScheduleCache<algo::ScratchLayout>::Entry;
 // (requested algorithm, blocks, op, rules).
 ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec& spec, const ScheduleEntry** out);
 
-// Bytes of wire traffic of all links so far (our transport's counters, which
-// include its headers).
-void wireBytes(const ncclSignComm* comm, uint64_t* sent, uint64_t* received);
+// Bytes of wire traffic so far (our transport's counters, which include its
+// headers): of all links, or only of the links to ranks on other nodes.
+void wireBytes(const ncclSignComm* comm, bool interNodeOnly, uint64_t* sent, uint64_t* received);
 
 }  // namespace host
 }  // namespace signlion

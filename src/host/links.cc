@@ -1,6 +1,7 @@
 #include "host/links.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <thread>
@@ -29,13 +30,21 @@ const char* findHandle(const HandleSlot* row, int slots, int peer) {
 
 }  // namespace
 
-int maxPeerSlots(int nranks) {
+int maxPeerSlots(int nranks, int nodeRanks) {
   int lg = 0;
   while ((1 << lg) < nranks) lg++;
-  return 2 * lg + 4;
+  return 2 * lg + 4 + std::max(0, nodeRanks - 1);
 }
 
-std::vector<int> schedulePeers(int nranks, int rank) {
+int hierarchicalNodeRanks(const algo::Topology& topo, int nranks, ncclSignAlgo_t configured) {
+  const auto nodes = topo.members(nranks);
+  size_t largest = 0;
+  for (const auto& m : nodes) largest = std::max(largest, m.size());
+  if (largest > (size_t)kMaxHierNodeRanks) return 0;
+  return nodes.size() > 1 || configured == ncclSignAlgoHierarchical ? (int)largest : 0;
+}
+
+std::vector<int> schedulePeers(int nranks, int rank, const algo::Topology& topo, bool withHier) {
   std::set<int> peers;
   if (nranks > 1) {
     peers.insert((rank + 1) % nranks);
@@ -45,11 +54,12 @@ std::vector<int> schedulePeers(int nranks, int rank) {
   // names every peer it ever uses; partners depend on rank only. One that a
   // setting rules out is passed over quietly: a call that forces it is where
   // the WARN belongs (and its peers, the ring's, are in already).
-  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                           ncclSignAlgoFieldSum}) {
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum,
+                           ncclSignAlgoHierarchical}) {
     algo::Schedule s;
     if (algo::settingsConflict(a, nranks).name != nullptr) continue;
-    if (algo::buildSchedule(a, nranks, rank, 4 * (int64_t)nranks, algo::OpSpec{}, &s) != ncclSuccess) continue;
+    if (a == ncclSignAlgoHierarchical && !withHier) continue;
+    if (algo::buildSchedule(a, nranks, rank, 4 * (int64_t)nranks, algo::OpSpec{}, &s, &topo) != ncclSuccess) continue;
     for (const algo::Step& st : s.steps) {
       for (const algo::Send& x : st.sends) peers.insert(x.peer);
       for (const algo::Recv& x : st.recvs) peers.insert(x.peer);
@@ -59,7 +69,8 @@ std::vector<int> schedulePeers(int nranks, int rank) {
   return std::vector<int>(peers.begin(), peers.end());
 }
 
-ncclResult_t Links::connect(const Net& net, Bootstrap& bootstrap, const std::vector<int>& peers, int timeoutMs) {
+ncclResult_t Links::connect(const Net& net, Bootstrap& bootstrap, const std::vector<int>& peers, int timeoutMs,
+                            int nodeRanks) {
   const int nranks = bootstrap.nranks(), rank = bootstrap.rank();
   const ncclNet_v11_t& api = net.api();
   links_.assign(nranks, Link{});
@@ -67,7 +78,7 @@ ncclResult_t Links::connect(const Net& net, Bootstrap& bootstrap, const std::vec
   // Handle table: row r holds rank r's listen handles, one slot per peer of
   // r. A rank has O(log N) peers (ring neighbours, halving-doubling partners,
   // the fold partner), so the table is O(N log N), not O(N^2).
-  const int slots = maxPeerSlots(nranks);
+  const int slots = maxPeerSlots(nranks, nodeRanks);
   if ((int)peers.size() > slots) {
     WARN("rank %d: %zu peers exceed the %d handle slots of %d ranks", rank, peers.size(), slots, nranks);
     return ncclInternalError;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "algo/topology.h"
 #include "host/bootstrap.h"
 #include "host/net.h"
 
@@ -22,7 +23,9 @@ class Links {
  public:
   // peers: the ranks this rank exchanges data with (the relation must be
   // symmetric across ranks: q in peers(p) iff p in peers(q)).
-  ncclResult_t connect(const Net& net, Bootstrap& bootstrap, const std::vector<int>& peers, int timeoutMs);
+  // nodeRanks: as passed to maxPeerSlots (every rank must pass the same).
+  ncclResult_t connect(const Net& net, Bootstrap& bootstrap, const std::vector<int>& peers, int timeoutMs,
+                       int nodeRanks = 0);
   // Closes every comm. Safe to call twice.
   void close(const Net& net);
 
@@ -34,13 +37,24 @@ class Links {
   std::vector<int> peers_;
 };
 
-// The peers the sign all-reduce schedules of `rank` use (every algorithm),
-// plus the ring neighbours of the sum all-reduce.
-std::vector<int> schedulePeers(int nranks, int rank);
+// The peers the sign all-reduce schedules of `rank` use (every algorithm;
+// the hierarchical one, over `topo`, only when withHier), plus the ring
+// neighbours of the sum all-reduce.
+std::vector<int> schedulePeers(int nranks, int rank, const algo::Topology& topo, bool withHier);
+
+// The hierarchical algorithm talks to every rank of its node: its links are
+// made only where it can be of use and the handle table stays small.
+constexpr int kMaxHierNodeRanks = 16;
+// The largest node's rank count when the hierarchical algorithm gets its
+// links on a communicator over topo: the topology has several nodes or
+// `configured` forces it, and no node has more than kMaxHierNodeRanks ranks.
+// 0 otherwise (the cost model then leaves it out; forcing it fails).
+int hierarchicalNodeRanks(const algo::Topology& topo, int nranks, ncclSignAlgo_t configured);
 
 // Handle slots each rank publishes at link setup: generously above the ring's
 // 2 neighbours plus halving-doubling's ceil(log2 N) partners and fold partner.
-int maxPeerSlots(int nranks);
+// nodeRanks: hierarchicalNodeRanks (its intra-node peers come on top).
+int maxPeerSlots(int nranks, int nodeRanks = 0);
 
 }  // namespace host
 }  // namespace signlion

@@ -41,6 +41,10 @@ algo::CostParams costParams() {
   defaults.alphaUs = kAlphaNs * 1e-3;
   defaults.betaBytesPerUs = kBetaMBps;
   defaults.gammaUsPerPlane = kGammaPs * 1e-6;
+  // The kernels pack and decide at memory speed on the GPU: the same per
+  // element for every algorithm, so only their order of magnitude matters.
+  defaults.packUsPerElement = kGammaPs * 1e-6;
+  defaults.decideUsPerElement = kGammaPs * 1e-6;
   algo::CostParams p = algo::costParamsFrom("NCCL_COST", signlionParamNcclCostAlphaNs(),
                                             signlionParamNcclCostBetaMBps(), signlionParamNcclCostGammaPs(), defaults);
   // 0 is a valid collective step cost (all of it in alpha); negative is not.

@@ -28,10 +28,15 @@ std::vector<ncclResult_t> runRanks(int nranks, const std::function<ncclSignConfi
   return initRes;
 }
 
-void withRanks(int nranks, const ncclSignConfig_t& config, const std::function<void(int, ncclSignComm_t)>& body) {
-  std::vector<ncclResult_t> initRes = runRanks(
-      nranks, [&](int) { return config; }, [&](int r, ncclSignComm_t& comm) { body(r, comm); });
+void withRanks(int nranks, const std::function<ncclSignConfig_t(int)>& configOf,
+               const std::function<void(int, ncclSignComm_t)>& body) {
+  std::vector<ncclResult_t> initRes = runRanks(nranks, configOf, [&](int r, ncclSignComm_t& comm) { body(r, comm); });
   for (int r = 0; r < nranks; r++) ASSERT_EQ(initRes[r], ncclSuccess) << "init of rank " << r << " of " << nranks;
+}
+
+void withRanks(int nranks, const ncclSignConfig_t& config, const std::function<void(int, ncclSignComm_t)>& body) {
+  withRanks(
+      nranks, [&](int) { return config; }, body);
 }
 
 }  // namespace test

@@ -14,6 +14,10 @@ namespace test {
 // on each; every rank's results are checked inside body. Init failures fail
 // the calling test.
 void withRanks(int nranks, const ncclSignConfig_t& config, const std::function<void(int, ncclSignComm_t)>& body);
+// The same with a config per rank (configOf(rank)), e.g. a host id per group
+// of ranks so that threads of one process act as several nodes.
+void withRanks(int nranks, const std::function<ncclSignConfig_t(int)>& configOf,
+               const std::function<void(int, ncclSignComm_t)>& body);
 
 // The same with a config per rank (configOf(rank)), for ranks that disagree:
 // body runs on the ranks whose init succeeded and may abort the comm (then

@@ -102,8 +102,8 @@ INSTANTIATE_TEST_SUITE_P(Host, SignAllReduceMatrix, ::testing::ValuesIn(matrixCa
 
 // Zero and tie rules (and exact ties for even N) on every algorithm.
 TEST(SignAllReduceRules, ZeroAndTieRules) {
-  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                              ncclSignAlgoFieldSum}) {
+  for (ncclSignAlgo_t algo :
+       {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum}) {
     for (int n : {2, 3, 4, 6}) {
       for (ncclSignZeroRule_t zero : {ncclSignZeroNegative, ncclSignZeroAbstain}) {
         for (ncclSignTieRule_t tie : {ncclSignTieZero, ncclSignTiePositive, ncclSignTieNegative}) {
@@ -119,12 +119,108 @@ TEST(SignAllReduceRules, ZeroAndTieRules) {
                 if (op == ncclSignAverage && dt == ncclInt8) continue;
                 Bytes want = test::referenceOutput(in, count, dt, op, zero, tie);
                 checkCall(rank, comm, in, want, count, dt, op, rank % 2 == 0,
-                          std::string(algoName(algo)) + " N=" + std::to_string(n) + " zero=" +
-                              std::to_string(zero) + " tie=" + std::to_string(tie));
+                          std::string(algoName(algo)) + " N=" + std::to_string(n) + " zero=" + std::to_string(zero) +
+                              " tie=" + std::to_string(tie));
               }
             }
           });
         }
+      }
+    }
+  }
+}
+
+// The hierarchical algorithm with ranks as threads grouped into nodes by a
+// host id per rank (config.hostId): nodes x ranks per node in {1..4} x
+// {1, 2, 3, 4, 8}, unequal and interleaved nodes; every dtype, op, count,
+// in and out of place.
+struct Layout {
+  std::vector<int> node;  // node of each rank
+  std::string name() const {
+    std::string s = "nodes_";
+    for (int n : node) s += std::to_string(n);
+    return s;
+  }
+};
+
+std::vector<Layout> hierLayouts() {
+  std::vector<Layout> v;
+  auto fromSizes = [](std::vector<int> sizes) {
+    Layout l;
+    for (size_t n = 0; n < sizes.size(); n++) l.node.insert(l.node.end(), sizes[n], (int)n);
+    return l;
+  };
+  for (int nodes = 1; nodes <= 4; nodes++)
+    for (int per : {1, 2, 3, 4, 8})
+      if (nodes * per <= 16) v.push_back(fromSizes(std::vector<int>(nodes, per)));
+  for (auto sizes : std::vector<std::vector<int>>{{1, 2}, {3, 1, 4}, {2, 3}, {8, 1}, {4, 4, 3}})
+    v.push_back(fromSizes(sizes));
+  v.push_back(Layout{{0, 1, 2, 0, 1, 2, 0}});  // interleaved
+  return v;
+}
+
+std::vector<std::string> gHostIds;  // storage for the configs' hostId strings
+
+ncclSignConfig_t hierConfig(const Layout& l, int rank, ncclSignZeroRule_t zero = ncclSignZeroPositive,
+                            ncclSignTieRule_t tie = ncclSignTieZero) {
+  ncclSignConfig_t c = makeConfig(ncclSignAlgoHierarchical, zero, tie);
+  static const char* kIds[] = {"node-a", "node-b", "node-c", "node-d", "node-e"};
+  c.hostId = kIds[l.node[rank]];
+  return c;
+}
+
+class SignAllReduceHierarchical : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(SignAllReduceHierarchical, EveryRankGetsTheReference) {
+  const Layout l = GetParam();
+  const int n = (int)l.node.size();
+  const size_t counts[] = {0, 1, 63, 64, 65, 4097, 100003};
+  withRanks(
+      n, [&](int r) { return hierConfig(l, r); },
+      [&](int rank, ncclSignComm_t comm) {
+        uint32_t seed = 300;
+        for (size_t count : counts) {
+          for (ncclDataType_t dt : kTypes) {
+            std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, seed++);
+            for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+              if (op == ncclSignAverage && dt == ncclInt8) continue;
+              Bytes want = test::referenceOutput(in, count, dt, op, ncclSignZeroPositive, ncclSignTieZero);
+              for (bool inPlace : {false, true})
+                checkCall(rank, comm, in, want, count, dt, op, inPlace,
+                          l.name() + " count " + std::to_string(count) + " " + bits::typeName(dt) +
+                              (op ? " avg" : " maj") + (inPlace ? " in-place" : ""));
+            }
+          }
+        }
+      });
+}
+INSTANTIATE_TEST_SUITE_P(Host, SignAllReduceHierarchical, ::testing::ValuesIn(hierLayouts()),
+                         [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name(); });
+
+// Zero and tie rules on unequal nodes, and auto choosing the hierarchy for a
+// large message on 2 nodes of 4 where inter-node links are slow.
+TEST(SignAllReduceHierarchicalRules, ZeroAndTieRules) {
+  for (const Layout& l : {Layout{{0, 0, 1, 1, 1}}, Layout{{0, 0, 0, 0, 1, 1, 1, 1}}}) {
+    const int n = (int)l.node.size();
+    for (ncclSignZeroRule_t zero : {ncclSignZeroNegative, ncclSignZeroAbstain}) {
+      for (ncclSignTieRule_t tie : {ncclSignTieZero, ncclSignTiePositive, ncclSignTieNegative}) {
+        withRanks(
+            n, [&](int r) { return hierConfig(l, r, zero, tie); },
+            [&](int rank, ncclSignComm_t comm) {
+              for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16, ncclInt8}) {
+                size_t count = 1000;
+                std::vector<Bytes> in(n, Bytes(count * bits::typeSize(dt)));
+                std::mt19937 rng(7);
+                for (int r = 0; r < n; r++)
+                  for (size_t i = 0; i < count; i++) test::setElem(in[r], dt, i, (float)((int)(rng() % 3) - 1));
+                for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+                  if (op == ncclSignAverage && dt == ncclInt8) continue;
+                  Bytes want = test::referenceOutput(in, count, dt, op, zero, tie);
+                  checkCall(rank, comm, in, want, count, dt, op, rank % 2 == 0,
+                            l.name() + " zero=" + std::to_string(zero) + " tie=" + std::to_string(tie));
+                }
+              }
+            });
       }
     }
   }
@@ -141,8 +237,8 @@ TEST(SignAllReduceLarge, MillionsOfElements) {
                  Case{ncclSignAlgoAllGather, 3, 1000003}, Case{ncclSignAlgoRing, 4, (1u << 24) + 7},
                  Case{ncclSignAlgoHalvingDoubling, 3, (1u << 24) + 7}}) {
     std::vector<Bytes> in = test::randomVoteInputs(c.n, c.count, ncclFloat32, 11);
-    Bytes want = test::referenceOutput(in, c.count, ncclFloat32, ncclSignMajority, ncclSignZeroPositive,
-                                       ncclSignTieZero);
+    Bytes want =
+        test::referenceOutput(in, c.count, ncclFloat32, ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero);
     withRanks(c.n, makeConfig(c.algo), [&](int rank, ncclSignComm_t comm) {
       checkCall(rank, comm, in, want, c.count, ncclFloat32, ncclSignMajority, false,
                 std::string(algoName(c.algo)) + " count " + std::to_string(c.count));
@@ -172,6 +268,52 @@ TEST(SignAllReduceWire, BytesMatchTheSchedule) {
       });
     }
   }
+}
+
+// On 2 nodes of 4 (host ids per thread), ncclSignCommGetInterNodeWireBytes
+// counts the bytes the schedule sends to the other node's ranks, and the rest
+// of ncclSignCommGetWireBytes is what it sends inside the node (within 1%:
+// headers).
+TEST(SignAllReduceWire, InterNodeBytesMatchTheSchedule) {
+  const size_t count = 1 << 20;
+  const Layout l{{0, 0, 0, 0, 1, 1, 1, 1}};
+  const int n = (int)l.node.size();
+  algo::Topology topo;
+  topo.node = l.node;
+  std::vector<Bytes> in = test::randomVoteInputs(n, count, ncclFloat32, 5);
+  for (ncclSignAlgo_t algo : {ncclSignAlgoHierarchical, ncclSignAlgoRing, ncclSignAlgoHalvingDoubling}) {
+    withRanks(
+        n,
+        [&](int r) {
+          ncclSignConfig_t c = hierConfig(l, r);
+          c.algorithm = algo;
+          return c;
+        },
+        [&](int rank, ncclSignComm_t comm) {
+          Bytes out(count * 4);
+          uint64_t s0, r0, s1, r1, all0, all1, unused;
+          int node = -1;
+          ASSERT_EQ(ncclSignCommGetInterNodeWireBytes(comm, &node, &s0, &r0), ncclSuccess);
+          ASSERT_EQ(ncclSignCommGetWireBytes(comm, &all0, &unused), ncclSuccess);
+          ASSERT_EQ(ncclSignHostAllReduce(in[rank].data(), out.data(), count, ncclFloat32, ncclSignMajority, comm),
+                    ncclSuccess);
+          ASSERT_EQ(ncclSignCommGetInterNodeWireBytes(comm, &node, &s1, &r1), ncclSuccess);
+          ASSERT_EQ(ncclSignCommGetWireBytes(comm, &all1, &unused), ncclSuccess);
+          EXPECT_EQ(node, l.node[rank]);
+          algo::Schedule s;
+          ASSERT_EQ(algo::buildSchedule(algo, n, rank, algo::blocksForCount(count), algo::OpSpec{}, &s, &topo),
+                    ncclSuccess);
+          double inter = 0, intra = 0;
+          for (const algo::Step& st : s.steps)
+            for (const algo::Send& m : st.sends) (topo.sameNode(rank, m.peer) ? intra : inter) += (double)m.bytes();
+          double measuredInter = (double)(s1 - s0), measuredIntra = (double)(all1 - all0) - measuredInter;
+          EXPECT_NEAR(measuredInter, inter, inter * 0.01 + 1) << algoName(algo) << " rank " << rank;
+          EXPECT_NEAR(measuredIntra, intra, intra * 0.01 + 1) << algoName(algo) << " rank " << rank;
+        });
+  }
+  int node = 0;
+  uint64_t s = 0, r = 0;
+  EXPECT_EQ(ncclSignCommGetInterNodeWireBytes(nullptr, &node, &s, &r), ncclInvalidArgument);
 }
 
 // The baseline: a ring sum all-reduce, checked against a sum in the same order.
@@ -409,7 +551,8 @@ TEST(SignAllReduceProcesses, SeparateProcessesOnLoopback) {
       std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, 5);
       Bytes want = test::referenceOutput(in, count, dt, ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero);
       Bytes out(count * bits::typeSize(dt));
-      if (ncclSignHostAllReduce(in[rank].data(), out.data(), count, dt, ncclSignMajority, comm) != ncclSuccess) return 3;
+      if (ncclSignHostAllReduce(in[rank].data(), out.data(), count, dt, ncclSignMajority, comm) != ncclSuccess)
+        return 3;
       if (test::firstMismatch(out, want) != std::string::npos) return 4;
     }
     return ncclSignCommDestroy(comm) == ncclSuccess ? 0 : 5;
@@ -427,7 +570,7 @@ void survivorsSeeAnError(bool kill) {
     if (ncclSignCommInitRank(&comm, n, ids[0], rank, &cfg) != ncclSuccess) return 2;
     std::vector<float> x(1 << 20, 1.0f), y(x.size());
     if (rank == n - 1) {
-      if (kill) _exit(9);  // gone without a word
+      if (kill) _exit(9);               // gone without a word
       sleep(2 * timeoutMs / 1000 + 2);  // stalled well past everyone's timeout
       _exit(9);
     }
@@ -440,7 +583,8 @@ void survivorsSeeAnError(bool kill) {
     // The survivors make a fresh communicator and it works.
     ncclSignComm_t again;
     if (ncclSignCommInitRank(&again, n - 1, ids[1], rank, &cfg) != ncclSuccess) return 5;
-    if (ncclSignHostAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSignMajority, again) != ncclSuccess) return 6;
+    if (ncclSignHostAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSignMajority, again) != ncclSuccess)
+      return 6;
     if (y[0] != 1.0f) return 7;
     ncclSignCommDestroy(again);
     return 0;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "algo/cost_model.h"
+#include "common/config.h"
 #include "common/param.h"
 #include "common/warn_capture.h"
 
@@ -21,8 +22,19 @@ ncclSignAlgo_t choose(int n, uint64_t count, const CostModel& model, ncclSignAlg
   return out;
 }
 
+// Links and adds only: no pack or decide cost, so predictions are the
+// message steps' alone.
+CostParams linksOnly(double alphaUs, double betaBytesPerUs, double gammaUsPerPlane) {
+  CostParams p;
+  p.alphaUs = alphaUs;
+  p.betaBytesPerUs = betaBytesPerUs;
+  p.gammaUsPerPlane = gammaUsPerPlane;
+  p.packUsPerElement = p.decideUsPerElement = 0.0;
+  return p;
+}
+
 TEST(AlgoCostModel, PredictIsAlphaBetaOverMessageSteps) {
-  CostModel m(CostParams{10.0, 1000.0, 0.0});
+  CostModel m(linksOnly(10.0, 1000.0, 0.0));
   double us = 0;
   // Ring, N = 4, 1000 blocks per shard: reduce-scatter widths 1, 2, 2, then
   // three all-gather steps of 2 result planes: 88000 bytes in 6 steps.
@@ -32,11 +44,78 @@ TEST(AlgoCostModel, PredictIsAlphaBetaOverMessageSteps) {
   ASSERT_EQ(m.predict(ncclSignAlgoHalvingDoubling, 1, 1 << 20, OpSpec(), &us), ncclSuccess);
   EXPECT_EQ(us, 0.0);
   // The compute term grows with the planes handled per element.
-  CostModel g(CostParams{0.0, 1e30, 1e-3});
+  CostModel g(linksOnly(0.0, 1e30, 1e-3));
   double two = 0, sixteen = 0;
   ASSERT_EQ(g.predict(ncclSignAlgoAllGather, 2, 6400, OpSpec(), &two), ncclSuccess);
   ASSERT_EQ(g.predict(ncclSignAlgoAllGather, 16, 6400, OpSpec(), &sixteen), ncclSuccess);
   EXPECT_GT(sixteen, two);
+}
+
+// The CPU work no transfer hides: every element packed (per counter) before
+// the first step and decided after the last, once whatever the algorithm. The
+// adds of a step run under its transfers: the step costs the longer of the two.
+TEST(AlgoCostModel, PackAndDecideOncePerElementAddsUnderTheWire) {
+  const uint64_t count = 6400;
+  CostParams p = linksOnly(0.0, 1e30, 0.0);
+  p.packUsPerElement = 1e-3;
+  p.decideUsPerElement = 2e-3;
+  CostModel cpu(p);
+  OpSpec ternary;
+  ternary.zeroRule = ncclSignZeroAbstain;  // P and M counters: two packs per element
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather}) {
+    double binary = 0, abstain = 0;
+    ASSERT_EQ(cpu.predict(a, 4, count, OpSpec(), &binary), ncclSuccess);
+    ASSERT_EQ(cpu.predict(a, 4, count, ternary, &abstain), ncclSuccess);
+    EXPECT_DOUBLE_EQ(binary, count * (1e-3 + 2e-3)) << algoName(a);
+    EXPECT_DOUBLE_EQ(abstain, count * (2 * 1e-3 + 2e-3)) << algoName(a);
+  }
+  // Adds cheaper than the wire cost nothing more; dearer ones replace it.
+  const uint64_t big = uint64_t{1} << 20;
+  double wireOnly = 0, cheapAdds = 0, dearAdds = 0;
+  ASSERT_EQ(CostModel(linksOnly(10.0, 1000.0, 0.0)).predict(ncclSignAlgoRing, 4, big, OpSpec(), &wireOnly),
+            ncclSuccess);
+  ASSERT_EQ(CostModel(linksOnly(10.0, 1000.0, 1e-6)).predict(ncclSignAlgoRing, 4, big, OpSpec(), &cheapAdds),
+            ncclSuccess);
+  ASSERT_EQ(CostModel(linksOnly(10.0, 1000.0, 1e-3)).predict(ncclSignAlgoRing, 4, big, OpSpec(), &dearAdds),
+            ncclSuccess);
+  EXPECT_DOUBLE_EQ(cheapAdds, wireOnly);
+  // Ring, N = 4: 2.75 bits per element received over six steps, all added.
+  EXPECT_DOUBLE_EQ(dearAdds, 1e-3 * 2.75 * big);
+}
+
+// The ethernet benchmark's star (scripts/ethernet_bench.sh: each namespace a
+// node, SIGNLION_COST_BETA_MBPS of the link rate), 256 MiB of fp32: auto picks
+// halving-doubling (2.5 and 3.125 bits per element at N = 4 and 8, against the
+// ring's 2.75 and 3.875, in the same number of steps or fewer; measured in
+// docs/PERFORMANCE_ethernet.md, "auto against forced"). The CPU costs are paid
+// once per element by every algorithm: they move every prediction by the same
+// amount and never the choice.
+TEST(AlgoCostModel, AutoOnTheEmulatedEthernetStar) {
+  const uint64_t count = uint64_t{64} << 20;
+  for (double beta : {125.0, 1250.0})
+    for (int n : {4, 8}) {
+      Topology star;
+      for (int r = 0; r < n; r++) star.node.push_back(r);
+      CostParams p;
+      p.betaBytesPerUs = beta;
+      CostParams noCpu = p;
+      noCpu.packUsPerElement = noCpu.decideUsPerElement = 0.0;
+      ncclSignAlgo_t withCpu = ncclSignAlgoAuto, without = ncclSignAlgoAuto;
+      ASSERT_EQ(chooseAlgorithm(n, count, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, CostModel(p), &withCpu, &star),
+                ncclSuccess);
+      ASSERT_EQ(
+          chooseAlgorithm(n, count, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, CostModel(noCpu), &without, &star),
+          ncclSuccess);
+      EXPECT_EQ(withCpu, ncclSignAlgoHalvingDoubling) << "N=" << n << " beta " << beta;
+      EXPECT_EQ(withCpu, without) << "N=" << n << " beta " << beta;
+      double hd = 0, ring = 0;
+      ASSERT_EQ(CostModel(p).predict(ncclSignAlgoHalvingDoubling, n, count, OpSpec(), &hd, &star), ncclSuccess);
+      ASSERT_EQ(CostModel(noCpu).predict(ncclSignAlgoRing, n, count, OpSpec(), &ring, &star), ncclSuccess);
+      // 1 Gbit/s, N = 4: 21 MB on the wire (168 ms) plus 64M x (430 + 575) ps (67 ms).
+      if (beta == 125.0 && n == 4) {
+        EXPECT_NEAR(hd, 167.8e3 + 67.4e3, 2e3);
+      }
+    }
 }
 
 TEST(AlgoCostModel, DefaultChoices) {
@@ -104,7 +183,7 @@ TEST(AlgoCostModel, BadInputsAreInvalidArguments) {
 TEST(AlgoCostModel, AutoLeavesOutWhatTheSettingsRuleOut) {
   // Bandwidth alone decides: between these two, 9 votes in 4-bit fields
   // (about 7.1 bits per element) beat the all-gather of votes (8).
-  CostModel m(CostParams{0.0, 1.0, 0.0});
+  CostModel m(linksOnly(0.0, 1.0, 0.0));
   const unsigned pair = algoBit(ncclSignAlgoAllGather) | algoBit(ncclSignAlgoFieldSum);
   unsetenv("SIGNLION_FIELD_BITS");
   paramResetCache();
@@ -158,8 +237,12 @@ TEST(AlgoCostModel, ParamsAndMeasuredValuesOverrideDefaults) {
   setenv("SIGNLION_COST_ALPHA_NS", "5000", 1);
   setenv("SIGNLION_COST_BETA_MBPS", "12500", 1);
   setenv("SIGNLION_COST_GAMMA_PS", "1", 1);
+  setenv("SIGNLION_COST_PACK_PS", "200", 1);
+  setenv("SIGNLION_COST_DECIDE_PS", "300", 1);
   paramResetCache();
   CostModel env;
+  EXPECT_DOUBLE_EQ(env.params().packUsPerElement, 200e-6);
+  EXPECT_DOUBLE_EQ(env.params().decideUsPerElement, 300e-6);
   EXPECT_DOUBLE_EQ(env.params().alphaUs, 5.0);
   EXPECT_DOUBLE_EQ(env.params().betaBytesPerUs, 12500.0);
   EXPECT_DOUBLE_EQ(env.params().gammaUsPerPlane, 1e-6);
@@ -173,6 +256,15 @@ TEST(AlgoCostModel, ParamsAndMeasuredValuesOverrideDefaults) {
   unsetenv("SIGNLION_COST_ALPHA_NS");
   unsetenv("SIGNLION_COST_BETA_MBPS");
   unsetenv("SIGNLION_COST_GAMMA_PS");
+  {
+    WarnCapture w;
+    setenv("SIGNLION_COST_PACK_PS", "-1", 1);
+    paramResetCache();
+    EXPECT_DOUBLE_EQ(CostModel().params().packUsPerElement, CostParams().packUsPerElement);
+    EXPECT_EQ(w.count(), 1);
+  }
+  unsetenv("SIGNLION_COST_PACK_PS");
+  unsetenv("SIGNLION_COST_DECIDE_PS");
   paramResetCache();
 
   CostModel m;
@@ -196,7 +288,7 @@ TEST(AlgoCostModel, ParamsAndMeasuredValuesOverrideDefaults) {
 // one alpha for the call, a small cost per ring step inside it; the other
 // algorithms still pay alpha per step.
 TEST(AlgoCostModel, OneLibraryCollectivePaysAlphaOnce) {
-  CostParams p{10.0, 1e30, 0.0};
+  CostParams p = linksOnly(10.0, 1e30, 0.0);
   CostModel steps(p);
   p.collectiveStepUs = 1.0;
   CostModel collective(p);
@@ -227,6 +319,40 @@ TEST(AlgoCostModel, ParamsFromAnotherPrefixKeepTheirDefaults) {
   EXPECT_DOUBLE_EQ(p.alphaUs, d.alphaUs);
   EXPECT_DOUBLE_EQ(p.betaBytesPerUs, d.betaBytesPerUs);
   EXPECT_DOUBLE_EQ(p.gammaUsPerPlane, d.gammaUsPerPlane);
+}
+
+// Two link classes: on 2 nodes of 4 ranks joined by 1 Gbit/s links, the
+// flat algorithms push every rank's votes through the node's one link and
+// the hierarchy wins large messages; with an unknown topology (or one rank
+// per node) auto never picks it (it would be halving-doubling).
+TEST(AlgoCostModel, HierarchyWinsAcrossSlowNodeLinks) {
+  CostParams p;
+  p.alphaUs = 50.0;
+  p.betaBytesPerUs = 125.0;  // 1 Gbit/s between nodes
+  p.gammaUsPerPlane = 0.0;
+  CostModel m(p);
+  Topology two;
+  two.node = {0, 0, 0, 0, 1, 1, 1, 1};
+  ncclSignAlgo_t out = ncclSignAlgoAuto;
+  ASSERT_EQ(chooseAlgorithm(8, uint64_t{1} << 26, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, m, &out, &two),
+            ncclSuccess);
+  EXPECT_EQ(out, ncclSignAlgoHierarchical);
+  double hier = 0, ring = 0, hd = 0;
+  ASSERT_EQ(m.predict(ncclSignAlgoHierarchical, 8, uint64_t{1} << 26, OpSpec(), &hier, &two), ncclSuccess);
+  ASSERT_EQ(m.predict(ncclSignAlgoRing, 8, uint64_t{1} << 26, OpSpec(), &ring, &two), ncclSuccess);
+  ASSERT_EQ(m.predict(ncclSignAlgoHalvingDoubling, 8, uint64_t{1} << 26, OpSpec(), &hd, &two), ncclSuccess);
+  EXPECT_LT(hier, ring);
+  EXPECT_LT(ring, hd);  // halving-doubling's first step sends 4 half-messages through one link
+  ASSERT_EQ(chooseAlgorithm(8, uint64_t{1} << 26, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, m, &out), ncclSuccess);
+  EXPECT_NE(out, ncclSignAlgoHierarchical);
+  Topology singles;
+  for (int r = 0; r < 8; r++) singles.node.push_back(r);
+  ASSERT_EQ(chooseAlgorithm(8, uint64_t{1} << 26, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, m, &out, &singles),
+            ncclSuccess);
+  EXPECT_NE(out, ncclSignAlgoHierarchical);
+  // Forced, it is used whatever the model says.
+  ASSERT_EQ(chooseAlgorithm(8, 64, OpSpec(), kAllAlgorithms, ncclSignAlgoHierarchical, m, &out), ncclSuccess);
+  EXPECT_EQ(out, ncclSignAlgoHierarchical);
 }
 
 }  // namespace

@@ -20,12 +20,15 @@ namespace signlion {
 namespace algo {
 namespace {
 
+// Hierarchical with an unknown topology (every rank its own node) here; over
+// real node layouts in the AlgoHierarchical tests.
 constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                     ncclSignAlgoFieldSum};
+                                     ncclSignAlgoFieldSum, ncclSignAlgoHierarchical};
 
-std::vector<Schedule> buildAll(ncclSignAlgo_t algo, int n, int64_t nblocks, const OpSpec& spec) {
+std::vector<Schedule> buildAll(ncclSignAlgo_t algo, int n, int64_t nblocks, const OpSpec& spec,
+                               const Topology* topo = nullptr) {
   std::vector<Schedule> all(n);
-  for (int r = 0; r < n; r++) EXPECT_EQ(buildSchedule(algo, n, r, nblocks, spec, &all[r]), ncclSuccess);
+  for (int r = 0; r < n; r++) EXPECT_EQ(buildSchedule(algo, n, r, nblocks, spec, &all[r], topo), ncclSuccess);
   return all;
 }
 
@@ -128,7 +131,7 @@ class Simulator {
     std::vector<uint64_t> res;    // result code, resultPlanes bits
     std::vector<char> hasRes;
     std::vector<std::vector<int8_t>> vP, vM;  // vote slots; -1 = never written
-    std::vector<uint64_t> fields;              // counters planes of fieldWords words
+    std::vector<uint64_t> fields;             // counters planes of fieldWords words
   };
   struct Payload {
     std::vector<int64_t> a, b;  // counters, votes: P and M per element
@@ -206,7 +209,8 @@ class Simulator {
             st.fields[c * s.fieldWords + e / s.fieldsPerWord] |= v << ((e % s.fieldsPerWord) * s.fieldBits);
           }
           break;
-        case LocalOp::kSumVotes: break;  // below, slot by slot
+        case LocalOp::kSumVotes:
+          break;  // below, slot by slot
         case LocalOp::kDecide: {
           int64_t p, m = 0;
           if (l.src == Buffer::kFields) {
@@ -288,7 +292,8 @@ class Simulator {
           if (!st.hasRes[e]) ADD_FAILURE() << "rank " << r << " sends a result it does not have";
           p.codes.push_back(st.res[e] & ((uint64_t{1} << snd.planes) - 1));
           break;
-        case Buffer::kFields: break;
+        case Buffer::kFields:
+          break;
       }
     }
     return p;
@@ -596,6 +601,141 @@ TEST(AlgoSchedule, RejectsBadArguments) {
   bad = OpSpec();
   bad.tieRule = ncclSignNumTieRules;
   EXPECT_EQ(buildSchedule(ncclSignAlgoRing, 4, 0, 1, bad, &s), ncclInvalidArgument);
+}
+
+// Node layouts: equal nodes of 1, 2, 3, 4, 8 ranks for 1..4 nodes (ranks
+// contiguous by node), unequal nodes, and nodes whose ranks interleave.
+std::vector<Topology> hierarchicalLayouts() {
+  std::vector<Topology> out;
+  auto fromSizes = [](std::vector<int> sizes) {
+    Topology t;
+    for (size_t n = 0; n < sizes.size(); n++) t.node.insert(t.node.end(), sizes[n], (int)n);
+    return t;
+  };
+  for (int nodes = 1; nodes <= 4; nodes++)
+    for (int per : {1, 2, 3, 4, 8}) out.push_back(fromSizes(std::vector<int>(nodes, per)));
+  for (auto sizes : std::vector<std::vector<int>>{
+           {1, 2}, {2, 1}, {3, 1, 4}, {2, 3}, {8, 1}, {4, 4, 3}, {1, 8, 2, 5}, {3, 5}, {2, 2, 2, 1}})
+    out.push_back(fromSizes(sizes));
+  for (int nranks : {5, 7, 12}) {  // rank r on node r % 3: no node's ranks are contiguous
+    Topology t;
+    for (int r = 0; r < nranks; r++) t.node.push_back(r % 3);
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::string layoutName(const Topology& t) {
+  std::string s;
+  for (int n : t.node) s += std::to_string(n);
+  return s;
+}
+
+// The hierarchical schedule over every layout, every op and rule and a range
+// of sizes, simulated: every rank gets the reference result, messages pair
+// up, declared widths hold every count.
+TEST(AlgoHierarchical, EveryRankGetsTheReferenceResult) {
+  std::mt19937_64 rng(77);
+  for (const Topology& topo : hierarchicalLayouts()) {
+    const int n = (int)topo.node.size();
+    for (int64_t nblocks : {0, 1, 2, 3, 7, 17, 100}) {
+      for (int op = 0; op < ncclSignNumOps; op++) {
+        for (int zr = 0; zr < ncclSignNumZeroRules; zr++) {
+          for (int tr = 0; tr < ncclSignNumTieRules; tr++) {
+            OpSpec spec{static_cast<ncclSignOp_t>(op), static_cast<ncclSignZeroRule_t>(zr),
+                        static_cast<ncclSignTieRule_t>(tr)};
+            int64_t count = nblocks == 0 ? 0 : (nblocks - 1) * kBlockElems + 1 + int64_t(rng() % kBlockElems);
+            SCOPED_TRACE("nodes " + layoutName(topo) + " nblocks=" + std::to_string(nblocks) + " op=" +
+                         std::to_string(op) + " zeroRule=" + std::to_string(zr) + " tieRule=" + std::to_string(tr));
+            std::vector<Schedule> sch = buildAll(ncclSignAlgoHierarchical, n, nblocks, spec, &topo);
+            auto votes = randomVotes(n, count, spec, rng);
+            Simulator sim(sch, votes, count);
+            sim.run();
+            if (HasFatalFailure() || HasFailure()) return;
+            sim.checkResults();
+            if (HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Bits per element that one node sends to other nodes, summed over its
+// ranks (node 0; every node sends the same in these layouts).
+double interNodeBitsPerElement(ncclSignAlgo_t algo, const Topology& topo, int64_t nblocks) {
+  const int n = (int)topo.node.size();
+  OpSpec spec;  // majority, exact ties
+  int64_t bytes = 0;
+  for (int r = 0; r < n; r++) {
+    if (topo.node[r] != 0) continue;
+    Schedule s;
+    EXPECT_EQ(buildSchedule(algo, n, r, nblocks, spec, &s, &topo), ncclSuccess);
+    for (const Step& st : s.steps)
+      for (const Send& m : st.sends)
+        if (!topo.sameNode(r, m.peer)) bytes += m.bytes();
+  }
+  return 8.0 * bytes / double(nblocks * kBlockElems);
+}
+
+// What the hierarchy buys between nodes: for G ranks per node, each node
+// sends its counters and result planes once, as halving-doubling over the
+// nodes would with G-fold counts; the flat algorithms send per rank. Printed
+// for docs/PERFORMANCE.md.
+TEST(AlgoHierarchical, InterNodeBitsPerElementPerNode) {
+  const int64_t nblocks = int64_t{1} << 14;
+  for (int nodes : {2, 4})
+    for (int per : {4, 8}) {
+      Topology topo;
+      for (int i = 0; i < nodes; i++) topo.node.insert(topo.node.end(), per, i);
+      double hier = interNodeBitsPerElement(ncclSignAlgoHierarchical, topo, nblocks);
+      double hd = interNodeBitsPerElement(ncclSignAlgoHalvingDoubling, topo, nblocks);
+      double ring = interNodeBitsPerElement(ncclSignAlgoRing, topo, nblocks);
+      printf("[ inter-node ] %d nodes x %d ranks: hier %.3f, hd %.3f, ring %.3f bits/element/node (%.2fx best flat)\n",
+             nodes, per, hier, hd, ring, hier / std::min(hd, ring));
+      // Two nodes: the target. More nodes: the flat ring's node sends
+      // one stream whatever the node size, so the margin is smaller.
+      EXPECT_LE(hier, (nodes == 2 ? 0.7 : 1.0) * std::min(hd, ring)) << nodes << " x " << per;
+    }
+  // 2 nodes x 8 ranks, majority with exact ties: counters of width(8) = 4 bits
+  // over half the message, then 2 result planes over half: 3 bits.
+  Topology two8;
+  two8.node.assign(8, 0);
+  two8.node.insert(two8.node.end(), 8, 1);
+  EXPECT_NEAR(interNodeBitsPerElement(ncclSignAlgoHierarchical, two8, nblocks), 3.0, 1e-3);
+}
+
+// One node: no inter-node traffic at all; one rank per node: the schedule is
+// halving-doubling's, message for message.
+TEST(AlgoHierarchical, DegenerateLayouts) {
+  OpSpec spec;
+  Topology one;
+  one.node.assign(6, 0);
+  EXPECT_EQ(interNodeBitsPerElement(ncclSignAlgoHierarchical, one, 64), 0.0);
+  Topology singles;
+  for (int r = 0; r < 6; r++) singles.node.push_back(r);
+  for (int r = 0; r < 6; r++) {
+    Schedule h, hd;
+    ASSERT_EQ(buildSchedule(ncclSignAlgoHierarchical, 6, r, 100, spec, &h, &singles), ncclSuccess);
+    ASSERT_EQ(buildSchedule(ncclSignAlgoHalvingDoubling, 6, r, 100, spec, &hd), ncclSuccess);
+    ASSERT_EQ(h.steps.size(), hd.steps.size());
+    EXPECT_EQ(h.bytesSent(), hd.bytesSent());
+    EXPECT_EQ(h.bytesReceived(), hd.bytesReceived());
+  }
+  // A topology of the wrong size is an argument error.
+  Topology wrong;
+  wrong.node.assign(3, 0);
+  Schedule s;
+  EXPECT_EQ(buildSchedule(ncclSignAlgoHierarchical, 4, 0, 1, spec, &s, &wrong), ncclInvalidArgument);
+}
+
+TEST(AlgoTopology, NodesFromHostHashes) {
+  Topology t = topologyFromHostHashes({7, 9, 7, 3, 9});
+  EXPECT_EQ(t.node, (std::vector<int>{0, 1, 0, 2, 1}));
+  EXPECT_EQ(t.members(5), (std::vector<std::vector<int>>{{0, 2}, {1, 4}, {3}}));
+  EXPECT_EQ(t.describe(5), "3 nodes of 1..2 ranks");
+  EXPECT_NE(hostIdHash("node-a"), hostIdHash("node-b"));
+  EXPECT_FALSE(defaultHostId().empty());
 }
 
 }  // namespace

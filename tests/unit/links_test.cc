@@ -16,7 +16,7 @@ bool has(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end()
 TEST(Links, PeersAreSymmetric) {
   for (int n = 1; n <= 24; n++) {
     std::vector<std::vector<int>> peers(n);
-    for (int r = 0; r < n; r++) peers[r] = schedulePeers(n, r);
+    for (int r = 0; r < n; r++) peers[r] = schedulePeers(n, r, algo::Topology(), false);
     for (int p = 0; p < n; p++) {
       EXPECT_FALSE(has(peers[p], p)) << "N=" << n << " rank " << p << " is its own peer";
       for (int q : peers[p]) EXPECT_TRUE(has(peers[q], p)) << "N=" << n << ": " << p << "->" << q << " only";
@@ -28,7 +28,7 @@ TEST(Links, PeerCountFitsTheHandleSlots) {
   for (int n : {1, 2, 3, 5, 8, 16, 17, 31, 64, 100, 255, 256, 257, 1000}) {
     for (int r : {0, 1, n / 2, n - 1}) {
       if (r >= n) continue;
-      EXPECT_LE((int)schedulePeers(n, r).size(), maxPeerSlots(n)) << "N=" << n << " rank " << r;
+      EXPECT_LE((int)schedulePeers(n, r, algo::Topology(), false).size(), maxPeerSlots(n)) << "N=" << n << " rank " << r;
     }
   }
 }

@@ -72,10 +72,12 @@ struct RankPlan {
   Plan p;
 };
 
-std::vector<RankPlan> planAll(ncclSignAlgo_t algo, int n, int64_t nblocks, const Spec& sp, int64_t chunkBytes) {
+std::vector<RankPlan> planAll(ncclSignAlgo_t algo, int n, int64_t nblocks, const Spec& sp, int64_t chunkBytes,
+                              const algo::Topology* topo = nullptr) {
   std::vector<RankPlan> all(n);
   for (int r = 0; r < n; r++) {
-    EXPECT_EQ(algo::buildSchedule(algo, n, r, nblocks, algo::OpSpec{sp.op, sp.zero, sp.tie}, &all[r].s), ncclSuccess);
+    EXPECT_EQ(algo::buildSchedule(algo, n, r, nblocks, algo::OpSpec{sp.op, sp.zero, sp.tie}, &all[r].s, topo),
+              ncclSuccess);
     EXPECT_EQ(makePlan(all[r].s, chunkBytes, &all[r].p), ncclSuccess);
   }
   return all;
@@ -524,6 +526,46 @@ TEST(NcclExecutorOnCpu, ManyChunksAndOddRankCounts) {
       runOnCpu(algo, n, 20000, ncclFloat32, kSpecs[5], false, 4096, true);
       if (HasFailure()) return;
     }
+}
+
+// The hierarchical schedule over node layouts (nodes x ranks per node in
+// {1..4} x {1, 2, 3, 4, 8}, unequal and interleaved nodes) on the NCCL
+// executor's CPU backend: every op and rule, counts 0/1/63/64/65/large, in
+// and out of place, chunked several ways.
+TEST(NcclExecutorOnCpu, HierarchicalOverNodeLayouts) {
+  std::vector<algo::Topology> layouts;
+  auto fromSizes = [](std::vector<int> sizes) {
+    algo::Topology t;
+    for (size_t n = 0; n < sizes.size(); n++) t.node.insert(t.node.end(), sizes[n], (int)n);
+    return t;
+  };
+  for (int nodes = 1; nodes <= 4; nodes++)
+    for (int per : {1, 2, 3, 4, 8}) layouts.push_back(fromSizes(std::vector<int>(nodes, per)));
+  for (auto sizes : std::vector<std::vector<int>>{{1, 2}, {3, 1, 4}, {8, 1}, {4, 4, 3}})
+    layouts.push_back(fromSizes(sizes));
+  layouts.push_back(algo::Topology{{0, 1, 2, 0, 1, 2, 0}});
+  const ncclDataType_t dts[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt8};
+  int variant = 0;
+  for (const algo::Topology& topo : layouts) {
+    const int n = (int)topo.node.size();
+    for (size_t count : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{20011}})
+      for (const Spec& sp : kSpecs) {
+        variant++;
+        ncclDataType_t dt = dts[variant % 4];
+        if (dt == ncclInt8 && sp.op == ncclSignAverage) dt = ncclFloat16;
+        const int64_t chunk = variant % 3 == 0 ? 64 : variant % 3 == 1 ? 512 : int64_t{1} << 20;
+        std::string nodes;
+        for (int x : topo.node) nodes += std::to_string(x);
+        SCOPED_TRACE("nodes " + nodes + " " +
+                     name(ncclSignAlgoHierarchical, n, algo::blocksForCount(count), sp, chunk) +
+                     " count=" + std::to_string(count) + " dt=" + bits::typeName(dt));
+        std::vector<RankPlan> plans =
+            planAll(ncclSignAlgoHierarchical, n, std::max<int64_t>(1, algo::blocksForCount(count)), sp, chunk, &topo);
+        ASSERT_FALSE(HasFailure());
+        runPlansOnCpu(plans, count, dt, sp, variant % 2 == 0, variant % 5 != 0);
+        if (HasFailure()) return;
+      }
+  }
 }
 
 // SIGNLION_CHECK=1's signature check (call_agreement.h) on the CPU backend:

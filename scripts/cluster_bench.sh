@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Emulated cluster: NODES network namespaces act as nodes (netns_lib.sh's star:
+# one tbf-limited veth link per node to a bridge), PER ranks per node as
+# processes inside each namespace (ranks of a node reach each other over the
+# namespace's loopback; SIGNLION_HOSTID=node<i> tells the communicator which
+# ranks share a node). Rank r runs on node r / PER. Every contender runs on the
+# same namespaces in one run: the hierarchical sign all-reduce, the flat ones,
+# the fp32 ring sum. Writes OUT/cluster.csv (one row per contender and size,
+# with the socket transport's byte counters: the most any rank sent and the
+# most any node sent to other nodes, per call), every rank-0 table under
+# OUT/logs, and a summary of hier against the best flat algorithm. Deletes
+# every namespace it made, also on failure or interrupt.
+#   scripts/cluster_bench.sh [BUILD_DIR] [OUT_DIR]            (root)
+# Environment (defaults: the run of docs/PERFORMANCE_ethernet.md, "Emulated cluster"):
+#   NODES=2 PER=4 RATE=1gbit MINB=16M MAXB=256M FACTOR=4 ITERS=1 WARMUP=1 CHECK=1
+#   CONTENDERS="sign-hier sign-hd sign-ring sign-auto fp32-sum" RUN_TIMEOUT=900
+# Exit: 0 when every run passed its check; 77 when namespaces cannot be made.
+set -uo pipefail
+BUILD=$(realpath "${1:-build}")
+OUT=$(realpath -m "${2:-cluster-out}")
+PERF=$BUILD/perf/sign_allreduce_perf
+HERE=$(cd "$(dirname "$0")" && pwd)
+NODES=${NODES:-2} PER=${PER:-4} RATE=${RATE:-1gbit}
+MINB=${MINB:-16M} MAXB=${MAXB:-256M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-1} WARMUP=${WARMUP:-1} CHECK=${CHECK:-1}
+CONTENDERS=${CONTENDERS:-"sign-hier sign-hd sign-ring sign-auto fp32-sum"}
+RUN_TIMEOUT=${RUN_TIMEOUT:-900}
+source "$HERE/netns_lib.sh"
+source "$HERE/star_bench_lib.sh"
+star_bench_begin "$PERF" "$OUT" cluster
+
+contender_args() {  # name -> perf arguments
+  local b=(-b "$MINB" -e "$MAXB")
+  case $1 in
+    sign-hier) echo "-o mavo -A hier ${b[*]}" ;;
+    sign-hd) echo "-o mavo -A hd ${b[*]}" ;;
+    sign-ring) echo "-o mavo -A ring ${b[*]}" ;;
+    sign-allgather) echo "-o mavo -A allgather ${b[*]}" ;;
+    sign-auto) echo "-o mavo -A auto ${b[*]}" ;;
+    fp32-sum) echo "-o sum -d float ${b[*]}" ;;
+    *) echo "unknown contender $1" >&2; return 1 ;;
+  esac
+}
+
+CSV=$OUT/cluster.csv
+echo "nodes,ranks_per_node,rate,contender,bytes,count,time_us,wrong,time_inplace_us,wire_bytes_per_rank,wire_bits_per_elt,internode_bytes_per_node,internode_bits_per_elt_per_node" >"$CSV"
+FAILED=()
+N=$((NODES * PER))
+
+run_contender() {  # name
+  local name=$1 args log r node rc=0 idf=$WORK/id.$1
+  args=$(contender_args "$name") || { FAILED+=("$name (unknown)"); return 0; }
+  log=$OUT/logs/$NODES"x"$PER-$RATE-$name.txt
+  echo "== $NODES nodes x $PER ranks, $RATE per node link: $name ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
+  rm -f "$idf"; PIDS=()
+  for ((r = N - 1; r >= 0; r--)); do
+    node=$((r / PER))
+    ip netns exec "${STAR_NS[$node]}" env SIGNLION_SOCKET_IFNAME="=$STAR_IF" SIGNLION_HOSTID="node$node" \
+      timeout "$RUN_TIMEOUT" "$PERF" --rank "$r" --nranks "$N" --id-file "$idf" $args \
+      -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c "$CHECK" -T 300 \
+      >"$([[ $r == 0 ]] && echo "$log" || echo "$WORK/rank$r.log")" 2>&1 &
+    PIDS+=($!)
+  done
+  for p in "${PIDS[@]}"; do wait "$p" || rc=$?; done
+  PIDS=()
+  if ((rc != 0)); then
+    FAILED+=("$name (exit $rc, $log)")
+    tail -5 "$log"
+    return 0
+  fi
+  awk -v nodes="$NODES" -v per="$PER" -v rate="$RATE" -v c="$name" 'BEGIN { OFS = "," }
+    !/^#/ && NF >= 17 { print nodes, per, rate, c, $1, $2, $6, $9, $10, $14, $15, $16, $17 }' "$log" >>"$CSV"
+  grep -v '^#  Rank' "$log" | grep -v '^#$' | tail -n +2
+}
+
+echo "# $(date -u +%FT%TZ) $(uname -r), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+if ! netns_star_up "$NODES" "$RATE"; then
+  echo "SKIP: cannot create network namespaces ($NETNS_WHY)"
+  exit 77
+fi
+for c in $CONTENDERS; do run_contender "$c"; done
+echo "# done $(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# hier against the best flat sign algorithm (ring, hd) at each size, from the
+# figures above: bytes per node to other nodes and out-of-place wall time.
+awk -F, 'NR > 1 && ($8 == 0 || $8 == "N/A") { k = $5; t[$4, k] = $7; b[$4, k] = $12; sizes[k] = 1 }
+  END {
+    for (k in sizes) {
+      if (!((("sign-hier", k) in t) && (("sign-ring", k) in t) && (("sign-hd", k) in t))) continue
+      bt = t["sign-ring", k] < t["sign-hd", k] ? "sign-ring" : "sign-hd"
+      bb = b["sign-ring", k] < b["sign-hd", k] ? "sign-ring" : "sign-hd"
+      printf "summary %d B: hier inter-node bytes/node %.3fx of the best flat (%s); hier %.0f us, best flat %s %.0f us: %.2fx faster\n",
+        k, b["sign-hier", k] / b[bb, k], bb, t["sign-hier", k], bt, t[bt, k], t[bt, k] / t["sign-hier", k]
+    }
+  }' "$CSV" | sort -k2 -n
+echo "csv: $CSV ($(($(wc -l <"$CSV") - 1)) rows)"
+for f in "${FAILED[@]}"; do echo "FAILED: $f"; done
+((${#FAILED[@]} == 0))

@@ -1,0 +1,23 @@
+# What the benchmarks over netns_lib.sh's star share (ethernet_bench.sh,
+# cluster_bench.sh). Source after netns_lib.sh.
+#
+#   star_bench_begin PERF OUT TAG -> exits 2 unless PERF is executable; makes
+#       OUT/logs and WORK (an empty temporary folder), sets PIDS=(); on exit,
+#       interrupt or failure kills every pid left in PIDS, deletes the star
+#       and WORK.
+
+star_bench_cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  netns_star_down
+  rm -rf "$WORK"
+}
+
+star_bench_begin() {
+  [[ -x $1 ]] || { echo "no $1: build the target sign_allreduce_perf first" >&2; exit 2; }
+  mkdir -p "$2/logs"
+  WORK=$(mktemp -d "/tmp/signlion-$3-XXXXXX")
+  PIDS=()
+  trap star_bench_cleanup EXIT
+  trap 'exit 130' INT TERM
+}
