@@ -10,6 +10,12 @@ torch.distributed store of the process group (no extra address). CUDA tensors
 use the ncclComm_t of the process group's NCCL backend (ProcessGroupNCCL's
 _comm_ptr(), PyTorch 2.8 and later) and the current CUDA stream: a step is
 enqueued there (ncclSignLionStepAsync) and never waits for the GPU.
+
+It keeps torch.optim's shape (param_groups read at every step, add_param_group,
+state[p]["exp_avg"], torch's state_dict format) with the distributed part behind
+it: the ranks check at construction that they hold the same parameters, take
+rank 0's values, and agree at every step on which parameters have a gradient
+(docs/LION.md, "As a torch.optim optimizer").
 """
 import contextlib
 import itertools
