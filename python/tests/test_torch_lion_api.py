@@ -330,27 +330,22 @@ class LocalState(unittest.TestCase):
         ref = new_reference(params)
         opt = DistributedLion(params, lr=LR, weight_decay=WD, aggregation="local")
         for step in range(3):
-            grads = grads_of(0, step, [p.shape for p in params])
-            for p, g in zip(params, grads):
-                p.grad = g.to(p.dtype)
-            opt.step()
-            for i, g in enumerate(grads):
-                reference_param_step(ref, i, g, 0, 1, "local", LR, WD)
+            self._step_both(params, opt, ref, step)
             for i, p in enumerate(params):
                 st = opt.state[p]
                 self.assertTrue(np.array_equal(st["exp_avg"].numpy(), ref["m"][i]), (step, i))
                 self.assertEqual(float(st["step"]), step + 1.0)
         self.assertEqual(set(opt.state_dict()["state"]), {0, 1, 2})
 
-    def _continue_both(self, params, opt, ref, steps):
-        for step in steps:
-            grads = grads_of(0, step, [p.shape for p in params])
-            for p, g in zip(params, grads):
-                p.grad = g.to(p.dtype)
-            opt.step()
-            for i, g in enumerate(grads):
-                reference_param_step(ref, i, g, 0, 1, "local", LR, WD)
-            assert_matches(params, ref, "after the foreign state, step %d" % step)
+    def _step_both(self, params, opt, ref, step):
+        """One "local" step of the optimizer and of the reference; the values must agree."""
+        grads = grads_of(0, step, [p.shape for p in params])
+        for p, g in zip(params, grads):
+            p.grad = g.to(p.dtype)
+        opt.step()
+        for i, g in enumerate(grads):
+            reference_param_step(ref, i, g, 0, 1, "local", LR, WD)
+        assert_matches(params, ref, "step %d" % step)
 
     def _load_foreign(self, sd, params):
         """Loads a foreign Lion's state_dict; the momentum is taken exactly, and training goes on
@@ -364,7 +359,8 @@ class LocalState(unittest.TestCase):
             m = sd["state"][i]["exp_avg"].float()
             self.assertTrue(torch.equal(opt.state[p]["exp_avg"], m), i)
             ref["m"][i] = m.numpy().copy()
-        self._continue_both(params, opt, ref, range(3, 6))
+        for step in range(3, 6):
+            self._step_both(params, opt, ref, step)
 
     def test_loads_a_plain_lion_state_dict(self):
         params = make_model()
@@ -435,16 +431,8 @@ class LocalState(unittest.TestCase):
         self.assertTrue(torch.all(opt.state[params[0]]["exp_avg"] > 0))
 
 
-def _gloo_body(scenario, rank, world, init_file):
-    os.environ["SIGNLION_SOCKET_IFNAME"] = "lo"
-    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
-    globals()[scenario](rank, world)
-    dist.barrier()
-    dist.destroy_process_group()
-
-
 def run_ranks(world, scenario):
-    spawn_ranks.run_ranks(world, _gloo_body, scenario)
+    spawn_ranks.run_gloo_ranks(world, "test_torch_lion_api", scenario)
 
 
 @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
@@ -478,11 +466,5 @@ class AcrossRanks(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if not HAVE_TORCH:
-        print("SKIP: torch is not importable (%s)" % WHY)
-        sys.exit(77)
-    result = unittest.main(exit=False).result
-    if not result.wasSuccessful():
-        sys.exit(1)
-    if result.testsRun and len(result.skipped) == result.testsRun:
-        sys.exit(77)  # everything asked for was skipped: CTest reports a skip, not a pass
+    import unittest_main
+    unittest_main.main(HAVE_TORCH, None if HAVE_TORCH else WHY)
