@@ -22,10 +22,12 @@ validation accuracy over the seeds is reported on the test set. Bytes are what a
 worker's links sent per step (ncclSignCommGetWireBytes, payload plus transport
 headers); AdamW sends what "global" sends.
 
---byzantine K...: afterwards, for mavo and average at each N, k = 0..N/2-1 workers
-(the first k ranks) are Byzantine: they run Lion on the negated gradient, so their
-momentum and c are negated and every vote they send is flipped. Each method uses its
-best lr from the grid. The plot (--plot PATH) shows test accuracy against k.
+--byzantine: afterwards, for mavo and average at each N, k = 0..N/2-1 workers (the
+first k ranks) are Byzantine: they run Lion on the negated gradient, so their momentum
+and c are negated and every vote they send is flipped (--byzantine-mode random: on
+Gaussian noise of the gradients' scale, so their votes are random). Each method uses its
+best lr from the grid (or --byzantine-lr when it is not in --methods). The plot (--plot
+PATH) shows test accuracy (the mean over --byzantine-seeds) against k.
 
   convergence_study.py [--dataset fashion|digits] [--workers 4 8 16] [--seeds 3] [--steps 500]
                        [--batch 128] [--grid full|medium|small] [--methods ...] [--byzantine] [--plot PNG]
@@ -192,7 +194,7 @@ class Ranks:
             raise errs[0]
 
 
-def train(model, method, n, lr, seed, steps, batch, splits, ranks, byzantine=0):
+def train(model, method, n, lr, seed, steps, batch, splits, ranks, byzantine=0, byzantine_mode="flip"):
     """One run; returns test/val accuracy, final training loss, bytes per worker per step, seconds."""
     t0 = time.time()
     train_set = splits[0]
@@ -225,8 +227,10 @@ def train(model, method, n, lr, seed, steps, batch, splits, ranks, byzantine=0):
                 lions[r].step(params[r].data_ptr(), g[r].data_ptr())
         else:
             g = worker_grads(model, params[0], xb, yb, n).contiguous()
-            if byzantine:
+            if byzantine and byzantine_mode == "flip":
                 g[:byzantine].neg_()  # Lion on -g: a negated momentum and c, every vote flipped
+            elif byzantine:  # "random": noise of the gradients' scale, so the votes are coin flips
+                g[:byzantine] = torch.randn(byzantine, g.shape[1], generator=gen) * g.std()
             ranks.run(lambda r: lions[r].step(params[r].data_ptr(), g[r].data_ptr()))
     if method == "adamw":
         final = p.detach()
@@ -251,9 +255,13 @@ def main():
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--grid", choices=sorted(GRIDS), default="full")
-    ap.add_argument("--methods", nargs="+", default=["mavo", "average", "global", "adamw", "local"])
+    ap.add_argument("--methods", nargs="*", default=["mavo", "average", "global", "adamw", "local"])
     ap.add_argument("--byzantine", action="store_true", help="then k = 0..N/2-1 flipping workers, mavo and average")
     ap.add_argument("--byzantine-seeds", type=int, default=1)
+    ap.add_argument("--byzantine-mode", choices=["flip", "random"], default="flip",
+                    help="flip: Lion on -g (every vote flipped); random: Lion on noise (random votes)")
+    ap.add_argument("--byzantine-lr", type=float, nargs=2, default=None, metavar=("MAVO", "AVERAGE"),
+                    help="the lr of mavo and average in the Byzantine runs when they are not in --methods")
     ap.add_argument("--plot", default=None, help="PNG of test accuracy against k (with --byzantine)")
     a = ap.parse_args()
     os.environ.setdefault("SIGNLION_SOCKET_IFNAME", "lo")
@@ -294,15 +302,18 @@ def main():
                 " (as global)" if method == "adamw" else "", ", ".join(tried)), flush=True)
         if a.byzantine:
             for method in ("mavo", "average"):
-                lr = best_lr.get((n, method), GRIDS[a.grid]["lion"][0])
+                fallback = a.byzantine_lr[method == "average"] if a.byzantine_lr else GRIDS[a.grid]["lion"][0]
+                lr = best_lr.get((n, method), fallback)
                 for k in range(n // 2):
-                    runs = [train(model, method, n, lr, s, a.steps, a.batch, splits, ranks, byzantine=k)
+                    runs = [train(model, method, n, lr, s, a.steps, a.batch, splits, ranks, byzantine=k,
+                                  byzantine_mode=a.byzantine_mode)
                             for s in range(a.byzantine_seeds)]
                     test = np.array([r["test"] for r in runs]) * 100
                     rows.append((n, method + "/byz", k, test, np.mean([r["loss"] for r in runs]), runs[0]["sent"]))
-                    print("  %-3d %-8s k=%-6d %5.2f +- %-5.2f %-9s %-10.4f %-10.1f %.0f   (flipped votes, lr %g)" % (
+                    print("  %-3d %-8s k=%-6d %5.2f +- %-5.2f %-9s %-10.4f %-10.1f %.0f   (%s votes, lr %g)" % (
                         n, method, k, test.mean(), test.std(), "", rows[-1][4],
-                        np.mean([r["seconds"] for r in runs]), runs[0]["sent"], lr), flush=True)
+                        np.mean([r["seconds"] for r in runs]), runs[0]["sent"],
+                        "flipped" if a.byzantine_mode == "flip" else "random", lr), flush=True)
         for c in ranks.comms:
             c.destroy()
     print("# %.0f s in all; fp32 parameters: %d bytes; bytes = the busiest worker's links, per step" % (
@@ -324,11 +335,12 @@ def plot(rows, workers, path, model, a):
                 ax.plot([k for k, _ in pts], [v for _, v in pts], style, label=method)
         ax.set_title("N = %d" % n)
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        ax.set_xlabel("Byzantine workers k (flipped votes)")
+        ax.set_xlabel("Byzantine workers k (%s votes)" % ("flipped" if a.byzantine_mode == "flip" else "random"))
         ax.set_ylabel("test accuracy %")
         ax.grid(True, alpha=0.3)
         ax.legend()
-    fig.suptitle("%s, %s, %d steps, batch %d" % (a.dataset, model.name.split(" ")[0], a.steps, a.batch))
+    fig.suptitle("%s, %s, %d steps, batch %d, mean of %d seed(s)" % (a.dataset, model.name.split(" ")[0], a.steps,
+                                                                     a.batch, a.byzantine_seeds))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print("# wrote %s" % path)
