@@ -269,10 +269,11 @@ def main():
     model = CNN if a.dataset == "fashion" else MLP
     splits = fashion() if a.dataset == "fashion" else digits()
     print("# %s: %d train / %d val / %d test; %s (%d parameters); total batch %d, %d steps, %d seed(s), grid %s "
-          "(lion lr %s, wd %g; adamw lr %s, wd %g)" % (
+          "(lion lr %s, wd %g; adamw lr %s, wd %g)%s" % (
               a.dataset, len(splits[0][1]), len(splits[1][1]), len(splits[2][1]), model.name, model.numel, a.batch,
               a.steps, a.seeds, a.grid, GRIDS[a.grid]["lion"], WEIGHT_DECAY["lion"], GRIDS[a.grid]["adamw"],
-              WEIGHT_DECAY["adamw"]))
+              WEIGHT_DECAY["adamw"], "; Byzantine: %s votes, %d seed(s)" % (a.byzantine_mode, a.byzantine_seeds)
+              if a.byzantine else ""))
     print("# %-3s %-8s %-8s %-14s %-9s %-10s %-10s %s" % ("N", "method", "best lr", "test acc %", "val acc %",
                                                           "train loss", "s per run", "bytes sent/worker/step"))
     t0 = time.time()
