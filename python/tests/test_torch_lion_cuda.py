@@ -159,6 +159,15 @@ def _nccl_body(scenario, rank, world, init_file):
     dist.destroy_process_group()
 
 
+def needs_nccl_group(test):
+    """Skips a test of a 2-process NCCL group when this machine cannot make one."""
+    test = unittest.skipUnless(os.environ.get("SIGNLION_TEST_NET_PLUGIN"), "SIGNLION_TEST_NET_PLUGIN (the built "
+                               "libnccl-net-signlion.so) is not set")(test)
+    test = unittest.skipUnless(have_device_library(), "libnccl-sign.so was built without NCCL")(test)
+    return unittest.skipUnless(have_comm_ptr(), "needs CUDA and PyTorch's ProcessGroupNCCL._comm_ptr (PyTorch 2.8+)")(
+        test)
+
+
 @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
 class DistributedLionCuda(unittest.TestCase):
     def test_comm_ptr_missing_names_the_pytorch_version(self):
@@ -206,17 +215,11 @@ class DistributedLionCuda(unittest.TestCase):
             DistributedLion([torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(3, device="cuda"))],
                             aggregation="local")
 
-    @unittest.skipUnless(have_comm_ptr(), "needs CUDA and PyTorch's ProcessGroupNCCL._comm_ptr (PyTorch 2.8+)")
-    @unittest.skipUnless(have_device_library(), "libnccl-sign.so was built without NCCL")
-    @unittest.skipUnless(os.environ.get("SIGNLION_TEST_NET_PLUGIN"), "SIGNLION_TEST_NET_PLUGIN (the built "
-                         "libnccl-net-signlion.so) is not set")
+    @needs_nccl_group
     def test_nccl_world2_equals_cpu(self):
         spawn_ranks.run_ranks(2, _nccl_body, "check_nccl_equals_cpu", timeout=500)
 
-    @unittest.skipUnless(have_comm_ptr(), "needs CUDA and PyTorch's ProcessGroupNCCL._comm_ptr (PyTorch 2.8+)")
-    @unittest.skipUnless(have_device_library(), "libnccl-sign.so was built without NCCL")
-    @unittest.skipUnless(os.environ.get("SIGNLION_TEST_NET_PLUGIN"), "SIGNLION_TEST_NET_PLUGIN (the built "
-                         "libnccl-net-signlion.so) is not set")
+    @needs_nccl_group
     def test_nccl_world2_torch_api(self):
         spawn_ranks.run_ranks(2, _nccl_body, "check_nccl_torch_api", timeout=500)
 
