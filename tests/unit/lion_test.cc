@@ -133,7 +133,7 @@ TEST_F(OneRank, EveryAggregationEqualsPlainLion) {
           std::vector<float> u(count);
           for (size_t i = 0; i < count; i++)
             u[i] = (agg == ncclSignLionGlobal || zero == ncclSignZeroAbstain) ? test::plainSign(c[i])
-                                                                              : (c[i] < 0.0f ? -1.0f : 1.0f);
+                                                                               : (c[i] < 0.0f ? -1.0f : 1.0f);
           ref.apply(refParams, u);
           ASSERT_EQ(test::firstMismatch(params, refParams), std::string::npos) << "step " << step;
           ASSERT_EQ(opt.momentum(), ref.momentum);
@@ -154,7 +154,8 @@ TEST(LionApi, RejectsBadArguments) {
   for (auto bad : {&ncclSignLionConfig_t::lr, &ncclSignLionConfig_t::beta1, &ncclSignLionConfig_t::beta2,
                    &ncclSignLionConfig_t::weightDecay}) {
     ncclSignLionConfig_t b = c;
-    b.*bad = bad == &ncclSignLionConfig_t::lr ? -1.0f : (bad == &ncclSignLionConfig_t::weightDecay ? -1.0f : 1.0f);
+    // lr and weight decay must be >= 0 (0 is valid), the betas < 1.
+    b.*bad = (bad == &ncclSignLionConfig_t::lr || bad == &ncclSignLionConfig_t::weightDecay) ? -1.0f : 1.0f;
     EXPECT_EQ(ncclSignLionCreate(&lion, 4, ncclFloat32, &b, nullptr), ncclInvalidArgument);
   }
   for (float lr : {NAN, INFINITY, -0.5f}) {
