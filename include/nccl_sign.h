@@ -343,7 +343,7 @@ typedef struct ncclSignLionConfig_v1 {
   size_t size;          /* sizeof(ncclSignLionConfig_t), set by the initializer */
   unsigned int magic;   /* NCCL_SIGN_LION_CONFIG_MAGIC */
   unsigned int version; /* NCCL_SIGN_VERSION_CODE of the header used */
-  float lr;             /* learning rate, > 0; default 1e-4 */
+  float lr;             /* learning rate, >= 0 (0: parameters stay, momentum moves); default 1e-4 */
   float beta1;          /* interpolation factor of the update, in [0, 1); default 0.9 */
   float beta2;          /* momentum decay, in [0, 1); default 0.99 */
   float weightDecay;    /* decoupled, local, multiplied by lr, outside the sign; >= 0; default 0 */
@@ -378,7 +378,8 @@ ncclResult_t ncclSignLionCreate(ncclSignLion_t* lion, size_t count, ncclDataType
 
 ncclResult_t ncclSignLionDestroy(ncclSignLion_t lion);
 
-/* Changes the hyperparameters for the next steps (learning-rate schedules). */
+/* Changes the hyperparameters for the next steps (learning-rate schedules;
+ * lr = 0 is valid). Errors: ncclInvalidArgument, as for the config. */
 ncclResult_t ncclSignLionSetHyperparameters(ncclSignLion_t lion, float lr, float beta1, float beta2,
                                             float weightDecay);
 

@@ -15,10 +15,10 @@ echo
 # 4 ranks over loopback: the sign all-reduce (each algorithm) vs the fp32 sum all-reduce.
 "$BUILD"/examples/host_allreduce_demo 4 4194304 5
 echo
-# Distributed Lion on digits, 4 workers: majority vote, average, global Lion, AdamW
-# (the full grid: examples/convergence_study.py with no arguments; docs/CONVERGENCE.md).
+# Distributed Lion on Fashion-MNIST, 4 workers: majority vote, average, global Lion, AdamW,
+# local Lion (the full study: examples/convergence_study.py --byzantine; docs/CONVERGENCE.md).
 SIGNLION_LIBRARY="$(cd "$BUILD" && pwd)/src/host/libnccl-sign.so" /usr/bin/python3 examples/convergence_study.py --workers 4 --seeds 1 --steps 200 --grid small || {
-  rc=$?; [ $rc -eq 77 ] && echo "(convergence study skipped: /usr/bin/python3 lacks torch or scikit-learn)" || exit $rc; }
+  rc=$?; [ $rc -eq 77 ] && echo "(convergence study skipped: no torch for /usr/bin/python3, or no dataset-fashion-mnist)" || exit $rc; }
 echo
 # 64M elements, as in docs/PERFORMANCE.md; BENCH_MIN_TIME trades time for noise.
 "$BUILD"/perf/bits_bench --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" --benchmark_repetitions="${BENCH_REPS:-3}" \

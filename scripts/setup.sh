@@ -13,6 +13,7 @@ PACKAGES=(
   libucx-dev ucx-utils libibverbs-dev rdma-core
   openmpi-bin libopenmpi-dev
   python3-matplotlib
+  dataset-fashion-mnist
   python3-torch python3-sklearn python3-numpy python3-pip python3-venv python3-setuptools
 )
 

@@ -38,3 +38,19 @@ def run_ranks(world, body, *args, timeout=240):
         codes = [p.exitcode for p in procs]
     if msgs or any(c != 0 for c in codes):
         raise AssertionError("exit codes %s\n%s" % (codes, "\n".join(msgs)))
+
+
+def _gloo_entry(module, scenario, rank, world, init_file):
+    import importlib
+    import torch.distributed as dist
+    os.environ["SIGNLION_SOCKET_IFNAME"] = "lo"
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
+    getattr(importlib.import_module(module), scenario)(rank, world)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def run_gloo_ranks(world, module, scenario):
+    """scenario(rank, world), a function of the test module `module` (by name), on `world`
+    spawned ranks of a gloo process group (SIGNLION_SOCKET_IFNAME=lo)."""
+    run_ranks(world, _gloo_entry, module, scenario)

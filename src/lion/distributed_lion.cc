@@ -32,7 +32,9 @@ ncclResult_t checkConfig(const ncclSignLionConfig_t& c, const char* caller) {
            "not made from NCCL_SIGN_LION_CONFIG_INITIALIZER (size %zu, magic 0x%x)", c.size, c.magic);
   ARGCHECK(headerVersionCompatible(c.version), caller, "config.version",
            "%u is from an incompatible header (library %d)", c.version, NCCL_SIGN_VERSION_CODE);
-  ARGCHECK(std::isfinite(c.lr) && c.lr > 0.0f, caller, "config.lr", "%g (must be > 0)", (double)c.lr);
+  // lr = 0 is valid (a warmup from 0, a schedule ending at 0): pass 2 then leaves
+  // every parameter as it is while the momentum still moves.
+  ARGCHECK(std::isfinite(c.lr) && c.lr >= 0.0f, caller, "config.lr", "%g (must be finite and >= 0)", (double)c.lr);
   ARGCHECK(c.beta1 >= 0.0f && c.beta1 < 1.0f, caller, "config.beta1", "%g (must be in [0, 1))", (double)c.beta1);
   ARGCHECK(c.beta2 >= 0.0f && c.beta2 < 1.0f, caller, "config.beta2", "%g (must be in [0, 1))", (double)c.beta2);
   ARGCHECK(std::isfinite(c.weightDecay) && c.weightDecay >= 0.0f, caller, "config.weightDecay", "%g (must be >= 0)",

@@ -59,8 +59,11 @@ TEST(LionCpp, WrapperStepsSavesAndLoads) {
   EXPECT_EQ(pa, pb);
   EXPECT_EQ(a.saveState(), b.saveState());
   LionOptions bad = o;
-  bad.lr = 0.0f;
+  bad.lr = -1.0f;
   EXPECT_THROW(DistributedLion(count, ncclFloat32, bad, nullptr), Error);
+  LionOptions zero = o;
+  zero.lr = 0.0f;  // valid: a warmup from 0
+  EXPECT_NO_THROW(DistributedLion(count, ncclFloat32, zero, nullptr));
   DistributedLion wrongShape(count + 1, ncclBfloat16, o, nullptr);
   EXPECT_THROW(wrongShape.loadState(saved), Error);
   // A rejected hyperparameter changes nothing: options() still holds what the

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 
@@ -153,8 +154,14 @@ TEST(LionApi, RejectsBadArguments) {
   for (auto bad : {&ncclSignLionConfig_t::lr, &ncclSignLionConfig_t::beta1, &ncclSignLionConfig_t::beta2,
                    &ncclSignLionConfig_t::weightDecay}) {
     ncclSignLionConfig_t b = c;
-    b.*bad = bad == &ncclSignLionConfig_t::lr ? 0.0f : (bad == &ncclSignLionConfig_t::weightDecay ? -1.0f : 1.0f);
+    // lr and weight decay must be >= 0 (0 is valid), the betas < 1.
+    b.*bad = (bad == &ncclSignLionConfig_t::lr || bad == &ncclSignLionConfig_t::weightDecay) ? -1.0f : 1.0f;
     EXPECT_EQ(ncclSignLionCreate(&lion, 4, ncclFloat32, &b, nullptr), ncclInvalidArgument);
+  }
+  for (float lr : {NAN, INFINITY, -0.5f}) {
+    ncclSignLionConfig_t b = c;
+    b.lr = lr;
+    EXPECT_EQ(ncclSignLionCreate(&lion, 4, ncclFloat32, &b, nullptr), ncclInvalidArgument) << "lr " << lr;
   }
   ncclSignLionConfig_t b = c;
   b.magic = 0;
@@ -167,6 +174,7 @@ TEST(LionApi, RejectsBadArguments) {
   float p[4] = {1, 2, 3, 4};
   EXPECT_EQ(ncclSignLionStep(lion, nullptr, p, nullptr), ncclInvalidArgument);
   EXPECT_EQ(ncclSignLionSetHyperparameters(lion, -1.0f, 0.9f, 0.99f, 0.0f), ncclInvalidArgument);
+  EXPECT_EQ(ncclSignLionSetHyperparameters(lion, NAN, 0.9f, 0.99f, 0.0f), ncclInvalidArgument);
   size_t bytes = 0;
   ASSERT_EQ(ncclSignLionGetStateSize(lion, &bytes), ncclSuccess);
   std::vector<uint8_t> state(bytes);
@@ -181,6 +189,50 @@ TEST(LionApi, RejectsBadArguments) {
   EXPECT_EQ(ncclSignLionDestroy(other), ncclSuccess);
   EXPECT_EQ(ncclSignLionDestroy(lion), ncclSuccess);
   EXPECT_EQ(ncclSignLionDestroy(nullptr), ncclSuccess);
+}
+
+// lr = 0 is a valid learning rate (a warmup from 0, a schedule ending at 0),
+// at creation and through ncclSignLionSetHyperparameters: the parameters stay
+// bit for bit (weight decay is times lr too) while the momentum moves as the
+// reference's does; a later lr > 0 continues from that momentum.
+TEST(LionApi, ZeroLearningRateKeepsParametersAndMovesMomentum) {
+  const size_t count = 77;
+  for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16}) {
+    SCOPED_TRACE(bits::typeName(dt));
+    ncclSignLionConfig_t c = lionConfig(ncclSignLionLocal, 0.0f, 0.1f, dt != ncclFloat32);
+    ncclSignLion_t lion = nullptr;
+    ASSERT_EQ(ncclSignLionCreate(&lion, count, dt, &c, nullptr), ncclSuccess);
+    test::LionReference ref(dt, count, 0.0f, 0.1f, dt != ncclFloat32);
+    Bytes params = makeParams(dt, count, 7), refParams = params;
+    const Bytes initial = params;
+    for (int step = 0; step < 5; step++) {
+      const float lr = step < 2 ? 0.0f : (step == 2 ? 0.01f : 0.0f);  // 0, 0, 0.01, then back to 0
+      ASSERT_EQ(ncclSignLionSetHyperparameters(lion, lr, 0.9f, 0.99f, 0.1f), ncclSuccess) << "lr " << lr;
+      ref.lr = lr;
+      Bytes g = makeGrads(dt, count, 8, step);
+      int applied = 0;
+      ASSERT_EQ(ncclSignLionStep(lion, params.data(), g.data(), &applied), ncclSuccess);
+      EXPECT_EQ(applied, 1);
+      std::vector<float> cv = ref.interpolate(g);
+      std::vector<float> u(count);
+      for (size_t i = 0; i < count; i++) u[i] = test::plainSign(cv[i]);
+      ref.apply(refParams, u);
+      ASSERT_EQ(test::firstMismatch(params, refParams), std::string::npos) << "step " << step;
+      if (step < 2) {
+        ASSERT_EQ(params, initial) << "lr 0 changed a parameter at step " << step;
+      }
+    }
+    EXPECT_NE(params, initial) << "the step with lr 0.01 changed nothing";
+    size_t bytes = 0;
+    ASSERT_EQ(ncclSignLionGetStateSize(lion, &bytes), ncclSuccess);
+    std::vector<uint8_t> state(bytes);
+    ASSERT_EQ(ncclSignLionSaveState(lion, state.data(), bytes), ncclSuccess);
+    std::vector<float> momentum(count);
+    memcpy(momentum.data(), state.data() + bytes - count * sizeof(float) * (dt != ncclFloat32 ? 2 : 1),
+           count * sizeof(float));
+    EXPECT_EQ(momentum, ref.momentum) << "the momentum did not move as the reference's under lr 0";
+    EXPECT_EQ(ncclSignLionDestroy(lion), ncclSuccess);
+  }
 }
 
 #ifdef SIGNLION_LION_ON_NCCL
