@@ -71,11 +71,11 @@ void exchange(int version, const std::string& sizes, std::vector<size_t> mySizes
   signlion::paramResetCache();
   std::string dir = makeTempDir();
   ASSERT_FALSE(dir.empty());
-  pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--lib", SIGNLION_PLUGIN_PATH, "--dir", dir, "--role", "b", "--version",
-                       std::to_string(version), "--sizes", sizes});
+  pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--lib", pluginUnderTest(SIGNLION_PLUGIN_PATH), "--dir", dir, "--role",
+                       "b", "--version", std::to_string(version), "--sizes", sizes});
   ASSERT_GT(child, 0);
   PeerOptions opt;
-  opt.lib = SIGNLION_PLUGIN_PATH;
+  opt.lib = pluginUnderTest(SIGNLION_PLUGIN_PATH);
   opt.version = version;
   opt.dir = dir;
   opt.role = "a";
@@ -105,7 +105,7 @@ static void peerFailsMidTransfer(int sig) {
   setenv("SIGNLION_SOCKET_TIMEOUT", "2000", 1);
   signlion::paramResetCache();
   std::string err;
-  void* lib = openPlugin(SIGNLION_PLUGIN_PATH, &err);
+  void* lib = openPlugin(pluginUnderTest(SIGNLION_PLUGIN_PATH), &err);
   ASSERT_NE(lib, nullptr) << err;
   NetDriver net;
   ASSERT_TRUE(net.bind(lib, 11));
@@ -117,7 +117,8 @@ static void peerFailsMidTransfer(int sig) {
   void* l = nullptr;
   ASSERT_EQ(net.listen(dev, handle, &l), ncclSuccess);
   std::ofstream(dir + "/listener.handle", std::ios::binary).write(handle, sizeof(handle));
-  pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--mode", "sendbig", "--lib", SIGNLION_PLUGIN_PATH, "--dir", dir});
+  pid_t child = spawn(
+      {SIGNLION_NET_PEER_PATH, "--mode", "sendbig", "--lib", pluginUnderTest(SIGNLION_PLUGIN_PATH), "--dir", dir});
   ASSERT_GT(child, 0);
   void* r = nullptr;
   int64_t start = nowMs();
@@ -170,7 +171,7 @@ static void receiverEndsMidTransfer(bool orderly) {
   setenv("SIGNLION_SOCKET_TIMEOUT", "2000", 1);
   signlion::paramResetCache();
   std::string err;
-  void* lib = openPlugin(SIGNLION_PLUGIN_PATH, &err);
+  void* lib = openPlugin(pluginUnderTest(SIGNLION_PLUGIN_PATH), &err);
   ASSERT_NE(lib, nullptr) << err;
   NetDriver net;
   ASSERT_TRUE(net.bind(lib, 11));
@@ -179,7 +180,7 @@ static void receiverEndsMidTransfer(bool orderly) {
   ASSERT_GE(dev, 0);
   std::string dir = makeTempDir();
   pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--mode", orderly ? "recvclose" : "recvbig", "--lib",
-                       SIGNLION_PLUGIN_PATH, "--dir", dir});
+                       pluginUnderTest(SIGNLION_PLUGIN_PATH), "--dir", dir});
   ASSERT_GT(child, 0);
   struct stat st;
   int64_t start = nowMs();
