@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nccl_sign_version.h"
+
 /* ncclResult_t and ncclDataType_t come from NCCL when its header is available
  * (the normal case: frameworks already include it). A build without NCCL gets
  * ABI-identical declarations of the two enums so the host-side API still works. */
@@ -66,10 +68,10 @@ typedef enum {
 extern "C" {
 #endif
 
-/* Version: NCCL_SIGN_VERSION_CODE == NCCL_SIGN_VERSION(MAJOR, MINOR, PATCH). */
-#define NCCL_SIGN_MAJOR 0
-#define NCCL_SIGN_MINOR 1
-#define NCCL_SIGN_PATCH 0
+/* Version: NCCL_SIGN_VERSION_CODE == NCCL_SIGN_VERSION(MAJOR, MINOR, PATCH).
+ * NCCL_SIGN_MAJOR, _MINOR and _PATCH come from nccl_sign_version.h, which the
+ * build generates from the CMake project version and installs beside this
+ * header. */
 #define NCCL_SIGN_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
 #define NCCL_SIGN_VERSION_CODE NCCL_SIGN_VERSION(NCCL_SIGN_MAJOR, NCCL_SIGN_MINOR, NCCL_SIGN_PATCH)
 

@@ -7,6 +7,7 @@
 //               --benchmark_repetitions=5: the summary then uses the medians]
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -44,8 +45,12 @@ struct Inputs {
   AlignedBuffer f32, b16, counter, votes, out;
   size_t nw;
   Inputs()
-      : f32(gElems * 4), b16(gElems * 2), counter(sb::numWords(gElems) * 8 * 8), votes(sb::numWords(gElems) * 8 * 2),
-        out(gElems * 4), nw(sb::numWords(gElems)) {
+      : f32(gElems * 4),
+        b16(gElems * 2),
+        counter(sb::numWords(gElems) * 8 * 8),
+        votes(sb::numWords(gElems) * 8 * 2),
+        out(gElems * 4),
+        nw(sb::numWords(gElems)) {
     std::mt19937 rng(1);
     float* f = f32.as<float>();
     uint16_t* h = b16.as<uint16_t>();
@@ -84,8 +89,8 @@ void record(benchmark::State& state, const char* label, size_t readBytes, size_t
   state.SetBytesProcessed((int64_t)(state.iterations() * (readBytes + writeBytes)));
   state.counters["read_MB"] = (double)readBytes / 1e6;
   state.counters["write_MB"] = (double)writeBytes / 1e6;
-  state.counters["cmp_GBps"] = benchmark::Counter((double)cmpBytes * (double)state.iterations() / 1e9,
-                                                  benchmark::Counter::kIsRate);
+  state.counters["cmp_GBps"] =
+      benchmark::Counter((double)cmpBytes * (double)state.iterations() / 1e9, benchmark::Counter::kIsRate);
   state.counters[key] = id;
 }
 
@@ -224,6 +229,7 @@ void registerAll() {
 // Keeps every run's compared rate so the summary prints ratios from this run.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
+  explicit RatioReporter(OutputOptions opts) : ConsoleReporter(opts) {}
   struct Row {
     std::string name;
     double gbps;
@@ -259,12 +265,30 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
 }  // namespace
 
+// The console reporter's options as --benchmark_color asks: a reporter made
+// here does not read that flag itself (Google Benchmark applies it only to the
+// reporter it makes), so "false" would otherwise still print ANSI colors.
+benchmark::ConsoleReporter::OutputOptions consoleOptions(const char* color) {
+  bool on;
+  if (color == nullptr || strcmp(color, "auto") == 0) {
+    const char* term = getenv("TERM");
+    on = isatty(STDOUT_FILENO) && term != nullptr && strcmp(term, "dumb") != 0;
+  } else {
+    on = strcmp(color, "true") == 0 || strcmp(color, "yes") == 0 || strcmp(color, "1") == 0 || strcmp(color, "on") == 0;
+  }
+  int opts = benchmark::ConsoleReporter::OO_Tabular;
+  if (on) opts |= benchmark::ConsoleReporter::OO_Color;
+  return static_cast<benchmark::ConsoleReporter::OutputOptions>(opts);
+}
+
 int main(int argc, char** argv) {
   std::vector<char*> args;
+  const char* color = nullptr;
   for (int i = 0; i < argc; i++) {
     if (strncmp(argv[i], "--elems=", 8) == 0) {
       gElems = strtoull(argv[i] + 8, nullptr, 0);
     } else {
+      if (strncmp(argv[i], "--benchmark_color=", 18) == 0) color = argv[i] + 18;
       args.push_back(argv[i]);
     }
   }
@@ -272,8 +296,17 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&n, args.data());
   printf("# bits_bench: %zu elements (%zu MiB of fp32), one core, kernels in use: %s\n", gElems, gElems * 4 >> 20,
          sb::kernels().name);
+#ifndef NDEBUG
+  printf("# bits_bench itself was built without NDEBUG (not a Release build): its figures are not representative\n");
+#endif
+  printf(
+      "# A \"Library was built as DEBUG\" warning below is about the Google Benchmark library (Debian's\n"
+      "# libbenchmark is built with assertions on), not about signlion, which is built Release. Only the\n"
+      "# library's bookkeeping around each timed iteration runs those checks; an iteration here streams\n"
+      "# %zu elements, so they are a negligible share of its time.\n",
+      gElems);
   registerAll();
-  RatioReporter reporter;
+  RatioReporter reporter(consoleOptions(color));
   benchmark::RunSpecifiedBenchmarks(&reporter);
 
   const char* baseName[] = {"", "read fp32", "read bf16", "write fp32", "write bf16"};

@@ -48,9 +48,7 @@ void* gCtx = nullptr;
 std::string gDir;
 bool gServer = false;
 
-double nowSec() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double nowSec() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 [[noreturn]] void die(const char* what) {
   fprintf(stderr, "net_perf (%s): %s\n", gServer ? "server" : "client", what);
@@ -127,7 +125,7 @@ using Trip = std::function<void(size_t)>;
 // forward order on even blocks and reverse order on odd ones, so the
 // machine's load (other jobs on shared cores) falls on all of them alike.
 std::vector<std::vector<std::vector<double>>> timeTrips(const std::vector<size_t>& sizes, int iters, int blocks,
-                                                         const std::vector<Trip>& trips) {
+                                                        const std::vector<Trip>& trips) {
   std::vector<std::vector<std::vector<double>>> out;
   for (size_t size : sizes) {
     int per = std::max(1, itersFor(size, iters) / blocks);
@@ -413,8 +411,10 @@ double stream(int dev, int nsocks, size_t bytes, uint64_t* wire) {
   gNet->deregMr(comm, mr);
   // The receiver tells the sender when it is done, so closing loses nothing.
   char token = 1;
-  if (gServer) putFile(name + ".done", &token, 1);
-  else getFile(name + ".done", &token, 1);
+  if (gServer)
+    putFile(name + ".done", &token, 1);
+  else
+    getFile(name + ".done", &token, 1);
   if (s) gNet->closeSend(s);
   if (r) gNet->closeRecv(r);
   return (double)(nmsg * kMsg) * 8 / secs / 1e9;
@@ -448,15 +448,24 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     const char* v = argv[i + 1];
-    if (k == "--role") role = v;
-    else if (k == "--dir") gDir = v;
-    else if (k == "--ifname") ifname = v;
-    else if (k == "--bytes") bytes = (size_t)strtod(v, nullptr) << (strchr(v, 'G') ? 30 : strchr(v, 'M') ? 20 : 0);
-    else if (k == "--nsocks") nsocks = parseList(v);
-    else if (k == "--iters") iters = atoi(v);
-    else if (k == "--blocks") blocks = std::max(1, atoi(v));
-    else if (k == "--lat-sizes") latSizes = parseList(v);
-    else if (k == "--only") only = v;
+    if (k == "--role")
+      role = v;
+    else if (k == "--dir")
+      gDir = v;
+    else if (k == "--ifname")
+      ifname = v;
+    else if (k == "--bytes")
+      bytes = (size_t)strtod(v, nullptr) << (strchr(v, 'G') ? 30 : strchr(v, 'M') ? 20 : 0);
+    else if (k == "--nsocks")
+      nsocks = parseList(v);
+    else if (k == "--iters")
+      iters = atoi(v);
+    else if (k == "--blocks")
+      blocks = std::max(1, atoi(v));
+    else if (k == "--lat-sizes")
+      latSizes = parseList(v);
+    else if (k == "--only")
+      only = v;
     else {
       fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -466,9 +475,11 @@ int main(int argc, char** argv) {
   bool onlyOk = only.empty() || std::find(std::begin(names), std::end(names), only) != std::end(names);
   if (!((role == "server" || role == "client") && !gDir.empty()) && role != "self") onlyOk = false;
   if (!onlyOk) {
-    fprintf(stderr, "usage: net_perf --role server|client --dir DIR [--ifname IF] [--bytes 1G] [--nsocks 1,2,4,8]\n"
-                    "                [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...] [--only signlion|plain-tcp|tcp-2conn]\n"
-                    "       net_perf --role self [--ifname IF] [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...]\n");
+    fprintf(
+        stderr,
+        "usage: net_perf --role server|client --dir DIR [--ifname IF] [--bytes 1G] [--nsocks 1,2,4,8]\n"
+        "                [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...] [--only signlion|plain-tcp|tcp-2conn]\n"
+        "       net_perf --role self [--ifname IF] [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...]\n");
     return 2;
   }
   gServer = role == "server";
@@ -526,12 +537,13 @@ int main(int argc, char** argv) {
   printf("# %10s %12s %12s %8s %15s %12s\n", "size(B)", "signlion", "plain-tcp", "ratio", "ratio-range", "tcp-2conn");
   for (size_t i = 0; i < sizes.size(); i++) {
     RatioStats r = blockRatios(lat[i][0], lat[i][1]);
-    printf("  %10zu %12.2f %12.2f %8.2f %7.2f..%-6.2f %12.2f\n", sizes[i], median(lat[i][0]) / 2,
-           median(lat[i][1]) / 2, r.median, r.min, r.max, median(lat[i][2]) / 2);
+    printf("  %10zu %12.2f %12.2f %8.2f %7.2f..%-6.2f %12.2f\n", sizes[i], median(lat[i][0]) / 2, median(lat[i][1]) / 2,
+           r.median, r.min, r.max, median(lat[i][2]) / 2);
   }
   printf("# streaming bandwidth client->server, 4 MiB messages, 8 in flight, %.0f MiB\n", bytes / 1048576.0);
   printf("# %8s %12s %16s\n", "nsocks", "Gbit/s", "wire bytes");
-  for (size_t i = 0; i < nsocks.size(); i++) printf("  %8d %12.3f %16llu\n", nsocks[i], bw[i], (unsigned long long)wire[i]);
+  for (size_t i = 0; i < nsocks.size(); i++)
+    printf("  %8d %12.3f %16llu\n", nsocks[i], bw[i], (unsigned long long)wire[i]);
   gNet->finalize(gCtx);
   return 0;
 }

@@ -35,8 +35,8 @@ TEST(PerfInputs, SignExpectationsMatchTheReference) {
           Reduction red = op == ncclSignAverage ? Reduction::kAverage : Reduction::kMajority;
           ASSERT_EQ(countWrong(out.data(), count, dt, red, n, 7 + n), 0u) << bits::typeName(dt) << " n=" << n;
           if (count == 0) continue;
-          out[0] ^= 0x40;                                    // element 0
-          out[(count - 1) * bits::typeSize(dt)] ^= 0x20;     // and the last one
+          out[0] ^= 0x40;                                 // element 0
+          out[(count - 1) * bits::typeSize(dt)] ^= 0x20;  // and the last one
           EXPECT_EQ(countWrong(out.data(), count, dt, red, n, 7 + n), count == 1 ? 1u : 2u);
           EXPECT_GT(countWrong(out.data(), count, dt, red, n, 8 + n), 0u) << "another seed, other votes";
         }

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -30,6 +31,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -42,12 +44,14 @@
 #include "bits/bits.h"
 #include "nccl_sign.h"
 #include "perf_inputs.h"
+#include "perf_report.h"
 #include "sign_allreduce_perf_nccl.h"
 #include "sign_allreduce_perf_options.h"
 
 namespace {
 
 using signlion::perf::Reduction;
+using signlion::perf::RowResult;
 #ifdef SIGNLION_PERF_MPI
 constexpr bool kHaveMpi = true;
 #else
@@ -72,7 +76,8 @@ struct TypeInfo {
   const char* name;
   ncclDataType_t dt;
 };
-const TypeInfo kTypes[] = {{"float", ncclFloat32}, {"half", ncclFloat16}, {"bfloat16", ncclBfloat16}, {"int8", ncclInt8}};
+const TypeInfo kTypes[] = {
+    {"float", ncclFloat32}, {"half", ncclFloat16}, {"bfloat16", ncclBfloat16}, {"int8", ncclInt8}};
 
 bool typeFits(const OpInfo& op, ncclDataType_t dt) {
   if (op.mpi) return dt == ncclFloat32;
@@ -88,110 +93,318 @@ double parseSize(const char* s) {  // nccl-tests' K/M/G suffixes (powers of 1024
   if (n < 1) return -1;
   if (n == 1) return v;
   switch (unit) {
-    case 'G': case 'g': return v * (1 << 30);
-    case 'M': case 'm': return v * (1 << 20);
-    case 'K': case 'k': return v * (1 << 10);
-    default: return -1;
+    case 'G':
+    case 'g':
+      return v * (1 << 30);
+    case 'M':
+    case 'm':
+      return v * (1 << 20);
+    case 'K':
+    case 'k':
+      return v * (1 << 10);
+    default:
+      return -1;
   }
 }
 
+// -t x -g: the most ranks one process starts. In the host mode every rank is
+// a thread with its own communicator over loopback sockets; measured here
+// (2 cores, 1 process): -t 64 ran in 4 s with 1856 threads and 5567 file
+// descriptors, -t 128 in 193 s (the machine heavily loaded) with 4224 threads
+// and 12669 descriptors (this machine's limit: 20000); -t 100000 hung until
+// a timeout killed it (as reported in review). More ranks: more processes
+// (mpirun, or --rank/--nranks/--id-file), each with at most this many.
+constexpr int kMaxRanksPerProcess = 128;
+
 void usage(const char* argv0) {
-  printf("USAGE: %s\n\t"
-         "[-t,--nthreads <ranks as threads per process>]\n\t"
-         "[-b,--minbytes <min size in bytes>]\n\t"
-         "[-e,--maxbytes <max size in bytes>]\n\t"
-         "[-i,--stepbytes <increment size>]\n\t"
-         "[-f,--stepfactor <increment factor>]\n\t"
-         "[-n,--iters <iteration count>]\n\t"
-         "[-m,--agg_iters <aggregated iteration count>]\n\t"
-         "[-w,--warmup_iters <warmup iteration count>]\n\t"
-         "[-N,--run_cycles <cycle count> run & print each cycle (default: 1; 0=infinite)]\n\t"
-         "[-c,--check <check iteration count>]\n\t"
-         "[-o,--op <mavo/avg/sum/mpisum/all>]\n\t"
-         "[-d,--datatype <float/half/bfloat16/int8/all>]\n\t"
-         "[-r,--root <root>] (ignored: all-reduce)\n\t"
-         "[-z,--blocking <0/1>]\n\t"
-         "[-T,--timeout <time in seconds>]\n\t"
-         "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>]\n\t"
-         "[-A,--algo <auto/ring/hd/allgather/fieldsum>]\n\t"
-         "[--rank <r> --nranks <n> --id-file <path>] (one rank per process, started by hand)\n\t"
-         "[--nccl] GPU mode: ncclSignAllReduce on device buffers and NCCL communicators, -t ranks as\n\t"
-         "         processes (rank r on GPU r %% devices), each row next to NCCL's ncclAllReduce of the\n\t"
-         "         same count in fp32 and bf16; -o mavo/avg/all. Exits 77 when no GPU answers.\n\t"
-         "[-h,--help]\n",
-         basename(const_cast<char*>(argv0)));
+  printf(
+      "USAGE: %s\n\t"
+      "[-t,--nthreads <num threads>] host mode: ranks as threads per process; --nccl: processes\n\t"
+      "[-g,--ngpus <gpus per thread>] ranks per thread (host) or per process (--nccl): ranks = t x g\n\t"
+      "         (t x g at most %d: more ranks as more processes, mpirun or --rank)\n\t"
+      "[-b,--minbytes <min size in bytes>]\n\t"
+      "[-e,--maxbytes <max size in bytes>]\n\t"
+      "[-i,--stepbytes <increment size>]\n\t"
+      "[-f,--stepfactor <increment factor>]\n\t"
+      "[-n,--iters <iteration count>]\n\t"
+      "[-m,--agg_iters <aggregated iteration count>]\n\t"
+      "[-w,--warmup_iters <warmup iteration count>]\n\t"
+      "[-N,--run_cycles <cycle count> run & print each cycle (default: 1; 0=infinite)]\n\t"
+      "[-p,--parallel_init <0/1>] (ranks always initialize in parallel)\n\t"
+      "[-c,--check <check iteration count>]\n\t"
+      "[-o,--op <mavo/avg/sum/mpisum/all>]\n\t"
+      "[-d,--datatype <float/half/bfloat16/int8/all>]\n\t"
+      "[-r,--root <root>] (ignored: all-reduce)\n\t"
+      "[-z,--blocking <0/1/2/3> 1=barrier after each inner iter (-m), 2=no barrier, 3=wait and barrier after "
+      "each outer iter (-n)]\n\t"
+      "[-y,--stream_null <0/1>] (--nccl: the legacy default stream)\n\t"
+      "[-T,--timeout <time in seconds>]\n\t"
+      "[-G,--cudagraph <num graph launches>] (--nccl: capture the timed calls once, launch the graph G times)\n\t"
+      "[-C,--report_cputime <0/1>]\n\t"
+      "[-S,--report_timestamps <0/1> report timestamps (default 0)]\n\t"
+      "[-J,--output_file <file> write output to filepath; JSON (a path ending in .json)]\n\t"
+      "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>]\n\t"
+      "[-R,--local_register <0/1/2>] (--nccl: ncclCommRegister of the buffers; 2 falls back to 1)\n\t"
+      "[-x,--cta_policy <0/1/2>] (accepted, not applied)\n\t"
+      "[-D,--device_implementation <n>] [-V,--device_cta_count <n>] (nccl-tests' own kernels: ignored)\n\t"
+      "[-M,--memory <0/1>] (--nccl: GPU memory usage)\n\t"
+      "[-u,--unalign <index of first element> misalign source and destination buffers (default: 0)]\n\t"
+      "[-I,--per_iter_timing <0/1> per-iteration timing: i_min, i_max, i_p99, i_cv%% columns (default: 0)]\n\t"
+      "[-K,--per_iter_skip <count> leading iterations left out of the -I statistics (default: 0)]\n\t"
+      "[-A,--algo <auto/ring/hd/allgather/fieldsum>]\n\t"
+      "[--rank <r> --nranks <n> --id-file <path>] (one rank per process, started by hand)\n\t"
+      "[--nccl] GPU mode: ncclSignAllReduce on device buffers and NCCL communicators, -t x -g ranks as\n\t"
+      "         processes (rank r on GPU r %% devices), each row next to NCCL's ncclAllReduce of the\n\t"
+      "         same count in fp32 and bf16; -o mavo/avg/all. Exits 77 when no GPU answers.\n\t"
+      "[-h,--help]\n",
+      basename(const_cast<char*>(argv0)), kMaxRanksPerProcess);
+}
+
+// The flag as the user wrote it, for messages ("-n", "--rank").
+std::string flagName(int c, const option* longopts) {
+  if (c > 0 && c < 128) return std::string("-") + (char)c;
+  for (const option* l = longopts; l->name != nullptr; l++)
+    if (l->val == c) return std::string("--") + l->name;
+  return "?";
 }
 
 // Returns 0 to go on, else the exit code.
 int parseOptions(int argc, char** argv, Options* o) {
-  static const option longopts[] = {
-      {"nthreads", required_argument, 0, 't'},   {"ngpus", required_argument, 0, 'g'},
-      {"minbytes", required_argument, 0, 'b'},   {"maxbytes", required_argument, 0, 'e'},
-      {"stepbytes", required_argument, 0, 'i'},  {"stepfactor", required_argument, 0, 'f'},
-      {"iters", required_argument, 0, 'n'},      {"agg_iters", required_argument, 0, 'm'},
-      {"warmup_iters", required_argument, 0, 'w'}, {"run_cycles", required_argument, 0, 'N'},
-      {"check", required_argument, 0, 'c'},      {"op", required_argument, 0, 'o'},
-      {"datatype", required_argument, 0, 'd'},   {"root", required_argument, 0, 'r'},
-      {"blocking", required_argument, 0, 'z'},   {"timeout", required_argument, 0, 'T'},
-      {"average", required_argument, 0, 'a'},    {"algo", required_argument, 0, 'A'},
-      {"rank", required_argument, 0, 1000},      {"nranks", required_argument, 0, 1001},
-      {"id-file", required_argument, 0, 1002},   {"nccl", no_argument, 0, 1003},
-      {"help", no_argument, 0, 'h'},
-      {}};
+  static const option longopts[] = {{"nthreads", required_argument, 0, 't'},
+                                    {"ngpus", required_argument, 0, 'g'},
+                                    {"minbytes", required_argument, 0, 'b'},
+                                    {"maxbytes", required_argument, 0, 'e'},
+                                    {"stepbytes", required_argument, 0, 'i'},
+                                    {"stepfactor", required_argument, 0, 'f'},
+                                    {"iters", required_argument, 0, 'n'},
+                                    {"agg_iters", required_argument, 0, 'm'},
+                                    {"warmup_iters", required_argument, 0, 'w'},
+                                    {"run_cycles", required_argument, 0, 'N'},
+                                    {"parallel_init", required_argument, 0, 'p'},
+                                    {"check", required_argument, 0, 'c'},
+                                    {"op", required_argument, 0, 'o'},
+                                    {"datatype", required_argument, 0, 'd'},
+                                    {"root", required_argument, 0, 'r'},
+                                    {"blocking", required_argument, 0, 'z'},
+                                    {"stream_null", required_argument, 0, 'y'},
+                                    {"timeout", required_argument, 0, 'T'},
+                                    {"cudagraph", required_argument, 0, 'G'},
+                                    {"report_cputime", required_argument, 0, 'C'},
+                                    {"report_timestamps", required_argument, 0, 'S'},
+                                    {"output_file", required_argument, 0, 'J'},
+                                    {"average", required_argument, 0, 'a'},
+                                    {"local_register", required_argument, 0, 'R'},
+                                    {"cta_policy", required_argument, 0, 'x'},
+                                    {"device_implementation", required_argument, 0, 'D'},
+                                    {"device_cta_count", required_argument, 0, 'V'},
+                                    {"memory", required_argument, 0, 'M'},
+                                    {"unalign", required_argument, 0, 'u'},
+                                    {"per_iter_timing", required_argument, 0, 'I'},
+                                    {"per_iter_skip", required_argument, 0, 'K'},
+                                    {"algo", required_argument, 0, 'A'},
+                                    {"rank", required_argument, 0, 1000},
+                                    {"nranks", required_argument, 0, 1001},
+                                    {"id-file", required_argument, 0, 1002},
+                                    {"nccl", no_argument, 0, 1003},
+                                    {"help", no_argument, 0, 'h'},
+                                    {}};
+  o->args.assign(argv, argv + argc);
   int c;
-  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:c:o:d:r:z:T:a:A:h", longopts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:I:K:c:o:d:r:z:y:T:hG:C:a:R:x:D:V:J:S:M:u:A:", longopts,
+                          nullptr)) != -1) {
     double parsed;
+    if (c > 0 && c < 128) o->given[c] = true;
+    // A whole int or nothing: strtol alone reads "2x" as 2, "abc" as 0 and
+    // wraps 99999999999 into a huge count.
+    bool badInteger = false;
+    auto integer = [&] {
+      char* end = nullptr;
+      errno = 0;
+      long v = strtol(optarg, &end, 0);
+      if (end == optarg || *end != '\0' || errno == ERANGE || v < INT_MIN || v > INT_MAX) badInteger = true;
+      return (int)v;
+    };
     switch (c) {
-      case 't': o->nThreads = (int)strtol(optarg, nullptr, 0); break;
+      case 't':
+        o->nThreads = integer();
+        break;
       case 'g':
-        if (strtol(optarg, nullptr, 0) != 1) {
-          fprintf(stderr, "-g: the host communicator has no GPUs; only -g 1 is accepted\n");
-          return 2;
-        }
+        o->nGpus = integer();
         break;
       case 'b':
       case 'e':
+      case 'i':
         parsed = parseSize(optarg);
         if (parsed < 0) {
-          fprintf(stderr, "invalid size specified for '%s'\n", c == 'b' ? "minbytes" : "maxbytes");
+          fprintf(stderr, "invalid size specified for '%s'\n",
+                  c == 'b'   ? "minbytes"
+                  : c == 'e' ? "maxbytes"
+                             : "stepBytes");
           return 2;
         }
-        (c == 'b' ? o->minBytes : o->maxBytes) = (size_t)parsed;
+        (c == 'b' ? o->minBytes : c == 'e' ? o->maxBytes : o->stepBytes) = (size_t)parsed;
         break;
-      case 'i': o->stepBytes = (size_t)parseSize(optarg); break;
-      case 'f': o->stepFactor = strtoul(optarg, nullptr, 0); break;
-      case 'n': o->iters = (int)strtol(optarg, nullptr, 0); break;
-      case 'm': o->aggIters = (int)strtol(optarg, nullptr, 0); break;
-      case 'w': o->warmupIters = (int)strtol(optarg, nullptr, 0); break;
-      case 'N': o->runCycles = (int)strtol(optarg, nullptr, 0); break;
-      case 'c': o->check = (int)strtol(optarg, nullptr, 0); break;
-      case 'o': o->op = optarg; break;
-      case 'd': o->type = optarg; break;
-      case 'r': break;
-      case 'z': o->blocking = (int)strtol(optarg, nullptr, 0); break;
-      case 'T': o->timeoutSec = (int)strtol(optarg, nullptr, 0); break;
-      case 'a': o->average = (int)strtol(optarg, nullptr, 0); break;
-      case 'A': o->algo = optarg; break;
-      case 1000: o->rank = (int)strtol(optarg, nullptr, 0); break;
-      case 1001: o->nranks = (int)strtol(optarg, nullptr, 0); break;
-      case 1002: o->idFile = optarg; break;
-      case 1003: o->nccl = true; break;
-      case 'h': usage(argv[0]); return -1;
-      default: usage(argv[0]); return 2;
+      case 'f': {
+        int factor = integer();
+        if (factor < 0) {
+          fprintf(stderr, "-f %s: a factor >= 0\n", optarg);
+          return 2;
+        }
+        o->stepFactor = (size_t)factor;
+        break;
+      }
+      case 'n':
+        o->iters = integer();
+        break;
+      case 'm':
+        o->aggIters = integer();
+        break;
+      case 'w':
+        o->warmupIters = integer();
+        break;
+      case 'N':
+        o->runCycles = integer();
+        break;
+      case 'p':
+        o->parallelInit = integer();
+        break;
+      case 'c':
+        o->check = integer();
+        break;
+      case 'o':
+        o->op = optarg;
+        break;
+      case 'd':
+        o->type = optarg;
+        break;
+      case 'r':
+        break;
+      case 'z':
+        o->blocking = integer();
+        break;
+      case 'y':
+        o->streamNull = integer();
+        break;
+      case 'T':
+        o->timeoutSec = integer();
+        break;
+      case 'G':
+        o->graphLaunches = integer();
+        break;
+      case 'C':
+        o->reportCputime = integer();
+        break;
+      case 'S':
+        o->reportTimestamps = integer();
+        break;
+      case 'J':
+        o->outputFile = optarg;
+        break;
+      case 'a':
+        o->average = integer();
+        break;
+      case 'R':
+        o->localRegister = integer();
+        break;
+      case 'x':
+        o->ctaPolicy = integer();
+        break;
+      case 'D':
+        o->deviceImpl = integer();
+        break;
+      case 'V':
+        o->deviceCtaCount = integer();
+        break;
+      case 'M':
+        o->memoryReport = integer();
+        break;
+      case 'u':
+        o->unalign = integer();
+        break;
+      case 'I':
+        o->perIterTiming = integer();
+        break;
+      case 'K':
+        o->perIterSkip = integer();
+        break;
+      case 'A':
+        o->algo = optarg;
+        break;
+      case 1000:
+        o->rank = integer();
+        break;
+      case 1001:
+        o->nranks = integer();
+        break;
+      case 1002:
+        o->idFile = optarg;
+        break;
+      case 1003:
+        o->nccl = true;
+        break;
+      case 'h':
+        usage(argv[0]);
+        return -1;
+      default:
+        usage(argv[0]);
+        return 2;
     }
+    if (badInteger) {
+      fprintf(stderr, "%s %s: not an integer within the range of int (see -h)\n", flagName(c, longopts).c_str(),
+              optarg);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "unexpected argument '%s' (see -h)\n", argv[optind]);
+    return 2;
   }
   if (o->minBytes > o->maxBytes) {
     fprintf(stderr, "invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu\n", o->minBytes, o->maxBytes);
     return 2;
   }
-  if (o->nThreads < 1 || o->iters < 1 || o->aggIters < 1 || o->warmupIters < 0 || o->check < 0 ||
+  // Checked before anything uses -t x -g: int overflow there wrapped to 0 ranks.
+  if (o->nThreads >= 1 && o->nGpus >= 1 && (long long)o->nThreads * o->nGpus > kMaxRanksPerProcess) {
+    fprintf(stderr,
+            "-t %d x -g %d = %lld ranks: at most %d ranks per process (host mode: each rank is a thread with its "
+            "own communicator; --nccl: each rank is a forked process)\n",
+            o->nThreads, o->nGpus, (long long)o->nThreads * o->nGpus, kMaxRanksPerProcess);
+    return 2;
+  }
+  if (o->nThreads < 1 || o->nGpus < 1 || o->iters < 1 || o->aggIters < 1 || o->warmupIters < 0 || o->check < 0 ||
       o->average < 0 || o->average > 3 || o->runCycles < 0 || (o->stepFactor <= 1 && o->stepBytes == 0)) {
-    fprintf(stderr, "invalid -t/-n/-m/-w/-c/-a/-N/-f/-i value\n");
+    fprintf(stderr, "invalid -t/-g/-n/-m/-w/-c/-a/-N/-f/-i value\n");
+    return 2;
+  }
+  if (o->blocking < 0 || o->blocking > 3 || o->graphLaunches < 0 || o->unalign < 0 || o->unalign > 4096 ||
+      o->perIterSkip < 0 || o->localRegister < 0 || o->localRegister > 2) {
+    fprintf(stderr, "invalid -z (0..3), -G (>= 0), -u (0..4096), -K (>= 0) or -R (0..2) value\n");
+    return 2;
+  }
+  for (auto [flag, value] : {std::pair<char, int>{'C', o->reportCputime},
+                             {'S', o->reportTimestamps},
+                             {'I', o->perIterTiming},
+                             {'p', o->parallelInit},
+                             {'y', o->streamNull},
+                             {'M', o->memoryReport}}) {
+    if (value != 0 && value != 1) {
+      fprintf(stderr, "-%c %d: 0 or 1\n", flag, value);
+      return 2;
+    }
+  }
+  if (o->timeoutSec < 0 || o->deviceImpl < 0 || o->deviceCtaCount < 0) {
+    fprintf(stderr, "invalid -T, -D or -V value (>= 0)\n");
+    return 2;
+  }
+  if (!o->outputFile.empty() && !signlion::perf::outputFileUsable(o->outputFile)) return 2;
+  if (o->perIterTiming && o->perIterSkip >= o->iters) {
+    fprintf(stderr, "-K %d: skips every one of the -n %d iterations\n", o->perIterSkip, o->iters);
     return 2;
   }
   bool byHand = o->rank >= 0 || o->nranks > 0 || !o->idFile.empty();
-  if (byHand && (o->rank < 0 || o->nranks < 1 || o->rank >= o->nranks || o->idFile.empty() || o->nThreads != 1)) {
-    fprintf(stderr, "--rank, --nranks and --id-file go together (0 <= rank < nranks, -t 1)\n");
+  if (byHand &&
+      (o->rank < 0 || o->nranks < 1 || o->rank >= o->nranks || o->idFile.empty() || o->ranksPerProcess() != 1)) {
+    fprintf(stderr, "--rank, --nranks and --id-file go together (0 <= rank < nranks, -t 1 -g 1)\n");
     return 2;
   }
   return 0;
@@ -214,7 +427,8 @@ struct World {
   Options opt;
   int nProcs = 1, proc = 0;
   bool mpi = false;
-  int nranks() const { return nProcs * opt.nThreads; }
+  int nranks() const { return nProcs * opt.ranksPerProcess(); }
+  signlion::perf::JsonReport json;  // -J, written by the main rank
   ncclSignUniqueId id;
   ncclSignConfig_t config = NCCL_SIGN_CONFIG_INITIALIZER;
   std::vector<const OpInfo*> ops;
@@ -224,11 +438,11 @@ struct World {
 
 bool isMainRank(const World& w, int thread) { return w.proc == 0 && thread == 0; }
 
-#define PRINT(...)                         \
-  do {                                     \
+#define PRINT(...)                            \
+  do {                                        \
     if (isMainRank(*ctx.world, ctx.thread)) { \
-      printf(__VA_ARGS__);                 \
-    }                                      \
+      printf(__VA_ARGS__);                    \
+    }                                         \
   } while (0)
 
 // Rank 0 (of processes started by hand) publishes the id; the others wait.
@@ -265,8 +479,11 @@ struct RankCtx {
   int thread = 0;
   int rank = 0;
   ncclSignComm_t comm = nullptr;
-  char* send = nullptr;  // maxBytes each, 64-byte aligned
+  char* send = nullptr;  // maxBytes each, 64-byte aligned, then -u elements more
   char* recv = nullptr;
+  size_t offset(ncclDataType_t dt) const {  // -u: where the buffers start for dt
+    return (size_t)world->opt.unalign * signlion::bits::typeSize(dt);
+  }
   double busBwSum = 0;
   int busBwCount = 0;
   int errors = 0;  // rows with a wrong result (main rank's view: every rank counted)
@@ -313,20 +530,20 @@ void barrier(RankCtx& ctx, bool mpiOp) {
 }
 
 void runColl(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t count, bool inPlace) {
-  const void* sendbuf = inPlace ? ctx.recv : ctx.send;
+  char* recvbuf = ctx.recv + ctx.offset(dt);
+  const void* sendbuf = inPlace ? recvbuf : ctx.send + ctx.offset(dt);
   if (op.mpi) {
 #ifdef SIGNLION_PERF_MPI
-    int rc = MPI_Allreduce(inPlace ? MPI_IN_PLACE : sendbuf, ctx.recv, (int)count, MPI_FLOAT, MPI_SUM,
-                           MPI_COMM_WORLD);
+    int rc = MPI_Allreduce(inPlace ? MPI_IN_PLACE : sendbuf, recvbuf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS) throw CollError{"MPI_Allreduce", ncclSystemError};
 #endif
     return;
   }
   if (op.red == Reduction::kSum) {
-    checkNccl(ncclSignHostSumAllReduce(sendbuf, ctx.recv, count, dt, ctx.comm), "ncclSignHostSumAllReduce");
+    checkNccl(ncclSignHostSumAllReduce(sendbuf, recvbuf, count, dt, ctx.comm), "ncclSignHostSumAllReduce");
   } else {
     ncclSignOp_t sop = op.red == Reduction::kAverage ? ncclSignAverage : ncclSignMajority;
-    checkNccl(ncclSignHostAllReduce(sendbuf, ctx.recv, count, dt, sop, ctx.comm), "ncclSignHostAllReduce");
+    checkNccl(ncclSignHostAllReduce(sendbuf, recvbuf, count, dt, sop, ctx.comm), "ncclSignHostAllReduce");
   }
 }
 
@@ -337,72 +554,88 @@ uint64_t sentBytes(RankCtx& ctx) {
 }
 
 struct BenchResult {
-  double usec, algBw, busBw;
-  double wrong;       // -1: not checked
-  double wirePerCall; // max over ranks of bytes this rank sent per call; -1: not ours to count
+  RowResult row;
+  double wirePerCall;  // max over ranks of bytes this rank sent per call; -1: not ours to count
 };
 
+// Seconds per call aggregated over the ranks as -a asks.
+double aggregate(RankCtx& ctx, double sec) {
+  const Options& o = ctx.world->opt;
+  const int n = ctx.world->nranks();
+  std::vector<double> all = allGather(ctx, {sec});
+  double agg = all[0];
+  for (int r = 1; r < n; r++) {
+    if (o.average == 1) agg += all[r];
+    if (o.average == 2) agg = std::min(agg, all[r]);
+    if (o.average == 3) agg = std::max(agg, all[r]);
+  }
+  return o.average == 1 ? agg / n : agg;
+}
+
 BenchResult benchTime(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t count, bool inPlace) {
+  using Clock = std::chrono::steady_clock;
   const Options& o = ctx.world->opt;
   const int n = ctx.world->nranks();
   const size_t esize = signlion::bits::typeSize(dt);
-  char* input = inPlace ? ctx.recv : ctx.send;
+  char* input = (inPlace ? ctx.recv : ctx.send) + ctx.offset(dt);
+  char* output = ctx.recv + ctx.offset(dt);
   if (o.check) signlion::perf::fillInput(input, count, dt, ctx.rank, 99);
 
   runColl(ctx, op, dt, count, inPlace);  // sync
   barrier(ctx, op.mpi);
 
+  // -z: host calls return with their result in place, so "wait" is a no-op;
+  // 1 and 3 add a barrier (3: left out of the time, as nccl-tests does).
+  std::vector<double> iterSec;
+  iterSec.reserve(o.iters);
+  double collOnly = 0;
   uint64_t wire0 = sentBytes(ctx);
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = Clock::now();
   for (int it = 0; it < o.iters; it++) {
-    for (int a = 0; a < o.aggIters; a++) runColl(ctx, op, dt, count, inPlace);
-    if (o.blocking) barrier(ctx, op.mpi);
+    auto i0 = Clock::now();
+    for (int a = 0; a < o.aggIters; a++) {
+      runColl(ctx, op, dt, count, inPlace);
+      if (o.blocking == 1) barrier(ctx, op.mpi);
+    }
+    double sec = std::chrono::duration<double>(Clock::now() - i0).count();
+    collOnly += sec;
+    if (o.perIterTiming) iterSec.push_back(sec / o.aggIters);
+    if (o.blocking == 3) barrier(ctx, op.mpi);
   }
-  double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / (o.iters * o.aggIters);
+  double total = o.blocking == 3 ? collOnly : std::chrono::duration<double>(Clock::now() - t0).count();
+  double sec = total / (o.iters * o.aggIters);
   double wire = (double)(sentBytes(ctx) - wire0) / (o.iters * o.aggIters);
 
-  std::vector<double> all = allGather(ctx, {sec, wire});
-  double agg = all[0], maxWire = 0;
-  for (int r = 0; r < n; r++) {
-    double t = all[2 * r];
-    if (o.average == 1) agg = r == 0 ? t : agg + t;
-    if (o.average == 2) agg = std::min(agg, t);
-    if (o.average == 3) agg = std::max(agg, t);
-    maxWire = std::max(maxWire, all[2 * r + 1]);
-  }
-  if (o.average == 1) agg /= n;
-
   BenchResult res;
-  res.usec = agg * 1e6;
-  res.algBw = (double)(count * esize) / 1e9 / agg;
-  res.busBw = res.algBw * (2.0 * (n - 1)) / n;
+  double agg = aggregate(ctx, sec);
+  res.row.usec = agg * 1e6;
+  res.row.algBw = agg > 0 ? (double)(count * esize) / 1e9 / agg : 0;
+  res.row.busBw = res.row.algBw * (2.0 * (n - 1)) / n;
+  if (o.perIterTiming)  // iteration i: the slowest rank's, as nccl-tests
+    signlion::perf::setPerIteration(&res.row, allGather(ctx, iterSec), n, o.ranksPerProcess(), o.perIterSkip);
+  double maxWire = 0;
+  for (double w : allGather(ctx, {wire})) maxWire = std::max(maxWire, w);
   res.wirePerCall = op.mpi ? -1 : maxWire;
-  res.wrong = -1;
   if (o.check) {
     double wrong = 0;
     for (int c = 0; c < o.check; c++) {
       uint64_t seed = 1000 + (uint64_t)++ctx.rep;
       signlion::perf::fillInput(input, count, dt, ctx.rank, seed);
       runColl(ctx, op, dt, count, inPlace);
-      double mine = (double)signlion::perf::countWrong(ctx.recv, count, dt, op.red, n, seed);
+      double mine = (double)signlion::perf::countWrong(output, count, dt, op.red, n, seed);
       for (double v : allGather(ctx, {mine})) wrong += v;
       if (wrong) break;
     }
-    res.wrong = wrong;
+    res.row.wrong = wrong;
     if (wrong) ctx.errors++;
   }
   return res;
 }
 
-std::string formatTime(double usec) {
-  char buf[32];
-  snprintf(buf, sizeof(buf), usec >= 10000.0 ? "%7.0f" : usec >= 100.0 ? "%7.1f" : "%7.2f", usec);
-  return buf;
-}
-
 void timeTest(RankCtx& ctx, const OpInfo& op, const TypeInfo& type) {
   const Options& o = ctx.world->opt;
   const size_t esize = signlion::bits::typeSize(type.dt);
+  const bool mainRank = isMainRank(*ctx.world, ctx.thread);
   barrier(ctx, false);
   for (size_t bytes : {o.maxBytes, o.minBytes})
     for (int it = 0; it < o.warmupIters; it++) runColl(ctx, op, type.dt, bytes / esize, false);
@@ -415,17 +648,24 @@ void timeTest(RankCtx& ctx, const OpInfo& op, const TypeInfo& type) {
       BenchResult out = benchTime(ctx, op, type.dt, count, false);
       BenchResult in = benchTime(ctx, op, type.dt, count, true);
       for (const BenchResult* r : {&out, &in}) {
-        if (r->wrong >= 0)
-          PRINT("  %7s  %6.2f  %6.2f  %5g", formatTime(r->usec).c_str(), r->algBw, r->busBw, r->wrong);
-        else
-          PRINT("  %7s  %6.2f  %6.2f  %5s", formatTime(r->usec).c_str(), r->algBw, r->busBw, "N/A");
-        ctx.busBwSum += r->busBw;
+        PRINT("%s", signlion::perf::formatResult(r->row).c_str());
+        ctx.busBwSum += r->row.busBw;
         ctx.busBwCount++;
       }
       if (out.wirePerCall >= 0)
-        PRINT("  %12.0f  %7.3f\n", out.wirePerCall, count ? out.wirePerCall * 8.0 / (double)count : 0.0);
+        PRINT("  %12.0f  %7.3f", out.wirePerCall, count ? out.wirePerCall * 8.0 / (double)count : 0.0);
       else
-        PRINT("  %12s  %7s\n", "N/A", "N/A");
+        PRINT("  %12s  %7s", "N/A", "N/A");
+      if (o.reportTimestamps) PRINT("  %19s", signlion::perf::timestampNow().c_str());
+      PRINT("\n");
+      if (mainRank) {
+        const double nan = std::numeric_limits<double>::quiet_NaN();  // null: MPI's bytes are not counted
+        const bool wire = out.wirePerCall >= 0;
+        ctx.world->json.row(
+            count * esize, count, type.name, op.name, out.row, in.row,
+            {{"wire_bytes_per_rank", wire ? out.wirePerCall : nan},
+             {"wire_bits_per_element", wire ? (count ? out.wirePerCall * 8.0 / (double)count : 0.0) : nan}});
+      }
       if (size == 0 && o.stepFactor > 1) break;  // 0 * factor never grows
     }
   } while (--cycles != 0);
@@ -434,19 +674,16 @@ void timeTest(RankCtx& ctx, const OpInfo& op, const TypeInfo& type) {
 void printHeader(RankCtx& ctx) {
   World& w = *ctx.world;
   const Options& o = w.opt;
-  PRINT("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
-        "validation: %d graph: %d\n",
-        o.nThreads, 0, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
-        o.stepFactor > 1 ? "factor" : "bytes", o.warmupIters, o.iters, o.aggIters, o.check, 0);
-  if (o.blocking) PRINT("# Blocking Enabled: wait for completion and barrier after each collective \n");
+  // graph: 0, as in nccl-tests without -G: the host mode makes no CUDA graph (a note says so).
+  PRINT("%s", signlion::perf::runHeader(o, o.nThreads, o.nGpus, 0, "host clock timing").c_str());
+  for (const std::string& note : signlion::perf::notApplicableNotes(o, true)) PRINT("# note: %s\n", note.c_str());
   int version = 0;
   ncclSignGetVersion(&version);
   const char* env = getenv("SIGNLION_ALGO");
   const char* bits = getenv("SIGNLION_FIELD_BITS");
   PRINT("# signlion %d.%d.%d host communicator: %d ranks (%d %s x %d threads), algorithm %s%s%s%s%s\n", version / 10000,
-        version / 100 % 100, version % 100,
-        w.nranks(), w.nProcs, w.mpi ? "MPI processes" : "processes", o.nThreads, o.algo.c_str(),
-        env ? " (SIGNLION_ALGO=" : "", env ? env : "", env ? ")" : "",
+        version / 100 % 100, version % 100, w.nranks(), w.nProcs, w.mpi ? "MPI processes" : "processes",
+        o.ranksPerProcess(), o.algo.c_str(), env ? " (SIGNLION_ALGO=" : "", env ? env : "", env ? ")" : "",
         bits ? (std::string(", SIGNLION_FIELD_BITS=") + bits).c_str() : "");
   PRINT("#\n# Using devices\n");
   // One line per rank, gathered: pid and host name (32 characters).
@@ -455,19 +692,30 @@ void printHeader(RankCtx& ctx) {
   std::vector<double> mine{(double)getpid()};
   for (int i = 0; i < 32; i++) mine.push_back((double)(unsigned char)host[i]);
   std::vector<double> all = allGather(ctx, mine);
+  std::vector<signlion::perf::DeviceInfo> devices(w.nranks());
   for (int r = 0; r < w.nranks(); r++) {
-    std::string name;
-    for (int i = 0; i < 32 && all[r * 33 + 1 + i] != 0; i++) name += (char)all[r * 33 + 1 + i];
-    PRINT("#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%02x] %s\n", r, 0, (int)all[r * 33], name.c_str(), -1,
-          0, "host CPU");
+    signlion::perf::DeviceInfo& d = devices[r];
+    d.rank = r;
+    d.pid = (int)all[r * 33];
+    for (int i = 0; i < 32 && all[r * 33 + 1 + i] != 0; i++) d.hostname += (char)all[r * 33 + 1 + i];
+    d.deviceHex = "0x00";
+    d.deviceInfo = "host CPU";
+    PRINT("%s", signlion::perf::deviceLine(d).c_str());
   }
   PRINT("#\n");
-  PRINT("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          %s\n", "", "", "",
-        "", "", "  wire sent per rank");
-  PRINT("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %12s  %7s\n", "size", "count", "type",
-        "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "wire", "wire");
-  PRINT("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %12s  %7s\n", "(B)", "(elements)", "",
-        "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(B)", "(b/elt)");
+  // graph 0 as in the header line
+  if (isMainRank(w, ctx.thread)) w.json.config(o, o.nThreads, o.nGpus, 0, w.nranks(), devices);
+  const signlion::perf::ResultColumns cols = signlion::perf::resultColumns(o);
+  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %s\n", "", "", "", "", "", cols.top.c_str(), "  wire sent per rank");
+  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %12s  %7s%s\n", "size", "count", "type", "redop", "root", cols.names.c_str(),
+        "wire", "wire", o.reportTimestamps ? "  timestamp" : "");
+  PRINT("# %10s  %12s  %8s  %6s  %6s%s  %12s  %7s%s%s\n", "(B)", "(elements)", "", "", "", cols.units.c_str(), "(B)",
+        "(b/elt)", o.reportTimestamps ? "  " : "", o.reportTimestamps ? signlion::perf::kTimestampFormat : "");
+}
+
+// Bytes of each of a rank's two buffers: -e rounded up to 64, then -u elements.
+size_t bufferBytes(const Options& o) {
+  return std::max<size_t>(64, (o.maxBytes + 63) / 64 * 64) + (size_t)o.unalign * 8;
 }
 
 // Returns 0, or 1 after a failed collective (the comm is then aborted).
@@ -475,17 +723,22 @@ int rankMain(World* w, int thread, RankCtx* out) {
   RankCtx& ctx = *out;
   ctx.world = w;
   ctx.thread = thread;
-  ctx.rank = w->proc * w->opt.nThreads + thread;
+  ctx.rank = w->proc * w->opt.ranksPerProcess() + thread;
   ncclResult_t res = ncclSignCommInitRank(&ctx.comm, w->nranks(), w->id, ctx.rank, &w->config);
   if (res != ncclSuccess) {
-    fprintf(stderr, "sign_allreduce_perf: rank %d: ncclSignCommInitRank: %s\n", ctx.rank,
-            ncclSignGetErrorString(res));
+    fprintf(stderr, "sign_allreduce_perf: rank %d: ncclSignCommInitRank: %s\n", ctx.rank, ncclSignGetErrorString(res));
     w->failures++;
     return 1;
   }
-  size_t bytes = std::max<size_t>(64, (w->opt.maxBytes + 63) / 64 * 64);
+  size_t bytes = bufferBytes(w->opt);
   std::unique_ptr<char, decltype(&free)> send((char*)aligned_alloc(64, bytes), free);
   std::unique_ptr<char, decltype(&free)> recv((char*)aligned_alloc(64, bytes), free);
+  if (send == nullptr || recv == nullptr) {  // main() checked the total against the machine's memory
+    fprintf(stderr, "sign_allreduce_perf: rank %d: cannot allocate 2 x %zu bytes\n", ctx.rank, bytes);
+    w->failures++;
+    ncclSignCommAbort(ctx.comm);
+    return 1;
+  }
   ctx.send = send.get();
   ctx.recv = recv.get();
   memset(ctx.send, 0, bytes);
@@ -513,16 +766,27 @@ int rankMain(World* w, int thread, RankCtx* out) {
 // --nccl: the GPU mode, before anything here touches CUDA (its ranks are
 // forked processes).
 int ncclMain(const Options& o, int algo) {
-  if (o.rank >= 0 || o.nranks > 0 || !o.idFile.empty() || o.blocking) {
-    fprintf(stderr, "--nccl: ranks are the processes it forks (-t); --rank/--nranks/--id-file and -z do not apply\n");
+  if (o.rank >= 0 || o.nranks > 0 || !o.idFile.empty()) {
+    fprintf(stderr, "--nccl: ranks are the processes it forks (-t x -g); --rank/--nranks/--id-file do not apply\n");
+    return 2;
+  }
+  if (o.graphLaunches > 0 && o.streamNull) {
+    fprintf(stderr, "--nccl -G: the legacy default stream (-y 1) cannot be captured into a CUDA graph\n");
+    return 2;
+  }
+  if (o.graphLaunches > 0 && (o.blocking != 0 || o.perIterTiming)) {
+    fprintf(stderr,
+            "--nccl -G: a CUDA graph cannot wait inside (-z %d) or time single iterations (-I); use -z 0, "
+            "no -I\n",
+            o.blocking);
     return 2;
   }
   if (o.op != "mavo" && o.op != "avg" && o.op != "all") {
     fprintf(stderr, "--nccl: -o %s: the GPU mode times mavo and avg (NCCL's sum is in every row)\n", o.op.c_str());
     return 2;
   }
-  if (o.type != "all" && std::none_of(std::begin(kTypes), std::end(kTypes),
-                                      [&](const TypeInfo& t) { return o.type == t.name; })) {
+  if (o.type != "all" &&
+      std::none_of(std::begin(kTypes), std::end(kTypes), [&](const TypeInfo& t) { return o.type == t.name; })) {
     fprintf(stderr, "-d %s: unknown (see -h)\n", o.type.c_str());
     return 2;
   }
@@ -565,7 +829,7 @@ int main(int argc, char** argv) {
   }
 #endif
   for (const OpInfo& op : kOps)
-    if (o.op == "all" ? (!op.mpi || (w.mpi && o.nThreads == 1)) : o.op == op.name) w.ops.push_back(&op);
+    if (o.op == "all" ? (!op.mpi || (w.mpi && o.ranksPerProcess() == 1)) : o.op == op.name) w.ops.push_back(&op);
   for (const TypeInfo& t : kTypes)
     if (o.type == "all" || o.type == t.name) w.types.push_back(&t);
   if (w.ops.empty() || w.types.empty()) {
@@ -573,9 +837,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   bool mpiOps = std::any_of(w.ops.begin(), w.ops.end(), [](const OpInfo* op) { return op->mpi; });
-  if (mpiOps && (!w.mpi || o.nThreads != 1)) {
+  if (mpiOps && (!w.mpi || o.ranksPerProcess() != 1)) {
     fprintf(stderr, "-o mpisum needs ranks as MPI processes (mpirun, -t 1)%s\n",
-                    kHaveMpi ? "" : "; this binary was built without MPI");
+            kHaveMpi ? "" : "; this binary was built without MPI");
     return 2;
   }
   if (!o.idFile.empty()) {
@@ -585,6 +849,16 @@ int main(int argc, char** argv) {
     }
     w.nProcs = o.nranks;
     w.proc = o.rank;
+  }
+
+  // Every rank of this process holds two buffers of -e bytes; more than the
+  // machine's memory is an error here rather than a failed allocation later.
+  const double needed = 2.0 * (double)bufferBytes(o) * o.ranksPerProcess();
+  const double physical = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  if (physical > 0 && needed > physical) {
+    fprintf(stderr, "-e %zu: %d ranks x 2 buffers need %.3g bytes, more than this machine's %.3g bytes of memory\n",
+            o.maxBytes, o.ranksPerProcess(), needed, physical);
+    return 2;
   }
 
   // The unique id: made by process 0, shared by MPI, by a file, or in memory.
@@ -597,10 +871,11 @@ int main(int argc, char** argv) {
 #endif
   if (!o.idFile.empty() && !shareIdThroughFile(&w)) return 1;
 
-  std::vector<RankCtx> ranks(o.nThreads);
+  if (w.proc == 0 && !w.json.open(o.outputFile, o, "host", -1)) return 2;
+  std::vector<RankCtx> ranks(o.ranksPerProcess());
   std::vector<std::thread> threads;
-  std::vector<int> rcs(o.nThreads, 0);
-  for (int t = 1; t < o.nThreads; t++) threads.emplace_back([&, t] { rcs[t] = rankMain(&w, t, &ranks[t]); });
+  std::vector<int> rcs(o.ranksPerProcess(), 0);
+  for (int t = 1; t < o.ranksPerProcess(); t++) threads.emplace_back([&, t] { rcs[t] = rankMain(&w, t, &ranks[t]); });
   rcs[0] = rankMain(&w, 0, &ranks[0]);
   for (auto& t : threads) t.join();
 
@@ -613,12 +888,9 @@ int main(int argc, char** argv) {
   }
 #endif
   if (w.proc == 0 && failed == 0) {
-    const char* minEnv = getenv("NCCL_TESTS_MIN_BW");
-    double minBw = minEnv ? atof(minEnv) : -1;
-    printf("# Out of bounds values : %d %s\n", errors, errors ? "FAILED" : "OK");
-    printf("# Avg bus bandwidth    : %g %s\n", bw, minBw < 0 ? "" : (bw < minBw * 0.9 ? "FAILED" : "OK"));
-    printf("#\n");
-    if (minBw >= 0 && bw < minBw * 0.9) errors++;
+    const double minBw = signlion::perf::minBusBwFromEnv();
+    if (signlion::perf::printFooter(errors, bw, minBw)) errors++;
+    w.json.finish(errors, bw, minBw);
   }
 #ifdef SIGNLION_PERF_MPI
   if (w.mpi) MPI_Finalize();

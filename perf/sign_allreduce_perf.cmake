@@ -5,7 +5,7 @@
 # it the plain reference of the contract (bits/vote_reference.h) for -c.
 if(TARGET nccl-sign)
   add_executable(sign_allreduce_perf ${CMAKE_CURRENT_LIST_DIR}/sign_allreduce_perf.cc
-                                     ${CMAKE_CURRENT_LIST_DIR}/perf_inputs.cc)
+                                     ${CMAKE_CURRENT_LIST_DIR}/perf_inputs.cc ${CMAKE_CURRENT_LIST_DIR}/perf_report.cc)
   target_link_libraries(sign_allreduce_perf PRIVATE nccl-sign signlion_core Threads::Threads)
   # --nccl, the GPU mode, when libnccl-sign.so has ncclSignAllReduce. The
   # binary links NCCL and the CUDA runtime as a framework does.
@@ -45,6 +45,15 @@ if(SIGNLION_BUILD_TESTS)
            COMMAND sign_allreduce_perf -t 5 -b 8 -e 1M -f 16 -w 1 -n 1 -c 1 -o all -d all)
   set_tests_properties(perf.sign_allreduce_perf_threads PROPERTIES LABELS multirank TIMEOUT 300
                        ENVIRONMENT SIGNLION_SOCKET_IFNAME=lo PASS_REGULAR_EXPRESSION "Out of bounds values : 0 OK")
+endif()
+
+# Every nccl-tests all_reduce_perf flag accepted, each run's output parsed
+# (tests/perf/sign_allreduce_perf_flags_test.py). Label "multirank".
+if(SIGNLION_BUILD_TESTS AND EXISTS "${SIGNLION_PYTHON}")
+  add_test(NAME perf.sign_allreduce_perf_flags
+           COMMAND ${SIGNLION_PYTHON} ${PROJECT_SOURCE_DIR}/tests/perf/sign_allreduce_perf_flags_test.py
+                   $<TARGET_FILE:sign_allreduce_perf>)
+  set_tests_properties(perf.sign_allreduce_perf_flags PROPERTIES LABELS multirank TIMEOUT 600)
 endif()
 
 # The GPU mode, small and checked: 2 ranks on the machine's GPUs (sharing one:

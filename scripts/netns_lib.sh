@@ -7,6 +7,7 @@
 #                         namespaces cannot be made (NETNS_WHY says why)
 #   netns_rate RATE    -> changes the tbf rate on both ends
 #   netns_down         -> deletes everything (safe to call twice; use in a trap)
+#   netns_second_link RATE, netns_link_down NS IF: see below
 
 NS_A="sl$$a"; NS_B="sl$$b"
 IF_A="sla$$"; IF_B="slb$$"
@@ -52,6 +53,31 @@ netns_up() {
 netns_rate() {
   _netns_tbf "$NS_A" "$IF_A" "$1" change
   _netns_tbf "$NS_B" "$IF_B" "$1" change
+}
+
+# A second veth pair between the same two namespaces (after netns_up), on a
+# subnet of its own so each pair is its own route: two NICs per namespace.
+#   netns_second_link RATE -> sets IF_A2 IF_B2 ADDR_A2 ADDR_B2; returns 1 if it
+#                             cannot (NETNS_WHY says why); netns_down removes it
+#   netns_link_down NS IF  -> takes one interface down (a link lost)
+IF_A2="slc$$"; IF_B2="sld$$"
+IF_A2=${IF_A2:0:15}; IF_B2=${IF_B2:0:15}
+ADDR_A2=198.18.1.1; ADDR_B2=198.18.1.2
+
+netns_second_link() {
+  ip link add "$IF_A2" type veth peer name "$IF_B2" || { NETNS_WHY="second veth pair unavailable"; return 1; }
+  ip link set "$IF_A2" netns "$NS_A"
+  ip link set "$IF_B2" netns "$NS_B"
+  ip -n "$NS_A" addr add "$ADDR_A2/24" dev "$IF_A2"
+  ip -n "$NS_B" addr add "$ADDR_B2/24" dev "$IF_B2"
+  ip -n "$NS_A" link set "$IF_A2" up
+  ip -n "$NS_B" link set "$IF_B2" up
+  _netns_tbf "$NS_A" "$IF_A2" "$1" add || { NETNS_WHY="tc tbf unavailable"; return 1; }
+  _netns_tbf "$NS_B" "$IF_B2" "$1" add
+}
+
+netns_link_down() {
+  ip -n "$1" link set "$2" down
 }
 
 # ---- A star: N namespaces joined by veth pairs to a bridge -------------------

@@ -2,10 +2,12 @@
 # Installs the Debian packages signlion needs to build and test. Idempotent:
 # when everything is already installed it changes nothing. Run as root.
 # CUDA 13 and NCCL come preinstalled under /usr/local/cuda and are optional.
+# ninja-build: the README's builds use -G Ninja, and the wheel's CMake build
+# (scikit-build-core) uses it instead of fetching ninja from the registry.
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config git python3
+  build-essential cmake ninja-build pkg-config git python3
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 iperf3 procps
   libucx-dev ucx-utils libibverbs-dev rdma-core

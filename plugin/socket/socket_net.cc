@@ -15,9 +15,10 @@ namespace {
 // ---- Properties ---------------------------------------------------------------
 
 template <typename Props>
-ncclResult_t fillCommon(int dev, Props* props) {
+ncclResult_t fillCommon(int dev, Props* props, SocketProps* out = nullptr) {
   ARGCHECK(props != nullptr, "getProperties", "props", "NULL");
-  SocketProps p;
+  SocketProps local;
+  SocketProps& p = out != nullptr ? *out : local;
   NCCLCHECK(socketGetProperties(dev, &p));
   memset(props, 0, sizeof(*props));
   props->name = const_cast<char*>(p.name);
@@ -35,13 +36,15 @@ ncclResult_t fillCommon(int dev, Props* props) {
   return ncclSuccess;
 }
 
-// v9 and later: virtual-device list (just this device) and size limits.
+// v9 and later: the physical devices this one is made of (itself unless
+// fused by makeVDevice) and size limits.
 template <typename Props>
 ncclResult_t fillV9(int dev, Props* props) {
-  NCCLCHECK(fillCommon(dev, props));
+  SocketProps p;
+  NCCLCHECK(fillCommon(dev, props, &p));
   props->forceFlush = 0;
-  props->vProps.ndevs = 1;
-  props->vProps.devs[0] = dev;
+  props->vProps.ndevs = p.ndevs;
+  for (int i = 0; i < p.ndevs; i++) props->vProps.devs[i] = p.devs[i];
   props->maxP2pBytes = kSocketMaxMessage;
   props->maxCollBytes = kSocketMaxMessage;
   return ncclSuccess;
@@ -64,6 +67,16 @@ ncclResult_t getPropsV12(int dev, ncclNetProperties_v12_t* props) {
   props->railId = NCCL_NET_ID_UNDEF;
   props->planeId = NCCL_NET_ID_UNDEF;
   return ncclSuccess;
+}
+
+// makeVDevice, v9 and later: every version's props start with ndevs, devs[].
+template <typename VProps>
+ncclResult_t makeVDevice(int* d, VProps* props) {
+  ARGCHECK(props != nullptr, "makeVDevice", "props", "NULL");
+  int max = (int)(sizeof(props->devs) / sizeof(props->devs[0]));
+  ARGCHECK(props->ndevs >= 1 && props->ndevs <= max, "makeVDevice", "props->ndevs", "%d not in [1, %d]", props->ndevs,
+           max);
+  return socketMakeVDevice(props->ndevs, props->devs, d);
 }
 
 // ---- init / connect variants -----------------------------------------------------
@@ -198,7 +211,7 @@ const ncclNet_v9_t kNetV9 = {kSocketNetName,
                              socketCloseListen,
                              nullptr /* getDeviceMr */,
                              nullptr /* irecvConsumed */,
-                             nullptr /* makeVDevice */};
+                             makeVDevice};
 
 const ncclNet_v10_t kNetV10 = {kSocketNetName,
                                initV10,
@@ -219,53 +232,39 @@ const ncclNet_v10_t kNetV10 = {kSocketNetName,
                                socketCloseListen,
                                nullptr /* getDeviceMr */,
                                nullptr /* irecvConsumed */,
-                               nullptr /* makeVDevice */};
+                               makeVDevice};
 
-const ncclNet_v11_t kNetV11 = {kSocketNetName,
-                               initV11,
-                               socketDevices,
-                               getPropsV11,
-                               listenV11,
-                               connectV11,
-                               acceptAny,
-                               socketRegMr,
-                               socketRegMrDmaBuf,
-                               socketDeregMr,
-                               isendV10,
-                               irecvV10,
-                               socketIflush,
-                               socketTest,
-                               socketCloseSend,
-                               socketCloseRecv,
-                               socketCloseListen,
-                               nullptr /* getDeviceMr */,
-                               nullptr /* irecvConsumed */,
-                               nullptr /* makeVDevice */,
-                               finalizeV11,
-                               nullptr /* setNetAttr */};
+// v11 and v12 share one function table; only init's config and the
+// properties differ in type. constexpr: the tables must be constant-
+// initialized, since plugin.cc copies them during static initialization.
+template <typename Net, typename Init, typename GetProps>
+constexpr Net contextNet(Init init, GetProps getProps) {
+  return Net{kSocketNetName,
+             init,
+             socketDevices,
+             getProps,
+             listenV11,
+             connectV11,
+             acceptAny,
+             socketRegMr,
+             socketRegMrDmaBuf,
+             socketDeregMr,
+             isendV10,
+             irecvV10,
+             socketIflush,
+             socketTest,
+             socketCloseSend,
+             socketCloseRecv,
+             socketCloseListen,
+             nullptr /* getDeviceMr */,
+             nullptr /* irecvConsumed */,
+             makeVDevice,
+             finalizeV11,
+             nullptr /* setNetAttr */};
+}
 
-const ncclNet_v12_t kNetV12 = {kSocketNetName,
-                               initV12,
-                               socketDevices,
-                               getPropsV12,
-                               listenV11,
-                               connectV11,
-                               acceptAny,
-                               socketRegMr,
-                               socketRegMrDmaBuf,
-                               socketDeregMr,
-                               isendV10,
-                               irecvV10,
-                               socketIflush,
-                               socketTest,
-                               socketCloseSend,
-                               socketCloseRecv,
-                               socketCloseListen,
-                               nullptr /* getDeviceMr */,
-                               nullptr /* irecvConsumed */,
-                               nullptr /* makeVDevice */,
-                               finalizeV11,
-                               nullptr /* setNetAttr */};
+constexpr ncclNet_v11_t kNetV11 = contextNet<ncclNet_v11_t>(initV11, getPropsV11);
+constexpr ncclNet_v12_t kNetV12 = contextNet<ncclNet_v12_t>(initV12, getPropsV12);
 
 }  // namespace
 

@@ -44,8 +44,10 @@ void delayAcks(int fd, int64_t* lastMs) {
 
 bool listenOnFreePort(const SocketAddress& addr, int backlog, int* fd, SocketAddress* bound) {
   SocketAddress a = addr;
-  if (a.sa.sa_family == AF_INET) a.sin.sin_port = 0;
-  else a.sin6.sin6_port = 0;
+  if (a.sa.sa_family == AF_INET)
+    a.sin.sin_port = 0;
+  else
+    a.sin6.sin6_port = 0;
   *fd = socket(a.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (*fd < 0) {
     WARN("NET/signlion: socket() failed: %s", strerror(errno));
@@ -61,10 +63,23 @@ bool listenOnFreePort(const SocketAddress& addr, int backlog, int* fd, SocketAdd
   return true;
 }
 
-bool startConnect(const SocketAddress& to, int trafficClass, int* fd) {
+bool startConnect(const SocketAddress& to, int trafficClass, int* fd, const SocketAddress* from) {
   *fd = socket(to.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (*fd < 0) return false;
   tuneStream(*fd, trafficClass, to.sa.sa_family);
+  if (from != nullptr) {
+    SocketAddress local = *from;
+    if (local.sa.sa_family == AF_INET)
+      local.sin.sin_port = 0;
+    else
+      local.sin6.sin6_port = 0;
+    if (bind(*fd, &local.sa, addrLen(local)) != 0) {
+      int err = errno;
+      closeFd(fd);
+      errno = err;
+      return false;
+    }
+  }
   if (connect(*fd, &to.sa, addrLen(to)) == 0 || errno == EINPROGRESS) return true;
   closeFd(fd);
   return false;

@@ -35,8 +35,10 @@ void delayAcks(int fd, int64_t* lastMs);
 // gets the address with the port the kernel chose. WARNs and returns false on failure.
 bool listenOnFreePort(const SocketAddress& addr, int backlog, int* fd, SocketAddress* bound);
 
-// Non-blocking connect; *fd is the new socket. Returns false on an immediate failure.
-bool startConnect(const SocketAddress& to, int trafficClass, int* fd);
+// Non-blocking connect; *fd is the new socket. from (may be null): the local
+// address to send from (port 0), so the stream leaves by that interface.
+// Returns false on an immediate failure.
+bool startConnect(const SocketAddress& to, int trafficClass, int* fd, const SocketAddress* from = nullptr);
 
 }  // namespace net
 }  // namespace signlion

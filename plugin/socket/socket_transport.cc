@@ -28,6 +28,7 @@
 #include "transport/fixed_queue.h"
 #include "transport/request_table.h"
 #include "transport/tag_matcher.h"
+#include "socket/socket_device_table.h"
 #include "socket/socket_devices.h"
 #include "socket/socket_pairing.h"
 #include "socket/socket_params.h"
@@ -38,9 +39,9 @@ namespace net {
 namespace {
 
 constexpr uint32_t kHandleMagic = 0x534c4e48;  // "SLNH"
-constexpr uint16_t kWireVersion = 2;           // 2: instance ids, control-socket pairing
-constexpr uint32_t kMrMagic = 0x534c4d52;      // "SLMR"
-constexpr int kPollMs = 50;                    // helper wake-up period, bounds close latency
+constexpr uint16_t kWireVersion = 3;       // 2: instance ids, control-socket pairing; 3: a handle lists 1..4 interfaces
+constexpr uint32_t kMrMagic = 0x534c4d52;  // "SLMR"
+constexpr int kPollMs = 50;                // helper wake-up period, bounds close latency
 constexpr size_t kCallerOnlyMax = 512 * 1024;  // payloads up to this are moved by the caller (enqueueStreams)
 constexpr size_t kMaxPendingAccepts = 256;
 constexpr size_t kStageBytes = 64 * 1024;  // recv comm staging buffer for the control stream
@@ -66,19 +67,59 @@ int64_t timeoutMs() {
 
 // ---- Wire formats -----------------------------------------------------------
 
-// What listen() writes into NCCL's handle. The tail after `addr` is private to
+// One listening address in a handle, compact (a SocketAddress is 28 bytes).
+struct HandleNic {
+  uint16_t family;  // AF_INET or AF_INET6
+  uint16_t port;    // network order
+  uint8_t ip[16];   // IPv4 in the first 4 bytes
+};
+
+// What listen() writes into NCCL's handle: one address per interface of the
+// device (a fused device has several). The tail after `nics` is private to
 // the connecting side (NCCL hands the same handle back on every connect call).
 struct ListenHandle {
   uint32_t magic;
   uint16_t version;
-  uint16_t reserved;
+  uint8_t nnics;
+  uint8_t reserved;
   uint64_t secret;
   uint64_t instance;  // the listener's localInstance(): who the connector reaches
-  SocketAddress addr;
+  HandleNic nics[kSocketMaxFusedNics];
   // connector-private
   void* connecting;
 };
 static_assert(sizeof(ListenHandle) <= 128, "handle must fit NCCL_NET_HANDLE_MAXSIZE");
+
+HandleNic toHandleNic(const SocketAddress& a) {
+  HandleNic n{};
+  n.family = a.sa.sa_family;
+  if (a.sa.sa_family == AF_INET) {
+    n.port = a.sin.sin_port;
+    memcpy(n.ip, &a.sin.sin_addr, 4);
+  } else {
+    n.port = a.sin6.sin6_port;
+    memcpy(n.ip, &a.sin6.sin6_addr, 16);
+  }
+  return n;
+}
+
+// False for a family we do not speak.
+bool fromHandleNic(const HandleNic& n, SocketAddress* a) {
+  memset(a, 0, sizeof(*a));
+  if (n.family == AF_INET) {
+    a->sin.sin_family = AF_INET;
+    a->sin.sin_port = n.port;
+    memcpy(&a->sin.sin_addr, n.ip, 4);
+    return true;
+  }
+  if (n.family == AF_INET6) {
+    a->sin6.sin6_family = AF_INET6;
+    a->sin6.sin6_port = n.port;
+    memcpy(&a->sin6.sin6_addr, n.ip, 16);
+    return true;
+  }
+  return false;
+}
 
 // First bytes on every stream of a new connection.
 struct Hello {
@@ -104,39 +145,6 @@ struct MsgHeader {
 constexpr uint32_t kMsgInline = 1;
 constexpr uint32_t kMsgPair = 2;    // offer: the named send comm may move onto this connection
 constexpr uint32_t kMsgSwitch = 4;  // marker: the sender moved; read the pinned connection from here on
-
-// ---- Devices (shared by all comms, rescanned when parameters change) --------
-
-std::mutex gDevMutex;
-std::vector<SocketDevice> gDevs;
-uint64_t gDevEpoch = ~0ull;
-std::deque<std::string> gInterned;  // strings handed to NCCL live forever
-
-const char* intern(const std::string& s) {
-  for (const std::string& x : gInterned)
-    if (x == s) return x.c_str();
-  gInterned.push_back(s);
-  return gInterned.back().c_str();
-}
-
-// Caller holds gDevMutex.
-void refreshDevicesLocked() {
-  uint64_t epoch = gParamEpoch.load(std::memory_order_acquire);
-  if (epoch == gDevEpoch) return;
-  gDevs = findSocketDevices(kSocketMaxDevs);
-  gDevEpoch = epoch;
-  for (size_t i = 0; i < gDevs.size(); i++)
-    INFO(kSubsysNet | kSubsysInit, "NET/signlion: dev %zu: %s %s, %d Mbps", i, gDevs[i].name.c_str(),
-         addressString(gDevs[i].addr).c_str(), gDevs[i].speedMbps);
-}
-
-bool deviceAddress(int dev, SocketAddress* out) {
-  std::lock_guard<std::mutex> lk(gDevMutex);
-  refreshDevicesLocked();
-  if (dev < 0 || dev >= (int)gDevs.size()) return false;
-  *out = gDevs[dev].addr;
-  return true;
-}
 
 // ---- Comms ------------------------------------------------------------------
 
@@ -274,7 +282,12 @@ struct Comm : CommHeader {
 
   // Connecting side only, until connect() returns the comm.
   struct Connecting {
-    SocketAddress to;
+    // Per stream (control first): the peer's interface it goes to, and ours
+    // it leaves from (bound only when our device is fused: a single
+    // interface leaves as routing says, as before).
+    std::vector<SocketAddress> to;
+    std::vector<SocketAddress> from;
+    bool bindFrom = false;
     int trafficClass;
     int64_t deadline;
     std::vector<int> state;  // 0 connecting, 1 sending hello, 2 done
@@ -302,9 +315,8 @@ struct ConnGroup {
 };
 
 struct ListenComm : CommHeader {
-  int fd = -1;
+  std::vector<int> fds;  // one listening socket per interface of the device
   uint64_t secret = 0;
-  SocketAddress addr;
   std::vector<PendingConn> pending;
   std::vector<ConnGroup> groups;
 };
@@ -1103,72 +1115,40 @@ bool checkMr(Comm* c, void* mhandle, const void* data, size_t size) {
 
 // ---- API --------------------------------------------------------------------
 
-ncclResult_t socketInit(LogSink logger) {
-  if (logger != nullptr) logSetSink(logger);
-  std::lock_guard<std::mutex> lk(gDevMutex);
-  refreshDevicesLocked();
-  if (gDevs.empty()) {
-    WARN("NET/signlion: no usable network interface (SIGNLION_SOCKET_IFNAME=%s)", signlionParamSocketIfname().c_str());
-    return ncclSystemError;
-  }
-  INFO(kSubsysNet | kSubsysInit, "NET/signlion: %zu device(s), %lld streams x %lld threads per comm", gDevs.size(),
-       (long long)signlionParamNsocks(), (long long)signlionParamNthreads());
-  return ncclSuccess;
-}
-
-ncclResult_t socketDevices(int* ndev) {
-  ARGCHECK(ndev != nullptr, "devices", "ndev", "NULL");
-  std::lock_guard<std::mutex> lk(gDevMutex);
-  refreshDevicesLocked();
-  *ndev = (int)gDevs.size();
-  return ncclSuccess;
-}
-
-ncclResult_t socketGetProperties(int dev, SocketProps* props) {
-  ARGCHECK(props != nullptr, "getProperties", "props", "NULL");
-  std::lock_guard<std::mutex> lk(gDevMutex);
-  refreshDevicesLocked();
-  ARGCHECK(dev >= 0 && dev < (int)gDevs.size(), "getProperties", "dev", "%d not in [0, %zu)", dev, gDevs.size());
-  const SocketDevice& d = gDevs[dev];
-  props->name = intern(d.name);
-  props->pciPath = d.pciPath.empty() ? nullptr : intern(d.pciPath);
-  props->guid = (uint64_t)dev;
-  props->speedMbps = d.speedMbps;
-  // Each comm holds 1 + NSOCKS descriptors; leave a quarter of the limit to the application.
-  rlimit rl{};
-  int64_t fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (int64_t)rl.rlim_cur : 65536;
-  int64_t perComm = 1 + std::max<int64_t>(1, std::min<int64_t>(signlionParamNsocks(), kSocketMaxStreams));
-  props->maxComms = (int)std::max<int64_t>(1, fds * 3 / 4 / perComm);
-  props->maxRecvs = kSocketMaxRecvs;
-  return ncclSuccess;
-}
-
 ncclResult_t socketListen(int dev, void* handle, void** listenComm) {
   ARGCHECK(handle != nullptr, "listen", "handle", "NULL");
   ARGCHECK(listenComm != nullptr, "listen", "listenComm", "NULL");
   *listenComm = nullptr;
-  SocketAddress addr;
-  ARGCHECK(deviceAddress(dev, &addr), "listen", "dev", "%d is not a device", dev);
+  NicSet nics;
+  ARGCHECK(deviceNics(dev, &nics), "listen", "dev", "%d is not a device", dev);
 
   std::unique_ptr<ListenComm> l(new ListenComm());
   l->magic = kCommMagic;
   l->kind = kCommListen;
-  if (!listenOnFreePort(addr, 1024, &l->fd, &l->addr)) return ncclSystemError;
-  if (getrandom(&l->secret, sizeof(l->secret), 0) != (ssize_t)sizeof(l->secret)) {
-    WARN("NET/signlion: getrandom failed: %s", strerror(errno));
-    closeFd(&l->fd);
-    return ncclSystemError;
-  }
   ListenHandle h{};
   h.magic = kHandleMagic;
   h.version = kWireVersion;
-  h.secret = l->secret;
+  h.nnics = (uint8_t)nics.n;
   h.instance = localInstance();
-  h.addr = l->addr;
   h.connecting = nullptr;
+  auto fail = [&] {
+    for (int& fd : l->fds) closeFd(&fd);
+    return ncclSystemError;
+  };
+  for (int i = 0; i < nics.n; i++) {
+    SocketAddress bound;
+    l->fds.push_back(-1);
+    if (!listenOnFreePort(nics.addr[i], 1024, &l->fds.back(), &bound)) return fail();
+    h.nics[i] = toHandleNic(bound);
+    INFO(kSubsysNet, "NET/signlion: listening on %s", addressString(bound).c_str());
+  }
+  if (getrandom(&l->secret, sizeof(l->secret), 0) != (ssize_t)sizeof(l->secret)) {
+    WARN("NET/signlion: getrandom failed: %s", strerror(errno));
+    return fail();
+  }
+  h.secret = l->secret;
   memset(handle, 0, 128);
   memcpy(handle, &h, sizeof(h));
-  INFO(kSubsysNet, "NET/signlion: listening on %s", addressString(l->addr).c_str());
   *listenComm = static_cast<CommHeader*>(l.release());
   return ncclSuccess;
 }
@@ -1188,10 +1168,13 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
   };
   ARGCHECK(h->magic == kHandleMagic, "connect", "handle", "bad magic 0x%x (not a signlion handle)", h->magic);
   ARGCHECK(h->version == kWireVersion, "connect", "handle", "version %u, expected %u", h->version, kWireVersion);
-  SocketAddress unused;
-  ARGCHECK(deviceAddress(dev, &unused), "connect", "dev", "%d is not a device", dev);
-  ARGCHECK(h->addr.sa.sa_family == AF_INET || h->addr.sa.sa_family == AF_INET6, "connect", "handle",
-           "address family %d", (int)h->addr.sa.sa_family);
+  NicSet local;
+  ARGCHECK(deviceNics(dev, &local), "connect", "dev", "%d is not a device", dev);
+  ARGCHECK(h->nnics >= 1 && h->nnics <= kSocketMaxFusedNics, "connect", "handle", "%u interfaces", h->nnics);
+  SocketAddress remote[kSocketMaxFusedNics];
+  for (int i = 0; i < h->nnics; i++)
+    ARGCHECK(fromHandleNic(h->nics[i], &remote[i]), "connect", "handle", "address family %d of interface %d",
+             (int)h->nics[i].family, i);
 
   Comm* c = static_cast<Comm*>(h->connecting);
   if (c == nullptr) {
@@ -1202,7 +1185,6 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
     for (int s = 0; s < c->nsocks; s++) c->streams.emplace_back();
     auto* cs = new Comm::Connecting();
     c->connecting.reset(cs);
-    cs->to = h->addr;
     cs->trafficClass = trafficClass;
     c->trafficClass = trafficClass;
     cs->deadline = nowMs() + timeoutMs();
@@ -1212,6 +1194,14 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
     cs->state.assign(nfd, 0);
     cs->off.assign(nfd, 0);
     cs->hello.resize(nfd);
+    // Control and data stream 0 on the first interface, stream i on i mod n
+    // at each end: a fused device's streams spread over its interfaces.
+    cs->bindFrom = local.n > 1;
+    for (int i = 0; i < nfd; i++) {
+      int s = i == 0 ? 0 : i - 1;
+      cs->to.push_back(remote[s % h->nnics]);
+      cs->from.push_back(local.addr[s % local.n]);
+    }
     for (int i = 0; i < nfd; i++) {
       Hello& he = cs->hello[i];
       he = Hello{};
@@ -1225,8 +1215,8 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
       he.connId = connId;
       he.instance = localInstance();
       int* fd = i == 0 ? &c->ctrlFd : &c->streams[i - 1].fd;
-      if (!startConnect(cs->to, trafficClass, fd)) {
-        WARN("NET/signlion: connect to %s failed: %s", addressString(cs->to).c_str(), strerror(errno));
+      if (!startConnect(cs->to[i], trafficClass, fd, cs->bindFrom ? &cs->from[i] : nullptr)) {
+        WARN("NET/signlion: connect to %s failed: %s", addressString(cs->to[i]).c_str(), strerror(errno));
         destroyComm(c);
         return ncclSystemError;
       }
@@ -1253,13 +1243,13 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
           cs->state[i] = 1;
         } else if ((err == ECONNREFUSED || err == ETIMEDOUT) && nowMs() < cs->deadline) {
           closeFd(fd);  // the listener may not be up yet: try again on the next call
-          if (!startConnect(cs->to, cs->trafficClass, fd))
+          if (!startConnect(cs->to[i], cs->trafficClass, fd, cs->bindFrom ? &cs->from[i] : nullptr))
             err = errno;
           else
             err = 0;
         }
         if (err != 0 && cs->state[i] == 0) {
-          WARN("NET/signlion: connect to %s failed: %s", addressString(cs->to).c_str(), strerror(err));
+          WARN("NET/signlion: connect to %s failed: %s", addressString(cs->to[i]).c_str(), strerror(err));
           setConnecting(nullptr);
           destroyComm(c);
           return ncclSystemError;
@@ -1271,7 +1261,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
       if (n > 0)
         cs->off[i] += (size_t)n;
       else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        WARN("NET/signlion: handshake with %s failed: %s", addressString(cs->to).c_str(), strerror(errno));
+        WARN("NET/signlion: handshake with %s failed: %s", addressString(cs->to[i]).c_str(), strerror(errno));
         setConnecting(nullptr);
         destroyComm(c);
         return ncclSystemError;
@@ -1282,7 +1272,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
   }
   if (!all) {
     if (nowMs() > cs->deadline) {
-      WARN("NET/signlion: connect to %s timed out after %lld ms", addressString(cs->to).c_str(),
+      WARN("NET/signlion: connect to %s timed out after %lld ms", addressString(cs->to[0]).c_str(),
            (long long)timeoutMs());
       setConnecting(nullptr);
       destroyComm(c);
@@ -1300,8 +1290,8 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
     return res;
   }
   establishCtrl(c, connId, h->instance);
-  INFO(kSubsysNet, "NET/signlion: connected to %s, %d streams, chunk %zu", addressString(h->addr).c_str(), c->nsocks,
-       c->chunkSize);
+  INFO(kSubsysNet, "NET/signlion: connected to %s, %d streams over %d x %d interfaces, chunk %zu",
+       addressString(remote[0]).c_str(), c->nsocks, local.n, (int)h->nnics, c->chunkSize);
   *sendComm = static_cast<CommHeader*>(c);
   return ncclSuccess;
 }
@@ -1316,7 +1306,7 @@ void socketAbandonConnects(PendingConnects* pending) {
   for (void* p : left) {
     Comm* c = static_cast<Comm*>(p);
     c->pending = nullptr;
-    WARN("NET/signlion: closing a connect to %s that never finished", addressString(c->connecting->to).c_str());
+    WARN("NET/signlion: closing a connect to %s that never finished", addressString(c->connecting->to[0]).c_str());
     destroyComm(c);
   }
 }
@@ -1343,16 +1333,20 @@ ncclResult_t socketAccept(void* listenComm, void** recvComm) {
   ARGCHECK(l != nullptr && l->magic == kCommMagic && l->kind == kCommListen, "accept", "listenComm",
            "%p is not a listen comm", listenComm);
   int64_t now = nowMs();
-  for (int i = 0; i < 64; i++) {  // bounded per call
+  for (int i = 0, k = 0; i < 64 && k < (int)l->fds.size();) {  // bounded per call; each interface in turn
     PendingConn p{};
     socklen_t len = sizeof(p.peer);
-    p.fd = accept4(l->fd, &p.peer.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    p.fd = accept4(l->fds[k], &p.peer.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (p.fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        k++;
+        continue;
+      }
       WARN("NET/signlion: accept failed: %s", strerror(errno));
       return ncclSystemError;
     }
+    i++;
     tuneStream(p.fd, -1, p.peer.sa.sa_family);
     p.start = now;
     if (l->pending.size() >= kMaxPendingAccepts) {
@@ -1661,7 +1655,7 @@ ncclResult_t socketCloseListen(void* listenComm) {
            listenComm);
   for (PendingConn& p : l->pending) closeFd(&p.fd);
   for (ConnGroup& g : l->groups) dropGroup(&g);
-  closeFd(&l->fd);
+  for (int& fd : l->fds) closeFd(&fd);
   l->magic = 0;
   delete l;
   return ncclSuccess;

@@ -13,6 +13,12 @@
 // socket buffers completes without a thread hand-off. Once a process pair
 // has a send and a recv comm each way, one of them moves its control stream
 // onto the other's connection, so replies carry ACKs (socket_pairing.h).
+//
+// A message goes to the oldest posted receive holding its tag, whatever the
+// order of tags (transport/tag_matcher.h); one that no open receive holds
+// is kept until one is posted. A recv comm's close writes a bye on its data
+// streams, against the data: the peer's sender then completes its sends
+// without delivering them instead of failing (docs/PLUGIN.md, "Teardown").
 #pragma once
 
 #include <atomic>
@@ -28,10 +34,13 @@ namespace signlion {
 namespace net {
 
 constexpr int kSocketMaxDevs = 16;
-constexpr int kSocketMaxRecvs = 8;        // grouped receives per irecv
-constexpr int kSocketMaxRequests = 32;    // outstanding requests per comm (NCCL_NET_MAX_REQUESTS)
-constexpr int kSocketMaxStreams = 64;     // cap on SIGNLION_NSOCKS
+constexpr int kSocketMaxRecvs = 8;                // grouped receives per irecv
+constexpr int kSocketMaxRequests = 32;            // outstanding requests per comm (NCCL_NET_MAX_REQUESTS)
+constexpr int kSocketMaxStreams = 64;             // cap on SIGNLION_NSOCKS
 constexpr size_t kSocketMaxMessage = 1ull << 30;  // maxP2pBytes: test() reports sizes as int
+// Interfaces one fused device (makeVDevice) may hold: what the listen handle
+// has room for (128 bytes: one address each plus the connection's fields).
+constexpr int kSocketMaxFusedNics = 4;
 
 // First member of every comm object we hand out, so byte counters can be read
 // from a comm pointer alone (also by a copy of this code in another library).
@@ -49,17 +58,26 @@ constexpr uint32_t kCommMagic = 0x534c4e43;  // "SLNC"
 enum CommKind : uint32_t { kCommListen = 1, kCommSend = 2, kCommRecv = 3 };
 
 struct SocketProps {
-  const char* name;
+  const char* name;     // a fused device: its interfaces' names joined by '+'
   const char* pciPath;  // nullptr for virtual interfaces
   uint64_t guid;
-  int speedMbps;
+  int speedMbps;  // a fused device: the sum of its interfaces'
   int maxComms;
   int maxRecvs;
+  int ndevs;  // physical devices it is made of (1 unless fused)
+  int devs[kSocketMaxFusedNics];
 };
 
 ncclResult_t socketInit(LogSink logger);
 ncclResult_t socketDevices(int* ndev);
 ncclResult_t socketGetProperties(int dev, SocketProps* props);
+// NCCL's NIC fusion: a new device made of ndevs (1..4) distinct physical
+// devices of one address family; *d gets its index (physical devices first,
+// then fused ones in the order made; ndevs == 1 returns that device, the
+// same list again the device made for it). A comm
+// on it deals its data streams over the interfaces, stream i on interface
+// i mod n at each end, control stream on the first. socket_device_table.cc.
+ncclResult_t socketMakeVDevice(int ndevs, const int* devs, int* d);
 ncclResult_t socketListen(int dev, void* handle, void** listenComm);
 // Connects a caller started and has not seen finish. ncclNet has no call that
 // cancels a connect in progress (the half-made comm lives behind the handle
@@ -80,12 +98,11 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
 void socketAbandonConnects(PendingConnects* pending);
 ncclResult_t socketAccept(void* listenComm, void** recvComm);
 ncclResult_t socketRegMr(void* comm, void* data, size_t size, int type, void** mhandle);
-ncclResult_t socketRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
-                               void** mhandle);
+ncclResult_t socketRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
 ncclResult_t socketDeregMr(void* comm, void* mhandle);
 ncclResult_t socketIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
-ncclResult_t socketIrecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
-                         void** mhandles, void** request);
+ncclResult_t socketIrecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags, void** mhandles,
+                         void** request);
 ncclResult_t socketIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
 ncclResult_t socketTest(void* request, int* done, int* sizes);
 // Blocks the caller up to timeoutMs until the comm has something for test()

@@ -3,6 +3,11 @@
 signlion.capi: the C ABI through ctypes (no dependency);
 signlion.torch: DistributedLion, a torch.optim.Optimizer (needs PyTorch).
 """
-from .capi import Comm, Lion, SignError, get_unique_id, library_path, version  # noqa: F401
+from .capi import Comm, Lion, SignError, get_unique_id, library_path, net_plugin_path, version  # noqa: F401
 
-__version__ = "0.1.0"
+try:  # written by the wheel build from the CMake project version
+    from ._version import __version__
+except ImportError:  # a source checkout: read that version where it is written
+    from .capi import _source_tree_version
+
+    __version__ = _source_tree_version()

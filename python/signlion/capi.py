@@ -48,19 +48,44 @@ class LionConfig(ctypes.Structure):
                 ("momentumAverageEvery", ctypes.c_int), ("skipNonFinite", ctypes.c_int)]
 
 
+_HERE = pathlib.Path(__file__).resolve().parent
+
+
 def _candidates():
+    """Where libnccl-sign.so is looked for, in order: $SIGNLION_LIBRARY (an
+    override, alone when set); next to this file (the wheel bundles it there);
+    the system loader's path (cmake --install); the build/ folder of the source
+    tree this package sits in."""
     env = os.environ.get("SIGNLION_LIBRARY")
     if env:
         yield env
         return
-    here = pathlib.Path(__file__).resolve().parent
-    for p in sorted(here.glob("libnccl-sign.so*")):
+    for p in sorted(_HERE.glob("libnccl-sign.so*")):
         yield str(p)
     yield "libnccl-sign.so.0"
     for build in ("build", "build-release"):
-        p = here.parent.parent / build / "src" / "host" / "libnccl-sign.so"
+        p = _HERE.parent.parent / build / "src" / "host" / "libnccl-sign.so"
         if p.exists():
             yield str(p)
+
+
+def net_plugin_path():
+    """The NCCL net plugin bundled with the package (libnccl-net-signlion.so), or
+    None when this install has none; NCCL_NET_PLUGIN accepts this path."""
+    p = _HERE / "libnccl-net-signlion.so"
+    return str(p) if p.exists() else None
+
+
+def _source_tree_version():
+    """project(signlion VERSION x.y.z) of the CMakeLists.txt above a source checkout."""
+    import re
+
+    try:
+        text = (_HERE.parent.parent / "CMakeLists.txt").read_text()
+    except OSError:
+        return "unknown"
+    m = re.search(r"project\(signlion VERSION ([0-9]+\.[0-9]+\.[0-9]+)", text)
+    return m.group(1) if m else "unknown"
 
 
 _LIB = None
@@ -146,11 +171,17 @@ def _require_device_support():
                            "(rebuild with CUDA and NCCL found by CMake)" % library_path())
 
 
-def version():
+def version_code():
     """NCCL_SIGN_VERSION_CODE of the loaded library (major*10000 + minor*100 + patch)."""
     v = ctypes.c_int()
     _check("ncclSignGetVersion", ctypes.byref(v))
     return v.value
+
+
+def version():
+    """The loaded library's version as "major.minor.patch", the form of signlion.__version__."""
+    code = version_code()
+    return "%d.%d.%d" % (code // 10000, code // 100 % 100, code % 100)
 
 
 def get_unique_id():
@@ -212,7 +243,7 @@ def _config(zero_rule="positive", tie_rule="zero", algorithm=0, timeout_ms=0):
         raise ValueError("zero_rule must be one of %s, not %r" % (sorted(ZERO_RULES), zero_rule))
     if tie_rule not in TIE_RULES:
         raise ValueError("tie_rule must be one of %s, not %r" % (sorted(TIE_RULES), tie_rule))
-    return Config(ctypes.sizeof(Config), _CONFIG_MAGIC, version(), algorithm, ZERO_RULES[zero_rule],
+    return Config(ctypes.sizeof(Config), _CONFIG_MAGIC, version_code(), algorithm, ZERO_RULES[zero_rule],
                   TIE_RULES[tie_rule], timeout_ms, None)
 
 
@@ -241,7 +272,7 @@ class Lion:
                  nccl_comm=None):
         if aggregation not in AGGREGATIONS:
             raise ValueError("aggregation must be one of %s, not %r" % (sorted(AGGREGATIONS), aggregation))
-        cfg = LionConfig(ctypes.sizeof(LionConfig), _LION_CONFIG_MAGIC, version(), lr, betas[0], betas[1],
+        cfg = LionConfig(ctypes.sizeof(LionConfig), _LION_CONFIG_MAGIC, version_code(), lr, betas[0], betas[1],
                          weight_decay, AGGREGATIONS[aggregation], int(master_weights), int(momentum_average_every),
                          int(skip_nonfinite))
         self.handle = ctypes.c_void_p()

@@ -9,6 +9,8 @@
 
 #include "common/checks.h"
 #include "socket/socket_net.h"
+#include "socket/socket_params.h"
+#include "socket/socket_transport.h"
 
 namespace signlion {
 namespace host {
@@ -45,7 +47,19 @@ ncclResult_t Net::open(const char* plugin, std::unique_ptr<Net>* out) {
     WARN("network %s has no device (check SIGNLION_SOCKET_IFNAME)", n->api_->name);
     return ncclSystemError;
   }
-  INFO(kSubsysInit | kSubsysNet, "host communicator network: %s (%d devices)%s", n->api_->name, ndev,
+  // Several interfaces named on purpose: one device striped over them. Not
+  // without SIGNLION_SOCKET_IFNAME, which then means every interface, some
+  // of which may not reach the peers.
+  if (n->ours_ && ndev > 1 && !net::signlionParamSocketIfname().empty()) {
+    ncclNetVDeviceProps_v11_t fuse{};
+    for (int d = 0; d < ndev && fuse.ndevs < net::kSocketMaxFusedNics; d++) {
+      ncclNetProperties_v11_t props;
+      NCCLCHECK(n->api_->getProperties(d, &props));
+      if (props.vProps.ndevs == 1 && props.vProps.devs[0] == d) fuse.devs[fuse.ndevs++] = d;  // an interface
+    }
+    if (fuse.ndevs > 1) NCCLCHECK(n->api_->makeVDevice(&n->dev_, &fuse));  // the same set again: the same device
+  }
+  INFO(kSubsysInit | kSubsysNet, "host communicator network: %s (%d devices, using %d)%s", n->api_->name, ndev, n->dev_,
        builtin ? " built in" : "");
   *out = std::move(n);
   return ncclSuccess;

@@ -26,7 +26,10 @@ class Net {
 
   const ncclNet_v11_t& api() const { return *api_; }
   void* ctx() const { return ctx_; }
-  int dev() const { return 0; }
+  // Device 0; with the built-in transport and SIGNLION_SOCKET_IFNAME naming
+  // several interfaces, a device fused from them (makeVDevice, up to 4), so
+  // each link stripes its data streams over all of them.
+  int dev() const { return dev_; }
   const char* name() const { return api_->name; }
 
   // Sleeps up to timeoutMs until `comm` may have progressed (signlion's
@@ -40,6 +43,7 @@ class Net {
   void* dl_ = nullptr;
   const ncclNet_v11_t* api_ = nullptr;
   void* ctx_ = nullptr;
+  int dev_ = 0;
   bool ours_ = false;
 };
 

@@ -131,6 +131,22 @@ ncclResult_t NetDriver::properties(int dev, ncclNetProperties_v12_t* props) {
   return r;
 }
 
+ncclResult_t NetDriver::makeVDevice(int ndevs, const int* devs, int* d) {
+  if (v8_) return ncclInvalidUsage;
+  if (v12_) {
+    ncclNetVDeviceProps_v12_t p{};
+    p.ndevs = ndevs;
+    for (int i = 0; i < ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC_V12; i++) p.devs[i] = devs[i];
+    return v12_->makeVDevice(d, &p);
+  }
+  ncclNetVDeviceProps_v11_t p{};  // v9..v11: the same layout
+  p.ndevs = ndevs;
+  for (int i = 0; i < ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC_V11; i++) p.devs[i] = devs[i];
+  if (v9_) return v9_->makeVDevice(d, reinterpret_cast<ncclNetVDeviceProps_v9_t*>(&p));
+  if (v10_) return v10_->makeVDevice(d, reinterpret_cast<ncclNetVDeviceProps_v10_t*>(&p));
+  return v11_->makeVDevice(d, &p);
+}
+
 ncclResult_t NetDriver::listen(int dev, void* handle, void** listenComm) {
   if (v8_) return v8_->listen(dev, handle, listenComm);
   if (v9_) return v9_->listen(dev, handle, listenComm);

@@ -38,6 +38,8 @@ class NetDriver {
   // The newest layout: older versions' fields copied, the rest zero (v8..v11
   // leave railId/planeId at 0).
   ncclResult_t properties(int dev, ncclNetProperties_v12_t* props);
+  // NIC fusion (v9 and later; ncclInvalidUsage for v8, which has none).
+  ncclResult_t makeVDevice(int ndevs, const int* devs, int* d);
   ncclResult_t listen(int dev, void* handle, void** listenComm);
   ncclResult_t connect(int dev, void* handle, void** sendComm);
   ncclResult_t accept(void* listenComm, void** recvComm);

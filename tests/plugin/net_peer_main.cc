@@ -10,6 +10,13 @@
 //     receive, writes <dir>/receiving once 4 MiB are in; recvbig then keeps
 //     testing (the test kills us), recvclose closes the recv comm (an orderly
 //     close), writes <dir>/closed and waits to be killed.
+//   signlion_net_peer --mode stream --role a|b --ifname IF1,IF2,.. --lib PATH --dir DIR
+//                     [--bytes 1G] [--version 12]
+//     one comm from a to b on the device fused from the listed interfaces
+//     (makeVDevice; one interface: that device): a sends --bytes in 4 MiB
+//     messages, 8 in flight, b receives and checks every 8th message; each
+//     prints its rate ("stream: ... Gbit/s"). Exit 0 on success, 4 when a
+//     transfer call failed (the error is printed), 1 on a setup problem.
 #include <unistd.h>
 
 #include <chrono>
@@ -35,6 +42,8 @@ static std::vector<size_t> parseSizes(const char* s) {
       v <<= 10, end++;
     else if (*end == 'M' || *end == 'm')
       v <<= 20, end++;
+    else if (*end == 'G' || *end == 'g')
+      v <<= 30, end++;
     out.push_back(v);
     s = *end == ',' ? end + 1 : end;
     if (end == s && *s) break;
@@ -116,9 +125,121 @@ static int recvBig(const PeerOptions& opt, bool closeEarly) {
   return 3;
 }
 
+// The device fused from a comma list of interface names; -1 if one is missing.
+static int fusedDevice(NetDriver& net, const std::string& list) {
+  std::vector<int> devs;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    std::string name = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    int d = findDevice(net, name);
+    if (d < 0) {
+      fprintf(stderr, "stream: no device %s\n", name.c_str());
+      return -1;
+    }
+    devs.push_back(d);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  int d = -1;
+  if (net.makeVDevice((int)devs.size(), devs.data(), &d) != ncclSuccess) return -1;
+  return d;
+}
+
+static int stream(const PeerOptions& opt, size_t bytes) {
+  const size_t kMsg = size_t(4) << 20;
+  const int kWindow = 8;
+  NetDriver net;
+  std::string err;
+  void* lib = openPlugin(opt.lib, &err);
+  if (lib == nullptr || !net.bind(lib, opt.version) || net.init() != ncclSuccess) {
+    fprintf(stderr, "stream: cannot load %s: %s\n", opt.lib.c_str(), err.c_str());
+    return 1;
+  }
+  int dev = fusedDevice(net, opt.ifname);
+  if (dev < 0) return 1;
+  bool sender = opt.role == "a";
+  void* comm = nullptr;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  if (sender) {
+    std::ifstream f;
+    while (!(f = std::ifstream(opt.dir + "/b.handle", std::ios::binary)) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!f.read(handle, sizeof(handle))) return 1;
+    while (comm == nullptr && std::chrono::steady_clock::now() < deadline)
+      if (net.connect(dev, handle, &comm) != ncclSuccess) return 1;
+  } else {
+    void* l = nullptr;
+    if (net.listen(dev, handle, &l) != ncclSuccess) return 1;
+    std::ofstream(opt.dir + "/b.handle.tmp", std::ios::binary).write(handle, sizeof(handle));
+    if (rename((opt.dir + "/b.handle.tmp").c_str(), (opt.dir + "/b.handle").c_str()) != 0) return 1;
+    while (comm == nullptr && std::chrono::steady_clock::now() < deadline)
+      if (net.accept(l, &comm) != ncclSuccess) return 1;
+    net.closeListen(l);
+  }
+  if (comm == nullptr) return 1;
+  size_t count = (bytes + kMsg - 1) / kMsg;
+  std::vector<std::vector<char>> buf(kWindow, std::vector<char>(kMsg));
+  std::vector<void*> req(kWindow, nullptr);
+  std::vector<size_t> which(kWindow, 0);
+  size_t posted = 0, done = 0;
+  auto start = std::chrono::steady_clock::now();
+  while (done < count) {
+    if (std::chrono::steady_clock::now() > start + std::chrono::seconds(300)) {
+      fprintf(stderr, "stream: gave up after 300 s\n");
+      return 1;
+    }
+    for (int w = 0; w < kWindow; w++) {
+      if (req[w] == nullptr && posted < count) {
+        ncclResult_t r;
+        if (sender) {
+          if (posted % 8 == 0) fillPattern(buf[w].data(), kMsg, posted);
+          r = net.isend(comm, buf[w].data(), kMsg, 0, nullptr, &req[w]);
+        } else {
+          void* d = buf[w].data();
+          size_t cap = kMsg;
+          int tag = 0;
+          r = net.irecv(comm, 1, &d, &cap, &tag, nullptr, &req[w]);
+        }
+        if (r != ncclSuccess) {
+          fprintf(stderr, "stream: %s failed: %d\n", sender ? "isend" : "irecv", (int)r);
+          return 4;
+        }
+        if (req[w] != nullptr) which[w] = posted++;
+      }
+      if (req[w] == nullptr) continue;
+      int fin = 0;
+      ncclResult_t r = net.test(req[w], &fin, nullptr);
+      if (r != ncclSuccess) {
+        fprintf(stderr, "stream: test failed: %d after %zu of %zu messages\n", (int)r, done, count);
+        return 4;
+      }
+      if (!fin) continue;
+      if (!sender && which[w] % 8 == 0 && checkPattern(buf[w].data(), kMsg, which[w]) != SIZE_MAX) {
+        fprintf(stderr, "stream: message %zu arrived wrong\n", which[w]);
+        return 1;
+      }
+      req[w] = nullptr;
+      done++;
+    }
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  printf("stream: %s %zu bytes over %s in %.3f s: %.3f Gbit/s\n", sender ? "sent" : "received", count * kMsg,
+         opt.ifname.c_str(), s, count * kMsg * 8 / s / 1e9);
+  if (sender) {
+    net.closeSend(comm);
+  } else {
+    net.closeRecv(comm);
+  }
+  net.finalize();
+  return 0;
+}
+
 int main(int argc, char** argv) {
   PeerOptions opt;
   std::string mode = "exchange";
+  size_t bytes = size_t(1) << 30;
   opt.sizes = {0, 1, 7, 8, 4096, 16383, 16384, 16385, 65536, 131071, 1 << 20, (1 << 20) + 3, 8 << 20};
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
@@ -137,6 +258,8 @@ int main(int argc, char** argv) {
       opt.sizes = parseSizes(v);
     else if (k == "--mode")
       mode = v;
+    else if (k == "--bytes")
+      bytes = parseSizes(v).at(0);
     else {
       fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -148,6 +271,7 @@ int main(int argc, char** argv) {
   }
   if (mode == "sendbig") return sendBig(opt);
   if (mode == "recvbig" || mode == "recvclose") return recvBig(opt, mode == "recvclose");
+  if (mode == "stream") return stream(opt, bytes);
   if (opt.role != "a" && opt.role != "b") {
     fprintf(stderr, "--role a|b is required\n");
     return 2;

@@ -97,21 +97,38 @@ TEST(PluginTwoProcess, ExchangeV11UpTo256MiB) {
 
 TEST(PluginTwoProcess, ExchangeV8) { exchange(8, "0,3,65536,3000001", {0, 3, 65536, 3000001}); }
 
-// The receiving side of a 256 MiB message whose sender dies (SIGKILL) or
-// freezes (SIGSTOP) mid-transfer: test() must return an error within
-// SIGNLION_SOCKET_TIMEOUT, never hang.
-static void peerFailsMidTransfer(int sig) {
+// The failure tests' side: the plugin (v11) on loopback with a 2 s socket
+// timeout, so a failure shows within the test's bounds.
+static void openWithShortTimeout(void** lib, NetDriver* net, int* dev) {
   setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
   setenv("SIGNLION_SOCKET_TIMEOUT", "2000", 1);
   signlion::paramResetCache();
   std::string err;
-  void* lib = openPlugin(pluginUnderTest(SIGNLION_PLUGIN_PATH), &err);
-  ASSERT_NE(lib, nullptr) << err;
+  *lib = openPlugin(pluginUnderTest(SIGNLION_PLUGIN_PATH), &err);
+  ASSERT_NE(*lib, nullptr) << err;
+  ASSERT_TRUE(net->bind(*lib, 11));
+  ASSERT_EQ(net->init(), ncclSuccess);
+  *dev = findDevice(*net, "lo");
+  ASSERT_GE(*dev, 0);
+}
+
+// Undoes openWithShortTimeout.
+static void closeShortTimeout(void* lib, NetDriver* net) {
+  net->finalize();
+  dlclose(lib);
+  unsetenv("SIGNLION_SOCKET_TIMEOUT");
+  signlion::paramResetCache();
+}
+
+// The receiving side of a 256 MiB message whose sender dies (SIGKILL) or
+// freezes (SIGSTOP) mid-transfer: test() must return an error within
+// SIGNLION_SOCKET_TIMEOUT, never hang.
+static void peerFailsMidTransfer(int sig) {
+  void* lib = nullptr;
   NetDriver net;
-  ASSERT_TRUE(net.bind(lib, 11));
-  ASSERT_EQ(net.init(), ncclSuccess);
-  int dev = findDevice(net, "lo");
-  ASSERT_GE(dev, 0);
+  int dev = -1;
+  openWithShortTimeout(&lib, &net, &dev);
+  if (::testing::Test::HasFatalFailure()) return;
   std::string dir = makeTempDir();
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   void* l = nullptr;
@@ -151,11 +168,8 @@ static void peerFailsMidTransfer(int sig) {
   reap(child, 10000);
   net.closeRecv(r);
   net.closeListen(l);
-  net.finalize();
-  dlclose(lib);
   removeDir(dir);
-  unsetenv("SIGNLION_SOCKET_TIMEOUT");
-  signlion::paramResetCache();
+  closeShortTimeout(lib, &net);
 }
 
 TEST(PluginTwoProcess, PeerKilledMidTransferIsAnError) { peerFailsMidTransfer(SIGKILL); }
@@ -167,17 +181,11 @@ TEST(PluginTwoProcess, PeerFrozenMidTransferTimesOut) { peerFailsMidTransfer(SIG
 // close, the process stays): the send completes, new sends complete, no
 // error, and closing frees everything.
 static void receiverEndsMidTransfer(bool orderly) {
-  setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
-  setenv("SIGNLION_SOCKET_TIMEOUT", "2000", 1);
-  signlion::paramResetCache();
-  std::string err;
-  void* lib = openPlugin(pluginUnderTest(SIGNLION_PLUGIN_PATH), &err);
-  ASSERT_NE(lib, nullptr) << err;
+  void* lib = nullptr;
   NetDriver net;
-  ASSERT_TRUE(net.bind(lib, 11));
-  ASSERT_EQ(net.init(), ncclSuccess);
-  int dev = findDevice(net, "lo");
-  ASSERT_GE(dev, 0);
+  int dev = -1;
+  openWithShortTimeout(&lib, &net, &dev);
+  if (::testing::Test::HasFatalFailure()) return;
   std::string dir = makeTempDir();
   pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--mode", orderly ? "recvclose" : "recvbig", "--lib",
                        pluginUnderTest(SIGNLION_PLUGIN_PATH), "--dir", dir});
@@ -228,11 +236,8 @@ static void receiverEndsMidTransfer(bool orderly) {
   kill(child, SIGKILL);
   reap(child, 10000);
   EXPECT_EQ(net.closeSend(s), ncclSuccess);
-  net.finalize();
-  dlclose(lib);
   removeDir(dir);
-  unsetenv("SIGNLION_SOCKET_TIMEOUT");
-  signlion::paramResetCache();
+  closeShortTimeout(lib, &net);
 }
 
 TEST(PluginTwoProcess, ReceiverKilledMidTransferIsAnErrorForTheSender) { receiverEndsMidTransfer(false); }

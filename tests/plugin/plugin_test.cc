@@ -120,6 +120,28 @@ TEST_P(PluginTest, TransfersAllSizesBitExact) {
   net_.closeRecv(r);
 }
 
+// NIC fusion's arguments (a real fusion of two interfaces needs two, which
+// loopback cannot give: netns.multinic_fused_device makes them).
+TEST_P(PluginTest, MakeVDeviceChecksItsArguments) {
+  if (GetParam() < 9) GTEST_SKIP() << "v8 has no makeVDevice";
+  int ndev = 0;
+  ASSERT_EQ(net_.devices(&ndev), ncclSuccess);
+  int d = -1;
+  const int one[] = {dev_};
+  EXPECT_EQ(net_.makeVDevice(1, one, &d), ncclSuccess);
+  EXPECT_EQ(d, dev_) << "one device fuses into itself";
+  const int twice[] = {dev_, dev_};
+  EXPECT_EQ(net_.makeVDevice(2, twice, &d), ncclInvalidArgument);
+  const int missing[] = {dev_, ndev + 3};
+  EXPECT_EQ(net_.makeVDevice(2, missing, &d), ncclInvalidArgument);
+  EXPECT_EQ(net_.makeVDevice(0, one, &d), ncclInvalidArgument);
+  const int five[] = {0, 1, 2, 3, 4};
+  EXPECT_EQ(net_.makeVDevice(5, five, &d), ncclInvalidArgument) << "at most 4 interfaces per fused device";
+  int after = 0;
+  ASSERT_EQ(net_.devices(&after), ncclSuccess);
+  EXPECT_EQ(after, ndev) << "nothing was made";
+}
+
 INSTANTIATE_TEST_SUITE_P(Versions, PluginTest, ::testing::Values(8, 9, 10, 11, 12),
                          [](const ::testing::TestParamInfo<int>& i) { return "v" + std::to_string(i.param); });
 
@@ -911,9 +933,21 @@ TEST_P(PluginV11, BadArgumentsAreRejected) {
 
 // Raw TCP client for the stranger tests.
 static int rawConnect(const void* handle) {
-  // The handle starts with magic, version, reserved, secret, instance, then the address.
-  signlion::net::SocketAddress a;
-  memcpy(&a, static_cast<const char*>(handle) + 24, sizeof(a));
+  // The handle starts with magic, version, interface count, reserved, secret,
+  // instance, then per interface: family, port (network order), 16 bytes of IP.
+  const char* h = static_cast<const char*>(handle);
+  uint16_t family, port;
+  memcpy(&family, h + 24, 2);
+  memcpy(&port, h + 26, 2);
+  signlion::net::SocketAddress a{};
+  a.sa.sa_family = family;
+  if (family == AF_INET) {
+    a.sin.sin_port = port;
+    memcpy(&a.sin.sin_addr, h + 28, 4);
+  } else {
+    a.sin6.sin6_port = port;
+    memcpy(&a.sin6.sin6_addr, h + 28, 16);
+  }
   int fd = socket(a.sa.sa_family, SOCK_STREAM, 0);
   if (fd < 0) return -1;
   socklen_t len = a.sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
@@ -989,7 +1023,7 @@ TEST_P(PluginV11, StrangersAreRefusedAndRealPeersStillConnect) {
 // A peer that passes the handshake but breaks the pairing protocol
 // (socket_pairing.h) gets an error on that comm, never a crash or a hang; an
 // offer naming no comm of ours is dropped and the stream goes on. The wire
-// layouts below restate plugin/socket/socket_transport.cc (version 2).
+// layouts below restate plugin/socket/socket_transport.cc (wire version 3).
 TEST_P(PluginV11, MalformedPairingHeadersAreErrors) {
   SKIP_UNLESS_SOCKET_TRANSPORT();
   struct WireHello {
@@ -1029,7 +1063,7 @@ TEST_P(PluginV11, MalformedPairingHeadersAreErrors) {
     int ctrl = rawConnect(handle), data = rawConnect(handle);
     ASSERT_GE(ctrl, 0);
     ASSERT_GE(data, 0);
-    WireHello h{0x534c4e48, 2, 0, 0, 1, 131072, secret, ++connId, 42};
+    WireHello h{0x534c4e48, 3, 0, 0, 1, 131072, secret, ++connId, 42};
     ASSERT_EQ(write(ctrl, &h, sizeof(h)), (ssize_t)sizeof(h));
     h.kind = 1;
     ASSERT_EQ(write(data, &h, sizeof(h)), (ssize_t)sizeof(h));

@@ -29,26 +29,6 @@ struct Msg {
   int sub = -1;   // slot inside that request
 };
 
-// Drives every request in reqs (nullptr: done) until all are done; "" or
-// what failed. sizes[i] gets what test reported for request i (up to 8).
-std::string driveAll(NetDriver& net, std::vector<void*> reqs, std::vector<std::vector<int>>* sizes) {
-  sizes->assign(reqs.size(), std::vector<int>(8, -1));
-  size_t left = 0;
-  for (void* r : reqs) left += r != nullptr;
-  int64_t start = nowMs();
-  while (left > 0) {
-    if (nowMs() - start > kLoopLimitMs) return "timed out with " + std::to_string(left) + " requests left";
-    for (size_t i = 0; i < reqs.size(); i++) {
-      if (reqs[i] == nullptr) continue;
-      int done = 0;
-      ncclResult_t res = net.test(reqs[i], &done, (*sizes)[i].data());
-      if (res != ncclSuccess) return "test failed (" + std::to_string(res) + ") on request " + std::to_string(i);
-      if (done) reqs[i] = nullptr, left--;
-    }
-  }
-  return "";
-}
-
 // Posts the receives described by `groups` (each a list of message indices
 // that one irecv takes, in slot order), then the sends in `sendOrder` (at
 // most 32 outstanding, retried while the table is full), and checks every
@@ -80,8 +60,9 @@ void exchange(NetDriver& net, void* s, void* r, std::vector<Msg>& msgs, const st
   int64_t start = nowMs();
   std::vector<std::vector<int>> got(rreqs.size(), std::vector<int>(8, -1));
   std::vector<void*> rleft = rreqs;
-  while (next < sendOrder.size() || !sreqs.empty()) {
-    ASSERT_LT(nowMs() - start, kLoopLimitMs) << "sends did not complete";
+  size_t rdone = 0;
+  while (next < sendOrder.size() || !sreqs.empty() || rdone < rleft.size()) {
+    ASSERT_LT(nowMs() - start, kLoopLimitMs) << "transfers did not complete";
     while (next < sendOrder.size()) {
       Msg& m = msgs[sendOrder[next]];
       void* req = nullptr;
@@ -102,17 +83,41 @@ void exchange(NetDriver& net, void* s, void* r, std::vector<Msg>& msgs, const st
       if (rleft[i] == nullptr) continue;
       int done = 0;
       ASSERT_EQ(net.test(rleft[i], &done, got[i].data()), ncclSuccess) << "receive " << i;
-      if (done) rleft[i] = nullptr;
+      if (done) rleft[i] = nullptr, rdone++;
     }
   }
-  std::vector<std::vector<int>> rest;
-  ASSERT_EQ(driveAll(net, rleft, &rest), "");
-  for (size_t i = 0; i < rleft.size(); i++)
-    if (rleft[i] != nullptr) got[i] = rest[i];
   for (size_t i = 0; i < msgs.size(); i++) {
     const Msg& m = msgs[i];
     EXPECT_EQ(got[m.recv][m.sub], (int)m.size) << "message " << i << " tag " << m.tag;
     EXPECT_EQ(checkPattern(m.dst.data(), m.size, m.seed), SIZE_MAX) << "message " << i << " tag " << m.tag;
+  }
+}
+
+// Posts one receive of n slots for msgs[idx[0..n)] and waits for it; checks
+// each slot's size and bytes.
+void receiveInto(NetDriver& net, void* r, std::vector<Msg>& msgs, const std::vector<int>& idx) {
+  void* data[8];
+  size_t caps[8];
+  int tags[8];
+  int n = (int)idx.size();
+  for (int k = 0; k < n; k++) {
+    data[k] = msgs[idx[k]].dst.data();
+    caps[k] = msgs[idx[k]].dst.size();
+    tags[k] = msgs[idx[k]].tag;
+  }
+  void* req = nullptr;
+  ASSERT_EQ(net.irecv(r, n, data, caps, tags, nullptr, &req), ncclSuccess);
+  ASSERT_NE(req, nullptr);
+  int got[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+  int done = 0;
+  int64_t start = nowMs();
+  while (!done && nowMs() - start < kLoopLimitMs)
+    ASSERT_EQ(net.test(req, &done, got), ncclSuccess) << PluginLog::lastWarn();
+  ASSERT_EQ(done, 1);
+  for (int k = 0; k < n; k++) {
+    const Msg& m = msgs[idx[k]];
+    EXPECT_EQ(got[k], (int)m.size) << "tag " << m.tag;
+    EXPECT_EQ(checkPattern(m.dst.data(), m.size, m.seed), SIZE_MAX) << "tag " << m.tag;
   }
 }
 
@@ -203,55 +208,16 @@ TEST_P(ReceiveMatching, EarlyInlineMessagesWithTagsOutOfOrder) {
     sreqs.push_back(req);
   }
   // Tag 99 is behind every other message on the wire.
-  {
-    Msg& m = msgs.back();
-    void* d = m.dst.data();
-    size_t cap = m.dst.size();
-    int tag = m.tag;
-    void* req = nullptr;
-    ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &req), ncclSuccess);
-    int got = -1;
-    ASSERT_EQ(waitReq(req, &got), ncclSuccess) << PluginLog::lastWarn();
-    EXPECT_EQ(got, 64);
-    EXPECT_EQ(checkPattern(m.dst.data(), m.size, m.seed), SIZE_MAX);
-  }
+  receiveInto(net_, r, msgs, {(int)msgs.size() - 1});
   // Now the early ones, by ascending tag: singles and a group of three.
   std::vector<int> byTag(kEarly);
   for (int k = 0; k < kEarly; k++) byTag[kTags[k]] = k;
   for (int t = 0; t < kEarly;) {
     int n = t == 4 ? 3 : 1;
-    void* data[3];
-    size_t caps[3];
-    int tags[3];
-    for (int k = 0; k < n; k++) {
-      Msg& m = msgs[byTag[t + k]];
-      data[k] = m.dst.data();
-      caps[k] = m.dst.size();
-      tags[k] = m.tag;
-    }
-    void* req = nullptr;
-    ASSERT_EQ(net_.irecv(r, n, data, caps, tags, nullptr, &req), ncclSuccess);
-    int got[3] = {-1, -1, -1};
-    ASSERT_EQ(waitReq(req, got), ncclSuccess) << "tag " << t;
-    for (int k = 0; k < n; k++) {
-      Msg& m = msgs[byTag[t + k]];
-      EXPECT_EQ(got[k], (int)m.size) << "tag " << m.tag;
-      EXPECT_EQ(checkPattern(m.dst.data(), m.size, m.seed), SIZE_MAX) << "tag " << m.tag;
-    }
+    receiveInto(net_, r, msgs, std::vector<int>(byTag.begin() + t, byTag.begin() + t + n));
     t += n;
   }
-  {
-    Msg& m = msgs[kEarly];
-    void* d = m.dst.data();
-    size_t cap = m.dst.size();
-    int tag = m.tag;
-    void* req = nullptr;
-    ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &req), ncclSuccess);
-    int got = -1;
-    ASSERT_EQ(waitReq(req, &got), ncclSuccess);
-    EXPECT_EQ(got, 1 << 20);
-    EXPECT_EQ(checkPattern(m.dst.data(), m.size, m.seed), SIZE_MAX);
-  }
+  receiveInto(net_, r, msgs, {kEarly});  // the spread one
   for (void* q : sreqs) EXPECT_EQ(waitReq(q, nullptr), ncclSuccess);
   net_.closeSend(s);
   net_.closeRecv(r);
