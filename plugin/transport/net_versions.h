@@ -11,7 +11,9 @@
 //   listen(int, void*, void**), connect(int dev, int trafficClass, void* handle,
 //   void** sendComm, PendingConnects*), abandonConnects(PendingConnects*),
 //   accept, regMr, regMrDmaBuf, deregMr, isend(size_t), irecv(const size_t*),
-//   iflush, test, closeSend, closeRecv, closeListen  (ncclNet's meanings).
+//   iflush, test, closeSend, closeRecv, closeListen  (ncclNet's meanings),
+//   makeVDevice(int ndevs, const int* devs, int* d)  (v9+; ndevs already in
+//   [1, the props' capacity]).
 //
 // The socket transport's plugin/socket/socket_net.cc predates this header and
 // spells the same adapters out by hand; it can become NetVersions<SocketOps>.
@@ -135,6 +137,16 @@ class NetVersions {
     return ncclSuccess;
   }
 
+  // makeVDevice, v9 and later: every version's props start with ndevs, devs[].
+  template <typename VProps>
+  static ncclResult_t makeVDevice(int* d, VProps* props) {
+    ARGCHECK(props != nullptr, "makeVDevice", "props", "NULL");
+    int max = (int)(sizeof(props->devs) / sizeof(props->devs[0]));
+    ARGCHECK(props->ndevs >= 1 && props->ndevs <= max, "makeVDevice", "props->ndevs", "%d not in [1, %d]", props->ndevs,
+             max);
+    return T::makeVDevice(props->ndevs, props->devs, d);
+  }
+
   static ncclResult_t listenV8(int dev, void* handle, void** l) { return T::listen(dev, handle, l); }
   static ncclResult_t listenV11(void*, int dev, void* handle, void** l) { return T::listen(dev, handle, l); }
   static ncclResult_t connectV8(int dev, void* handle, void** s, ncclNetDeviceHandle_v8_t**) {
@@ -184,19 +196,19 @@ class NetVersions {
   static constexpr ncclNet_v9_t kV9 = {T::kName,     initV8,         T::devices, propsV9,        listenV8,
                                        connectV8,    accept,         T::regMr,   T::regMrDmaBuf, T::deregMr,
                                        isendV9,      irecvV9,        T::iflush,  T::test,        T::closeSend,
-                                       T::closeRecv, T::closeListen, nullptr,    nullptr,        nullptr};
+                                       T::closeRecv, T::closeListen, nullptr,    nullptr,        makeVDevice};
   static constexpr ncclNet_v10_t kV10 = {T::kName,     initV10,        T::devices, propsV10,       listenV8,
                                          connectV10,   accept,         T::regMr,   T::regMrDmaBuf, T::deregMr,
                                          isendV10,     irecvV10,       T::iflush,  T::test,        T::closeSend,
-                                         T::closeRecv, T::closeListen, nullptr,    nullptr,        nullptr};
-  static constexpr ncclNet_v11_t kV11 = {T::kName,  initV11,  T::devices,     propsV11,     listenV11,      connectV11,
-                                         accept,    T::regMr, T::regMrDmaBuf, T::deregMr,   isendV10,       irecvV10,
-                                         T::iflush, T::test,  T::closeSend,   T::closeRecv, T::closeListen, nullptr,
-                                         nullptr,   nullptr,  finalize,       nullptr};
-  static constexpr ncclNet_v12_t kV12 = {T::kName,  initV12,  T::devices,     propsV12,     listenV11,      connectV11,
-                                         accept,    T::regMr, T::regMrDmaBuf, T::deregMr,   isendV10,       irecvV10,
-                                         T::iflush, T::test,  T::closeSend,   T::closeRecv, T::closeListen, nullptr,
-                                         nullptr,   nullptr,  finalize,       nullptr};
+                                         T::closeRecv, T::closeListen, nullptr,    nullptr,        makeVDevice};
+  static constexpr ncclNet_v11_t kV11 = {
+      T::kName,       initV11,    T::devices, propsV11,    listenV11, connectV11, accept,       T::regMr,
+      T::regMrDmaBuf, T::deregMr, isendV10,   irecvV10,    T::iflush, T::test,    T::closeSend, T::closeRecv,
+      T::closeListen, nullptr,    nullptr,    makeVDevice, finalize,  nullptr};
+  static constexpr ncclNet_v12_t kV12 = {
+      T::kName,       initV12,    T::devices, propsV12,    listenV11, connectV11, accept,       T::regMr,
+      T::regMrDmaBuf, T::deregMr, isendV10,   irecvV10,    T::iflush, T::test,    T::closeSend, T::closeRecv,
+      T::closeListen, nullptr,    nullptr,    makeVDevice, finalize,  nullptr};
 };
 
 }  // namespace net

@@ -22,6 +22,25 @@ struct UcxOps {
     *props = TransportProps{p.name, p.pciPath, p.guid, p.speedMbps, p.maxComms};
     return ncclSuccess;
   }
+  // No NIC fusion here: UCX stripes one endpoint over the devices
+  // UCX_NET_DEVICES lists (its multi-rail) by itself. A "fusion" of one
+  // device is that device; more are refused with a WARN naming why.
+  static ncclResult_t makeVDevice(int ndevs, const int* devs, int* d) {
+    ARGCHECK(d != nullptr, "makeVDevice", "d", "NULL");
+    ARGCHECK(devs != nullptr, "makeVDevice", "props->devs", "NULL");
+    int ndev = 0;
+    NCCLCHECK(ucxDevices(&ndev));
+    for (int i = 0; i < ndevs; i++) {
+      ARGCHECK(devs[i] >= 0 && devs[i] < ndev, "makeVDevice", "props->devs", "devs[%d] = %d is not a device", i,
+               devs[i]);
+      for (int j = 0; j < i; j++)
+        ARGCHECK(devs[j] != devs[i], "makeVDevice", "props->devs", "device %d listed twice", devs[i]);
+    }
+    ARGCHECK(ndevs == 1, "makeVDevice", "props->ndevs",
+             "%d: the UCX transport fuses no devices (list them in UCX_NET_DEVICES for UCX's multi-rail)", ndevs);
+    *d = devs[0];
+    return ncclSuccess;
+  }
   static ncclResult_t listen(int dev, void* handle, void** l) { return ucxListen(dev, handle, l); }
   static ncclResult_t connect(int dev, int tc, void* handle, void** s, Pending* pending) {
     return ucxConnect(dev, tc, handle, s, pending);

@@ -98,7 +98,6 @@ struct Slot {
   ucs_status_t status;
   size_t length;  // bytes moved (a receive: the message's size)
   int tag;
-  ucp_tag_recv_info_t info;
 };
 
 struct Request {
@@ -270,7 +269,10 @@ void sendDone(void* ureq, ucs_status_t status, void* user) {
 void recvDone(void* ureq, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
   Slot* s = static_cast<Slot*>(user);
   ucp_request_free(ureq);
-  finishSlot(s, status, status == UCS_OK && info != nullptr ? info->length : 0);
+  // The full tag mask makes the sender's tag ours; UCX 1.13 leaves
+  // info->sender_tag unset on some paths, so only its length is read.
+  if (status == UCS_OK && info == nullptr) status = UCS_ERR_NO_MESSAGE;
+  finishSlot(s, status, status == UCS_OK ? info->length : 0);
 }
 
 // What a returned UCX pointer means for a slot just posted.
@@ -820,12 +822,16 @@ ncclResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, c
     *s = Slot{};
     s->tag = tags[i];
     ucp_request_param_t p = opParams(s, mhandles ? mhandles[i] : nullptr);
-    p.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
-    p.recv_info.tag_info = &s->info;
+    // No immediate completion: UCX 1.13 may complete a receive at once (a
+    // message already here) without filling recv_info, and a size of 0
+    // would then be reported for a message that had bytes. The callback
+    // always carries the message's facts.
+    p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     p.cb.recv = recvDone;
     ucs_status_ptr_t up =
         ucp_tag_recv_nbx(c->worker, data[i], sizes[i], (ucp_tag_t)(uint32_t)tags[i], kFullTagMask, &p);
-    startSlot(s, up, s->info.length);
+    if (up == nullptr) up = UCS_STATUS_PTR(UCS_ERR_UNSUPPORTED);  // not allowed above: never report unknown sizes
+    startSlot(s, up, 0);
     if (!s->done) r->pending++;
   }
   *request = r;
@@ -919,6 +925,7 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
 ncclResult_t ucxCloseSend(void* sendComm) {
   Comm* c = asComm(sendComm, kCommSend);
   ARGCHECK(c != nullptr, "closeSend", "sendComm", "%p is not a send comm", sendComm);
+  progressorRemove(c);  // before our own calls into the worker: no helper may be inside it with us
   bool busy = false;
   for (Request& r : c->reqs)
     for (int i = 0; r.used && i < r.n; i++) busy |= !r.slots[i].done;
@@ -935,6 +942,7 @@ ncclResult_t ucxCloseSend(void* sendComm) {
 ncclResult_t ucxCloseRecv(void* recvComm) {
   Comm* c = asComm(recvComm, kCommRecv);
   ARGCHECK(c != nullptr, "closeRecv", "recvComm", "%p is not a recv comm", recvComm);
+  progressorRemove(c);  // before ucp_tag_probe_nb: no helper may be inside the worker with us
   ucp_tag_recv_info_t info;
   ucp_tag_message_h m = ucp_tag_probe_nb(c->worker, 0, 0, 0, &info);
   if (m != nullptr)
