@@ -39,15 +39,20 @@ int64_t timeoutMs() {
 
 // ---- Wire formats (the setup connection) ---------------------------------------
 
+// Magic, version, secret and the setup address (family, port, IPv4 address)
+// sit at the socket handle's offsets (0, 4, 8, 24, 26, 28), so tools that
+// read one read the other.
 struct ListenHandle {
   uint32_t magic;
   uint16_t version;
   uint16_t reserved;
   uint64_t secret;
+  uint64_t reserved2;  // the socket handle's instance id
   SocketAddress addr;
   void* connecting;  // connector-private: the half-made send comm
 };
 static_assert(sizeof(ListenHandle) <= NCCL_NET_HANDLE_MAXSIZE, "handle must fit");
+static_assert(offsetof(ListenHandle, addr) == 24, "address where the socket handle has its first one");
 
 struct Hello {  // connector -> listener
   uint32_t magic;
@@ -113,6 +118,8 @@ struct MemRegion {
   uint32_t magic;
   Comm* comm;
   ucp_mem_h memh;  // nullptr for an empty region
+  const char* base;
+  size_t size;
 };
 
 struct Comm : CommHeader {
@@ -135,6 +142,8 @@ struct Comm : CommHeader {
   Hello hello{};
   Reply reply{};
   std::vector<char> peerAddr;
+  SocketAddress listener{};  // where the handle points: refused connects are retried there
+  int trafficClass = -1;
   int64_t startMs = 0;
   UcxPendingConnects* pending = nullptr;
 };
@@ -379,6 +388,16 @@ ncclResult_t progressConnect(Comm* c, bool* ready) {
     int err = 0;
     socklen_t len = sizeof(err);
     getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err == ECONNREFUSED || err == ETIMEDOUT || err == ECONNRESET) {
+      // Nobody listens yet (or any more): retry until the timeout, as the
+      // socket transport does; the caller sees no comm meanwhile.
+      closeFd(&c->fd);
+      if (!startConnect(c->listener, c->trafficClass, &c->fd)) {
+        WARN("NET/signlion-ucx: connect to %s failed: %s", addressString(c->listener).c_str(), strerror(errno));
+        return ncclSystemError;
+      }
+      return ncclSuccess;
+    }
     if (err != 0) {
       WARN("NET/signlion-ucx: connect: %s", strerror(err));
       return ncclRemoteError;
@@ -586,6 +605,8 @@ ncclResult_t ucxConnect(int dev, int trafficClass, void* handle, void** sendComm
       return ncclSystemError;
     }
     progressorAdd(c);
+    c->listener = h.addr;
+    c->trafficClass = trafficClass;
     if (!startConnect(h.addr, trafficClass, &c->fd)) {
       WARN("NET/signlion-ucx: connect to %s failed: %s", addressString(h.addr).c_str(), strerror(errno));
       destroyComm(c);
@@ -735,7 +756,7 @@ ncclResult_t ucxRegMr(void* comm, void* data, size_t size, int type, void** mhan
       return ncclSystemError;
     }
   }
-  MemRegion* mr = new MemRegion{kMrMagic, c, memh};
+  MemRegion* mr = new MemRegion{kMrMagic, c, memh, static_cast<const char*>(data), size};
   std::lock_guard<std::mutex> lk(c->mrMu);
   c->mrs.insert(mr);
   *mhandle = mr;
@@ -763,6 +784,17 @@ ncclResult_t ucxDeregMr(void* comm, void* mhandle) {
 
 // ---- Transfers --------------------------------------------------------------------
 
+// An mhandle passed to isend/irecv: nullptr, or a region registered on c
+// that holds [data, data + size).
+static bool regionHolds(Comm* c, void* mhandle, const void* data, size_t size) {
+  if (mhandle == nullptr) return true;
+  MemRegion* mr = static_cast<MemRegion*>(mhandle);
+  std::lock_guard<std::mutex> lk(c->mrMu);
+  if (c->mrs.count(mr) == 0) return false;
+  const char* p = static_cast<const char*>(data);
+  return size == 0 || (p >= mr->base && size <= mr->size && (size_t)(p - mr->base) <= mr->size - size);
+}
+
 ncclResult_t ucxIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
   ARGCHECK(request != nullptr, "isend", "request", "NULL");
   *request = nullptr;
@@ -770,6 +802,8 @@ ncclResult_t ucxIsend(void* sendComm, void* data, size_t size, int tag, void* mh
   ARGCHECK(c != nullptr, "isend", "sendComm", "%p is not a send comm", sendComm);
   ARGCHECK(data != nullptr || size == 0, "isend", "data", "NULL with size %zu", size);
   ARGCHECK(size <= kUcxMaxMessage, "isend", "size", "%zu exceeds maxP2pBytes %zu", size, kUcxMaxMessage);
+  ARGCHECK(regionHolds(c, mhandle, data, size), "isend", "mhandle",
+           "%p is not a region registered on comm %p holding %zu bytes at %p", mhandle, sendComm, size, data);
   std::lock_guard<std::mutex> lk(c->workerMu);
   if (c->connState < 4) {  // the listener's answer (its worker address) is still on its way
     bool ready = false;
@@ -807,8 +841,12 @@ ncclResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, c
   ARGCHECK(c != nullptr, "irecv", "recvComm", "%p is not a recv comm", recvComm);
   ARGCHECK(n >= 1 && n <= kUcxMaxRecvs, "irecv", "n", "%d not in [1, %d]", n, kUcxMaxRecvs);
   ARGCHECK(data != nullptr && sizes != nullptr && tags != nullptr, "irecv", "data/sizes/tags", "NULL");
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
     ARGCHECK(data[i] != nullptr || sizes[i] == 0, "irecv", "data", "data[%d] NULL with size %zu", i, sizes[i]);
+    ARGCHECK(mhandles == nullptr || regionHolds(c, mhandles[i], data[i], sizes[i]), "irecv", "mhandles",
+             "mhandles[%d] = %p is not a region registered on comm %p holding %zu bytes at %p", i, mhandles[i],
+             recvComm, sizes[i], data[i]);
+  }
   std::lock_guard<std::mutex> lk(c->workerMu);
   if (checkPeer(c, false) == OobWatch::kDead) return peerLost(c, "peer vanished (connection closed without a bye)");
   Request* r = c->reqs.acquire();
