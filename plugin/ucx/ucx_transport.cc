@@ -109,7 +109,8 @@ struct Request {
   bool used;
   Comm* comm;
   int n;
-  int pending;  // slots not done yet
+  int pending;       // slots not done yet
+  int64_t postedMs;  // a receive still waiting after the timeout looks for unclaimed messages
   size_t bytes;
   Slot slots[kUcxMaxRecvs];
 };
@@ -449,13 +450,19 @@ ncclResult_t progressConnect(Comm* c, bool* ready) {
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     s = ucp_ep_create(c->worker, &ep, &c->ep);
   }
+  c->oob.start(c->fd, monotonicMs());  // only heartbeats and the bye follow on the socket
+  if (s != UCS_OK && c->oob.settle(std::min<int64_t>(timeoutMs(), 1000)) == OobWatch::kClosed) {
+    // The receiver closed (its worker is gone) before we reached it: a
+    // comm without an endpoint whose sends complete discarded.
+    c->ep = nullptr;
+    s = UCS_OK;
+  }
   if (s != UCS_OK) {
     WARN("NET/signlion-ucx: ucp_ep_create: %s", ucsStr(s));
     return ncclSystemError;
   }
   std::vector<char>().swap(c->peerAddr);
   c->connState = 4;
-  c->oob.start(c->fd, monotonicMs());  // only heartbeats and the bye follow on the socket
   heartbeatAdd(c->fd);
   *ready = true;
   return ncclSuccess;
@@ -821,7 +828,7 @@ ncclResult_t ucxIsend(void* sendComm, void* data, size_t size, int tag, void* mh
   *s = Slot{};
   s->tag = tag;
   s->length = size;
-  if (st == OobWatch::kClosed) {
+  if (st == OobWatch::kClosed || c->ep == nullptr) {
     finishSlot(s, UCS_OK, size);  // the receiver closed in order: the data is discarded
   } else {
     ucp_request_param_t p = opParams(s, mhandle);
@@ -853,6 +860,7 @@ ncclResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, c
   if (r == nullptr) return ncclSuccess;
   r->comm = c;
   r->n = n;
+  r->postedMs = monotonicMs();
   r->pending = 0;
   r->bytes = 0;
   for (int i = 0; i < n; i++) {
@@ -915,7 +923,17 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
       }
       if ((r->pending = pendingNow()) > 0)
         return peerLost(c, "peer closed its send comm with our receive still waiting for a message");
-    } else if (c->oob.silentFor(monotonicMs()) > timeoutMs()) {
+    } else if (!c->isSend && monotonicMs() - r->postedMs > timeoutMs()) {
+      // A receive waiting past the timeout while a message no receive
+      // claims sits in the worker: the sender used a tag we never post.
+      ucp_tag_recv_info_t info;
+      if (ucp_tag_probe_nb(c->worker, 0, 0, 0, &info) != nullptr) {
+        WARN("NET/signlion-ucx: recv comm %p: message with tag %d (%zu bytes) matches no posted receive within %lld ms",
+             (void*)c, (int)(uint32_t)info.sender_tag, info.length, (long long)timeoutMs());
+        return ncclInvalidUsage;
+      }
+    }
+    if (r->pending > 0 && c->oob.state() == OobWatch::kAlive && c->oob.silentFor(monotonicMs()) > timeoutMs()) {
       char why[160];
       snprintf(why, sizeof(why), "peer silent for %lld ms (stopped or unreachable; SIGNLION_SOCKET_TIMEOUT=%lld)",
                (long long)c->oob.silentFor(monotonicMs()), (long long)timeoutMs());
