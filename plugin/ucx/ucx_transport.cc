@@ -242,7 +242,11 @@ void destroyComm(Comm* c) {
       (void)waitUcx(c, ucp_ep_close_nbx(c->ep, &p), std::min<int64_t>(timeoutMs(), 2000));
       c->ep = nullptr;
     }
-    for (int i = 0; i < 64; i++) ucp_worker_progress(c->worker);  // deliver the cancellations
+    // A send comm progresses its force-closed endpoint down; a recv comm
+    // does not: its cancellations complete at once, and progress would run
+    // UCX 1.13 into its error handling of a half-wired endpoint whose peer
+    // worker is gone (an assertion on the pending wireup reply).
+    for (int i = 0; c->isSend && i < 64; i++) ucp_worker_progress(c->worker);
     for (Request& r : c->reqs)
       for (int i = 0; r.used && i < r.n; i++)
         if (r.slots[i].ureq != nullptr) ucp_request_free(r.slots[i].ureq);
