@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,17 @@ bool transfer(NetDriver& net, void* sendComm, void* recvComm, size_t size, size_
 // dlopen'ed plugin and the in-process library): each is driven by its own.
 bool transferBetween(NetDriver& sendNet, void* sendComm, NetDriver& recvNet, void* recvComm, size_t size,
                      size_t recvCap, int tag, std::string* err);
+
+// The plugin library a suite drives: SIGNLION_TEST_NET_PLUGIN when set (CTest
+// runs each plugin suite once per transport library: socket, UCX over tcp,
+// UCX over shared memory), else `builtin` (the socket plugin's path).
+inline std::string pluginUnderTest(const char* builtin) {
+  const char* e = getenv("SIGNLION_TEST_NET_PLUGIN");
+  return e != nullptr && *e != '\0' ? std::string(e) : std::string(builtin);
+}
+// Whether that library is the socket transport (tests of socket internals,
+// such as control-connection pairing or stream headers, apply to it only).
+inline bool pluginIsSocket(const std::string& lib) { return lib.find("-ucx") == std::string::npos; }
 
 // Index of the first device whose name is ifname, or -1.
 int findDevice(NetDriver& net, const std::string& ifname);

@@ -91,6 +91,14 @@ struct PluginLog {
   }
 };
 
+// For tests of the socket transport's own machinery (stream headers,
+// control-connection pairing, helper threads): skipped under another transport.
+#define SKIP_UNLESS_SOCKET_TRANSPORT()                                                                    \
+  do {                                                                                                    \
+    if (!::signlion::nettest::pluginIsSocket(::signlion::nettest::pluginUnderTest(SIGNLION_PLUGIN_PATH))) \
+      GTEST_SKIP() << "socket transport internals";                                                       \
+  } while (0)
+
 // Loads the plugin by path once per test and binds the requested version.
 class PluginTest : public ::testing::TestWithParam<int> {
  protected:
@@ -98,7 +106,7 @@ class PluginTest : public ::testing::TestWithParam<int> {
     setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
     signlion::paramResetCache();
     std::string err;
-    lib_ = openPlugin(SIGNLION_PLUGIN_PATH, &err);
+    lib_ = openPlugin(libPath(), &err);
     ASSERT_NE(lib_, nullptr) << err;
     ASSERT_TRUE(net_.bind(lib_, GetParam()));
     ASSERT_EQ(net_.init(&PluginLog::logger), ncclSuccess);
@@ -109,6 +117,8 @@ class PluginTest : public ::testing::TestWithParam<int> {
     net_.finalize();
     if (lib_) dlclose(lib_);
   }
+  static std::string libPath() { return pluginUnderTest(SIGNLION_PLUGIN_PATH); }
+  static bool socketTransport() { return pluginIsSocket(libPath()); }
   void pair(void** s, void** r) {
     std::string err;
     ASSERT_EQ(connectPair(net_, dev_, s, r, &err), ncclSuccess) << err;

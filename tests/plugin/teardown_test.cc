@@ -100,6 +100,7 @@ TEST_P(Teardown, ReceiverClosedBeforeAnySendLetsSendsComplete) {
 // hold) instead of stalling until the timeout, and the other direction
 // keeps working.
 TEST_P(Teardown, ReceiverClosedFirstOnASharedControlConnection) {
+  SKIP_UNLESS_SOCKET_TRANSPORT();
   Env timeout("SIGNLION_SOCKET_TIMEOUT", "6000");
   void *s1, *r1, *s2, *r2;
   pair(&s1, &r1);

@@ -1,0 +1,1030 @@
+#include "ucx/ucx_transport.h"
+
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "common/checks.h"
+#include "net_common.h"
+#include "socket/socket_devices.h"
+#include "socket/socket_params.h"
+#include "socket/socket_stream.h"
+#include "socket/socket_transport.h"  // CommHeader: byte counters readable by commBytes()
+#include "transport/request_table.h"
+#include "ucx/ucx_liveness.h"
+
+namespace signlion {
+namespace net {
+namespace {
+
+constexpr uint32_t kHandleMagic = 0x534c5548;  // "SLUH": a UCX handle (the socket one is "SLNH")
+constexpr uint16_t kWireVersion = 1;
+constexpr uint32_t kMrMagic = 0x534c554d;        // "SLUM"
+constexpr uint32_t kMaxWorkerAddress = 1 << 16;  // refuse larger replies
+constexpr size_t kMaxPendingAccepts = 256;
+constexpr uint64_t kFullTagMask = ~0ull;
+
+int64_t timeoutMs() {
+  int64_t t = signlionParamSocketTimeoutMs();
+  return t > 0 ? t : 30000;
+}
+
+// ---- Wire formats (the setup connection) ---------------------------------------
+
+// Magic, version, secret and the setup address (family, port, IPv4 address)
+// sit at the socket handle's offsets (0, 4, 8, 24, 26, 28), so tools that
+// read one read the other.
+struct ListenHandle {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint64_t secret;
+  uint64_t reserved2;  // the socket handle's instance id
+  SocketAddress addr;
+  void* connecting;  // connector-private: the half-made send comm
+};
+static_assert(sizeof(ListenHandle) <= NCCL_NET_HANDLE_MAXSIZE, "handle must fit");
+static_assert(offsetof(ListenHandle, addr) == 24, "address where the socket handle has its first one");
+
+struct Hello {  // connector -> listener
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint64_t secret;
+};
+struct Reply {  // listener -> connector, then addrLen bytes of worker address
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint32_t addrLen;
+  uint32_t pad;
+};
+
+// ---- Process-wide state ------------------------------------------------------
+
+struct Global {
+  std::mutex mu;
+  bool ready = false;
+  ucp_context_h context = nullptr;
+  std::vector<SocketDevice> devs;
+};
+Global& global() {
+  static Global* g = new Global();  // kept until exit, as the UCP context
+  return *g;
+}
+
+const char* ucsStr(ucs_status_t s) { return ucs_status_string(s); }
+
+ucs_status_t newWorker(ucp_worker_h* w) {
+  ucp_worker_params_t wp;
+  memset(&wp, 0, sizeof(wp));
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  // Serialized: a comm's own thread drives it, and a thread waiting on another
+  // comm may progress it while it is idle (helpProgress), never both at once.
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  return ucp_worker_create(global().context, &wp, w);
+}
+
+// ---- Comms and requests ------------------------------------------------------
+
+struct Comm;
+
+struct Slot {
+  void* ureq;  // UCX request while in flight, else nullptr
+  bool done;
+  ucs_status_t status;
+  size_t length;  // bytes moved (a receive: the message's size)
+  int tag;
+};
+
+struct Request {
+  bool used;
+  Comm* comm;
+  int n;
+  int pending;       // slots not done yet
+  int64_t postedMs;  // a receive still waiting after the timeout looks for unclaimed messages
+  size_t bytes;
+  Slot slots[kUcxMaxRecvs];
+};
+
+struct MemRegion {
+  uint32_t magic;
+  Comm* comm;
+  ucp_mem_h memh;  // nullptr for an empty region
+  const char* base;
+  size_t size;
+};
+
+struct Comm : CommHeader {
+  bool isSend = false;
+  int fd = -1;  // the setup connection, kept as the out-of-band liveness channel
+  OobWatch oob;
+  int64_t lastOobMs = 0;
+  ucp_worker_h worker = nullptr;
+  std::mutex workerMu;    // held by whoever calls into the worker
+  ucp_ep_h ep = nullptr;  // send comm only
+  ucs_status_t epStatus = UCS_OK;
+  bool epForced = false;  // after the peer's bye: outstanding sends were cut short
+  bool warned = false;
+  RequestTable<Request, NCCL_NET_MAX_REQUESTS> reqs;
+  std::mutex mrMu;
+  std::unordered_set<MemRegion*> mrs;
+  // Connector state (send comm before connect returns it).
+  int connState = 0;  // 0 TCP connecting, 1 sending hello, 2 reading reply, 3 reading address, 4 endpoint made
+  size_t off = 0;
+  Hello hello{};
+  Reply reply{};
+  std::vector<char> peerAddr;
+  SocketAddress listener{};  // where the handle points: refused connects are retried there
+  int trafficClass = -1;
+  int64_t startMs = 0;
+  UcxPendingConnects* pending = nullptr;
+};
+
+// An accepted TCP connection still in its handshake.
+struct Incoming {
+  int fd = -1;
+  int64_t startMs = 0;
+  size_t off = 0;
+  Hello hello{};
+  Comm* comm = nullptr;   // made once the hello checked out; sending the reply
+  std::vector<char> out;  // reply + worker address
+};
+
+struct ListenComm : CommHeader {
+  int fd = -1;
+  SocketAddress addr{};
+  uint64_t secret = 0;
+  std::vector<Incoming> incoming;
+};
+
+// Every comm with a worker, so that a thread waiting on one comm can move
+// the others of its process while their owners are not inside them: UCX
+// over TCP moves a rendezvous only when both workers progress, and a caller
+// may wait on a receive without testing the matching send it also posted
+// (ranks as threads, tests). NCCL's proxy tests every request anyway.
+struct Progressors {
+  std::mutex mu;
+  std::vector<Comm*> comms;
+};
+Progressors& progressors() {
+  static Progressors* p = new Progressors();
+  return *p;
+}
+void progressorAdd(Comm* c) {
+  std::lock_guard<std::mutex> lk(progressors().mu);
+  progressors().comms.push_back(c);
+}
+// After it returns no other thread is inside c's worker or will enter it.
+void progressorRemove(Comm* c) {
+  std::lock_guard<std::mutex> lk(progressors().mu);
+  auto& v = progressors().comms;
+  v.erase(std::remove(v.begin(), v.end(), c), v.end());
+}
+// Progresses every other idle comm once (the caller holds self->workerMu).
+void helpProgress(Comm* self) {
+  Progressors& p = progressors();
+  if (!p.mu.try_lock()) return;
+  for (Comm* c : p.comms) {
+    if (c == self || !c->workerMu.try_lock()) continue;
+    ucp_worker_progress(c->worker);
+    c->workerMu.unlock();
+  }
+  p.mu.unlock();
+}
+
+Comm* asComm(void* p, CommKind kind) {
+  Comm* c = static_cast<Comm*>(static_cast<CommHeader*>(p));
+  if (c == nullptr || c->magic != kCommMagic || c->kind != (uint32_t)kind) return nullptr;
+  return c;
+}
+
+void epError(void* arg, ucp_ep_h, ucs_status_t status) {
+  Comm* c = static_cast<Comm*>(arg);
+  if (c->epStatus == UCS_OK) c->epStatus = status;
+}
+
+// Progress-bound wait for a UCX request of our own (ep close, flush).
+ucs_status_t waitUcx(Comm* c, void* req, int64_t limitMs) {
+  if (req == nullptr) return UCS_OK;
+  if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
+  int64_t start = monotonicMs();
+  ucs_status_t s;
+  while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS && monotonicMs() - start < limitMs)
+    ucp_worker_progress(c->worker);
+  ucp_request_free(req);  // released now, or by UCX once it completes (worker destroy at the latest)
+  return s;
+}
+
+// Every UCX resource of a comm. The worker goes last: after it no callback
+// can touch our requests.
+void destroyComm(Comm* c) {
+  progressorRemove(c);  // from here on only the closing thread is inside the worker
+  if (c->fd >= 0 && (!c->isSend || c->connState == 4)) heartbeatRemove(c->fd);
+  if (c->worker != nullptr) {
+    for (Request& r : c->reqs)
+      if (r.used)
+        for (int i = 0; i < r.n; i++)
+          if (r.slots[i].ureq != nullptr && !c->isSend) ucp_request_cancel(c->worker, r.slots[i].ureq);
+    if (c->ep != nullptr) {
+      ucp_request_param_t p;
+      memset(&p, 0, sizeof(p));
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      (void)waitUcx(c, ucp_ep_close_nbx(c->ep, &p), std::min<int64_t>(timeoutMs(), 2000));
+      c->ep = nullptr;
+    }
+    // A send comm progresses its force-closed endpoint down; a recv comm
+    // does not: its cancellations complete at once, and progress would run
+    // UCX 1.13 into its error handling of a half-wired endpoint whose peer
+    // worker is gone (an assertion on the pending wireup reply).
+    for (int i = 0; c->isSend && i < 64; i++) ucp_worker_progress(c->worker);
+    for (Request& r : c->reqs)
+      for (int i = 0; r.used && i < r.n; i++)
+        if (r.slots[i].ureq != nullptr) ucp_request_free(r.slots[i].ureq);
+  }
+  OobWatch::sayBye(c->fd);  // before the worker goes: the peer's errors find the bye
+  if (c->worker != nullptr) ucp_worker_destroy(c->worker);
+  closeFd(&c->fd);
+  {
+    std::lock_guard<std::mutex> lk(c->mrMu);
+    for (MemRegion* mr : c->mrs) {
+      if (mr->memh != nullptr) ucp_mem_unmap(global().context, mr->memh);
+      mr->magic = 0;
+      delete mr;
+    }
+    c->mrs.clear();
+  }
+  c->magic = 0;
+  delete c;
+}
+
+void finishSlot(Slot* s, ucs_status_t status, size_t length) {
+  s->ureq = nullptr;
+  s->done = true;
+  s->status = status;
+  s->length = length;
+}
+
+void sendDone(void* ureq, ucs_status_t status, void* user) {
+  Slot* s = static_cast<Slot*>(user);
+  ucp_request_free(ureq);
+  finishSlot(s, status, s->length);
+}
+
+void recvDone(void* ureq, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+  Slot* s = static_cast<Slot*>(user);
+  ucp_request_free(ureq);
+  // The full tag mask makes the sender's tag ours; UCX 1.13 leaves
+  // info->sender_tag unset on some paths, so only its length is read.
+  if (status == UCS_OK && info == nullptr) status = UCS_ERR_NO_MESSAGE;
+  finishSlot(s, status, status == UCS_OK ? info->length : 0);
+}
+
+// What a returned UCX pointer means for a slot just posted.
+void startSlot(Slot* s, ucs_status_ptr_t p, size_t immediateLength) {
+  if (p == nullptr)
+    finishSlot(s, UCS_OK, immediateLength);
+  else if (UCS_PTR_IS_ERR(p))
+    finishSlot(s, UCS_PTR_STATUS(p), 0);
+  else
+    s->ureq = p;
+}
+
+ucp_request_param_t opParams(void* slot, void* mhandle) {
+  ucp_request_param_t p;
+  memset(&p, 0, sizeof(p));
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.user_data = slot;
+  MemRegion* mr = static_cast<MemRegion*>(mhandle);
+  if (mr != nullptr && mr->magic == kMrMagic && mr->memh != nullptr) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = mr->memh;
+  }
+  return p;
+}
+
+// Reads the out-of-band socket, at most every few ms (a syscall otherwise on
+// every test()).
+OobWatch::State checkPeer(Comm* c, bool force) {
+  int64_t now = monotonicMs();
+  if (!force && now - c->lastOobMs < 5) return c->oob.state();
+  c->lastOobMs = now;
+  return c->oob.poll(now);
+}
+
+ncclResult_t peerLost(Comm* c, const char* why) {
+  if (!c->warned) {
+    c->warned = true;
+    WARN("NET/signlion-ucx: %s comm %p: %s", c->isSend ? "send" : "recv", (void*)c, why);
+  }
+  return ncclRemoteError;
+}
+
+// The receiver closed in order: its worker is gone, our sends will never be
+// matched. Complete them (their data is discarded) by forcing the endpoint shut.
+void discardSends(Comm* c) {
+  if (c->epForced || c->ep == nullptr) return;
+  c->epForced = true;
+  ucp_request_param_t p;
+  memset(&p, 0, sizeof(p));
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  (void)waitUcx(c, ucp_ep_close_nbx(c->ep, &p), std::min<int64_t>(timeoutMs(), 2000));
+  c->ep = nullptr;
+}
+
+bool makeWorkerReply(Comm* c, std::vector<char>* out) {
+  ucp_address_t* addr = nullptr;
+  size_t len = 0;
+  ucs_status_t s = ucp_worker_get_address(c->worker, &addr, &len);
+  if (s != UCS_OK) {
+    WARN("NET/signlion-ucx: ucp_worker_get_address: %s", ucsStr(s));
+    return false;
+  }
+  Reply r{};
+  r.magic = kHandleMagic;
+  r.version = kWireVersion;
+  r.addrLen = (uint32_t)len;
+  out->resize(sizeof(r) + len);
+  memcpy(out->data(), &r, sizeof(r));
+  memcpy(out->data() + sizeof(r), addr, len);
+  ucp_worker_release_address(c->worker, addr);
+  return true;
+}
+
+// Non-blocking read/write of a fixed span; returns -1 on error or EOF, else
+// whether the span is complete.
+int moveBytes(int fd, bool write, char* buf, size_t len, size_t* off) {
+  while (*off < len) {
+    ssize_t n = write ? send(fd, buf + *off, len - *off, MSG_DONTWAIT | MSG_NOSIGNAL)
+                      : recv(fd, buf + *off, len - *off, MSG_DONTWAIT);
+    if (n > 0) {
+      *off += (size_t)n;
+      continue;
+    }
+    if (n == 0) return -1;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    return -1;
+  }
+  return 1;
+}
+
+// Connect-side handshake; returns ncclSuccess with *ready set once the comm
+// has its endpoint.
+ncclResult_t progressConnect(Comm* c, bool* ready) {
+  *ready = false;
+  if (monotonicMs() - c->startMs > timeoutMs()) {
+    WARN("NET/signlion-ucx: connect: no answer from the listener within %lld ms", (long long)timeoutMs());
+    return ncclRemoteError;
+  }
+  if (c->connState == 0) {
+    pollfd p{c->fd, POLLOUT, 0};
+    if (::poll(&p, 1, 0) <= 0) return ncclSuccess;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err == ECONNREFUSED || err == ETIMEDOUT || err == ECONNRESET) {
+      // Nobody listens yet (or any more): retry until the timeout, as the
+      // socket transport does; the caller sees no comm meanwhile.
+      closeFd(&c->fd);
+      if (!startConnect(c->listener, c->trafficClass, &c->fd)) {
+        WARN("NET/signlion-ucx: connect to %s failed: %s", addressString(c->listener).c_str(), strerror(errno));
+        return ncclSystemError;
+      }
+      return ncclSuccess;
+    }
+    if (err != 0) {
+      WARN("NET/signlion-ucx: connect: %s", strerror(err));
+      return ncclRemoteError;
+    }
+    c->connState = 1;
+    c->off = 0;
+  }
+  if (c->connState == 1) {
+    int r = moveBytes(c->fd, true, (char*)&c->hello, sizeof(c->hello), &c->off);
+    if (r < 0) return peerLost(c, "the listener closed the connection during the hello");
+    if (r == 0) return ncclSuccess;
+    c->connState = 2;
+    c->off = 0;
+    // connect() returns here: the listener answers once its side calls
+    // accept(), and a caller may connect everywhere before it accepts. The
+    // first isend() reads the answer (returning no request until then).
+    *ready = true;
+    return ncclSuccess;
+  }
+  if (c->connState == 2) {
+    int r = moveBytes(c->fd, false, (char*)&c->reply, sizeof(c->reply), &c->off);
+    if (r < 0) return peerLost(c, "the listener refused the connection (wrong handle or secret?)");
+    if (r == 0) return ncclSuccess;
+    if (c->reply.magic != kHandleMagic || c->reply.version != kWireVersion || c->reply.addrLen == 0 ||
+        c->reply.addrLen > kMaxWorkerAddress) {
+      WARN("NET/signlion-ucx: connect: malformed reply (magic 0x%x, version %u, address of %u bytes)", c->reply.magic,
+           c->reply.version, c->reply.addrLen);
+      return ncclRemoteError;
+    }
+    c->peerAddr.resize(c->reply.addrLen);
+    c->connState = 3;
+    c->off = 0;
+  }
+  int r = moveBytes(c->fd, false, c->peerAddr.data(), c->peerAddr.size(), &c->off);
+  if (r < 0) return peerLost(c, "the listener closed the connection during the reply");
+  if (r == 0) return ncclSuccess;
+  ucp_ep_params_t ep;
+  memset(&ep, 0, sizeof(ep));
+  ep.field_mask =
+      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(c->peerAddr.data());
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;  // a vanished peer fails our requests instead of hanging them
+  ep.err_handler.cb = epError;
+  ep.err_handler.arg = c;
+  ucs_status_t s = ucp_ep_create(c->worker, &ep, &c->ep);
+  if (s == UCS_ERR_UNREACHABLE) {
+    // Shared-memory transports (UCX_TLS=sm) cannot report peer failures;
+    // the out-of-band socket still does (ucx_liveness.h).
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    s = ucp_ep_create(c->worker, &ep, &c->ep);
+  }
+  c->oob.start(c->fd, monotonicMs());  // only heartbeats and the bye follow on the socket
+  if (s != UCS_OK && c->oob.settle(std::min<int64_t>(timeoutMs(), 1000)) == OobWatch::kClosed) {
+    // The receiver closed (its worker is gone) before we reached it: a
+    // comm without an endpoint whose sends complete discarded.
+    c->ep = nullptr;
+    s = UCS_OK;
+  }
+  if (s != UCS_OK) {
+    WARN("NET/signlion-ucx: ucp_ep_create: %s", ucsStr(s));
+    return ncclSystemError;
+  }
+  std::vector<char>().swap(c->peerAddr);
+  c->connState = 4;
+  heartbeatAdd(c->fd);
+  *ready = true;
+  return ncclSuccess;
+}
+
+}  // namespace
+
+// ---- Init and devices ------------------------------------------------------------
+
+ncclResult_t ucxInit(LogSink logger) {
+  if (logger != nullptr) logSetSink(logger);
+  Global& g = global();
+  std::lock_guard<std::mutex> lk(g.mu);
+  if (g.ready) return ncclSuccess;
+  ucp_config_t* config = nullptr;
+  ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);  // UCX_TLS, UCX_NET_DEVICES, ... pass through
+  if (s != UCS_OK) {
+    WARN("NET/signlion-ucx: ucp_config_read: %s", ucsStr(s));
+    return ncclSystemError;
+  }
+  ucp_params_t p;
+  memset(&p, 0, sizeof(p));
+  p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  p.features = UCP_FEATURE_TAG;
+  p.mt_workers_shared = 1;  // workers of different comms run on different threads
+  s = ucp_init(&p, config, &g.context);
+  ucp_config_release(config);
+  if (s != UCS_OK) {
+    WARN("NET/signlion-ucx: ucp_init: %s (UCX_TLS=%s)", ucsStr(s), getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
+    return ncclSystemError;
+  }
+  g.devs = findSocketDevices(kUcxMaxDevs);
+  if (g.devs.empty()) {
+    WARN("NET/signlion-ucx: no usable interface for the setup connection (SIGNLION_SOCKET_IFNAME=%s)",
+         signlionParamSocketIfname().c_str());
+    return ncclSystemError;
+  }
+  g.ready = true;
+  INFO(kSubsysInit | kSubsysNet, "NET/signlion-ucx: UCX %s, %zu devices", ucp_get_version_string(), g.devs.size());
+  return ncclSuccess;
+}
+
+int ucxPtrSupport() {
+  // Debian's UCX has no cuda transports; a build with them would list
+  // UCS_MEMORY_TYPE_CUDA in the context's memory types.
+  Global& g = global();
+  int bits = NCCL_PTR_HOST;
+  if (g.context != nullptr) {
+    ucp_context_attr_t a;
+    memset(&a, 0, sizeof(a));
+    a.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    if (ucp_context_query(g.context, &a) == UCS_OK && (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)))
+      bits |= NCCL_PTR_CUDA;
+  }
+  return bits;
+}
+
+ncclResult_t ucxDevices(int* ndev) {
+  ARGCHECK(ndev != nullptr, "devices", "ndev", "NULL");
+  Global& g = global();
+  std::lock_guard<std::mutex> lk(g.mu);
+  *ndev = (int)g.devs.size();
+  return ncclSuccess;
+}
+
+static bool deviceAddress(int dev, SocketAddress* a) {
+  Global& g = global();
+  std::lock_guard<std::mutex> lk(g.mu);
+  if (dev < 0 || dev >= (int)g.devs.size()) return false;
+  *a = g.devs[dev].addr;
+  return true;
+}
+
+ncclResult_t ucxGetProperties(int dev, UcxProps* props) {
+  Global& g = global();
+  std::lock_guard<std::mutex> lk(g.mu);
+  ARGCHECK(dev >= 0 && dev < (int)g.devs.size(), "getProperties", "dev", "%d not in [0, %zu)", dev, g.devs.size());
+  const SocketDevice& d = g.devs[dev];
+  props->name = d.name.c_str();
+  props->pciPath = d.pciPath.empty() ? nullptr : d.pciPath.c_str();
+  props->guid = (uint64_t)dev;
+  props->speedMbps = d.speedMbps;
+  props->maxComms = 1024;  // a worker per comm: UCX's resources, not descriptors, are the limit
+  return ncclSuccess;
+}
+
+// ---- Connection setup ----------------------------------------------------------
+
+ncclResult_t ucxListen(int dev, void* handle, void** listenComm) {
+  ARGCHECK(handle != nullptr, "listen", "handle", "NULL");
+  ARGCHECK(listenComm != nullptr, "listen", "listenComm", "NULL");
+  *listenComm = nullptr;
+  SocketAddress addr;
+  ARGCHECK(deviceAddress(dev, &addr), "listen", "dev", "%d is not a device", dev);
+  std::unique_ptr<ListenComm> l(new ListenComm());
+  l->magic = kCommMagic;
+  l->kind = kCommListen;
+  if (!listenOnFreePort(addr, 1024, &l->fd, &l->addr)) return ncclSystemError;
+  if (getrandom(&l->secret, sizeof(l->secret), 0) != (ssize_t)sizeof(l->secret)) {
+    WARN("NET/signlion-ucx: getrandom failed: %s", strerror(errno));
+    closeFd(&l->fd);
+    return ncclSystemError;
+  }
+  ListenHandle h{};
+  h.magic = kHandleMagic;
+  h.version = kWireVersion;
+  h.secret = l->secret;
+  h.addr = l->addr;
+  memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
+  memcpy(handle, &h, sizeof(h));
+  INFO(kSubsysNet, "NET/signlion-ucx: listening on %s", addressString(l->addr).c_str());
+  *listenComm = static_cast<CommHeader*>(l.release());
+  return ncclSuccess;
+}
+
+ncclResult_t ucxConnect(int dev, int trafficClass, void* handle, void** sendComm, UcxPendingConnects* pending) {
+  ARGCHECK(handle != nullptr, "connect", "handle", "NULL");
+  ARGCHECK(sendComm != nullptr, "connect", "sendComm", "NULL");
+  *sendComm = nullptr;
+  ListenHandle h;
+  memcpy(&h, handle, sizeof(h));  // NCCL's handle buffer has no alignment promise
+  ARGCHECK(h.magic == kHandleMagic, "connect", "handle", "bad magic 0x%x (not a signlion-ucx handle)", h.magic);
+  ARGCHECK(h.version == kWireVersion, "connect", "handle", "version %u, expected %u", h.version, kWireVersion);
+  SocketAddress unused;
+  ARGCHECK(deviceAddress(dev, &unused), "connect", "dev", "%d is not a device", dev);
+  ARGCHECK(h.addr.sa.sa_family == AF_INET || h.addr.sa.sa_family == AF_INET6, "connect", "handle", "address family %d",
+           (int)h.addr.sa.sa_family);
+  auto setConnecting = [handle](Comm* comm) {
+    void* p = comm;
+    memcpy(static_cast<char*>(handle) + offsetof(ListenHandle, connecting), &p, sizeof(p));
+  };
+  Comm* c = static_cast<Comm*>(h.connecting);
+  if (c == nullptr) {
+    c = new Comm();
+    c->magic = kCommMagic;
+    c->kind = kCommSend;
+    c->isSend = true;
+    c->startMs = monotonicMs();
+    c->hello.magic = kHandleMagic;
+    c->hello.version = kWireVersion;
+    c->hello.secret = h.secret;
+    ucs_status_t s = newWorker(&c->worker);
+    if (s != UCS_OK) {
+      WARN("NET/signlion-ucx: ucp_worker_create: %s", ucsStr(s));
+      c->worker = nullptr;
+      destroyComm(c);
+      return ncclSystemError;
+    }
+    progressorAdd(c);
+    c->listener = h.addr;
+    c->trafficClass = trafficClass;
+    if (!startConnect(h.addr, trafficClass, &c->fd)) {
+      WARN("NET/signlion-ucx: connect to %s failed: %s", addressString(h.addr).c_str(), strerror(errno));
+      destroyComm(c);
+      return ncclSystemError;
+    }
+    if (pending != nullptr) {
+      std::lock_guard<std::mutex> lk(pending->mu);
+      pending->comms.insert(c);
+      c->pending = pending;
+    }
+    setConnecting(c);
+  }
+  ARGCHECK(c->magic == kCommMagic && c->kind == kCommSend && c->connState < 2, "connect", "handle",
+           "its connection already finished (reuse of a handle)");
+  bool ready = false;
+  ncclResult_t res = progressConnect(c, &ready);
+  if (res != ncclSuccess || ready) {
+    setConnecting(nullptr);
+    if (c->pending != nullptr) {
+      std::lock_guard<std::mutex> lk(c->pending->mu);
+      c->pending->comms.erase(c);
+      c->pending = nullptr;
+    }
+  }
+  if (res != ncclSuccess) {
+    destroyComm(c);
+    return res;
+  }
+  if (ready) *sendComm = static_cast<CommHeader*>(c);
+  return ncclSuccess;
+}
+
+void ucxAbandonConnects(UcxPendingConnects* pending) {
+  std::lock_guard<std::mutex> lk(pending->mu);
+  for (void* p : pending->comms) {
+    Comm* c = static_cast<Comm*>(p);
+    c->pending = nullptr;
+    destroyComm(c);
+  }
+  pending->comms.clear();
+}
+
+ncclResult_t ucxAccept(void* listenComm, void** recvComm) {
+  ARGCHECK(recvComm != nullptr, "accept", "recvComm", "NULL");
+  *recvComm = nullptr;
+  ListenComm* l = static_cast<ListenComm*>(static_cast<CommHeader*>(listenComm));
+  ARGCHECK(l != nullptr && l->magic == kCommMagic && l->kind == kCommListen, "accept", "listenComm",
+           "%p is not a listen comm", listenComm);
+  while (l->incoming.size() < kMaxPendingAccepts) {
+    int fd = accept4(l->fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) break;
+    tuneStream(fd, -1, l->addr.sa.sa_family);
+    Incoming in;
+    in.fd = fd;
+    in.startMs = monotonicMs();
+    l->incoming.push_back(std::move(in));
+  }
+  int64_t now = monotonicMs();
+  for (size_t i = 0; i < l->incoming.size();) {
+    Incoming& in = l->incoming[i];
+    const char* why = nullptr;
+    bool ready = false;
+    if (in.comm == nullptr) {
+      int r = moveBytes(in.fd, false, (char*)&in.hello, sizeof(in.hello), &in.off);
+      if (r < 0)
+        why = "closed before its hello";
+      else if (r == 0 && now - in.startMs > timeoutMs())
+        why = "sent no hello in time";
+      else if (r > 0) {
+        if (in.hello.magic != kHandleMagic)
+          why = "bad magic";
+        else if (in.hello.version != kWireVersion)
+          why = "wrong version";
+        else if (in.hello.secret != l->secret)
+          why = "wrong secret";
+        else {
+          Comm* c = new Comm();
+          c->magic = kCommMagic;
+          c->kind = kCommRecv;
+          ucs_status_t s = newWorker(&c->worker);
+          if (s != UCS_OK) {
+            WARN("NET/signlion-ucx: ucp_worker_create: %s", ucsStr(s));
+            c->worker = nullptr;
+            destroyComm(c);
+            return ncclSystemError;
+          }
+          progressorAdd(c);
+          if (!makeWorkerReply(c, &in.out)) {
+            destroyComm(c);
+            return ncclSystemError;
+          }
+          in.comm = c;
+          in.off = 0;
+        }
+      }
+    }
+    if (why == nullptr && in.comm != nullptr) {
+      int r = moveBytes(in.fd, true, in.out.data(), in.out.size(), &in.off);
+      if (r < 0)
+        why = "closed during our reply";
+      else if (r == 0 && now - in.startMs > timeoutMs())
+        why = "took no reply in time";
+      ready = r > 0;
+    }
+    if (why != nullptr) {
+      WARN("NET/signlion-ucx: accept: refused a connection on %s: %s", addressString(l->addr).c_str(), why);
+      if (in.comm != nullptr) destroyComm(in.comm);
+      closeFd(&in.fd);
+      l->incoming.erase(l->incoming.begin() + i);
+      continue;
+    }
+    if (ready) {
+      Comm* c = in.comm;
+      c->fd = in.fd;
+      c->oob.start(c->fd, now);
+      heartbeatAdd(c->fd);
+      l->incoming.erase(l->incoming.begin() + i);
+      *recvComm = static_cast<CommHeader*>(c);
+      return ncclSuccess;
+    }
+    i++;
+  }
+  return ncclSuccess;
+}
+
+// ---- Memory registration -------------------------------------------------------
+
+ncclResult_t ucxRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  ARGCHECK(mhandle != nullptr, "regMr", "mhandle", "NULL");
+  *mhandle = nullptr;
+  Comm* c = asComm(comm, kCommSend);
+  if (c == nullptr) c = asComm(comm, kCommRecv);
+  ARGCHECK(c != nullptr, "regMr", "comm", "%p is not a send or recv comm", comm);
+  ARGCHECK((type & ucxPtrSupport()) == type && type != 0, "regMr", "type",
+           "%d: this UCX supports memory types 0x%x only", type, ucxPtrSupport());
+  ARGCHECK(data != nullptr || size == 0, "regMr", "data", "NULL with size %zu", size);
+  ucp_mem_h memh = nullptr;
+  if (size > 0) {
+    ucp_mem_map_params_t mp;
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = data;
+    mp.length = size;
+    ucs_status_t s = ucp_mem_map(global().context, &mp, &memh);
+    if (s != UCS_OK) {
+      WARN("NET/signlion-ucx: ucp_mem_map of %zu bytes at %p: %s", size, data, ucsStr(s));
+      return ncclSystemError;
+    }
+  }
+  MemRegion* mr = new MemRegion{kMrMagic, c, memh, static_cast<const char*>(data), size};
+  std::lock_guard<std::mutex> lk(c->mrMu);
+  c->mrs.insert(mr);
+  *mhandle = mr;
+  return ncclSuccess;
+}
+
+ncclResult_t ucxRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t, int, void** mhandle) {
+  return ucxRegMr(comm, data, size, type, mhandle);  // NCCL_PTR_DMABUF is not advertised
+}
+
+ncclResult_t ucxDeregMr(void* comm, void* mhandle) {
+  Comm* c = asComm(comm, kCommSend);
+  if (c == nullptr) c = asComm(comm, kCommRecv);
+  ARGCHECK(c != nullptr, "deregMr", "comm", "%p is not a send or recv comm", comm);
+  MemRegion* mr = static_cast<MemRegion*>(mhandle);
+  std::lock_guard<std::mutex> lk(c->mrMu);
+  ARGCHECK(mr != nullptr && c->mrs.count(mr) == 1, "deregMr", "mhandle", "%p is not registered on comm %p", mhandle,
+           comm);
+  c->mrs.erase(mr);
+  if (mr->memh != nullptr) ucp_mem_unmap(global().context, mr->memh);
+  mr->magic = 0;
+  delete mr;
+  return ncclSuccess;
+}
+
+// ---- Transfers --------------------------------------------------------------------
+
+// An mhandle passed to isend/irecv: nullptr, or a region registered on c
+// that holds [data, data + size).
+static bool regionHolds(Comm* c, void* mhandle, const void* data, size_t size) {
+  if (mhandle == nullptr) return true;
+  MemRegion* mr = static_cast<MemRegion*>(mhandle);
+  std::lock_guard<std::mutex> lk(c->mrMu);
+  if (c->mrs.count(mr) == 0) return false;
+  const char* p = static_cast<const char*>(data);
+  return size == 0 || (p >= mr->base && size <= mr->size && (size_t)(p - mr->base) <= mr->size - size);
+}
+
+ncclResult_t ucxIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
+  ARGCHECK(request != nullptr, "isend", "request", "NULL");
+  *request = nullptr;
+  Comm* c = asComm(sendComm, kCommSend);
+  ARGCHECK(c != nullptr, "isend", "sendComm", "%p is not a send comm", sendComm);
+  ARGCHECK(data != nullptr || size == 0, "isend", "data", "NULL with size %zu", size);
+  ARGCHECK(size <= kUcxMaxMessage, "isend", "size", "%zu exceeds maxP2pBytes %zu", size, kUcxMaxMessage);
+  ARGCHECK(regionHolds(c, mhandle, data, size), "isend", "mhandle",
+           "%p is not a region registered on comm %p holding %zu bytes at %p", mhandle, sendComm, size, data);
+  std::lock_guard<std::mutex> lk(c->workerMu);
+  if (c->connState < 4) {  // the listener's answer (its worker address) is still on its way
+    bool ready = false;
+    NCCLCHECK(progressConnect(c, &ready));
+    if (c->connState < 4) return ncclSuccess;  // no request: NCCL retries
+  }
+  OobWatch::State st = checkPeer(c, false);
+  if (st == OobWatch::kDead) return peerLost(c, "peer vanished (connection closed without a bye)");
+  Request* r = c->reqs.acquire();
+  if (r == nullptr) return ncclSuccess;  // NCCL retries
+  r->comm = c;
+  r->n = 1;
+  r->bytes = size;
+  Slot* s = &r->slots[0];
+  *s = Slot{};
+  s->tag = tag;
+  s->length = size;
+  if (st == OobWatch::kClosed || c->ep == nullptr) {
+    finishSlot(s, UCS_OK, size);  // the receiver closed in order: the data is discarded
+  } else {
+    ucp_request_param_t p = opParams(s, mhandle);
+    p.cb.send = sendDone;
+    startSlot(s, ucp_tag_send_nbx(c->ep, data, size, (ucp_tag_t)(uint32_t)tag, &p), size);
+  }
+  r->pending = s->done ? 0 : 1;
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags, void** mhandles,
+                      void** request) {
+  ARGCHECK(request != nullptr, "irecv", "request", "NULL");
+  *request = nullptr;
+  Comm* c = asComm(recvComm, kCommRecv);
+  ARGCHECK(c != nullptr, "irecv", "recvComm", "%p is not a recv comm", recvComm);
+  ARGCHECK(n >= 1 && n <= kUcxMaxRecvs, "irecv", "n", "%d not in [1, %d]", n, kUcxMaxRecvs);
+  ARGCHECK(data != nullptr && sizes != nullptr && tags != nullptr, "irecv", "data/sizes/tags", "NULL");
+  for (int i = 0; i < n; i++) {
+    ARGCHECK(data[i] != nullptr || sizes[i] == 0, "irecv", "data", "data[%d] NULL with size %zu", i, sizes[i]);
+    ARGCHECK(mhandles == nullptr || regionHolds(c, mhandles[i], data[i], sizes[i]), "irecv", "mhandles",
+             "mhandles[%d] = %p is not a region registered on comm %p holding %zu bytes at %p", i, mhandles[i],
+             recvComm, sizes[i], data[i]);
+  }
+  std::lock_guard<std::mutex> lk(c->workerMu);
+  if (checkPeer(c, false) == OobWatch::kDead) return peerLost(c, "peer vanished (connection closed without a bye)");
+  Request* r = c->reqs.acquire();
+  if (r == nullptr) return ncclSuccess;
+  r->comm = c;
+  r->n = n;
+  r->postedMs = monotonicMs();
+  r->pending = 0;
+  r->bytes = 0;
+  for (int i = 0; i < n; i++) {
+    Slot* s = &r->slots[i];
+    *s = Slot{};
+    s->tag = tags[i];
+    ucp_request_param_t p = opParams(s, mhandles ? mhandles[i] : nullptr);
+    // No immediate completion: UCX 1.13 may complete a receive at once (a
+    // message already here) without filling recv_info, and a size of 0
+    // would then be reported for a message that had bytes. The callback
+    // always carries the message's facts.
+    p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.cb.recv = recvDone;
+    ucs_status_ptr_t up =
+        ucp_tag_recv_nbx(c->worker, data[i], sizes[i], (ucp_tag_t)(uint32_t)tags[i], kFullTagMask, &p);
+    if (up == nullptr) up = UCS_STATUS_PTR(UCS_ERR_UNSUPPORTED);  // not allowed above: never report unknown sizes
+    startSlot(s, up, 0);
+    if (!s->done) r->pending++;
+  }
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t ucxIflush(void* recvComm, int, void**, int*, void**, void** request) {
+  ARGCHECK(request != nullptr, "iflush", "request", "NULL");
+  ARGCHECK(asComm(recvComm, kCommRecv) != nullptr, "iflush", "recvComm", "%p is not a recv comm", recvComm);
+  *request = nullptr;  // host memory: nothing to flush
+  return ncclSuccess;
+}
+
+ncclResult_t ucxTest(void* request, int* done, int* sizes) {
+  ARGCHECK(done != nullptr, "test", "done", "NULL");
+  *done = 0;
+  Request* r = static_cast<Request*>(request);
+  ARGCHECK(
+      r != nullptr && r->used && r->comm != nullptr && r->comm->magic == kCommMagic && r->comm->reqs.outstanding(r),
+      "test", "request", "%p is not an outstanding request", request);
+  Comm* c = r->comm;
+  std::lock_guard<std::mutex> lk(c->workerMu);
+  auto pendingNow = [r] {
+    int p = 0;
+    for (int i = 0; i < r->n; i++) p += r->slots[i].done ? 0 : 1;
+    return p;
+  };
+  if ((r->pending = pendingNow()) > 0) {
+    unsigned moved = 0;
+    for (int i = 0; i < 4 && (moved = ucp_worker_progress(c->worker)) != 0; i++) {
+    }
+    if (moved == 0) helpProgress(c);
+    r->pending = pendingNow();
+  }
+  if (r->pending > 0) {
+    OobWatch::State st = checkPeer(c, false);
+    if (st == OobWatch::kDead) return peerLost(c, "peer vanished (connection closed without a bye)");
+    if (st == OobWatch::kClosed && c->isSend) {
+      discardSends(c);  // completes them (cancelled): their data is discarded
+      r->pending = pendingNow();
+    } else if (st == OobWatch::kClosed) {
+      for (int i = 0; i < 64 && ucp_worker_progress(c->worker) != 0; i++) {
+      }
+      if ((r->pending = pendingNow()) > 0)
+        return peerLost(c, "peer closed its send comm with our receive still waiting for a message");
+    } else if (!c->isSend && monotonicMs() - r->postedMs > timeoutMs()) {
+      // A receive waiting past the timeout while a message no receive
+      // claims sits in the worker: the sender used a tag we never post.
+      ucp_tag_recv_info_t info;
+      if (ucp_tag_probe_nb(c->worker, 0, 0, 0, &info) != nullptr) {
+        WARN("NET/signlion-ucx: recv comm %p: message with tag %d (%zu bytes) matches no posted receive within %lld ms",
+             (void*)c, (int)(uint32_t)info.sender_tag, info.length, (long long)timeoutMs());
+        return ncclInvalidUsage;
+      }
+    }
+    if (r->pending > 0 && c->oob.state() == OobWatch::kAlive && c->oob.silentFor(monotonicMs()) > timeoutMs()) {
+      char why[160];
+      snprintf(why, sizeof(why), "peer silent for %lld ms (stopped or unreachable; SIGNLION_SOCKET_TIMEOUT=%lld)",
+               (long long)c->oob.silentFor(monotonicMs()), (long long)timeoutMs());
+      return peerLost(c, why);
+    }
+    if (r->pending > 0) return ncclSuccess;
+  }
+  // All slots done: report.
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < r->n; i++) {
+    const Slot& s = r->slots[i];
+    if (s.status == UCS_OK) continue;
+    if (c->isSend) {
+      // Failed sends: the receiver closed in order (discarded, fine) or died.
+      OobWatch::State st = c->epForced ? OobWatch::kClosed : c->oob.settle(timeoutMs());
+      if (st == OobWatch::kClosed) continue;
+      char why[160];
+      snprintf(why, sizeof(why), "send of tag %d failed: %s", s.tag, ucsStr(s.status));
+      res = peerLost(c, why);
+    } else if (s.status == UCS_ERR_MESSAGE_TRUNCATED) {
+      WARN("NET/signlion-ucx: recv comm %p: message with tag %d is larger than the posted receive", (void*)c, s.tag);
+      res = ncclInvalidUsage;
+    } else {
+      char why[160];
+      snprintf(why, sizeof(why), "receive of tag %d failed: %s", s.tag, ucsStr(s.status));
+      res = peerLost(c, why);
+    }
+    break;
+  }
+  if (res != ncclSuccess) return res;
+  uint64_t bytes = 0;
+  for (int i = 0; i < r->n; i++) {
+    size_t len = c->isSend ? r->bytes : r->slots[i].length;
+    if (sizes != nullptr) sizes[i] = (int)len;
+    bytes += len;
+  }
+  (c->isSend ? c->bytesSent : c->bytesRecv).fetch_add(bytes, std::memory_order_relaxed);
+  c->reqs.release(r);
+  *done = 1;
+  return ncclSuccess;
+}
+
+// ---- Close ---------------------------------------------------------------------------
+
+ncclResult_t ucxCloseSend(void* sendComm) {
+  Comm* c = asComm(sendComm, kCommSend);
+  ARGCHECK(c != nullptr, "closeSend", "sendComm", "%p is not a send comm", sendComm);
+  progressorRemove(c);  // before our own calls into the worker: no helper may be inside it with us
+  bool busy = false;
+  for (Request& r : c->reqs)
+    for (int i = 0; r.used && i < r.n; i++) busy |= !r.slots[i].done;
+  if (!busy && c->ep != nullptr && c->epStatus == UCS_OK && checkPeer(c, true) == OobWatch::kAlive) {
+    // Sends that completed locally (eager) reach the peer before our bye.
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof(p));
+    (void)waitUcx(c, ucp_ep_flush_nbx(c->ep, &p), std::min<int64_t>(timeoutMs(), 2000));
+  }
+  destroyComm(c);
+  return ncclSuccess;
+}
+
+ncclResult_t ucxCloseRecv(void* recvComm) {
+  Comm* c = asComm(recvComm, kCommRecv);
+  ARGCHECK(c != nullptr, "closeRecv", "recvComm", "%p is not a recv comm", recvComm);
+  progressorRemove(c);  // before ucp_tag_probe_nb: no helper may be inside the worker with us
+  ucp_tag_recv_info_t info;
+  ucp_tag_message_h m = ucp_tag_probe_nb(c->worker, 0, 0, 0, &info);
+  if (m != nullptr)
+    WARN("NET/signlion-ucx: recv comm %p closed with a message of %zu bytes for tag %d that no receive claimed",
+         (void*)c, info.length, (int)(uint32_t)info.sender_tag);
+  destroyComm(c);
+  return ncclSuccess;
+}
+
+ncclResult_t ucxCloseListen(void* listenComm) {
+  ListenComm* l = static_cast<ListenComm*>(static_cast<CommHeader*>(listenComm));
+  ARGCHECK(l != nullptr && l->magic == kCommMagic && l->kind == kCommListen, "closeListen", "listenComm",
+           "%p is not a listen comm", listenComm);
+  for (Incoming& in : l->incoming) {
+    if (in.comm != nullptr) destroyComm(in.comm);
+    closeFd(&in.fd);
+  }
+  closeFd(&l->fd);
+  l->magic = 0;
+  delete l;
+  return ncclSuccess;
+}
+
+}  // namespace net
+}  // namespace signlion

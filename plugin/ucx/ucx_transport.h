@@ -1,0 +1,77 @@
+// The UCX transport, version-neutral (ucx_net.cc dresses it as ncclNet).
+//
+// Design (docs/PLUGIN.md, "UCX transport"):
+//   - one UCP context per process (created by the first init, kept until
+//     exit: UCX's own threads must never outlive its code);
+//   - one UCP worker per comm: NCCL drives each comm from one thread, so a
+//     comm-private worker needs no lock on the hot path, test() progresses
+//     only that comm's traffic, and a failed peer tears down one comm only;
+//   - the send comm holds the only endpoint, to the recv comm's worker, made
+//     from the worker address the acceptor returns over the TCP connection
+//     the listen handle points at (magic, version and random secret checked
+//     there, as in the socket transport); that connection stays open as the
+//     comm's out-of-band liveness channel (ucx_liveness.h);
+//   - transfers are UCP tag-matched sends and receives, one UCP tag per
+//     ncclNet tag, one ucp_tag_recv per slot of a grouped receive. UCP's
+//     matching rule on a worker is ncclNet's (transport/tag_matcher.h): a
+//     message goes to the oldest posted receive holding its tag, messages of
+//     one endpoint keep their order, unexpected ones are kept and claimed by
+//     the next receive posted for their tag. With one sender per worker the
+//     rule holds per comm, and UCP moves large messages by rendezvous
+//     (zero-copy on verbs) without our own chunking.
+// Active messages were the alternative: they would need our own matching,
+// staging copies and flow control on top, which UCP's tag layer already is.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <unordered_set>
+
+#include "common/debug.h"
+#include "nccl_sign.h"
+
+namespace signlion {
+namespace net {
+
+constexpr int kUcxMaxDevs = 16;
+constexpr int kUcxMaxRecvs = 8;
+constexpr size_t kUcxMaxMessage = 1ull << 30;  // test() reports sizes as int
+
+struct UcxProps {
+  const char* name;
+  const char* pciPath;
+  uint64_t guid;
+  int speedMbps;
+  int maxComms;
+};
+
+// Connects started through a v11/v12 context that have not finished.
+struct UcxPendingConnects {
+  std::mutex mu;
+  std::unordered_set<void*> comms;
+};
+
+ncclResult_t ucxInit(LogSink logger);
+// NCCL_PTR_HOST, plus NCCL_PTR_CUDA when this UCX supports CUDA memory.
+int ucxPtrSupport();
+ncclResult_t ucxDevices(int* ndev);
+ncclResult_t ucxGetProperties(int dev, UcxProps* props);
+ncclResult_t ucxListen(int dev, void* handle, void** listenComm);
+ncclResult_t ucxConnect(int dev, int trafficClass, void* handle, void** sendComm, UcxPendingConnects* pending);
+void ucxAbandonConnects(UcxPendingConnects* pending);
+ncclResult_t ucxAccept(void* listenComm, void** recvComm);
+ncclResult_t ucxRegMr(void* comm, void* data, size_t size, int type, void** mhandle);
+ncclResult_t ucxRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
+ncclResult_t ucxDeregMr(void* comm, void* mhandle);
+ncclResult_t ucxIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
+ncclResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags, void** mhandles,
+                      void** request);
+ncclResult_t ucxIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
+ncclResult_t ucxTest(void* request, int* done, int* sizes);
+ncclResult_t ucxCloseSend(void* sendComm);
+ncclResult_t ucxCloseRecv(void* recvComm);
+ncclResult_t ucxCloseListen(void* listenComm);
+
+}  // namespace net
+}  // namespace signlion
