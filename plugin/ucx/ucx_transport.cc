@@ -132,7 +132,9 @@ struct Comm : CommHeader {
   std::mutex workerMu;    // held by whoever calls into the worker
   ucp_ep_h ep = nullptr;  // send comm only
   ucs_status_t epStatus = UCS_OK;
-  bool epForced = false;  // after the peer's bye: outstanding sends were cut short
+  bool epForced = false;         // after the peer's bye: outstanding sends were cut short
+  bool epNoErrHandling = false;  // shared memory: UCX refuses peer error handling (and force close)
+  int orphans = 0;               // sends discardSends reported done while UCX still holds them
   bool warned = false;
   RequestTable<Request, NCCL_NET_MAX_REQUESTS> reqs;
   std::mutex mrMu;
@@ -224,33 +226,108 @@ ucs_status_t waitUcx(Comm* c, void* req, int64_t limitMs) {
   return s;
 }
 
-// Every UCX resource of a comm. The worker goes last: after it no callback
-// can touch our requests.
+OobWatch::State checkPeer(Comm* c, bool force);
+
+bool slotsPending(Comm* c) {
+  for (Request& r : c->reqs)
+    for (int i = 0; r.used && i < r.n; i++)
+      if (!r.slots[i].done) return true;
+  return false;
+}
+
+// Progresses c (and, for peers in this process, the other comms) until none
+// of its requests is in flight, limitMs at most, or idleMs without one
+// finishing. The caller is the only thread inside c's worker.
+bool drainSlots(Comm* c, int64_t limitMs, int64_t idleMs) {
+  int64_t start = monotonicMs(), lastMove = start;
+  auto count = [c] {
+    int n = 0;
+    for (Request& r : c->reqs)
+      for (int i = 0; r.used && i < r.n; i++) n += r.slots[i].done ? 0 : 1;
+    return n;
+  };
+  int left = count();
+  while (left > 0) {
+    int64_t now = monotonicMs();
+    if (now - start >= limitMs || now - lastMove >= idleMs) break;
+    if (ucp_worker_progress(c->worker) == 0) helpProgress(c);
+    int n = count();
+    if (n < left) lastMove = monotonicMs();
+    left = n;
+  }
+  return left == 0;
+}
+
+// Workers that UCX 1.13 cannot destroy: an endpoint without peer error
+// handling (shared memory) whose rendezvous sends the receiver never took
+// cannot be closed by force (ucp_ep_close_nbx refuses), and destroying its
+// worker with them queued aborts the process (ucp_ep.c asserts an empty
+// request list). They are kept, never progressed, until exit: a bounded
+// leak with a WARN, instead of an abort.
+struct Parked {
+  std::mutex mu;
+  std::vector<ucp_worker_h> workers;
+};
+void parkWorker(Comm* c) {
+  static Parked* p = new Parked();
+  WARN(
+      "NET/signlion-ucx: send comm %p closed with sends its peer never took on an endpoint without error handling "
+      "(UCX_TLS=%s); its UCX worker is kept until exit",
+      (void*)c, getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
+  std::lock_guard<std::mutex> lk(p->mu);
+  p->workers.push_back(c->worker);
+  c->worker = nullptr;
+  c->ep = nullptr;
+}
+
+// Every UCX resource of a comm. The worker goes last, and only once no
+// request of ours is in flight in it: UCX 1.13 aborts when a worker is
+// destroyed with tracked sends on an endpoint, and after destruction no
+// callback may touch our slots.
 void destroyComm(Comm* c) {
   progressorRemove(c);  // from here on only the closing thread is inside the worker
   if (c->fd >= 0 && (!c->isSend || c->connState == 4)) heartbeatRemove(c->fd);
-  if (c->worker != nullptr) {
+  if (c->worker != nullptr && !c->isSend) {
+    // Receives already matched finish first (their senders' rendezvous
+    // completes with them); those no message came for are cancelled, which
+    // completes them at once. No progress after that: it would run UCX 1.13
+    // into its error handling of a half-wired endpoint whose peer worker is
+    // gone (an assertion on the pending wireup reply).
+    if (slotsPending(c) && checkPeer(c, true) == OobWatch::kAlive) (void)drainSlots(c, 1000, 100);
     for (Request& r : c->reqs)
-      if (r.used)
-        for (int i = 0; i < r.n; i++)
-          if (r.slots[i].ureq != nullptr && !c->isSend) ucp_request_cancel(c->worker, r.slots[i].ureq);
-    if (c->ep != nullptr) {
-      ucp_request_param_t p;
-      memset(&p, 0, sizeof(p));
+      for (int i = 0; r.used && i < r.n; i++)
+        if (r.slots[i].ureq != nullptr) ucp_request_cancel(c->worker, r.slots[i].ureq);
+  }
+  if (c->worker != nullptr && c->isSend && c->orphans > 0) parkWorker(c);
+  if (c->worker != nullptr && c->isSend && c->ep != nullptr) {
+    int64_t limit = std::min<int64_t>(timeoutMs(), 2000);
+    bool peerMode = !c->epNoErrHandling;
+    if (!peerMode && slotsPending(c) && checkPeer(c, true) == OobWatch::kAlive)
+      (void)drainSlots(c, limit, 200);  // no force close here: let the receiver take them
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof(p));
+    if (peerMode) {
+      // Cancels every send (their callbacks run with UCS_ERR_CANCELED once
+      // the lanes are discarded, a few progress calls later).
       p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      (void)waitUcx(c, ucp_ep_close_nbx(c->ep, &p), std::min<int64_t>(timeoutMs(), 2000));
+      (void)waitUcx(c, ucp_ep_close_nbx(c->ep, &p), limit);
+      c->ep = nullptr;
+      // Progress only towards a live peer: with the peer's worker gone, UCX
+      // 1.13 may fail a lane whose wireup reply is still queued and assert
+      // on it (ucp_request.c, "got REP message"). Sends still held then
+      // keep the worker (parkWorker) rather than abort in its destruction.
+      if (checkPeer(c, true) == OobWatch::kAlive) (void)drainSlots(c, limit, limit);
+    } else if (!slotsPending(c)) {
+      (void)waitUcx(c, ucp_ep_close_nbx(c->ep, &p), limit);  // flush: nothing of ours left in it
       c->ep = nullptr;
     }
-    // A send comm progresses its force-closed endpoint down; a recv comm
-    // does not: its cancellations complete at once, and progress would run
-    // UCX 1.13 into its error handling of a half-wired endpoint whose peer
-    // worker is gone (an assertion on the pending wireup reply).
-    for (int i = 0; c->isSend && i < 64; i++) ucp_worker_progress(c->worker);
+    if (slotsPending(c) || c->orphans > 0) parkWorker(c);
+  }
+  if (c->worker != nullptr)
     for (Request& r : c->reqs)
       for (int i = 0; r.used && i < r.n; i++)
         if (r.slots[i].ureq != nullptr) ucp_request_free(r.slots[i].ureq);
-  }
   OobWatch::sayBye(c->fd);  // before the worker goes: the peer's errors find the bye
   if (c->worker != nullptr) ucp_worker_destroy(c->worker);
   closeFd(&c->fd);
@@ -277,6 +354,7 @@ void finishSlot(Slot* s, ucs_status_t status, size_t length) {
 void sendDone(void* ureq, ucs_status_t status, void* user) {
   Slot* s = static_cast<Slot*>(user);
   ucp_request_free(ureq);
+  if (s->ureq != ureq) return;  // orphaned by discardSends: its slot may serve another request now
   finishSlot(s, status, s->length);
 }
 
@@ -331,9 +409,21 @@ ncclResult_t peerLost(Comm* c, const char* why) {
 
 // The receiver closed in order: its worker is gone, our sends will never be
 // matched. Complete them (their data is discarded) by forcing the endpoint shut.
+// Without peer error handling UCX refuses the force close: the sends are
+// reported done (discarded) here, their UCX requests orphaned in the worker,
+// which close then keeps (parkWorker).
 void discardSends(Comm* c) {
   if (c->epForced || c->ep == nullptr) return;
   c->epForced = true;
+  if (c->epNoErrHandling) {
+    for (Request& r : c->reqs)
+      for (int i = 0; r.used && i < r.n; i++)
+        if (!r.slots[i].done) {
+          c->orphans++;
+          finishSlot(&r.slots[i], UCS_ERR_CANCELED, r.slots[i].length);
+        }
+    return;
+  }
   ucp_request_param_t p;
   memset(&p, 0, sizeof(p));
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -452,6 +542,7 @@ ncclResult_t progressConnect(Comm* c, bool* ready) {
     // Shared-memory transports (UCX_TLS=sm) cannot report peer failures;
     // the out-of-band socket still does (ucx_liveness.h).
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    c->epNoErrHandling = true;
     s = ucp_ep_create(c->worker, &ep, &c->ep);
   }
   c->oob.start(c->fd, monotonicMs());  // only heartbeats and the bye follow on the socket
