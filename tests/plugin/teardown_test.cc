@@ -130,17 +130,20 @@ TEST_P(Teardown, BothSidesClosedWithRequestsInFlightInEitherOrder) {
   for (int order = 0; order < 2; order++) {
     void *s, *r;
     pair(&s, &r);
-    std::vector<char> src(size_t(8) << 20, 3), dst(size_t(8) << 20);
+    // Each receive its own region of dst: receives in flight at once must not
+    // share memory (two of them filling one buffer is a race of the test's).
+    const size_t slot = size_t(2) << 20;
+    std::vector<char> src(slot, 3), dst(12 * slot);
     for (int i = 0; i < 12; i++) {
       void* req = nullptr;
-      size_t size = i % 2 ? 1000 : size_t(2) << 20;
+      size_t size = i % 2 ? 1000 : slot;
       ASSERT_EQ(net_.isend(s, src.data(), size, i, nullptr, &req), ncclSuccess);
       int done = 0;
       if (req != nullptr) {
         ASSERT_EQ(net_.test(req, &done, nullptr), ncclSuccess);
       }
-      void* d = dst.data();
-      size_t cap = dst.size();
+      void* d = dst.data() + i * slot;
+      size_t cap = slot;
       int tag = 11 - i;  // claims out of order
       ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &req), ncclSuccess);
       if (req != nullptr) {
