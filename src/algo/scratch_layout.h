@@ -21,6 +21,10 @@ struct ScratchLayout {
   int64_t fieldPlanes = 0;  // field-sum majority: the counts as bit-sliced planes, to decide
   int64_t stage = 0;        // the executor's staging space (one step's worth)
   int64_t words = 0;        // the whole scratch
+  // Free words in front of every region and of every vote slot (0 unless
+  // asked for): the host executor writes (receives) a message's header there,
+  // in front of a payload that starts a plane, instead of copying the payload.
+  int64_t headroom = 0;
   int64_t bytes() const { return 8 * words; }
 
   // Where plane `plane` of `buf` (vote slot `slot`) starts in a scratch at
@@ -31,14 +35,16 @@ struct ScratchLayout {
                            : buf == Buffer::kResult ? result
                            : buf == Buffer::kVotes  ? votes
                                                     : fields;
-    return base + region + s.planeOffset(buf, slot, plane, payloadWidth);
+    const int64_t slotRoom = buf == Buffer::kVotes ? slot * headroom : 0;
+    return base + region + slotRoom + s.planeOffset(buf, slot, plane, payloadWidth);
   }
 };
 
 // The regions of s in order (counter, result, votes, fields, fieldPlanes,
 // stage), each starting on a multiple of alignWords (>= 1) words, the stage
-// region stageWords long.
-ScratchLayout layoutScratch(const Schedule& s, int64_t stageWords, int64_t alignWords);
+// region stageWords long; with headroomWords > 0, that many free words in
+// front of each region's data and of each vote slot (ScratchLayout::headroom).
+ScratchLayout layoutScratch(const Schedule& s, int64_t stageWords, int64_t alignWords, int64_t headroomWords = 0);
 
 }  // namespace algo
 }  // namespace signlion

@@ -7,7 +7,6 @@
 
 #include "host/host_params.h"
 
-
 namespace signlion {
 namespace host {
 
@@ -16,13 +15,20 @@ using algo::Buffer;
 namespace {
 
 // Words of the first chunk of a transfer: the one that carries the call's
-// header (call_check.h), staged with it even when the rest travels in place.
+// header (call_check.h), staged with it even when the rest travels in place
+// (unless it starts its plane: headerInHeadroom).
 int64_t firstChunkWords(int planes, const algo::Range& r, int64_t chunkBytes) {
   return planes * std::min(algo::chunkBlocks(planes, chunkBytes), r.size());
 }
 
 // Receives other than a single plane stored where it belongs go through the stage.
 bool stagedRecv(const algo::Recv& x) { return x.planes > 1 || x.op != algo::RecvOp::kStore; }
+
+// A single plane's chunk that starts its plane has the layout's headroom in
+// front of it (hostScratchLayout): its header travels from (lands in) there,
+// and the chunk itself in place, with no copy. Plane 0 of every buffer and
+// vote slot starts a region or a slot, so block 0 is all it takes.
+bool headerInHeadroom(int planes, int64_t b) { return planes == 1 && b == 0; }
 
 }  // namespace
 
@@ -39,7 +45,7 @@ algo::ScratchLayout hostScratchLayout(const algo::Schedule& s) {
       w += (int64_t)kHeaderWords + (stagedRecv(x) ? x.bytes() / 8 : firstChunkWords(x.planes, x.range, chunkBytes));
     stageWords = std::max(stageWords, w);
   }
-  return algo::layoutScratch(s, stageWords, 1);
+  return algo::layoutScratch(s, stageWords, 1, (int64_t)kHeaderWords);
 }
 
 ncclResult_t ScheduleExecutor::runLocal(const algo::Local& l) {
@@ -179,7 +185,17 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
         int64_t len = std::min(step, x.range.end - b);
         uint64_t* data = plane(x.buf, x.slot, 0, x.width) + b;
         size_t bytes = (size_t)(x.planes * len * 8);
-        if (x.planes > 1 || first) {  // gather the planes of this chunk (after the header) into one message
+        if (first && headerInHeadroom(x.planes, b)) {
+          // Other sends of this step may carry the same plane (and header)
+          // to other peers: write only what is not there yet.
+          uint64_t* msg = data - kHeaderWords;
+          CallHeader h;
+          check_.writeHeader(&h);
+          if (memcmp(msg, &h, kHeaderBytes) != 0) memcpy(msg, &h, kHeaderBytes);
+          data = msg;
+          bytes += kHeaderBytes;
+          first = false;
+        } else if (x.planes > 1 || first) {  // gather the planes of this chunk (after the header) into one message
           uint64_t* msg = stage;
           if (first) {
             check_.writeHeader(stage);
@@ -204,7 +220,10 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
         size_t bytes = (size_t)(x.planes * len * 8);
         uint64_t* data;
         uint64_t* msg;
-        if (stagedRecv(x) || first) {
+        if (!stagedRecv(x) && first && headerInHeadroom(x.planes, b)) {
+          data = plane(x.buf, x.slot, 0, x.width) + b;  // in place, the header in the headroom in front
+          msg = data - kHeaderWords;
+        } else if (stagedRecv(x) || first) {
           msg = stage;
           if (first) stage += kHeaderWords;  // the header lands in front of the payload
           data = stage;

@@ -122,7 +122,19 @@ TEST(ScratchLayout, HostStageHoldsTheLargestStep) {
       largest = std::max(largest, staged);
     }
     EXPECT_EQ(L.words - L.stage, largest) << what;
-    const ScratchLayout packed = layoutScratch(s, largest, 1);  // the host packs its regions
+    // The host packs its regions, with a header's headroom in front of each
+    // region and each vote slot: nothing else lies there.
+    const ScratchLayout packed = layoutScratch(s, largest, 1, 6);
+    EXPECT_EQ(L.headroom, 6) << what;
+    EXPECT_GE(L.counter, 6) << what;
+    EXPECT_GE(L.result - 6, L.counter + s.counterBytes() / 8) << what;
+    EXPECT_GE(L.votes - 6, L.result + s.resultBytes() / 8) << what;
+    std::vector<uint64_t> scratch((size_t)L.words + 1);
+    uint64_t* base = scratch.data();
+    auto at = [&](int slot, int plane) { return L.plane(base, s, Buffer::kVotes, slot, plane, 1) - base; };
+    for (int slot = 1; slot < s.voteSlots; slot++)
+      EXPECT_GE(at(slot, 0) - 6, at(slot - 1, s.counters - 1) + s.nblocks) << what;
+    if (s.voteSlots > 0) EXPECT_GE(L.fields - 6, at(s.voteSlots - 1, s.counters - 1) + s.nblocks) << what;
     EXPECT_EQ(L.counter, packed.counter) << what;
     EXPECT_EQ(L.fieldPlanes, packed.fieldPlanes) << what;
     EXPECT_EQ(L.words, packed.words) << what;
