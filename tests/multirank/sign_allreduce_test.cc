@@ -100,6 +100,24 @@ std::vector<MatrixCase> matrixCases() {
 }
 INSTANTIATE_TEST_SUITE_P(Host, SignAllReduceMatrix, ::testing::ValuesIn(matrixCases()), caseName);
 
+// Every dtype and op on inputs of few distinct values (-1, 0, +1: many zeros
+// and exact ties), each checked against the reference under the comm's rules.
+void checkRulesOnFewValues(int rank, ncclSignComm_t comm, int n, ncclSignZeroRule_t zero, ncclSignTieRule_t tie,
+                           const std::string& what) {
+  for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16, ncclInt8}) {
+    size_t count = 1000;
+    std::vector<Bytes> in(n, Bytes(count * bits::typeSize(dt)));
+    std::mt19937 rng(7);
+    for (int r = 0; r < n; r++)
+      for (size_t i = 0; i < count; i++) test::setElem(in[r], dt, i, (float)((int)(rng() % 3) - 1));
+    for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+      if (op == ncclSignAverage && dt == ncclInt8) continue;
+      Bytes want = test::referenceOutput(in, count, dt, op, zero, tie);
+      checkCall(rank, comm, in, want, count, dt, op, rank % 2 == 0, what);
+    }
+  }
+}
+
 // Zero and tie rules (and exact ties for even N) on every algorithm.
 TEST(SignAllReduceRules, ZeroAndTieRules) {
   for (ncclSignAlgo_t algo :
@@ -108,21 +126,9 @@ TEST(SignAllReduceRules, ZeroAndTieRules) {
       for (ncclSignZeroRule_t zero : {ncclSignZeroNegative, ncclSignZeroAbstain}) {
         for (ncclSignTieRule_t tie : {ncclSignTieZero, ncclSignTiePositive, ncclSignTieNegative}) {
           withRanks(n, makeConfig(algo, zero, tie), [&](int rank, ncclSignComm_t comm) {
-            for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16, ncclInt8}) {
-              size_t count = 1000;
-              // Few distinct values: many zeros and exact ties.
-              std::vector<Bytes> in(n, Bytes(count * bits::typeSize(dt)));
-              std::mt19937 rng(7);
-              for (int r = 0; r < n; r++)
-                for (size_t i = 0; i < count; i++) test::setElem(in[r], dt, i, (float)((int)(rng() % 3) - 1));
-              for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
-                if (op == ncclSignAverage && dt == ncclInt8) continue;
-                Bytes want = test::referenceOutput(in, count, dt, op, zero, tie);
-                checkCall(rank, comm, in, want, count, dt, op, rank % 2 == 0,
-                          std::string(algoName(algo)) + " N=" + std::to_string(n) + " zero=" + std::to_string(zero) +
-                              " tie=" + std::to_string(tie));
-              }
-            }
+            checkRulesOnFewValues(rank, comm, n, zero, tie,
+                                  std::string(algoName(algo)) + " N=" + std::to_string(n) +
+                                      " zero=" + std::to_string(zero) + " tie=" + std::to_string(tie));
           });
         }
       }
@@ -207,19 +213,8 @@ TEST(SignAllReduceHierarchicalRules, ZeroAndTieRules) {
         withRanks(
             n, [&](int r) { return hierConfig(l, r, zero, tie); },
             [&](int rank, ncclSignComm_t comm) {
-              for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16, ncclInt8}) {
-                size_t count = 1000;
-                std::vector<Bytes> in(n, Bytes(count * bits::typeSize(dt)));
-                std::mt19937 rng(7);
-                for (int r = 0; r < n; r++)
-                  for (size_t i = 0; i < count; i++) test::setElem(in[r], dt, i, (float)((int)(rng() % 3) - 1));
-                for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
-                  if (op == ncclSignAverage && dt == ncclInt8) continue;
-                  Bytes want = test::referenceOutput(in, count, dt, op, zero, tie);
-                  checkCall(rank, comm, in, want, count, dt, op, rank % 2 == 0,
-                            l.name() + " zero=" + std::to_string(zero) + " tie=" + std::to_string(tie));
-                }
-              }
+              checkRulesOnFewValues(rank, comm, n, zero, tie,
+                                    l.name() + " zero=" + std::to_string(zero) + " tie=" + std::to_string(tie));
             });
       }
     }
