@@ -15,8 +15,8 @@
 //   makeVDevice(int ndevs, const int* devs, int* d)  (v9+; ndevs already in
 //   [1, the props' capacity]).
 //
-// The socket transport's plugin/socket/socket_net.cc predates this header and
-// spells the same adapters out by hand; it can become NetVersions<SocketOps>.
+// Both transports use it: plugin/socket/socket_net.cc (SocketOps) and
+// plugin/ucx/ucx_net.cc (UcxOps).
 #pragma once
 
 #include <cstring>
@@ -33,11 +33,16 @@ namespace net {
 
 // What a transport says about one device; the adapters fill NCCL's structs.
 struct TransportProps {
+  static constexpr int kMaxFused = 8;  // v12's NCCL_NET_MAX_DEVS_PER_NIC, the largest
   const char* name;
   const char* pciPath;  // nullptr for virtual interfaces
   uint64_t guid;
   int speedMbps;
   int maxComms;
+  // The physical devices a fused device (makeVDevice) is made of; ndevs == 0
+  // for a device that is only itself.
+  int ndevs;
+  int devs[kMaxFused];
 };
 
 template <typename T>
@@ -51,9 +56,11 @@ class NetVersions {
 
  private:
   template <typename Props>
-  static ncclResult_t fillCommon(int dev, Props* props) {
+  static ncclResult_t fillCommon(int dev, Props* props, TransportProps* out = nullptr) {
     ARGCHECK(props != nullptr, "getProperties", "props", "NULL");
-    TransportProps p;
+    TransportProps local;
+    TransportProps& p = out != nullptr ? *out : local;
+    p = TransportProps{};
     NCCLCHECK(T::getProperties(dev, &p));
     memset(props, 0, sizeof(*props));
     props->name = const_cast<char*>(p.name);
@@ -69,9 +76,21 @@ class NetVersions {
   }
   template <typename Props>
   static ncclResult_t fillV9(int dev, Props* props) {
-    NCCLCHECK(fillCommon(dev, props));
-    props->vProps.ndevs = 1;  // no NIC fusion: each device is its own
-    props->vProps.devs[0] = dev;
+    TransportProps p;
+    NCCLCHECK(fillCommon(dev, props, &p));
+    const int capacity = (int)(sizeof(props->vProps.devs) / sizeof(props->vProps.devs[0]));
+    if (p.ndevs == 0) {
+      props->vProps.ndevs = 1;
+      props->vProps.devs[0] = dev;
+    } else {
+      // makeVDevice never fuses more devices than the version asking holds,
+      // but an older version's props may be asked of a device a newer one
+      // fused: refuse rather than truncate.
+      ARGCHECK(p.ndevs <= capacity, "getProperties", "dev", "%d is fused of %d devices, this ncclNet version holds %d",
+               dev, p.ndevs, capacity);
+      props->vProps.ndevs = p.ndevs;
+      for (int i = 0; i < p.ndevs; i++) props->vProps.devs[i] = p.devs[i];
+    }
     props->maxP2pBytes = T::kMaxMessage;
     props->maxCollBytes = T::kMaxMessage;
     return ncclSuccess;

@@ -19,7 +19,7 @@ struct UcxOps {
     ARGCHECK(props != nullptr, "getProperties", "props", "NULL");
     UcxProps p;
     NCCLCHECK(ucxGetProperties(dev, &p));
-    *props = TransportProps{p.name, p.pciPath, p.guid, p.speedMbps, p.maxComms};
+    *props = TransportProps{p.name, p.pciPath, p.guid, p.speedMbps, p.maxComms, 0, {}};
     return ncclSuccess;
   }
   // No NIC fusion here: UCX stripes one endpoint over the devices
