@@ -20,7 +20,7 @@ constexpr int kMagicBits = 8, kKindBits = 2, kTypeBits = 4, kOpBits = 2, kRuleBi
 static_assert(kMagicBits + kKindBits + kTypeBits + kOpBits + 2 * kRuleBits + kAlgoBits + kSeqBits + kPartBits == 64,
               "CallHeader::packed is one word");
 static_assert((int)CallKind::kSumAllReduce < (1 << kKindBits), "collectives fit");
-static_assert(ncclNumTypes <= (1 << kTypeBits), "datatypes fit");
+static_assert(ncclBfloat16 < (1 << kTypeBits), "the datatypes host calls take (int8, fp16, fp32, bf16) fit");
 static_assert(ncclSignNumOps <= (1 << kOpBits), "ops fit");
 static_assert(ncclSignNumZeroRules <= (1 << kRuleBits) && ncclSignNumTieRules <= (1 << kRuleBits), "rules fit");
 static_assert(ncclSignNumAlgos <= (1 << kAlgoBits), "algorithms fit");
