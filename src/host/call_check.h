@@ -11,9 +11,8 @@
 // peers then miss its next messages and fail within the timeout. Headers
 // that travel alone land in a registered buffer of their own (one slot per
 // peer), so a warm call allocates and registers nothing. The header is 16
-// bytes (CallHeader). The check relies on
-// nothing but ncclNet's in-order delivery on each comm: no tags, so any NCCL
-// net plugin carries it.
+// bytes (CallHeader). The check relies on nothing but ncclNet's in-order
+// delivery on each comm: no tags, so any NCCL net plugin carries it.
 #pragma once
 
 #include <cstddef>
