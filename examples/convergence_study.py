@@ -31,6 +31,7 @@ PATH) shows test accuracy (the mean over --byzantine-seeds) against k.
 
   convergence_study.py [--dataset fashion|digits] [--workers 4 8 16] [--seeds 3] [--steps 500]
                        [--batch 128] [--grid full|medium|small] [--methods ...] [--byzantine] [--plot PNG]
+                       [--algorithm auto|ring|hd|allgather|fieldsum]
 """
 import argparse
 import gzip
@@ -143,6 +144,10 @@ def digits():
     return (x[:1077], y[:1077]), (x[1077:1437], y[1077:1437]), (x[1437:], y[1437:])
 
 
+# ncclSignAlgo_t (include/nccl_sign.h)
+ALGORITHMS = {"auto": 0, "ring": 1, "hd": 2, "allgather": 3, "fieldsum": 4}
+
+
 def worker_grads(model, flat, xb, yb, n):
     """Each worker's gradient of its own mean loss on its B/n examples: (n, P). flat is (P,)
     (shared parameters) or (n, P) (each worker its own, "local")."""
@@ -164,8 +169,9 @@ def evaluate(model, flat, split, limit=None):
 class Ranks:
     """N host-communicator ranks as threads, reused across runs with the same N."""
 
-    def __init__(self, n):
+    def __init__(self, n, algorithm=0):
         self.n = n
+        self.algorithm = algorithm
         uid = capi.get_unique_id()
         self.comms = [None] * n
         ts = [threading.Thread(target=self._init, args=(r, uid)) for r in range(n)]
@@ -175,7 +181,7 @@ class Ranks:
             raise RuntimeError("host communicator init failed")
 
     def _init(self, r, uid):
-        self.comms[r] = capi.Comm(self.n, uid, r)
+        self.comms[r] = capi.Comm(self.n, uid, r, algorithm=self.algorithm)
 
     def run(self, fn):
         """fn(rank) on every rank at once (ctypes calls release the GIL)."""
@@ -263,23 +269,27 @@ def main():
     ap.add_argument("--byzantine-lr", type=float, nargs=2, default=None, metavar=("MAVO", "AVERAGE"),
                     help="the lr of mavo and average in the Byzantine runs when they are not in --methods")
     ap.add_argument("--plot", default=None, help="PNG of test accuracy against k (with --byzantine)")
+    ap.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="auto",
+                    help="the sign all-reduce's algorithm (config->algorithm; auto: the cost model's choice, "
+                         "the fastest; hd: the fewest bytes). Results are bit-identical for every choice, "
+                         "only the bytes differ")
     a = ap.parse_args()
     os.environ.setdefault("SIGNLION_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)
     model = CNN if a.dataset == "fashion" else MLP
     splits = fashion() if a.dataset == "fashion" else digits()
     print("# %s: %d train / %d val / %d test; %s (%d parameters); total batch %d, %d steps, %d seed(s), grid %s "
-          "(lion lr %s, wd %g; adamw lr %s, wd %g)%s" % (
+          "(lion lr %s, wd %g; adamw lr %s, wd %g); sign all-reduce algorithm %s%s" % (
               a.dataset, len(splits[0][1]), len(splits[1][1]), len(splits[2][1]), model.name, model.numel, a.batch,
               a.steps, a.seeds, a.grid, GRIDS[a.grid]["lion"], WEIGHT_DECAY["lion"], GRIDS[a.grid]["adamw"],
-              WEIGHT_DECAY["adamw"], "; Byzantine: %s votes, %d seed(s)" % (a.byzantine_mode, a.byzantine_seeds)
+              WEIGHT_DECAY["adamw"], a.algorithm, "; Byzantine: %s votes, %d seed(s)" % (a.byzantine_mode, a.byzantine_seeds)
               if a.byzantine else ""))
     print("# %-3s %-8s %-8s %-14s %-9s %-10s %-10s %s" % ("N", "method", "best lr", "test acc %", "val acc %",
                                                           "train loss", "s per run", "bytes sent/worker/step"))
     t0 = time.time()
     rows, best_lr = [], {}
     for n in a.workers:
-        ranks = Ranks(n)
+        ranks = Ranks(n, ALGORITHMS[a.algorithm])
         for method in a.methods:
             grid = GRIDS[a.grid]["adamw" if method == "adamw" else "lion"]
             best, tried = None, []
@@ -319,6 +329,11 @@ def main():
             c.destroy()
     print("# %.0f s in all; fp32 parameters: %d bytes; bytes = the busiest worker's links, per step" % (
         time.time() - t0, model.numel * 4))
+    for n in a.workers:
+        sent = {r[1]: r[5] for r in rows if r[0] == n}
+        if sent.get("global") and sent.get("mavo"):
+            print("# N = %d: global / mavo bytes = %.0f / %.0f = %.2fx" % (
+                n, sent["global"], sent["mavo"], sent["global"] / sent["mavo"]))
     if a.plot and a.byzantine:
         plot(rows, a.workers, a.plot, model, a)
 

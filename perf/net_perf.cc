@@ -288,7 +288,7 @@ RatioStats blockRatios(const std::vector<double>& a, const std::vector<double>& 
 // --role self: one process, no waiting (on loopback a message is in the
 // receiving socket when sendmsg returns). Microseconds per small message
 // through the plugin (irecv, isend, test until both complete) next to the
-// same system calls on a plain socket pair (sendmsg of a 16-byte header and
+// same system calls on a plain socket pair (sendmsg of an 8-byte header and
 // the payload, one recv into a 64 KiB buffer, the plugin's ACK policy): the
 // plugin's own CPU cost per message, which a ping-pong between processes on
 // two shared cores shows only through its noise.
@@ -330,7 +330,7 @@ void selfCost(const SocketAddress& local, const std::vector<size_t>& sizes, int 
   for (int fd : fds) plainTune(fd);
   int64_t ackMs = -1;
   auto raw = [&](size_t size) {
-    char hdr[16] = {};
+    char hdr[8] = {};  // the plugin's message header (wire version 4)
     iovec iov[2] = {{hdr, sizeof(hdr)}, {sbuf.data(), size}};
     msghdr msg{};
     msg.msg_iov = iov;

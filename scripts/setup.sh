@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages signlion needs to build and test. Idempotent:
 # when everything is already installed it changes nothing. Run as root.
+# Python packages Debian lacks come from the Python registry (pip, below).
 # CUDA 13 and NCCL come preinstalled under /usr/local/cuda and are optional.
 # ninja-build: the README's builds use -G Ninja, and the wheel's CMake build
 # (scikit-build-core) uses it instead of fetching ninja from the registry.
@@ -24,15 +25,32 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
-fi
-
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+else
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Python packages Debian does not ship, from the Python registry, for the
+# interpreter that has Debian's python3-torch (the python tests' SIGNLION_PYTHON).
+# --no-deps: they must not replace Debian's torch with a registry build.
+# lion-pytorch: python.api.loads_a_lion_pytorch_state_dict loads its state dict.
+PY=/usr/bin/python3
+PIP_PACKAGES=(lion-pytorch==0.2.5)
+for spec in "${PIP_PACKAGES[@]}"; do
+  name=${spec%%==*}
+  want=${spec#*==}
+  if [ "$($PY -m pip show "$name" 2>/dev/null | sed -n 's/^Version: //p')" = "$want" ]; then
+    echo "setup: $spec present"
+    continue
+  fi
+  echo "setup: pip installing $spec"
+  $SUDO $PY -m pip install -q --no-deps --break-system-packages "$spec"
+done
 echo "setup: done"

@@ -39,9 +39,11 @@ namespace net {
 namespace {
 
 constexpr uint32_t kHandleMagic = 0x534c4e48;  // "SLNH"
-constexpr uint16_t kWireVersion = 3;       // 2: instance ids, control-socket pairing; 3: a handle lists 1..4 interfaces
-constexpr uint32_t kMrMagic = 0x534c4d52;  // "SLMR"
-constexpr int kPollMs = 50;                // helper wake-up period, bounds close latency
+// 2: instance ids, control-socket pairing; 3: a handle lists 1..4 interfaces;
+// 4: 8-byte message headers (WireMsg)
+constexpr uint16_t kWireVersion = 4;
+constexpr uint32_t kMrMagic = 0x534c4d52;      // "SLMR"
+constexpr int kPollMs = 50;                    // helper wake-up period, bounds close latency
 constexpr size_t kCallerOnlyMax = 512 * 1024;  // payloads up to this are moved by the caller (enqueueStreams)
 constexpr size_t kMaxPendingAccepts = 256;
 constexpr size_t kStageBytes = 64 * 1024;  // recv comm staging buffer for the control stream
@@ -139,7 +141,9 @@ struct Hello {
 static_assert(sizeof(Hello) == 40, "hello layout");
 
 // One per message on the control stream; also the two pairing headers
-// (socket_pairing.h), which are no message: no tag, no sequence number.
+// (socket_pairing.h), which are no message: no tag, no sequence number. This
+// is the decoded form; on the wire (WireMsg) a message header is 8 bytes and
+// a pairing header 16.
 struct MsgHeader {
   int32_t tag;
   uint32_t flags;  // kMsgInline, or one of kMsgPair / kMsgSwitch
@@ -148,6 +152,59 @@ struct MsgHeader {
 constexpr uint32_t kMsgInline = 1;
 constexpr uint32_t kMsgPair = 2;    // offer: the named send comm may move onto this connection
 constexpr uint32_t kMsgSwitch = 4;  // marker: the sender moved; read the pinned connection from here on
+
+// A header on the wire: the tag, then one word. A message's word is its size
+// (at most kSocketMaxMessage = 2^30, 31 bits) with kWireInline set when the
+// payload follows inline (at most kMaxInline, so bit 30 is clear). A pairing
+// header sets both top bits (kWireControl), its flags in the low bits, and
+// is followed by 8 bytes: the offer's connId (0 for the marker). Eight bytes
+// per message rather than 16: on a small call (a sign all-reduce of a few
+// thousand parameters sends messages of a few hundred bytes) the framing is a
+// visible part of what goes on the wire.
+struct WireMsg {
+  int32_t tag;
+  uint32_t word;
+};
+static_assert(sizeof(WireMsg) == 8, "message header layout");
+constexpr uint32_t kWireInline = 1u << 31;
+constexpr uint32_t kWireControl = 3u << 30;
+constexpr size_t kWireMsgBytes = sizeof(WireMsg);
+constexpr size_t kWirePairBytes = sizeof(WireMsg) + sizeof(uint64_t);
+static_assert(kSocketMaxMessage < kWireInline && kMaxInline < (1u << 30), "sizes fit the header word");
+
+// Writes h's wire form into out (room for kWirePairBytes); returns its length.
+size_t encodeHeader(const MsgHeader& h, char* out) {
+  const bool pairing = (h.flags & (kMsgPair | kMsgSwitch)) != 0;
+  WireMsg w{h.tag,
+            pairing ? kWireControl | h.flags : (uint32_t)h.size | ((h.flags & kMsgInline) != 0 ? kWireInline : 0u)};
+  memcpy(out, &w, sizeof(w));
+  if (!pairing) return kWireMsgBytes;
+  memcpy(out + sizeof(w), &h.size, sizeof(h.size));
+  return kWirePairBytes;
+}
+
+// The length of the wire header that starts at `in` (at least kWireMsgBytes
+// available); once that many are there, decodeHeader reads it.
+size_t wireHeaderBytes(const char* in) {
+  WireMsg w;
+  memcpy(&w, in, sizeof(w));
+  return (w.word & kWireControl) == kWireControl ? kWirePairBytes : kWireMsgBytes;
+}
+MsgHeader decodeHeader(const char* in) {
+  WireMsg w;
+  memcpy(&w, in, sizeof(w));
+  MsgHeader h{w.tag, 0, 0};
+  if ((w.word & kWireControl) == kWireControl) {
+    h.flags = w.word & ~kWireControl;  // handlePairHeader judges them
+    memcpy(&h.size, in + sizeof(w), sizeof(h.size));
+  } else if (w.word & kWireInline) {
+    h.flags = kMsgInline;
+    h.size = w.word & ~kWireInline;
+  } else {
+    h.size = w.word;
+  }
+  return h;
+}
 
 // ---- Comms ------------------------------------------------------------------
 
@@ -726,9 +783,10 @@ bool progressPairHeader(Comm* c, bool* moved) {
       return true;
     }
   }
-  while (c->pairOff < sizeof(MsgHeader)) {
-    ssize_t n =
-        send(c->ctrlFd, (char*)&c->pairHdr + c->pairOff, sizeof(MsgHeader) - c->pairOff, MSG_NOSIGNAL | MSG_DONTWAIT);
+  char wire[kWirePairBytes];
+  const size_t len = encodeHeader(c->pairHdr, wire);
+  while (c->pairOff < len) {
+    ssize_t n = send(c->ctrlFd, wire + c->pairOff, len - c->pairOff, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
     if (n < 0) {
@@ -771,14 +829,16 @@ void progressSendCtrl(Comm* c) {
     MsgHeader hdr{r->sub[0].tag, 0, r->sub[0].posted};
     bool inl = r->sub[0].posted <= c->inlineMax;
     if (inl) hdr.flags |= kMsgInline;
-    size_t total = sizeof(hdr) + (inl ? r->sub[0].posted : 0);
+    char wire[kWirePairBytes];
+    const size_t hlen = encodeHeader(hdr, wire);
+    size_t total = hlen + (inl ? r->sub[0].posted : 0);
     iovec iov[2];
     int niov = 0;
-    if (c->ctrlOff < sizeof(hdr)) {
-      iov[niov++] = {(char*)&hdr + c->ctrlOff, sizeof(hdr) - c->ctrlOff};
+    if (c->ctrlOff < hlen) {
+      iov[niov++] = {wire + c->ctrlOff, hlen - c->ctrlOff};
       if (inl && r->sub[0].posted > 0) iov[niov++] = {r->sub[0].data, r->sub[0].posted};
     } else {
-      iov[niov++] = {r->sub[0].data + (c->ctrlOff - sizeof(hdr)), total - c->ctrlOff};
+      iov[niov++] = {r->sub[0].data + (c->ctrlOff - hlen), total - c->ctrlOff};
     }
     msghdr msg{};
     msg.msg_iov = iov;
@@ -1097,11 +1157,11 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
         c->rxOff += (size_t)n;
         continue;
       }
-    } else if (avail >= sizeof(MsgHeader)) {
-      MsgHeader hdr;
-      memcpy(&hdr, head, sizeof(hdr));
+    } else if (avail >= kWireMsgBytes && avail >= wireHeaderBytes(head)) {
+      const size_t hlen = wireHeaderBytes(head);
+      MsgHeader hdr = decodeHeader(head);
       if (hdr.flags & ~kMsgInline) {  // not a message: pairing (or malformed)
-        c->stageHead += sizeof(hdr);
+        c->stageHead += hlen;
         if (!handlePairHeader(c, hdr)) return;
         continue;
       }
@@ -1112,7 +1172,7 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
       if (taken < 0) return;
       c->keptStopped = taken == 0;
       if (taken == 0) break;  // no room to keep it: read on once receives claim some
-      c->stageHead += sizeof(hdr);
+      c->stageHead += hlen;
       took = true;
       continue;
     } else if (!c->matcher.anyPosted()) {
@@ -1125,7 +1185,8 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
     delayAcks(c->ctrlFd, &c->ackModeMs);
   }
   size_t avail = c->stageTail - c->stageHead;
-  bool partial = c->rxActive || (avail > 0 && avail < sizeof(MsgHeader));
+  bool partial =
+      c->rxActive || (avail > 0 && (avail < kWireMsgBytes || avail < wireHeaderBytes(c->stage.data() + c->stageHead)));
   if (ctrlStalled(c, partial, moved))
     setError(c, ncclRemoteError, "control stream stalled mid-message longer than SIGNLION_SOCKET_TIMEOUT");
   if (c->error.load(std::memory_order_relaxed) == ncclSuccess) unclaimedStuck(c, took || moved);
@@ -1636,7 +1697,9 @@ void socketCommWait(void* comm, int timeoutMs) {
   // write there); helpers signal data-stream completions on wakeFd; a stream
   // with queued tasks wakes the caller directly, so it can move the bytes
   // itself in test() without waiting for a helper's hand-off.
-  if (!c->isSend && c->matcher.anyPosted() && c->stageTail - c->stageHead >= sizeof(MsgHeader)) return;  // parse first
+  if (!c->isSend && c->matcher.anyPosted() && c->stageTail - c->stageHead >= kWireMsgBytes &&
+      c->stageTail - c->stageHead >= wireHeaderBytes(c->stage.data() + c->stageHead))
+    return;                                                   // parse first
   if (c->peerClosed.load(std::memory_order_acquire)) return;  // sends complete at once
   pollfd p[2 + kSocketMaxStreams];
   nfds_t n = 0;

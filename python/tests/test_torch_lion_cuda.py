@@ -2,7 +2,7 @@
 enqueued on the current stream, the process group's own ncclComm_t (ProcessGroupNCCL._comm_ptr(),
 PyTorch 2.8+). Checked bit for bit against the same optimizer on CPU tensors:
  - "local" on one GPU, no process group;
- - two processes on one GPU, each its own NCCL_HOSTID, NCCL's traffic through our net plugin
+ - two and four processes on one GPU, each its own NCCL_HOSTID, NCCL's traffic through our net plugin
    (SIGNLION_TEST_NET_PLUGIN): mavo, average and global on the NCCL group against the CPU
    optimizer on a gloo group of the same ranks, parameters after every step and state_dicts.
 Issue 17 (gradients on some ranks, rank 0's values, the error for models that differ, lr
@@ -218,6 +218,12 @@ class DistributedLionCuda(unittest.TestCase):
     @needs_nccl_group
     def test_nccl_world2_equals_cpu(self):
         spawn_ranks.run_ranks(2, _nccl_body, "check_nccl_equals_cpu", timeout=500)
+
+    @needs_nccl_group
+    def test_nccl_world4_equals_cpu(self):
+        """Four processes on the one GPU, each its own NCCL_HOSTID: every NCCL peer is across
+        the net plugin, and the sign all-reduce runs with two peers per rank or more."""
+        spawn_ranks.run_ranks(4, _nccl_body, "check_nccl_equals_cpu", timeout=500)
 
     @needs_nccl_group
     def test_nccl_world2_torch_api(self):

@@ -13,7 +13,76 @@ namespace host {
 
 namespace {
 std::string num(uint64_t v) { return std::to_string(v); }
+
+// Field widths of CallHeader::packed, low bits first.
+constexpr int kMagicBits = 8, kKindBits = 2, kTypeBits = 4, kOpBits = 2, kRuleBits = 2, kAlgoBits = 4, kSeqBits = 24,
+              kPartBits = 16;
+static_assert(kMagicBits + kKindBits + kTypeBits + kOpBits + 2 * kRuleBits + kAlgoBits + kSeqBits + kPartBits == 64,
+              "CallHeader::packed is one word");
+static_assert((int)CallKind::kSumAllReduce < (1 << kKindBits), "collectives fit");
+static_assert(ncclBfloat16 < (1 << kTypeBits), "the datatypes host calls take (int8, fp16, fp32, bf16) fit");
+static_assert(ncclSignNumOps <= (1 << kOpBits), "ops fit");
+static_assert(ncclSignNumZeroRules <= (1 << kRuleBits) && ncclSignNumTieRules <= (1 << kRuleBits), "rules fit");
+static_assert(ncclSignNumAlgos <= (1 << kAlgoBits), "algorithms fit");
+
+// Writes (reads) the next `bits` of a packed word.
+struct Packer {
+  uint64_t word = 0;
+  int at = 0;
+  void put(uint64_t v, int bits) {
+    word |= (v & ((uint64_t{1} << bits) - 1)) << at;
+    at += bits;
+  }
+  uint64_t get(int bits) {
+    uint64_t v = (word >> at) & ((uint64_t{1} << bits) - 1);
+    at += bits;
+    return v;
+  }
+};
+
+// The value nearest to `mine` whose low `bits` bits are `low`.
+uint64_t nearest(uint64_t mine, uint64_t low, int bits) {
+  const uint64_t span = uint64_t{1} << bits, mask = span - 1;
+  uint64_t up = (low - mine) & mask;  // steps from mine up to the next value with those bits
+  return up < span / 2 ? mine + up : mine - (span - up);
+}
 }  // namespace
+
+CallHeader CallHeader::encode(const CallSignature& sig) {
+  Packer p;
+  p.put(kMagic, kMagicBits);
+  p.put(sig.kind, kKindBits);
+  p.put(sig.datatype, kTypeBits);
+  p.put(sig.op, kOpBits);
+  p.put(sig.zeroRule, kRuleBits);
+  p.put(sig.tieRule, kRuleBits);
+  p.put(sig.algorithm, kAlgoBits);
+  p.put(sig.seq, kSeqBits);
+  p.put(sig.part, kPartBits);
+  CallHeader h;
+  h.count = sig.count;
+  h.packed = p.word;
+  return h;
+}
+
+bool CallHeader::decode(const CallSignature& mine, int rank, CallSignature* sig) const {
+  Packer p{packed, 0};
+  if (p.get(kMagicBits) != kMagic) return false;
+  CallSignature s;
+  s.count = count;
+  s.kind = (uint8_t)p.get(kKindBits);
+  s.datatype = (uint8_t)p.get(kTypeBits);
+  s.op = (uint8_t)p.get(kOpBits);
+  s.zeroRule = (uint8_t)p.get(kRuleBits);
+  s.tieRule = (uint8_t)p.get(kRuleBits);
+  s.algorithm = (uint8_t)p.get(kAlgoBits);
+  s.seq = nearest(mine.seq, p.get(kSeqBits), kSeqBits);
+  s.part = (uint32_t)nearest(mine.part, p.get(kPartBits), kPartBits);
+  s.segment = mine.segment;
+  s.rank = rank;
+  *sig = s;
+  return true;
+}
 
 ncclResult_t CallCheck::init(const Net& net, const Links& links, int rank, int nranks) {
   rank_ = rank;
@@ -22,6 +91,7 @@ ncclResult_t CallCheck::init(const Net& net, const Links& links, int rank, int n
   SYSCHECKRET(posix_memalign(&p, 64, sizeof(CallHeader) * (nranks + 1)), "posix_memalign");
   buf_ = static_cast<char*>(p);
   for (int i = 0; i <= nranks; i++) new (slot(i)) CallHeader();
+  mine_ = CallSignature();
   sentIn_.assign(nranks, 0);
   recvIn_.assign(nranks, 0);
   return regs_.add(net, links, buf_, sizeof(CallHeader) * (nranks + 1));
@@ -39,17 +109,16 @@ void CallCheck::forget() {
 }
 
 void CallCheck::begin(const CallSignature& mine) {
-  slot(nranks_)->magic = CallHeader::kMagic;
-  slot(nranks_)->sig = mine;
-  slot(nranks_)->sig.rank = rank_;
+  mine_ = mine;
+  mine_.rank = rank_;
+  *slot(nranks_) = CallHeader::encode(mine_);
   run_++;
 }
 
 void CallCheck::sendAlone(Transfers& t, void* comm) { t.send(comm, slot(nranks_), kHeaderBytes, mhandle(comm)); }
 
 void CallCheck::recvAlone(Transfers& t, int peer, void* comm) {
-  *slot(peer) = CallHeader();
-  slot(peer)->magic = 0;
+  *slot(peer) = CallHeader();  // no magic: what a short message leaves is no header
   t.recv(comm, slot(peer), kHeaderBytes, mhandle(comm), kHeaderCookie | (size_t)peer, /*exactSize=*/false);
 }
 
@@ -68,17 +137,17 @@ bool CallCheck::firstRecv(int peer) {
 void CallCheck::writeHeader(void* msg) const { memcpy(msg, slot(nranks_), kHeaderBytes); }
 
 ncclResult_t CallCheck::verify(int peer, const void* msg, size_t size, size_t payloadBytes, const char* fn) const {
-  CallHeader o;
-  o.magic = 0;
+  CallHeader o;  // no magic
   if (size >= kHeaderBytes) memcpy(&o, msg != nullptr ? msg : slot(peer), kHeaderBytes);
-  if (o.magic != CallHeader::kMagic || o.sig.rank != peer) {
+  CallSignature theirs;
+  if (!o.decode(mine(), peer, &theirs)) {
     WARN("%s: call %" PRIu64
          ": rank %d received a message from rank %d that does not start a call (%zu bytes): "
          "the ranks are not in the same call (a message of an earlier, failed call, or another collective)",
          fn, mine().seq, rank_, peer, size);
     return ncclInvalidUsage;
   }
-  NCCLCHECK(compareSignatures(o.sig, mine(), fn));
+  NCCLCHECK(compareSignatures(theirs, mine(), fn));
   if (size != kHeaderBytes + payloadBytes) {
     WARN("%s: call %" PRIu64 ": rank %d sent rank %d %zu bytes where %zu were due, with the same signature", fn,
          mine().seq, peer, rank_, size - kHeaderBytes, payloadBytes);

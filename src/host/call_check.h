@@ -10,9 +10,9 @@
 // with ncclInvalidUsage and a WARN naming the field and both values; its
 // peers then miss its next messages and fail within the timeout. Headers
 // that travel alone land in a registered buffer of their own (one slot per
-// peer), so a warm call allocates and registers nothing. The check relies on
-// nothing but ncclNet's in-order delivery on each comm: no tags, so any NCCL
-// net plugin carries it.
+// peer), so a warm call allocates and registers nothing. The header is 16
+// bytes (CallHeader). The check relies on nothing but ncclNet's in-order
+// delivery on each comm: no tags, so any NCCL net plugin carries it.
 #pragma once
 
 #include <cstddef>
@@ -31,14 +31,31 @@
 namespace signlion {
 namespace host {
 
-// What one call's first message to each peer says. Fixed size: a receive of
-// a header never depends on the peer's idea of the call.
+// What one call's first message to each peer says: 16 bytes, so that on a
+// small call (a 750-byte vote vector, one header per peer) the check costs
+// little of the wire. Fixed size: a receive of a header never depends on the
+// peer's idea of the call. Word 0 is the count, whole; word 1 packs the rest
+// (low bits first): an 8-bit magic, the collective (2 bits), datatype (4),
+// op (2), zero rule (2), tie rule (2), algorithm (4), the low 24 bits of the
+// sequence number and the low 16 bits of the segment index. The sender's
+// rank is the link it came on; the segment size is not sent, as it follows
+// from SIGNLION_HOST_SEGMENT, which checkSettingsAgree compares at init. A
+// rank that is 2^23 calls (2^15 segments) away would read as another number
+// still: the difference is named, only with the nearest such value.
 struct CallHeader {
-  uint64_t magic = kMagic;
-  CallSignature sig;
-  static constexpr uint64_t kMagic = 0x6c6c616369676973ull;  // "sigicall"
+  uint64_t count = 0;
+  uint64_t packed = 0;
+  static constexpr uint64_t kMagic = 0xa7;  // low byte of `packed`
+  // The header that says `sig`; kinds, types, ops, rules and algorithms all
+  // fit their fields (static_asserts in call_check.cc).
+  static CallHeader encode(const CallSignature& sig);
+  // False when the magic is not there (not a header). Otherwise *sig gets
+  // the fields, made whole against `mine` (sequence number and segment index
+  // nearest to mine's with the same low bits; mine's segment size), and
+  // `rank` as its sender.
+  bool decode(const CallSignature& mine, int rank, CallSignature* sig) const;
 };
-static_assert(sizeof(CallHeader) == 48, "CallHeader is a wire format");
+static_assert(sizeof(CallHeader) == 16, "CallHeader is a wire format");
 
 constexpr size_t kHeaderBytes = sizeof(CallHeader);
 constexpr size_t kHeaderWords = kHeaderBytes / 8;
@@ -58,7 +75,7 @@ class CallCheck {
   // Starts one run (a segment of a call, or one step of the check ring): the
   // header this rank sends from now on; every peer gets it again once.
   void begin(const CallSignature& mine);
-  const CallSignature& mine() const { return slot(nranks_)->sig; }
+  const CallSignature& mine() const { return mine_; }
 
   // True the first time in this run for `peer` (and never again): that
   // message carries the header.
@@ -91,6 +108,7 @@ class CallCheck {
   int nranks_ = 0;
   char* buf_ = nullptr;  // nranks_ receive slots (by peer), then the one this rank sends
   Registrations regs_;
+  CallSignature mine_;                     // this run's signature (slot(nranks_) holds it encoded)
   uint64_t run_ = 0;                       // begin() calls so far
   std::vector<uint64_t> sentIn_, recvIn_;  // per peer: the run whose header went (came)
 };

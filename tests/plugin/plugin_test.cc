@@ -459,9 +459,9 @@ TEST_P(PluginV11, MessagesSentBeforeTheirReceiveIsPostedWaitBitExact) {
   uint64_t sent = 0, recvd = 0, dummy;
   ASSERT_TRUE(signlion::net::commBytes(s, &sent, &dummy));
   ASSERT_TRUE(signlion::net::commBytes(r, &dummy, &recvd));
-  // The socket transport counts its 16-byte message header on the wire;
+  // The socket transport counts its 8-byte message header on the wire;
   // the UCX transport counts payload only (UCX's own headers are hidden).
-  uint64_t expect = socketTransport() ? 16 * n : 0;
+  uint64_t expect = socketTransport() ? 8 * n : 0;
   for (size_t sz : sizes) expect += sz;
   EXPECT_EQ(sent, expect);
   EXPECT_EQ(recvd, expect);
@@ -842,7 +842,7 @@ TEST_P(PluginV11, HelpersCompleteTransfersNobodyTests) {
       ASSERT_EQ(net_.test(rreq, &rdone, &got), ncclSuccess);
       ASSERT_TRUE(signlion::net::commBytes(r, &dummy, &recvd));
     }
-    const uint64_t expect = size + 16;
+    const uint64_t expect = size + 8;  // the payload and its 8-byte header
     for (int64_t start = nowMs(); nowMs() - start < kLoopLimitMs && (sent < expect || recvd < expect);) {
       signlion::net::commWait(r, 10);  // sleeps; moves nothing itself
       ASSERT_TRUE(signlion::net::commBytes(s, &sent, &dummy));
@@ -874,7 +874,7 @@ TEST_P(PluginV11, ByteCountersCountPayloadAndHeaders) {
   uint64_t sent = 0, recvd = 0, dummy;
   ASSERT_TRUE(signlion::net::commBytes(s, &sent, &dummy));
   ASSERT_TRUE(signlion::net::commBytes(r, &dummy, &recvd));
-  const uint64_t expect = sizes[0] + sizes[1] + 2 * 16;
+  const uint64_t expect = sizes[0] + sizes[1] + 2 * 8;  // 8-byte message headers
   EXPECT_EQ(sent, expect);
   EXPECT_EQ(recvd, expect);
   int notAComm = 0;
@@ -1029,7 +1029,7 @@ TEST_P(PluginV11, StrangersAreRefusedAndRealPeersStillConnect) {
 // A peer that passes the handshake but breaks the pairing protocol
 // (socket_pairing.h) gets an error on that comm, never a crash or a hang; an
 // offer naming no comm of ours is dropped and the stream goes on. The wire
-// layouts below restate plugin/socket/socket_transport.cc (wire version 3).
+// layouts below restate plugin/socket/socket_transport.cc (wire version 4).
 TEST_P(PluginV11, MalformedPairingHeadersAreErrors) {
   SKIP_UNLESS_SOCKET_TRANSPORT();
   struct WireHello {
@@ -1039,27 +1039,35 @@ TEST_P(PluginV11, MalformedPairingHeadersAreErrors) {
     uint32_t nsocks, chunkSize;
     uint64_t secret, connId, instance;
   };
-  struct WireHeader {
+  // A message: tag, size | 2^31 when inline. A pairing header: tag 0,
+  // 3 << 30 | flags (2 offer, 4 switch marker), then 8 bytes of connId.
+  struct WireMsg {
     int32_t tag;
-    uint32_t flags;  // 1 inline, 2 offer, 4 switch marker
-    uint64_t size;
+    uint32_t word;
   };
-  static_assert(sizeof(WireHello) == 40 && sizeof(WireHeader) == 16, "wire layouts");
+  struct WirePair {
+    int32_t tag;
+    uint32_t word;
+    uint64_t value;
+  };
+  static_assert(sizeof(WireHello) == 40 && sizeof(WireMsg) == 8 && sizeof(WirePair) == 16, "wire layouts");
+  constexpr uint32_t kInline = 1u << 31, kControl = 3u << 30;
   struct Case {
     const char* what;
-    WireHeader header;
+    WirePair header;
+    size_t bytes;  // of header written
     bool ok;
   };
   const Case cases[] = {
-      {"offer naming no comm of ours, then a message", {0, 2, 0xdeadbeefull}, true},
-      {"switch marker without a pairing", {0, 4, 0}, false},
-      {"offer and marker flags at once", {0, 6, 0}, false},
-      {"switch marker with a size", {0, 4, 1}, false},
-      {"offer with a tag", {3, 2, 0xdeadbeefull}, false},
-      {"unknown flag on a message", {7, 1 | 8, 5}, false},
+      {"offer naming no comm of ours, then a message", {0, kControl | 2, 0xdeadbeefull}, 16, true},
+      {"switch marker without a pairing", {0, kControl | 4, 0}, 16, false},
+      {"offer and marker flags at once", {0, kControl | 6, 0}, 16, false},
+      {"switch marker with a connId", {0, kControl | 4, 1}, 16, false},
+      {"offer with a tag", {3, kControl | 2, 0xdeadbeefull}, 16, false},
+      {"unknown flag on a pairing header", {0, kControl | 8, 5}, 16, false},
       // No sender inlines more than 1 MiB; kept early (tag 9 has no
       // receive), this one once made the receiver allocate 2^62 bytes.
-      {"inline message larger than any sender inlines", {9, 1, 1ull << 62}, false},
+      {"inline message larger than any sender inlines", {9, kInline | ((1u << 30) - 1), 0}, 8, false},
   };
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   void* l = nullptr;
@@ -1072,7 +1080,7 @@ TEST_P(PluginV11, MalformedPairingHeadersAreErrors) {
     int ctrl = rawConnect(handle), data = rawConnect(handle);
     ASSERT_GE(ctrl, 0);
     ASSERT_GE(data, 0);
-    WireHello h{0x534c4e48, 3, 0, 0, 1, 131072, secret, ++connId, 42};
+    WireHello h{0x534c4e48, 4, 0, 0, 1, 131072, secret, ++connId, 42};
     ASSERT_EQ(write(ctrl, &h, sizeof(h)), (ssize_t)sizeof(h));
     h.kind = 1;
     ASSERT_EQ(write(data, &h, sizeof(h)), (ssize_t)sizeof(h));
@@ -1080,8 +1088,8 @@ TEST_P(PluginV11, MalformedPairingHeadersAreErrors) {
     int64_t start = nowMs();
     while (r == nullptr && nowMs() - start < kLoopLimitMs) ASSERT_EQ(net_.accept(l, &r), ncclSuccess);
     ASSERT_NE(r, nullptr);
-    ASSERT_EQ(write(ctrl, &c.header, sizeof(c.header)), (ssize_t)sizeof(c.header));
-    WireHeader msg{7, 1, 5};
+    ASSERT_EQ(write(ctrl, &c.header, c.bytes), (ssize_t)c.bytes);
+    WireMsg msg{7, kInline | 5};
     ASSERT_EQ(write(ctrl, &msg, sizeof(msg)), (ssize_t)sizeof(msg));
     ASSERT_EQ(write(ctrl, "hello", 5), 5);
     char buf[16] = {};

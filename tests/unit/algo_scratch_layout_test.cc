@@ -104,7 +104,8 @@ TEST(ScratchLayout, RegionsInOrderAlignedAndHoldingEveryPlane) {
 TEST(ScratchLayout, HostStageHoldsTheLargestStep) {
   forSchedules([](const Schedule& s, const std::string& what) {
     const ScratchLayout L = host::hostScratchLayout(s);
-    // Staged payloads, plus for every transfer a call header (6 words) in
+    const int64_t h = (int64_t)host::kHeaderWords;  // 2: the 16-byte CallHeader
+    // Staged payloads, plus for every transfer a call header (h words) in
     // front of its first chunk, which is staged with it even when the rest
     // travels in place.
     const int64_t chunkBytes = host::hostChunkBytes();
@@ -115,26 +116,26 @@ TEST(ScratchLayout, HostStageHoldsTheLargestStep) {
     for (const Step& st : s.steps) {
       int64_t staged = 0;
       for (const Send& x : st.sends)
-        staged += 6 + (x.planes > 1 ? x.planes * x.range.size() : firstChunk(x.planes, x.range));
+        staged += h + (x.planes > 1 ? x.planes * x.range.size() : firstChunk(x.planes, x.range));
       for (const Recv& x : st.recvs)
-        staged += 6 + (x.planes > 1 || x.op != RecvOp::kStore ? x.planes * x.range.size()
-                                                              : firstChunk(x.planes, x.range));
+        staged +=
+            h + (x.planes > 1 || x.op != RecvOp::kStore ? x.planes * x.range.size() : firstChunk(x.planes, x.range));
       largest = std::max(largest, staged);
     }
     EXPECT_EQ(L.words - L.stage, largest) << what;
     // The host packs its regions, with a header's headroom in front of each
     // region and each vote slot: nothing else lies there.
-    const ScratchLayout packed = layoutScratch(s, largest, 1, 6);
-    EXPECT_EQ(L.headroom, 6) << what;
-    EXPECT_GE(L.counter, 6) << what;
-    EXPECT_GE(L.result - 6, L.counter + s.counterBytes() / 8) << what;
-    EXPECT_GE(L.votes - 6, L.result + s.resultBytes() / 8) << what;
+    const ScratchLayout packed = layoutScratch(s, largest, 1, h);
+    EXPECT_EQ(L.headroom, h) << what;
+    EXPECT_GE(L.counter, h) << what;
+    EXPECT_GE(L.result - h, L.counter + s.counterBytes() / 8) << what;
+    EXPECT_GE(L.votes - h, L.result + s.resultBytes() / 8) << what;
     std::vector<uint64_t> scratch((size_t)L.words + 1);
     uint64_t* base = scratch.data();
     auto at = [&](int slot, int plane) { return L.plane(base, s, Buffer::kVotes, slot, plane, 1) - base; };
     for (int slot = 1; slot < s.voteSlots; slot++)
-      EXPECT_GE(at(slot, 0) - 6, at(slot - 1, s.counters - 1) + s.nblocks) << what;
-    if (s.voteSlots > 0) EXPECT_GE(L.fields - 6, at(s.voteSlots - 1, s.counters - 1) + s.nblocks) << what;
+      EXPECT_GE(at(slot, 0) - h, at(slot - 1, s.counters - 1) + s.nblocks) << what;
+    if (s.voteSlots > 0) EXPECT_GE(L.fields - h, at(s.voteSlots - 1, s.counters - 1) + s.nblocks) << what;
     EXPECT_EQ(L.counter, packed.counter) << what;
     EXPECT_EQ(L.fieldPlanes, packed.fieldPlanes) << what;
     EXPECT_EQ(L.words, packed.words) << what;
