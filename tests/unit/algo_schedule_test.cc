@@ -14,6 +14,7 @@
 
 #include "algo/schedule.h"
 #include "common/config.h"
+#include "common/node_layouts.h"
 #include "common/param.h"
 
 namespace signlion {
@@ -603,40 +604,14 @@ TEST(AlgoSchedule, RejectsBadArguments) {
   EXPECT_EQ(buildSchedule(ncclSignAlgoRing, 4, 0, 1, bad, &s), ncclInvalidArgument);
 }
 
-// Node layouts: equal nodes of 1, 2, 3, 4, 8 ranks for 1..4 nodes (ranks
-// contiguous by node), unequal nodes, and nodes whose ranks interleave.
-std::vector<Topology> hierarchicalLayouts() {
-  std::vector<Topology> out;
-  auto fromSizes = [](std::vector<int> sizes) {
-    Topology t;
-    for (size_t n = 0; n < sizes.size(); n++) t.node.insert(t.node.end(), sizes[n], (int)n);
-    return t;
-  };
-  for (int nodes = 1; nodes <= 4; nodes++)
-    for (int per : {1, 2, 3, 4, 8}) out.push_back(fromSizes(std::vector<int>(nodes, per)));
-  for (auto sizes : std::vector<std::vector<int>>{
-           {1, 2}, {2, 1}, {3, 1, 4}, {2, 3}, {8, 1}, {4, 4, 3}, {1, 8, 2, 5}, {3, 5}, {2, 2, 2, 1}})
-    out.push_back(fromSizes(sizes));
-  for (int nranks : {5, 7, 12}) {  // rank r on node r % 3: no node's ranks are contiguous
-    Topology t;
-    for (int r = 0; r < nranks; r++) t.node.push_back(r % 3);
-    out.push_back(t);
-  }
-  return out;
-}
-
-std::string layoutName(const Topology& t) {
-  std::string s;
-  for (int n : t.node) s += std::to_string(n);
-  return s;
-}
+using test::layoutName;
 
 // The hierarchical schedule over every layout, every op and rule and a range
 // of sizes, simulated: every rank gets the reference result, messages pair
 // up, declared widths hold every count.
 TEST(AlgoHierarchical, EveryRankGetsTheReferenceResult) {
   std::mt19937_64 rng(77);
-  for (const Topology& topo : hierarchicalLayouts()) {
+  for (const Topology& topo : test::nodeLayouts()) {
     const int n = (int)topo.node.size();
     for (int64_t nblocks : {0, 1, 2, 3, 7, 17, 100}) {
       for (int op = 0; op < ncclSignNumOps; op++) {
