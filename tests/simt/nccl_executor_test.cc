@@ -389,15 +389,18 @@ TEST(NcclExecutorHierarchicalOnSimt, EveryLayoutGivesTheReference) {
 // What ranks with the host ids of `topo` (config.hostId "node-<i>") learn
 // through CommContext::learnNodes over the fake fabric, then `calls`
 // sign all-reduces of each count through the context (runSegments), each
-// checked against the reference; the context is released at the end.
+// checked against the reference; then the plan the context makes for
+// planCount elements; the context is released at the end.
 struct ContextRun {
   std::vector<NodeGroups> learned;          // each rank's, before release
-  std::vector<ncclSignAlgo_t> chosen;       // each rank's algorithm for the largest count
+  std::vector<ncclSignAlgo_t> chosen;       // each rank's algorithm for planCount elements
+  std::vector<bool> overTopology;           // and its schedule is the one over topo's nodes
   std::vector<ncclResult_t> res;
   std::vector<ncclResult_t> released;
 };
 
-ContextRun runThroughContext(const algo::Topology& topo, ncclSignAlgo_t algo, const NcclApi& api, int calls) {
+ContextRun runThroughContext(const algo::Topology& topo, ncclSignAlgo_t algo, const NcclApi& api, int calls,
+                             uint64_t planCount = 70001) {
   const int n = (int)topo.node.size();
   const size_t counts[] = {0, 1, 65, 4097, 70001};
   const ncclDataType_t dt = ncclBfloat16;
@@ -405,6 +408,7 @@ ContextRun runThroughContext(const algo::Topology& topo, ncclSignAlgo_t algo, co
   ContextRun run;
   run.learned.resize(n);
   run.chosen.assign(n, ncclSignAlgoAuto);
+  run.overTopology.assign(n, false);
   run.res.assign(n, ncclSuccess);
   run.released.assign(n, ncclInternalError);
   test::FakeFabric fabric(n);
@@ -436,8 +440,14 @@ ContextRun runThroughContext(const algo::Topology& topo, ncclSignAlgo_t algo, co
     }
     const algo::ScheduleCache<Plan>::Entry* entry = nullptr;
     if (res == ncclSuccess &&
-        ctx.planFor(algo::blocksForCount(70001), algo::OpSpec{sp.op, sp.zero, sp.tie}, &entry) == ncclSuccess)
-      run.chosen[r] = entry->schedule.algo;
+        ctx.planFor(algo::blocksForCount(planCount), algo::OpSpec{sp.op, sp.zero, sp.tie}, &entry) == ncclSuccess) {
+      const algo::Schedule& got = entry->schedule;
+      run.chosen[r] = got.algo;
+      algo::Schedule want;
+      run.overTopology[r] = algo::buildSchedule(got.algo, n, r, got.nblocks, got.spec, &want, &topo) == ncclSuccess &&
+                            want.steps.size() == got.steps.size() && want.bytesSent() == got.bytesSent() &&
+                            want.bytesReceived() == got.bytesReceived();
+    }
     run.learned[r] = ctx.nodes;
     run.released[r] = ctx.release();
   });
@@ -472,6 +482,7 @@ TEST(NcclNodeGroupsOnSimt, SplitOncePerCommAndReleasedWithIt) {
       EXPECT_EQ(g.nodeComm != nullptr, grouped);
       if (grouped) {
         EXPECT_EQ(g.topology.node, topo.node) << "rank " << r;
+        EXPECT_TRUE(run.overTopology[r]) << "rank " << r << ": not the schedule over the nodes";
       }
       EXPECT_EQ(run.chosen[r], ncclSignAlgoHierarchical);
     }
@@ -494,12 +505,15 @@ TEST(NcclNodeGroupsOnSimt, AutoChoosesHierarchicalBetweenNodes) {
                                   algo::CostModel(costParams()), &chosen, nullptr),
             ncclSuccess);
   EXPECT_NE(chosen, ncclSignAlgoHierarchical);
-  // Through the context: auto picks it for the largest count of the run.
+  // Through the context: the calls run whatever auto picks for them, and
+  // the plan of 64M elements is the hierarchical one over the nodes.
   const NcclApi api = fakeApi();
-  ContextRun run = runThroughContext(two4, ncclSignAlgoAuto, api, 1);
+  ContextRun run = runThroughContext(two4, ncclSignAlgoAuto, api, 1, uint64_t{64} << 20);
   for (int r = 0; r < 8; r++) {
     EXPECT_EQ(run.res[r], ncclSuccess) << "rank " << r;
+    EXPECT_EQ(run.chosen[r], ncclSignAlgoHierarchical) << "rank " << r;
     EXPECT_TRUE(run.learned[r].hierarchical());
+    EXPECT_TRUE(run.overTopology[r]) << "rank " << r;
   }
   EXPECT_EQ(gLiveSplits.load(), 0);
 }
