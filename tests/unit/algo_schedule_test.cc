@@ -713,6 +713,21 @@ TEST(AlgoTopology, NodesFromHostHashes) {
   EXPECT_FALSE(defaultHostId().empty());
 }
 
+// NCCL's host rule: NCCL_HOSTID when set (SIGNLION_HOSTID, read once per
+// process, would win over it; CTest runs without it), else hostname + boot id.
+TEST(AlgoTopology, DefaultHostIdFollowsNcclHostId) {
+  if (getenv("SIGNLION_HOSTID") != nullptr) GTEST_SKIP() << "SIGNLION_HOSTID is set and wins";
+  const char* had = getenv("NCCL_HOSTID");
+  const std::string saved = had ? had : "";
+  unsetenv("NCCL_HOSTID");
+  const std::string machine = defaultHostId();
+  setenv("NCCL_HOSTID", "signlion-test-host", 1);
+  EXPECT_EQ(defaultHostId(), "signlion-test-host");
+  setenv("NCCL_HOSTID", "", 1);  // empty: unset, as NCCL reads it
+  EXPECT_EQ(defaultHostId(), machine);
+  if (had) setenv("NCCL_HOSTID", saved.c_str(), 1); else unsetenv("NCCL_HOSTID");
+}
+
 }  // namespace
 }  // namespace algo
 }  // namespace signlion
