@@ -251,10 +251,9 @@ struct DeviceBytes {
 void runEmulated(ncclSignAlgo_t algo, int n, size_t count, ncclDataType_t dt, const Spec& sp, bool inPlace,
                  int64_t chunkBytes, size_t offset, const algo::Topology* topo = nullptr) {
   SCOPED_TRACE(std::string(algoName(algo)) + " N=" + std::to_string(n) + " count=" + std::to_string(count) + " " +
-               bits::typeName(dt) + " op=" + std::to_string(sp.op) + " zero=" + std::to_string(sp.zero) +
-               " tie=" + std::to_string(sp.tie) + (inPlace ? " in-place" : "") +
-               " chunk=" + std::to_string(chunkBytes) + " offset=" + std::to_string(offset) +
-               (topo ? " nodes=" + test::layoutName(*topo) : ""));
+               bits::typeName(dt) + " op=" + std::to_string(sp.op) + " zero=" + std::to_string(sp.zero) + " tie=" +
+               std::to_string(sp.tie) + (inPlace ? " in-place" : "") + " chunk=" + std::to_string(chunkBytes) +
+               " offset=" + std::to_string(offset) + (topo ? " nodes=" + test::layoutName(*topo) : ""));
   const size_t bytes = count * bits::typeSize(dt), skip = offset * bits::typeSize(dt);
   std::vector<test::Bytes> in = test::randomVoteInputs(n, count, dt, 11 + (uint32_t)count + 17u * n);
   test::Bytes want = test::referenceOutput(in, count, dt, sp.op, sp.zero, sp.tie);
@@ -392,9 +391,9 @@ TEST(NcclExecutorHierarchicalOnSimt, EveryLayoutGivesTheReference) {
 // checked against the reference; then the plan the context makes for
 // planCount elements; the context is released at the end.
 struct ContextRun {
-  std::vector<NodeGroups> learned;          // each rank's, before release
-  std::vector<ncclSignAlgo_t> chosen;       // each rank's algorithm for planCount elements
-  std::vector<bool> overTopology;           // and its schedule is the one over topo's nodes
+  std::vector<NodeGroups> learned;     // each rank's, before release
+  std::vector<ncclSignAlgo_t> chosen;  // each rank's algorithm for planCount elements
+  std::vector<bool> overTopology;      // and its schedule is the one over topo's nodes
   std::vector<ncclResult_t> res;
   std::vector<ncclResult_t> released;
 };

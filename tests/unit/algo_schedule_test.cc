@@ -725,7 +725,10 @@ TEST(AlgoTopology, DefaultHostIdFollowsNcclHostId) {
   EXPECT_EQ(defaultHostId(), "signlion-test-host");
   setenv("NCCL_HOSTID", "", 1);  // empty: unset, as NCCL reads it
   EXPECT_EQ(defaultHostId(), machine);
-  if (had) setenv("NCCL_HOSTID", saved.c_str(), 1); else unsetenv("NCCL_HOSTID");
+  if (had)
+    setenv("NCCL_HOSTID", saved.c_str(), 1);
+  else
+    unsetenv("NCCL_HOSTID");
 }
 
 }  // namespace
