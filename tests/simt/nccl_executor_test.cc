@@ -158,20 +158,10 @@ std::atomic<int> gSplits{0};
 ncclResult_t fakeCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t*) {
   FakeComm& c = *fake(comm);
   if (!c.world.empty()) return ncclInvalidUsage;  // splits of splits are not emulated
-  const uint64_t mine[2] = {(uint64_t)(uint32_t)color, (uint64_t)(uint32_t)key};
-  std::vector<uint64_t> all(2 * (size_t)c.nranks);
-  c.fabric->allGather(*tTurn, c.rank, mine, all.data(), sizeof(mine));
-  std::vector<std::pair<uint64_t, int>> members;  // (key, parent rank)
-  for (int r = 0; r < c.nranks; r++)
-    if (all[2 * r] == mine[0]) members.push_back({all[2 * r + 1], r});
-  std::sort(members.begin(), members.end());
   auto* split = new FakeComm;
   split->fabric = c.fabric;
-  split->nranks = (int)members.size();
-  for (size_t i = 0; i < members.size(); i++) {
-    split->world.push_back(members[i].second);
-    if (members[i].second == c.rank) split->rank = (int)i;
-  }
+  c.fabric->split(*tTurn, c.rank, color, key, &split->world, &split->rank);
+  split->nranks = (int)split->world.size();
   gSplits++;
   gLiveSplits++;
   *newcomm = reinterpret_cast<ncclComm_t>(split);
