@@ -457,6 +457,13 @@ class CpuBackend final : public Backend {
   std::vector<std::function<void()>> held_;
 };
 
+// Runs body(rank) on n threads, one per rank, and waits for them all.
+void onRankThreads(int n, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; r++) threads.emplace_back(body, r);
+  for (auto& t : threads) t.join();
+}
+
 // One call of `plans` (one per rank) on ranks as threads; every rank's
 // output against the reference.
 void runPlansOnCpu(const std::vector<RankPlan>& plans, size_t count, ncclDataType_t dt, const Spec& sp, bool inPlace,
@@ -467,18 +474,14 @@ void runPlansOnCpu(const std::vector<RankPlan>& plans, size_t count, ncclDataTyp
   test::FakeFabric fabric(n);
   std::vector<test::Bytes> out(n, test::Bytes(count * bits::typeSize(dt), 0xEE));
   std::vector<ncclResult_t> res(n, ncclSuccess);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; r++) {
-    threads.emplace_back([&, r] {
-      // Garbage in the scratch: nothing may read a word it did not write.
-      std::vector<uint64_t> scratch((size_t)plans[r].p.layout.words + 1, 0xA5A5A5A5A5A5A5A5ull);
-      if (inPlace) out[r] = in[r];
-      CpuBackend backend(fabric, r, holdSide);
-      res[r] = runSchedule(plans[r].s, plans[r].p, scratch.data(), inPlace ? out[r].data() : in[r].data(),
-                           out[r].data(), count, dt, backend);
-    });
-  }
-  for (auto& t : threads) t.join();
+  onRankThreads(n, [&](int r) {
+    // Garbage in the scratch: nothing may read a word it did not write.
+    std::vector<uint64_t> scratch((size_t)plans[r].p.layout.words + 1, 0xA5A5A5A5A5A5A5A5ull);
+    if (inPlace) out[r] = in[r];
+    CpuBackend backend(fabric, r, holdSide);
+    res[r] = runSchedule(plans[r].s, plans[r].p, scratch.data(), inPlace ? out[r].data() : in[r].data(), out[r].data(),
+                         count, dt, backend);
+  });
   EXPECT_TRUE(fabric.drained()) << "messages left undelivered, or of another size than received";
   for (int r = 0; r < n; r++) {
     ASSERT_EQ(res[r], ncclSuccess) << "rank " << r;
@@ -586,25 +589,21 @@ TEST(CallAgreementOnCpu, EveryRankFailsWhenOneDisagrees) {
       test::FakeFabric fabric(n);
       test::WarnCapture warns;
       std::vector<ncclResult_t> res(n, ncclInternalError);
-      std::vector<std::thread> threads;
-      for (int r = 0; r < n; r++) {
-        threads.emplace_back([&, r] {
-          CallSignature mine;
-          mine.seq = 7;
-          mine.count = 1000;
-          mine.segment = 1 << 20;
-          mine.rank = r;
-          mine.kind = (uint8_t)CallKind::kSignAllReduce;
-          mine.datatype = ncclFloat32;
-          mine.algorithm = ncclSignAlgoHalvingDoubling;
-          if (r == n - 1) c.change(&mine);
-          std::vector<uint64_t> scratch(agreementWords(n), 0xA5A5A5A5A5A5A5A5ull);
-          std::vector<CallSignature> table(n);
-          CpuBackend backend(fabric, r, false);
-          res[r] = checkAgreement(backend, mine, n, scratch.data(), table.data(), "test");
-        });
-      }
-      for (auto& t : threads) t.join();
+      onRankThreads(n, [&](int r) {
+        CallSignature mine;
+        mine.seq = 7;
+        mine.count = 1000;
+        mine.segment = 1 << 20;
+        mine.rank = r;
+        mine.kind = (uint8_t)CallKind::kSignAllReduce;
+        mine.datatype = ncclFloat32;
+        mine.algorithm = ncclSignAlgoHalvingDoubling;
+        if (r == n - 1) c.change(&mine);
+        std::vector<uint64_t> scratch(agreementWords(n), 0xA5A5A5A5A5A5A5A5ull);
+        std::vector<CallSignature> table(n);
+        CpuBackend backend(fabric, r, false);
+        res[r] = checkAgreement(backend, mine, n, scratch.data(), table.data(), "test");
+      });
       const bool agree = c.warn[0] == '\0';
       for (int r = 0; r < n; r++) EXPECT_EQ(res[r], agree ? ncclSuccess : ncclInvalidUsage) << "rank " << r;
       if (agree) {
@@ -704,19 +703,15 @@ std::vector<std::pair<ncclResult_t, NodeGroups>> learnOnCpu(const algo::Topology
   const int n = (int)topo.node.size();
   test::FakeFabric fabric(n);
   std::vector<std::pair<ncclResult_t, NodeGroups>> out(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; r++) {
-    threads.emplace_back([&, r] {
-      tFabric = &fabric;
-      tRank = r;
-      std::vector<uint64_t> scratch(nodeGroupWords(n), 0xA5A5A5A5A5A5A5A5ull);
-      CpuBackend backend(fabric, r, false);
-      const ncclComm_t parent = reinterpret_cast<ncclComm_t>(uintptr_t{0x1000});  // never dereferenced
-      out[r].first = learnNodeGroups(api, backend, parent, n, r, "node-" + std::to_string(topo.nodeOf(r)),
-                                     scratch.data(), &out[r].second);
-    });
-  }
-  for (auto& t : threads) t.join();
+  onRankThreads(n, [&](int r) {
+    tFabric = &fabric;
+    tRank = r;
+    std::vector<uint64_t> scratch(nodeGroupWords(n), 0xA5A5A5A5A5A5A5A5ull);
+    CpuBackend backend(fabric, r, false);
+    const ncclComm_t parent = reinterpret_cast<ncclComm_t>(uintptr_t{0x1000});  // never dereferenced
+    out[r].first = learnNodeGroups(api, backend, parent, n, r, "node-" + std::to_string(topo.nodeOf(r)), scratch.data(),
+                                   &out[r].second);
+  });
   EXPECT_TRUE(fabric.drained());
   return out;
 }
