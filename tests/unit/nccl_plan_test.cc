@@ -355,7 +355,7 @@ class CpuBackend final : public Backend {
         k_.decideBits(c, nranks, tie, planes.data(), nw, nw);
         k_.unpack(planes.data(), nplanes, nw, count, dt, dst);
       }
-      if (planesOut)
+      if (planesOut && nw > 0)  // count 0 (a test plans one block for it): no words
         for (int q = 0; q < nplanes; q++) std::memcpy(planesOut + q * so, planes.data() + q * nw, nw * 8);
     });
   }
