@@ -25,8 +25,8 @@
 #include "common/call_signature.h"
 #include "common/config.h"
 #include "nccl/nccl_plan.h"
-#include "nccl/node_groups.h"
 #include "nccl/nccl_symbols.h"
+#include "nccl/node_groups.h"
 
 namespace signlion {
 namespace nccl {
@@ -90,8 +90,9 @@ class CommContext {
 
   // Waits for the work enqueued by calls outside capture, then frees the
   // device resources and destroys the node comm (the first error is
-  // returned; everything is freed regardless). Graphs that captured calls on this comm must not be
-  // replayed afterwards. Makes the comm's device current itself.
+  // returned; everything is freed regardless). Graphs that captured calls
+  // on this comm must not be replayed afterwards. Makes the comm's device
+  // current itself.
   ncclResult_t release();
 
  private:
