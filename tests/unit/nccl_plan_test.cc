@@ -534,15 +534,93 @@ TEST(NcclExecutorOnCpu, ManyChunksAndOddRankCounts) {
     }
 }
 
+// ncclCommSplit and the node comm's queries on the fake fabric: a node comm
+// is an allocation that only ncclCommDestroy frees (a leak shows under
+// LeakSanitizer, and in the count of live ones).
+thread_local test::FakeFabric* tFabric = nullptr;
+thread_local int tRank = -1;
+std::atomic<int> gLiveNodeComms{0};
+int gSplitSizeSkew = 0;  // added to the size the node comm reports (a broken NCCL)
+
+struct FakeNodeComm {
+  int rank = -1;
+  std::vector<int> members;
+};
+FakeNodeComm* nodeCommOf(ncclComm_t c) { return reinterpret_cast<FakeNodeComm*>(c); }
+
+ncclResult_t cpuSplit(ncclComm_t, int color, int key, ncclComm_t* out, ncclConfig_t*) {
+  test::FakeFabric::Lock lock(tFabric->mutex());
+  auto* c = new FakeNodeComm;
+  tFabric->split(lock, tRank, color, key, &c->members, &c->rank);
+  gLiveNodeComms++;
+  *out = reinterpret_cast<ncclComm_t>(c);
+  return ncclSuccess;
+}
+ncclResult_t cpuCommCount(const ncclComm_t c, int* n) {
+  *n = (int)nodeCommOf(c)->members.size() + gSplitSizeSkew;
+  return ncclSuccess;
+}
+ncclResult_t cpuCommUserRank(const ncclComm_t c, int* r) {
+  *r = nodeCommOf(c)->rank;
+  return ncclSuccess;
+}
+ncclResult_t cpuCommDestroy(ncclComm_t c) {
+  delete nodeCommOf(c);
+  gLiveNodeComms--;
+  return ncclSuccess;
+}
+const char* cpuErrorString(ncclResult_t) { return "fake"; }
+
+NcclApi splitApi() {
+  NcclApi api;
+  api.getErrorString = cpuErrorString;
+  api.commCount = cpuCommCount;
+  api.commUserRank = cpuCommUserRank;
+  api.commSplit = cpuSplit;
+  api.commDestroy = cpuCommDestroy;
+  return api;
+}
+
+// Every rank learns the nodes of `topo` from host ids "node-<i>" on the CPU
+// backend; each rank's groups (before release) and result.
+std::vector<std::pair<ncclResult_t, NodeGroups>> learnOnCpu(const algo::Topology& topo, const NcclApi& api) {
+  const int n = (int)topo.node.size();
+  test::FakeFabric fabric(n);
+  std::vector<std::pair<ncclResult_t, NodeGroups>> out(n);
+  onRankThreads(n, [&](int r) {
+    tFabric = &fabric;
+    tRank = r;
+    std::vector<uint64_t> scratch(nodeGroupWords(n), 0xA5A5A5A5A5A5A5A5ull);
+    CpuBackend backend(fabric, r, false);
+    const ncclComm_t parent = reinterpret_cast<ncclComm_t>(uintptr_t{0x1000});  // never dereferenced
+    out[r].first = learnNodeGroups(api, backend, parent, n, r, "node-" + std::to_string(topo.nodeOf(r)), scratch.data(),
+                                   &out[r].second);
+  });
+  EXPECT_TRUE(fabric.drained());
+  return out;
+}
+
 // The hierarchical schedule over node layouts (common/node_layouts.h: nodes
-// x ranks per node in {1..4} x {1, 2, 3, 4, 8}, unequal and interleaved) on the NCCL
-// executor's CPU backend: every op and rule, counts 0/1/63/64/65/large, in
-// and out of place, chunked several ways.
+// x ranks per node in {1..4} x {1, 2, 3, 4, 8}, unequal and interleaved) on
+// the NCCL executor's CPU backend, over the nodes the ranks learn from their
+// host ids (learnNodeGroups, the emulated ncclCommSplit), as a comm's first
+// call does: every op and rule, counts 0/1/63/64/65/large, in and out of
+// place, chunked several ways. One node, or a rank per node: no grouping,
+// so hier runs over no topology (as halving-doubling), as on NCCL.
 TEST(NcclExecutorOnCpu, HierarchicalOverNodeLayouts) {
   const ncclDataType_t dts[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt8};
   int variant = 0;
   for (const algo::Topology& topo : test::nodeLayouts()) {
     const int n = (int)topo.node.size();
+    auto learned = learnOnCpu(topo, splitApi());
+    ASSERT_EQ(learned[0].first, ncclSuccess);
+    const algo::Topology nodes = learned[0].second.topology;  // unknown when not grouped
+    for (auto& l : learned) {
+      EXPECT_EQ(l.second.topology.node, nodes.node) << "every rank learns the same nodes";
+      EXPECT_EQ(releaseNodeGroups(&l.second), ncclSuccess);
+    }
+    const algo::Topology* over = nodes.known() ? &nodes : nullptr;
+    if (over != nullptr) EXPECT_EQ(over->node, topo.node);
     for (size_t count : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{20011}})
       for (const Spec& sp : kSpecs) {
         variant++;
@@ -553,7 +631,7 @@ TEST(NcclExecutorOnCpu, HierarchicalOverNodeLayouts) {
                      name(ncclSignAlgoHierarchical, n, algo::blocksForCount(count), sp, chunk) +
                      " count=" + std::to_string(count) + " dt=" + bits::typeName(dt));
         std::vector<RankPlan> plans =
-            planAll(ncclSignAlgoHierarchical, n, std::max<int64_t>(1, algo::blocksForCount(count)), sp, chunk, &topo);
+            planAll(ncclSignAlgoHierarchical, n, std::max<int64_t>(1, algo::blocksForCount(count)), sp, chunk, over);
         ASSERT_FALSE(HasFailure());
         runPlansOnCpu(plans, count, dt, sp, variant % 2 == 0, variant % 5 != 0);
         if (HasFailure()) return;
@@ -648,72 +726,6 @@ TEST(NcclCommContext, AutoLeavesOutFieldsTooNarrowForN) {
   paramResetCache();
   EXPECT_EQ(ctx.planFor(16, algo::OpSpec(), &e), ncclSuccess);
   EXPECT_EQ(e->schedule.algo, ncclSignAlgoFieldSum);
-}
-
-// ncclCommSplit and the node comm's queries on the fake fabric: a node comm
-// is an allocation that only ncclCommDestroy frees (a leak shows under
-// LeakSanitizer, and in the count of live ones).
-thread_local test::FakeFabric* tFabric = nullptr;
-thread_local int tRank = -1;
-std::atomic<int> gLiveNodeComms{0};
-int gSplitSizeSkew = 0;  // added to the size the node comm reports (a broken NCCL)
-
-struct FakeNodeComm {
-  int rank = -1;
-  std::vector<int> members;
-};
-FakeNodeComm* nodeCommOf(ncclComm_t c) { return reinterpret_cast<FakeNodeComm*>(c); }
-
-ncclResult_t cpuSplit(ncclComm_t, int color, int key, ncclComm_t* out, ncclConfig_t*) {
-  test::FakeFabric::Lock lock(tFabric->mutex());
-  auto* c = new FakeNodeComm;
-  tFabric->split(lock, tRank, color, key, &c->members, &c->rank);
-  gLiveNodeComms++;
-  *out = reinterpret_cast<ncclComm_t>(c);
-  return ncclSuccess;
-}
-ncclResult_t cpuCommCount(const ncclComm_t c, int* n) {
-  *n = (int)nodeCommOf(c)->members.size() + gSplitSizeSkew;
-  return ncclSuccess;
-}
-ncclResult_t cpuCommUserRank(const ncclComm_t c, int* r) {
-  *r = nodeCommOf(c)->rank;
-  return ncclSuccess;
-}
-ncclResult_t cpuCommDestroy(ncclComm_t c) {
-  delete nodeCommOf(c);
-  gLiveNodeComms--;
-  return ncclSuccess;
-}
-const char* cpuErrorString(ncclResult_t) { return "fake"; }
-
-NcclApi splitApi() {
-  NcclApi api;
-  api.getErrorString = cpuErrorString;
-  api.commCount = cpuCommCount;
-  api.commUserRank = cpuCommUserRank;
-  api.commSplit = cpuSplit;
-  api.commDestroy = cpuCommDestroy;
-  return api;
-}
-
-// Every rank learns the nodes of `topo` from host ids "node-<i>" on the CPU
-// backend; each rank's groups (before release) and result.
-std::vector<std::pair<ncclResult_t, NodeGroups>> learnOnCpu(const algo::Topology& topo, const NcclApi& api) {
-  const int n = (int)topo.node.size();
-  test::FakeFabric fabric(n);
-  std::vector<std::pair<ncclResult_t, NodeGroups>> out(n);
-  onRankThreads(n, [&](int r) {
-    tFabric = &fabric;
-    tRank = r;
-    std::vector<uint64_t> scratch(nodeGroupWords(n), 0xA5A5A5A5A5A5A5A5ull);
-    CpuBackend backend(fabric, r, false);
-    const ncclComm_t parent = reinterpret_cast<ncclComm_t>(uintptr_t{0x1000});  // never dereferenced
-    out[r].first = learnNodeGroups(api, backend, parent, n, r, "node-" + std::to_string(topo.nodeOf(r)), scratch.data(),
-                                   &out[r].second);
-  });
-  EXPECT_TRUE(fabric.drained());
-  return out;
 }
 
 // Host ids all-gathered, one node comm per rank with its node's size and
