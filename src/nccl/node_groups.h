@@ -55,7 +55,8 @@ constexpr size_t nodeGroupWords(int nranks) { return static_cast<size_t>(nranks)
 
 // The exchange above, collective over comm (rank `rank` of nranks), with
 // `hostId` this rank's identity; scratch: nodeGroupWords(nranks) words of
-// backend memory. Fills *out (out->learned set even when nothing is split).
+// backend memory. Fills *out (out->learned set even when nothing is split);
+// a node comm keeps &api, which must outlive it (ncclApi's table does).
 // Errors: what the backend, ncclCommSplit or ncclCommGetAsyncError return
 // (each with a WARN); ncclInternalError (WARN) when the node comm NCCL made
 // is not this rank's node. Nothing is kept on error.

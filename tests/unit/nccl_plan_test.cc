@@ -608,11 +608,12 @@ std::vector<std::pair<ncclResult_t, NodeGroups>> learnOnCpu(const algo::Topology
 // place, chunked several ways. One node, or a rank per node: no grouping,
 // so hier runs over no topology (as halving-doubling), as on NCCL.
 TEST(NcclExecutorOnCpu, HierarchicalOverNodeLayouts) {
+  const NcclApi api = splitApi();
   const ncclDataType_t dts[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt8};
   int variant = 0;
   for (const algo::Topology& topo : test::nodeLayouts()) {
     const int n = (int)topo.node.size();
-    auto learned = learnOnCpu(topo, splitApi());
+    auto learned = learnOnCpu(topo, api);  // the node comms keep &api until released
     ASSERT_EQ(learned[0].first, ncclSuccess);
     const algo::Topology nodes = learned[0].second.topology;  // unknown when not grouped
     for (auto& l : learned) {
@@ -769,7 +770,8 @@ TEST(NcclNodeGroups, NodeCommOfTheWrongSizeIsRefused) {
   two3.node = {0, 0, 0, 1, 1, 1};
   test::WarnCapture warns;
   gSplitSizeSkew = 1;
-  auto learned = learnOnCpu(two3, splitApi());
+  const NcclApi api = splitApi();
+  auto learned = learnOnCpu(two3, api);
   gSplitSizeSkew = 0;
   for (int r = 0; r < 6; r++) {
     EXPECT_EQ(learned[r].first, ncclInternalError) << "rank " << r;
