@@ -136,7 +136,8 @@ typedef struct ncclSignConfig_v1 {
                             else a name ("foo" loads libnccl-net-foo.so) or a path */
   const char* hostId;    /* this rank's node identity for the hierarchical algorithm and the
                             cost model: ranks with equal ids share a node. NULL = SIGNLION_HOSTID,
-                            else hostname + boot id. Set per rank when ranks are threads of one
+                            else NCCL_HOSTID, else hostname + boot id (NCCL's rule). On an NCCL
+                            comm it is read at the comm's first ncclSignAllReduce. Set per rank when ranks are threads of one
                             process that should act as several nodes. A struct of an older
                             header without this field is accepted (its size says so). */
 } ncclSignConfig_t;
@@ -271,7 +272,13 @@ ncclResult_t ncclSignHostSumAllReduce(const void* sendbuff, void* recvbuff, size
  * never carries its own copy. Per communicator it caches scratch buffers,
  * schedules and events, made on the first call of a size: warm a
  * communicator up outside CUDA graph capture, then calls are capturable and
- * allocate nothing. ncclSignCommRelease frees that cache (NCCL has no
+ * allocate nothing. The first call on a communicator also learns which
+ * ranks share a node: host ids (config.hostId, SIGNLION_HOSTID, NCCL_HOSTID,
+ * else hostname + boot id) all-gathered over comm, waiting for the stream
+ * once, and, when comm spans several nodes with several ranks on one, a
+ * node communicator made with ncclCommSplit (docs/NCCL.md, "Nodes"); so
+ * make each rank's first call from its own thread. ncclSignCommRelease
+ * frees that cache and destroys the node communicator (NCCL has no
  * destruction hook): call it before ncclCommDestroy/ncclCommAbort.
  * ------------------------------------------------------------------------- */
 #ifdef NCCL_SIGN_HAVE_NCCL
@@ -297,14 +304,16 @@ ncclResult_t ncclSignAllReduce(const void* sendbuff, void* recvbuff, size_t coun
 /* Sets the zero rule, tie rule and algorithm of ncclSignAllReduce on comm
  * (timeoutMs and netPlugin do not apply to NCCL communicators); the calls
  * enqueued after it use them. Every rank must set the same. NULL restores
- * the defaults. SIGNLION_ALGO, when set, still forces the algorithm.
+ * the defaults. SIGNLION_ALGO, when set, still forces the algorithm. The
+ * hostId is used by the comm's first call (set it before); a later change
+ * is ignored with a WARN until ncclSignCommRelease.
  * Errors: ncclInvalidArgument (a NULL comm, a config ncclSignConfigCheck
  * rejects, a comm NCCL rejects). */
 ncclResult_t ncclSignCommSetConfig(ncclComm_t comm, const ncclSignConfig_t* config);
 
-/* Frees what signlion cached for comm (scratch, schedules, events, and the
- * config of ncclSignCommSetConfig) once the work already enqueued on it
- * outside graph capture is done; CUDA graphs that captured calls on comm
+/* Frees what signlion cached for comm (scratch, schedules, events, the
+ * node communicator, and the config of ncclSignCommSetConfig) once the
+ * work already enqueued on it outside graph capture is done; CUDA graphs that captured calls on comm
  * must not be replayed afterwards. Not collective; comm may be used again
  * afterwards (the cache is made anew, with the default config). A comm never
  * used is fine.

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 
@@ -54,6 +55,9 @@ uint64_t hostIdHash(const std::string& hostId) {
 std::string defaultHostId() {
   std::string env = signlionParamHostId();
   if (!env.empty()) return env;
+  // Read as NCCL reads it: from the environment, at the time of the call.
+  const char* nccl = getenv("NCCL_HOSTID");
+  if (nccl != nullptr && nccl[0] != '\0') return nccl;
   char name[256] = {0};
   if (gethostname(name, sizeof(name) - 1) != 0) name[0] = 0;
   std::string bootId;

@@ -32,10 +32,11 @@ Topology topologyFromHostHashes(const std::vector<uint64_t>& hostHash);
 // A 64-bit hash (FNV-1a) of a host identity string.
 uint64_t hostIdHash(const std::string& hostId);
 
-// This process's host identity when no per-rank one is given: SIGNLION_HOSTID
-// if set, else the hostname plus the kernel's boot id (as NCCL_HOSTID and
-// NCCL's default are), so containers on one machine share a node and
-// network namespaces can be told apart only by setting SIGNLION_HOSTID.
+// This process's host identity when no per-rank one is given, NCCL's rule
+// with signlion's override in front: SIGNLION_HOSTID if set, else
+// NCCL_HOSTID if set, else the hostname plus the kernel's boot id. So
+// containers on one machine share a node, and network namespaces (or
+// processes sharing a GPU) are told apart only by setting one of the two.
 std::string defaultHostId();
 
 }  // namespace algo

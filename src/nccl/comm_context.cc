@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "common/cuda_checks.h"
+#include "nccl/device_backend.h"
 #include "nccl/nccl_params.h"
 
 namespace signlion {
@@ -42,7 +43,7 @@ ncclResult_t queryComm(const NcclApi& api, ncclComm_t comm, const char* caller, 
 }
 
 CommContext::CommContext(ncclComm_t c, const CommShape& s, const ResolvedConfig& cfg)
-    : comm(c), shape(s), config(cfg), costModel_(costParams()) {}
+    : comm(c), shape(s), config(cfg), costModel_(costParams()), nodeCostModel_(nodeCostParams()) {}
 
 ncclResult_t CommContext::planFor(int64_t nblocks, const algo::OpSpec& spec,
                                   const algo::ScheduleCache<Plan>::Entry** out) {
@@ -53,8 +54,25 @@ ncclResult_t CommContext::planFor(int64_t nblocks, const algo::OpSpec& spec,
          e->schedule.steps.size(), (long long)e->extra.layout.bytes());
     return ncclSuccess;
   };
-  return plans_.get(shape.nranks, shape.rank, nblocks, spec, config.algorithm, algo::kAllAlgorithms, costModel_, finish,
-                    out);
+  // The topology is fixed once learned (the cache keys on it implicitly).
+  const bool grouped = nodes.hierarchical();
+  return plans_.get(shape.nranks, shape.rank, nblocks, spec, config.algorithm, algo::kAllAlgorithms,
+                    grouped ? nodeCostModel_ : costModel_, finish, out, grouped ? &nodes.topology : nullptr);
+}
+
+ncclResult_t CommContext::learnNodes(const NcclApi& api, cudaStream_t stream, bool capturing) {
+  if (nodes.learned) return ncclSuccess;
+  if (capturing) {
+    WARN(
+        "ncclSignAllReduce: comm %p has not exchanged host ids yet and stream %p is being captured; make one call "
+        "outside capture first (warm-up)",
+        (void*)comm, (void*)stream);
+    return ncclInvalidUsage;
+  }
+  uint64_t* words;
+  NCCLCHECK(scratch(nodeGroupWords(shape.nranks) * 8, stream, capturing, &words));
+  DeviceBackend backend(api, comm, stream, side_, fork_, join_);
+  return learnNodeGroups(api, backend, comm, shape.nranks, shape.rank, config.hostId, words, &nodes);
 }
 
 ncclResult_t CommContext::beginCall(cudaStream_t stream, bool* capturing) {
@@ -132,8 +150,11 @@ ncclResult_t CommContext::endCall(cudaStream_t stream, bool capturing) {
 }
 
 ncclResult_t CommContext::release() {
-  if (side_ == nullptr && scratch_ == nullptr && retired_.empty()) return ncclSuccess;
-  ncclResult_t res = ncclSuccess;
+  plans_.clear();
+  // Nothing of ours runs on the node comm (node_groups.h), so it needs no
+  // wait before it goes.
+  ncclResult_t res = releaseNodeGroups(&nodes);
+  if (side_ == nullptr && scratch_ == nullptr && retired_.empty()) return res;
   auto keep = [&res](cudaError_t err, const char* call) {
     if (err == cudaSuccess) return;
     (void)cudaGetLastError();
@@ -157,7 +178,6 @@ ncclResult_t CommContext::release() {
   }
   if (side_ != nullptr) keep(cudaStreamDestroy(side_), "cudaStreamDestroy");
   side_ = nullptr;
-  plans_.clear();
   return res;
 }
 

@@ -1,6 +1,7 @@
 // What signlion keeps per NCCL communicator (ncclComm_t): its shape, the
 // config of ncclSignCommSetConfig, the schedules and plans of recent calls,
-// and device resources (scratch, a side stream, events). Made by the first
+// its node grouping (node_groups.h: the topology and NCCL's node comm), and
+// device resources (scratch, a side stream, events). Made by the first
 // call that names the communicator; freed by ncclSignCommRelease, since NCCL
 // has no destruction hook to tie it to.
 //
@@ -25,6 +26,7 @@
 #include "common/config.h"
 #include "nccl/nccl_plan.h"
 #include "nccl/nccl_symbols.h"
+#include "nccl/node_groups.h"
 
 namespace signlion {
 namespace nccl {
@@ -58,8 +60,12 @@ class CommContext {
   // host side of the signature table (call_agreement.h).
   uint64_t calls = 0;
   std::vector<CallSignature> checkTable;
+  // Which ranks share a node (node_groups.h); learned by learnNodes.
+  NodeGroups nodes;
 
-  // The schedule and plan of one segment of nblocks blocks.
+  // The schedule and plan of one segment of nblocks blocks: over the node
+  // topology and with the node cost model (nccl_params.h) when the comm is
+  // grouped into nodes, else flat.
   ncclResult_t planFor(int64_t nblocks, const algo::OpSpec& spec, const algo::ScheduleCache<Plan>::Entry** out);
 
   // Device side; the comm's device must be current.
@@ -71,6 +77,11 @@ class CommContext {
   // Scratch of at least `bytes` (see above).
   // Errors: ncclInvalidUsage when it would grow during capture.
   ncclResult_t scratch(size_t bytes, cudaStream_t stream, bool capturing, uint64_t** out);
+  // The first call's node exchange (learnNodeGroups with config.hostId),
+  // once per context; later calls return at once. Waits for `stream`.
+  // Errors: ncclInvalidUsage (WARN) when it has not run yet and `stream` is
+  // being captured; learnNodeGroups's.
+  ncclResult_t learnNodes(const NcclApi& api, cudaStream_t stream, bool capturing);
   // Closes the call: outside capture, marks where its work ends.
   ncclResult_t endCall(cudaStream_t stream, bool capturing);
   cudaStream_t side() const { return side_; }
@@ -78,13 +89,15 @@ class CommContext {
   cudaEvent_t joinEvent() const { return join_; }
 
   // Waits for the work enqueued by calls outside capture, then frees the
-  // device resources (the first error is returned; everything is freed
-  // regardless). Graphs that captured calls on this comm must not be
-  // replayed afterwards. Makes the comm's device current itself.
+  // device resources and destroys the node comm (the first error is
+  // returned; everything is freed regardless). Graphs that captured calls
+  // on this comm must not be replayed afterwards. Makes the comm's device
+  // current itself.
   ncclResult_t release();
 
  private:
-  algo::CostModel costModel_;
+  algo::CostModel costModel_;      // flat
+  algo::CostModel nodeCostModel_;  // grouped into nodes
   algo::ScheduleCache<Plan> plans_;
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ = nullptr;

@@ -12,6 +12,8 @@ constexpr int64_t kAlphaNs = 5000;           // one grouped ncclSend/ncclRecv st
 constexpr int64_t kBetaMBps = 100000;        // between two ranks: NVLink-class, 100 GB/s
 constexpr int64_t kGammaPs = 1;              // GPU compute per element-plane
 constexpr int64_t kCollectiveStepNs = 1000;  // one ring step inside an NCCL collective
+constexpr int64_t kNetAlphaNs = 10000;       // a step between nodes: NIC, switch, proxy thread
+constexpr int64_t kNetBetaMBps = 25000;      // a node's network link: one 200 Gb/s NIC
 }  // namespace
 
 // Each chunk is one NCCL group launch (a few microseconds), so a chunk must
@@ -23,6 +25,8 @@ SIGNLION_PARAM(NcclCostAlphaNs, "NCCL_COST_ALPHA_NS", kAlphaNs)
 SIGNLION_PARAM(NcclCostBetaMBps, "NCCL_COST_BETA_MBPS", kBetaMBps)
 SIGNLION_PARAM(NcclCostGammaPs, "NCCL_COST_GAMMA_PS", kGammaPs)
 SIGNLION_PARAM(NcclCostCollectiveStepNs, "NCCL_COST_COLLECTIVE_STEP_NS", kCollectiveStepNs)
+SIGNLION_PARAM(NcclCostNetAlphaNs, "NCCL_COST_NET_ALPHA_NS", kNetAlphaNs)
+SIGNLION_PARAM(NcclCostNetBetaMBps, "NCCL_COST_NET_BETA_MBPS", kNetBetaMBps)
 
 namespace signlion {
 namespace nccl {
@@ -54,6 +58,23 @@ algo::CostParams costParams() {
     step = kCollectiveStepNs;
   }
   p.collectiveStepUs = static_cast<double>(step) * 1e-3;
+  return p;
+}
+
+algo::CostParams nodeCostParams() {
+  algo::CostParams p = costParams();
+  // Inside a node: the links the flat model prices (NVLink-class).
+  p.intraAlphaUs = p.alphaUs;
+  p.intraBetaBytesPerUs = p.betaBytesPerUs;
+  // Between nodes: the network. costParamsFrom reads its three values under
+  // one prefix; only alpha and beta differ here, gamma stays the kernels'.
+  algo::CostParams net = p;
+  net.alphaUs = kNetAlphaNs * 1e-3;
+  net.betaBytesPerUs = kNetBetaMBps;
+  net = algo::costParamsFrom("NCCL_COST_NET", signlionParamNcclCostNetAlphaNs(), signlionParamNcclCostNetBetaMBps(),
+                             static_cast<int64_t>(p.gammaUsPerPlane * 1e6 + 0.5), net);
+  p.alphaUs = net.alphaUs;
+  p.betaBytesPerUs = net.betaBytesPerUs;
   return p;
 }
 

@@ -23,5 +23,12 @@ uint64_t segmentElements();
 // bandwidth, a few microseconds per grouped step, GPU kernels.
 algo::CostParams costParams();
 
+// The cost model of a communicator grouped into nodes (node_groups.h: several
+// nodes, one with several ranks): costParams()'s links become the intra-node
+// class (NVLink), and a node's network link, shared by its ranks, is the
+// inter-node class: SIGNLION_NCCL_COST_NET_ALPHA_NS (default 10000) and
+// SIGNLION_NCCL_COST_NET_BETA_MBPS (default 25000: one 200 Gb/s NIC a node).
+algo::CostParams nodeCostParams();
+
 }  // namespace nccl
 }  // namespace signlion

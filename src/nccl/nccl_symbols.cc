@@ -62,6 +62,13 @@ ncclResult_t resolveNcclApi(void* handle, const char* origin, NcclApi* out) {
       return ncclSystemError;
     }
   }
+  // Optional: the pair, or neither.
+  api.commSplit = reinterpret_cast<decltype(api.commSplit)>(dlsym(handle, "ncclCommSplit"));
+  api.commDestroy = reinterpret_cast<decltype(api.commDestroy)>(dlsym(handle, "ncclCommDestroy"));
+  if (api.commSplit == nullptr || api.commDestroy == nullptr) {
+    api.commSplit = nullptr;
+    api.commDestroy = nullptr;
+  }
   Dl_info info;
   if (dladdr(reinterpret_cast<void*>(api.getVersion), &info) != 0 && info.dli_fname != nullptr)
     snprintf(api.path, sizeof(api.path), "%s", info.dli_fname);
@@ -73,7 +80,8 @@ ncclResult_t resolveNcclApi(void* handle, const char* origin, NcclApi* out) {
     return ncclSystemError;
   }
   NCCLCHECK(checkNcclVersion(api.version));
-  INFO(kSubsysInit, "NCCL %s from %s (%s)", versionString(api.version).c_str(), api.path, origin);
+  INFO(kSubsysInit, "NCCL %s from %s (%s)%s", versionString(api.version).c_str(), api.path, origin,
+       api.commSplit != nullptr ? "" : "; it has no ncclCommSplit: the hierarchical algorithm is left out");
   *out = api;
   return ncclSuccess;
 }

@@ -8,7 +8,9 @@
 //     executable, or loaded under another name with RTLD_GLOBAL;
 //  3. dlopen of SIGNLION_NCCL_LIBRARY (a path or a name), else of
 //     "libnccl.so.2" (the loader's search path).
-// An NCCL older than 2.19, or one without an entry point below, is refused.
+// An NCCL older than 2.19, or one without a required entry point below, is
+// refused. The optional ones (commSplit, commDestroy) are null when missing:
+// the feature that needs them is then left out with a log line.
 #pragma once
 
 #include <nccl.h>
@@ -34,6 +36,12 @@ struct NcclApi {
   decltype(&::ncclRecv) recv = nullptr;
   decltype(&::ncclAllReduce) allReduce = nullptr;
   decltype(&::ncclAllGather) allGather = nullptr;
+  // Optional: NCCL's node grouping (node_groups.h). ncclCommSplit exists
+  // since NCCL 2.18, so every accepted NCCL has it; a library built without
+  // it (or an interposer that leaves it out) only loses the hierarchical
+  // algorithm. Both are set or both are null.
+  decltype(&::ncclCommSplit) commSplit = nullptr;
+  decltype(&::ncclCommDestroy) commDestroy = nullptr;
 };
 
 // The process's NCCL, found once (thread-safe); later calls return the same

@@ -21,6 +21,7 @@
 #include "nccl/nccl_executor.h"
 #include "nccl/nccl_params.h"
 #include "nccl/nccl_symbols.h"
+#include "nccl/segments.h"
 
 #define SIGNLION_API extern "C" __attribute__((visibility("default")))
 
@@ -49,26 +50,6 @@ ncclResult_t checkDeviceBuffer(const void* ptr, const char* name, int dev, const
            "%p is host memory the device cannot access; pass device memory (or managed or mapped pinned memory)", ptr);
   ARGCHECK(attr.type != cudaMemoryTypeDevice || attr.device == dev, caller, name,
            "%p is memory of device %d; the communicator's device is %d", ptr, attr.device, dev);
-  return ncclSuccess;
-}
-
-// The message as segments of SIGNLION_NCCL_SEGMENT elements, each a whole
-// schedule on the comm's scratch.
-ncclResult_t runSegments(const NcclApi& api, CommContext& ctx, const algo::OpSpec& spec, const char* send, char* recv,
-                         size_t count, ncclDataType_t dt, cudaStream_t stream, bool capturing) {
-  const uint64_t segment = segmentElements();
-  const size_t esize = bits::typeSize(dt);
-  for (size_t done = 0; done < count;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(segment, count - done));
-    const algo::ScheduleCache<Plan>::Entry* entry = nullptr;
-    NCCLCHECK(ctx.planFor(algo::blocksForCount(n), spec, &entry));
-    uint64_t* scratch;
-    NCCLCHECK(ctx.scratch(static_cast<size_t>(entry->extra.layout.bytes()), stream, capturing, &scratch));
-    DeviceBackend backend(api, ctx.comm, stream, ctx.side(), ctx.forkEvent(), ctx.joinEvent());
-    NCCLCHECK(
-        runSchedule(entry->schedule, entry->extra, scratch, send + done * esize, recv + done * esize, n, dt, backend));
-    done += n;
-  }
   return ncclSuccess;
 }
 
@@ -137,8 +118,10 @@ ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
   const algo::OpSpec spec{op, ctx->config.zeroRule, ctx->config.tieRule};
   bool capturing;
   NCCLCHECK(ctx->beginCall(stream, &capturing));
-  ncclResult_t res = ncclSuccess;
-  if (check) res = checkCall(*api, *ctx, spec, count, datatype, stream, capturing);
+  // The comm's first call learns its nodes (outside capture: beginCall
+  // refuses a first call during capture).
+  ncclResult_t res = ctx->learnNodes(*api, stream, capturing);
+  if (res == ncclSuccess && check) res = checkCall(*api, *ctx, spec, count, datatype, stream, capturing);
   if (res == ncclSuccess && count > 0)
     res = runSegments(*api, *ctx, spec, static_cast<const char*>(sendbuff), static_cast<char*>(recvbuff), count,
                       datatype, stream, capturing);
@@ -160,6 +143,11 @@ ncclResult_t setConfig(ncclComm_t comm, const ncclSignConfig_t* config) {
   std::shared_ptr<CommContext> ctx;
   NCCLCHECK(commContext(comm, shape, &ctx));
   std::lock_guard<std::mutex> lock(ctx->mu);
+  if (ctx->nodes.learned && resolved.hostId != ctx->config.hostId)
+    WARN(
+        "%s: comm %p rank %d: host id '%s' ignored: the comm's nodes were learned with '%s' at its first call; "
+        "ncclSignCommRelease, then set it before the next call",
+        kFn, (void*)comm, shape.rank, resolved.hostId.c_str(), ctx->config.hostId.c_str());
   ctx->config = resolved;
   INFO(kSubsysInit, "%s: comm %p rank %d/%d: algorithm %s, zero rule %d, tie rule %d", kFn, (void*)comm, shape.rank,
        shape.nranks, algoName(resolved.algorithm), (int)resolved.zeroRule, (int)resolved.tieRule);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace signlion {
 namespace test {
@@ -48,6 +49,21 @@ void FakeFabric::allReduceSum(Lock& held, int rank, const uint64_t* send, uint64
   }
   barrier(held);
   memcpy(recv, sum.data(), words * 8);
+}
+
+void FakeFabric::split(Lock& held, int rank, int color, int key, std::vector<int>* members, int* index) {
+  const int64_t mine[2] = {color, key};
+  std::vector<int64_t> all(2 * (size_t)n_);
+  allGather(held, rank, mine, all.data(), sizeof(mine));
+  std::vector<std::pair<int64_t, int>> same;  // (key, rank)
+  for (int r = 0; r < n_; r++)
+    if (all[2 * r] == color) same.push_back({all[2 * r + 1], r});
+  std::sort(same.begin(), same.end());
+  members->clear();
+  for (const auto& m : same) {
+    if (m.second == rank) *index = (int)members->size();
+    members->push_back(m.second);
+  }
 }
 
 bool FakeFabric::drained() const {

@@ -35,6 +35,10 @@ class FakeFabric {
   // rank's block of recv.
   void allGather(Lock& held, int rank, const void* send, void* recv, size_t bytes);
   void allReduceSum(Lock& held, int rank, const uint64_t* send, uint64_t* recv, size_t words);
+  // ncclCommSplit's grouping, collective: the ranks that pass this color,
+  // ordered by (key, rank) (*members, in fabric ranks), and this rank's
+  // index among them.
+  void split(Lock& held, int rank, int color, int key, std::vector<int>* members, int* index);
 
   // After the ranks are done: every message was taken, and with its size.
   bool drained() const;

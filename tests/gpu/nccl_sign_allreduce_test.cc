@@ -5,6 +5,10 @@
 // over the matrix of counts, datatypes, ops, zero and tie rules, every
 // algorithm and auto, in and out of place, aligned and not; a CUDA graph of a
 // warm call replayed twice; ncclSignCommRelease, then the comm used again.
+// The hierarchical algorithm over NCCL: 4 (and 5) processes on the one GPU,
+// each its own NCCL_HOSTID (so NCCL connects them as hosts), grouped into 2
+// nodes by config.hostId: host ids all-gathered, ncclCommSplit by node, the
+// same matrix forced hierarchical and auto, a captured replay, release.
 // The ranks report on stderr and through their exit codes (gtest does not
 // run in them). Without a device every test skips and says why.
 #include <cuda_runtime_api.h>
@@ -91,11 +95,13 @@ class Rank {
     return static_cast<char*>(p);
   }
 
-  bool setConfig(ncclSignAlgo_t algo, ncclSignZeroRule_t zero, ncclSignTieRule_t tie) {
+  // hostId: the node this rank acts as (NULL: as the environment says).
+  bool setConfig(ncclSignAlgo_t algo, ncclSignZeroRule_t zero, ncclSignTieRule_t tie, const char* hostId = nullptr) {
     ncclSignConfig_t cfg = NCCL_SIGN_CONFIG_INITIALIZER;
     cfg.algorithm = algo;
     cfg.zeroRule = zero;
     cfg.tieRule = tie;
+    cfg.hostId = hostId;
     return check(ncclSignCommSetConfig(comm_, &cfg) == ncclSuccess, "ncclSignCommSetConfig");
   }
 
@@ -139,7 +145,8 @@ class Rank {
 };
 
 const char* algoText(ncclSignAlgo_t a) {
-  static const char* names[] = {"auto", "ring", "hd", "allgather", "fieldsum"};
+  static const char* names[] = {"auto", "ring", "hd", "allgather", "fieldsum", "hier"};
+  static_assert(sizeof(names) / sizeof(names[0]) == ncclSignNumAlgos, "a name for every algorithm");
   return names[a];
 }
 
@@ -152,8 +159,13 @@ std::string describe(size_t count, ncclDataType_t dt, ncclSignOp_t op, ncclSignZ
   return buf;
 }
 
-int matrix(int rank, int n, ncclComm_t comm) {
+// The matrix over `algos`, every rank acting as node hostId(rank) (NULL: the
+// environment's). Every config carries the host id, so the first call on
+// the comm learns the nodes with it.
+int matrixOf(int rank, int n, ncclComm_t comm, const std::vector<ncclSignAlgo_t>& algos,
+             const char* (*hostId)(int rank, int n)) {
   Rank R(rank, n, comm);
+  const char* host = hostId ? hostId(rank, n) : nullptr;
   const size_t kCounts[] = {0, 1, 63, 64, 65, 4097, 1000003};
   const ncclDataType_t kTypes[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt8};
   const size_t maxBytes = 1000003 * 4 + 64;
@@ -170,9 +182,8 @@ int matrix(int rank, int n, ncclComm_t comm) {
             const auto zero = (ncclSignZeroRule_t)z;
             const auto tie = (ncclSignTieRule_t)t;
             Bytes want = test::referenceOutput(inputs, count, dt, op, zero, tie);
-            for (int a = 0; a < ncclSignNumAlgos; a++) {
-              const auto algo = (ncclSignAlgo_t)a;
-              if (!R.setConfig(algo, zero, tie)) return R.failures();
+            for (ncclSignAlgo_t algo : algos) {
+              if (!R.setConfig(algo, zero, tie, host)) return R.failures();
               for (size_t offset : {size_t{0}, size_t{1}}) {
                 if (offset && count != 4097) continue;  // element pointers off every vector alignment
                 for (bool inPlace : {false, true})
@@ -193,6 +204,21 @@ int matrix(int rank, int n, ncclComm_t comm) {
   return R.failures();
 }
 
+std::vector<ncclSignAlgo_t> everyAlgorithm() {
+  std::vector<ncclSignAlgo_t> v;
+  for (int a = 0; a < ncclSignNumAlgos; a++) v.push_back((ncclSignAlgo_t)a);
+  return v;
+}
+
+int matrix(int rank, int n, ncclComm_t comm) { return matrixOf(rank, n, comm, everyAlgorithm(), nullptr); }
+
+// Two nodes: the first half of the ranks (rounded up) and the rest.
+const char* twoNodes(int rank, int n) { return rank < (n + 1) / 2 ? "signlion-gpu-node-a" : "signlion-gpu-node-b"; }
+
+int hierMatrix(int rank, int n, ncclComm_t comm) {
+  return matrixOf(rank, n, comm, {ncclSignAlgoHierarchical, ncclSignAlgoAuto}, twoNodes);
+}
+
 TEST(NcclSignAllReduceGpu, MatrixOnTwoRanks) {
   SKIP_WITHOUT_GPU();
   onRanks(2, matrix);
@@ -208,9 +234,20 @@ TEST(NcclSignAllReduceGpu, MatrixOnFourRanks) {
   onRanks(4, matrix);
 }
 
+// 2 nodes x 2 ranks, and unequal nodes of 3 and 2.
+TEST(NcclSignAllReduceGpu, HierarchicalOnTwoNodesOfTwo) {
+  SKIP_WITHOUT_GPU();
+  onRanks(4, hierMatrix);
+}
+
+TEST(NcclSignAllReduceGpu, HierarchicalOnNodesOfThreeAndTwo) {
+  SKIP_WITHOUT_GPU();
+  onRanks(5, hierMatrix);
+}
+
 // A warm call captured into a CUDA graph and replayed twice on new inputs;
 // a call that would have to grow the scratch during capture is refused.
-int graphs(int rank, int n, ncclComm_t comm) {
+int graphsOf(int rank, int n, ncclComm_t comm, const char* host) {
   Rank R(rank, n, comm);
   const size_t count = 65541, big = size_t{16} << 20;
   const ncclDataType_t dt = ncclBfloat16;
@@ -220,7 +257,7 @@ int graphs(int rank, int n, ncclComm_t comm) {
   for (int a = 0; a < ncclSignNumAlgos; a++) {
     const auto algo = (ncclSignAlgo_t)a;
     const std::string what = std::string("graph ") + algoText(algo);
-    if (!R.setConfig(algo, ncclSignZeroAbstain, ncclSignTieZero)) break;
+    if (!R.setConfig(algo, ncclSignZeroAbstain, ncclSignTieZero, host)) break;
     std::vector<Bytes> warm = test::randomVoteInputs(n, count, dt, 5u + a);
     R.call(warm[rank], test::referenceOutput(warm, count, dt, ncclSignMajority, ncclSignZeroAbstain, ncclSignTieZero),
            count, dt, ncclSignMajority, d_send, d_recv, false, what + " warm-up");
@@ -244,7 +281,7 @@ int graphs(int rank, int n, ncclComm_t comm) {
     cudaGraphDestroy(graph);
   }
   // Cold: a size whose scratch was never made, during capture.
-  R.setConfig(ncclSignAlgoRing, ncclSignZeroPositive, ncclSignTieZero);
+  R.setConfig(ncclSignAlgoRing, ncclSignZeroPositive, ncclSignTieZero, host);
   cudaGraph_t graph = nullptr;
   R.check(cudaStreamBeginCapture(R.stream(), cudaStreamCaptureModeGlobal) == cudaSuccess, "BeginCapture");
   ncclResult_t res = ncclSignAllReduce(d_send, d_recv, big, dt, ncclSignMajority, comm, R.stream());
@@ -259,9 +296,19 @@ int graphs(int rank, int n, ncclComm_t comm) {
   return R.failures();
 }
 
+int graphs(int rank, int n, ncclComm_t comm) { return graphsOf(rank, n, comm, nullptr); }
+
 TEST(NcclSignAllReduceGpu, CapturedWarmCallReplaysTwice) {
   SKIP_WITHOUT_GPU();
   onRanks(2, graphs);
+}
+
+// The same on 2 nodes x 2: the node exchange and ncclCommSplit happen at the
+// first (warm-up) call, so the captured hierarchical call enqueues only
+// kernels and NCCL operations.
+TEST(NcclSignAllReduceGpu, CapturedHierarchicalCallReplaysTwice) {
+  SKIP_WITHOUT_GPU();
+  onRanks(4, [](int rank, int n, ncclComm_t comm) { return graphsOf(rank, n, comm, twoNodes(rank, n)); });
 }
 
 // Release frees what signlion cached (the config too); the comm works again

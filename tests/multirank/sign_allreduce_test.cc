@@ -148,6 +148,9 @@ struct Layout {
     return s;
   }
 };
+// gtest prints a parameter in test listings and failures: the name, not
+// "24-byte object <...>".
+void PrintTo(const Layout& l, std::ostream* os) { *os << l.name(); }
 
 std::vector<Layout> hierLayouts() {
   std::vector<Layout> v;

@@ -1,13 +1,16 @@
 # The NCCL executor's device path on the SIMT emulator (label unit): the
 # executor, DeviceBackend and the kernels' own source (the emulated
 # translation units that simt/CMakeLists.txt generated, _emulated_sources),
-# with NCCL played by threads behind an NcclApi table. Only the src/nccl
+# with NCCL played by threads behind an NcclApi table (ncclCommSplit too),
+# and the comm context that learns the nodes and caches plans. Only the src/nccl
 # files that path needs are compiled in (not signlion_nccl: it links cudart).
 # Built as the emulated kernel tests are (their flags, definitions, includes).
 add_executable(signlion_simt_nccl_tests ${CMAKE_CURRENT_LIST_DIR}/nccl_executor_test.cc
                ${CMAKE_CURRENT_LIST_DIR}/emulator.cc ${CMAKE_CURRENT_LIST_DIR}/cuda_runtime.cc ${_emulated_sources}
                ${PROJECT_SOURCE_DIR}/src/nccl/nccl_plan.cc ${PROJECT_SOURCE_DIR}/src/nccl/nccl_executor.cc
-               ${PROJECT_SOURCE_DIR}/src/nccl/device_backend.cc ${PROJECT_SOURCE_DIR}/src/nccl/call_agreement.cc)
+               ${PROJECT_SOURCE_DIR}/src/nccl/device_backend.cc ${PROJECT_SOURCE_DIR}/src/nccl/call_agreement.cc
+               ${PROJECT_SOURCE_DIR}/src/nccl/comm_context.cc ${PROJECT_SOURCE_DIR}/src/nccl/node_groups.cc
+               ${PROJECT_SOURCE_DIR}/src/nccl/nccl_params.cc ${PROJECT_SOURCE_DIR}/src/nccl/segments.cc)
 foreach(_prop INCLUDE_DIRECTORIES COMPILE_DEFINITIONS COMPILE_OPTIONS LINK_OPTIONS)
   set_property(TARGET signlion_simt_nccl_tests PROPERTY ${_prop} $<TARGET_PROPERTY:signlion_simt_kernel_tests,${_prop}>)
 endforeach()

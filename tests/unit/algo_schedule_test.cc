@@ -14,6 +14,7 @@
 
 #include "algo/schedule.h"
 #include "common/config.h"
+#include "common/node_layouts.h"
 #include "common/param.h"
 
 namespace signlion {
@@ -603,40 +604,14 @@ TEST(AlgoSchedule, RejectsBadArguments) {
   EXPECT_EQ(buildSchedule(ncclSignAlgoRing, 4, 0, 1, bad, &s), ncclInvalidArgument);
 }
 
-// Node layouts: equal nodes of 1, 2, 3, 4, 8 ranks for 1..4 nodes (ranks
-// contiguous by node), unequal nodes, and nodes whose ranks interleave.
-std::vector<Topology> hierarchicalLayouts() {
-  std::vector<Topology> out;
-  auto fromSizes = [](std::vector<int> sizes) {
-    Topology t;
-    for (size_t n = 0; n < sizes.size(); n++) t.node.insert(t.node.end(), sizes[n], (int)n);
-    return t;
-  };
-  for (int nodes = 1; nodes <= 4; nodes++)
-    for (int per : {1, 2, 3, 4, 8}) out.push_back(fromSizes(std::vector<int>(nodes, per)));
-  for (auto sizes : std::vector<std::vector<int>>{
-           {1, 2}, {2, 1}, {3, 1, 4}, {2, 3}, {8, 1}, {4, 4, 3}, {1, 8, 2, 5}, {3, 5}, {2, 2, 2, 1}})
-    out.push_back(fromSizes(sizes));
-  for (int nranks : {5, 7, 12}) {  // rank r on node r % 3: no node's ranks are contiguous
-    Topology t;
-    for (int r = 0; r < nranks; r++) t.node.push_back(r % 3);
-    out.push_back(t);
-  }
-  return out;
-}
-
-std::string layoutName(const Topology& t) {
-  std::string s;
-  for (int n : t.node) s += std::to_string(n);
-  return s;
-}
+using test::layoutName;
 
 // The hierarchical schedule over every layout, every op and rule and a range
 // of sizes, simulated: every rank gets the reference result, messages pair
 // up, declared widths hold every count.
 TEST(AlgoHierarchical, EveryRankGetsTheReferenceResult) {
   std::mt19937_64 rng(77);
-  for (const Topology& topo : hierarchicalLayouts()) {
+  for (const Topology& topo : test::nodeLayouts()) {
     const int n = (int)topo.node.size();
     for (int64_t nblocks : {0, 1, 2, 3, 7, 17, 100}) {
       for (int op = 0; op < ncclSignNumOps; op++) {
@@ -736,6 +711,24 @@ TEST(AlgoTopology, NodesFromHostHashes) {
   EXPECT_EQ(t.describe(5), "3 nodes of 1..2 ranks");
   EXPECT_NE(hostIdHash("node-a"), hostIdHash("node-b"));
   EXPECT_FALSE(defaultHostId().empty());
+}
+
+// NCCL's host rule: NCCL_HOSTID when set (SIGNLION_HOSTID, read once per
+// process, would win over it; CTest runs without it), else hostname + boot id.
+TEST(AlgoTopology, DefaultHostIdFollowsNcclHostId) {
+  if (getenv("SIGNLION_HOSTID") != nullptr) GTEST_SKIP() << "SIGNLION_HOSTID is set and wins";
+  const char* had = getenv("NCCL_HOSTID");
+  const std::string saved = had ? had : "";
+  unsetenv("NCCL_HOSTID");
+  const std::string machine = defaultHostId();
+  setenv("NCCL_HOSTID", "signlion-test-host", 1);
+  EXPECT_EQ(defaultHostId(), "signlion-test-host");
+  setenv("NCCL_HOSTID", "", 1);  // empty: unset, as NCCL reads it
+  EXPECT_EQ(defaultHostId(), machine);
+  if (had)
+    setenv("NCCL_HOSTID", saved.c_str(), 1);
+  else
+    unsetenv("NCCL_HOSTID");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +28,7 @@
 #include "bits/fields.h"
 #include "common/config.h"
 #include "common/fake_fabric.h"
+#include "common/node_layouts.h"
 #include "common/param.h"
 #include "common/vote_inputs.h"
 #include "common/warn_capture.h"
@@ -35,6 +37,7 @@
 #include "nccl/comm_context.h"
 #include "nccl/nccl_executor.h"
 #include "nccl/nccl_plan.h"
+#include "nccl/node_groups.h"
 
 namespace signlion {
 namespace nccl {
@@ -352,7 +355,7 @@ class CpuBackend final : public Backend {
         k_.decideBits(c, nranks, tie, planes.data(), nw, nw);
         k_.unpack(planes.data(), nplanes, nw, count, dt, dst);
       }
-      if (planesOut)
+      if (planesOut && nw > 0)  // count 0 (a test plans one block for it): no words
         for (int q = 0; q < nplanes; q++) std::memcpy(planesOut + q * so, planes.data() + q * nw, nw * 8);
     });
   }
@@ -454,6 +457,13 @@ class CpuBackend final : public Backend {
   std::vector<std::function<void()>> held_;
 };
 
+// Runs body(rank) on n threads, one per rank, and waits for them all.
+void onRankThreads(int n, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; r++) threads.emplace_back(body, r);
+  for (auto& t : threads) t.join();
+}
+
 // One call of `plans` (one per rank) on ranks as threads; every rank's
 // output against the reference.
 void runPlansOnCpu(const std::vector<RankPlan>& plans, size_t count, ncclDataType_t dt, const Spec& sp, bool inPlace,
@@ -464,18 +474,14 @@ void runPlansOnCpu(const std::vector<RankPlan>& plans, size_t count, ncclDataTyp
   test::FakeFabric fabric(n);
   std::vector<test::Bytes> out(n, test::Bytes(count * bits::typeSize(dt), 0xEE));
   std::vector<ncclResult_t> res(n, ncclSuccess);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; r++) {
-    threads.emplace_back([&, r] {
-      // Garbage in the scratch: nothing may read a word it did not write.
-      std::vector<uint64_t> scratch((size_t)plans[r].p.layout.words + 1, 0xA5A5A5A5A5A5A5A5ull);
-      if (inPlace) out[r] = in[r];
-      CpuBackend backend(fabric, r, holdSide);
-      res[r] = runSchedule(plans[r].s, plans[r].p, scratch.data(), inPlace ? out[r].data() : in[r].data(),
-                           out[r].data(), count, dt, backend);
-    });
-  }
-  for (auto& t : threads) t.join();
+  onRankThreads(n, [&](int r) {
+    // Garbage in the scratch: nothing may read a word it did not write.
+    std::vector<uint64_t> scratch((size_t)plans[r].p.layout.words + 1, 0xA5A5A5A5A5A5A5A5ull);
+    if (inPlace) out[r] = in[r];
+    CpuBackend backend(fabric, r, holdSide);
+    res[r] = runSchedule(plans[r].s, plans[r].p, scratch.data(), inPlace ? out[r].data() : in[r].data(), out[r].data(),
+                         count, dt, backend);
+  });
   EXPECT_TRUE(fabric.drained()) << "messages left undelivered, or of another size than received";
   for (int r = 0; r < n; r++) {
     ASSERT_EQ(res[r], ncclSuccess) << "rank " << r;
@@ -528,39 +534,105 @@ TEST(NcclExecutorOnCpu, ManyChunksAndOddRankCounts) {
     }
 }
 
-// The hierarchical schedule over node layouts (nodes x ranks per node in
-// {1..4} x {1, 2, 3, 4, 8}, unequal and interleaved nodes) on the NCCL
-// executor's CPU backend: every op and rule, counts 0/1/63/64/65/large, in
-// and out of place, chunked several ways.
+// ncclCommSplit and the node comm's queries on the fake fabric: a node comm
+// is an allocation that only ncclCommDestroy frees (a leak shows under
+// LeakSanitizer, and in the count of live ones).
+thread_local test::FakeFabric* tFabric = nullptr;
+thread_local int tRank = -1;
+std::atomic<int> gLiveNodeComms{0};
+int gSplitSizeSkew = 0;  // added to the size the node comm reports (a broken NCCL)
+
+struct FakeNodeComm {
+  int rank = -1;
+  std::vector<int> members;
+};
+FakeNodeComm* nodeCommOf(ncclComm_t c) { return reinterpret_cast<FakeNodeComm*>(c); }
+
+ncclResult_t cpuSplit(ncclComm_t, int color, int key, ncclComm_t* out, ncclConfig_t*) {
+  test::FakeFabric::Lock lock(tFabric->mutex());
+  auto* c = new FakeNodeComm;
+  tFabric->split(lock, tRank, color, key, &c->members, &c->rank);
+  gLiveNodeComms++;
+  *out = reinterpret_cast<ncclComm_t>(c);
+  return ncclSuccess;
+}
+ncclResult_t cpuCommCount(const ncclComm_t c, int* n) {
+  *n = (int)nodeCommOf(c)->members.size() + gSplitSizeSkew;
+  return ncclSuccess;
+}
+ncclResult_t cpuCommUserRank(const ncclComm_t c, int* r) {
+  *r = nodeCommOf(c)->rank;
+  return ncclSuccess;
+}
+ncclResult_t cpuCommDestroy(ncclComm_t c) {
+  delete nodeCommOf(c);
+  gLiveNodeComms--;
+  return ncclSuccess;
+}
+const char* cpuErrorString(ncclResult_t) { return "fake"; }
+
+NcclApi splitApi() {
+  NcclApi api;
+  api.getErrorString = cpuErrorString;
+  api.commCount = cpuCommCount;
+  api.commUserRank = cpuCommUserRank;
+  api.commSplit = cpuSplit;
+  api.commDestroy = cpuCommDestroy;
+  return api;
+}
+
+// Every rank learns the nodes of `topo` from host ids "node-<i>" on the CPU
+// backend; each rank's groups (before release) and result.
+std::vector<std::pair<ncclResult_t, NodeGroups>> learnOnCpu(const algo::Topology& topo, const NcclApi& api) {
+  const int n = (int)topo.node.size();
+  test::FakeFabric fabric(n);
+  std::vector<std::pair<ncclResult_t, NodeGroups>> out(n);
+  onRankThreads(n, [&](int r) {
+    tFabric = &fabric;
+    tRank = r;
+    std::vector<uint64_t> scratch(nodeGroupWords(n), 0xA5A5A5A5A5A5A5A5ull);
+    CpuBackend backend(fabric, r, false);
+    const ncclComm_t parent = reinterpret_cast<ncclComm_t>(uintptr_t{0x1000});  // never dereferenced
+    out[r].first = learnNodeGroups(api, backend, parent, n, r, "node-" + std::to_string(topo.nodeOf(r)), scratch.data(),
+                                   &out[r].second);
+  });
+  EXPECT_TRUE(fabric.drained());
+  return out;
+}
+
+// The hierarchical schedule over node layouts (common/node_layouts.h: nodes
+// x ranks per node in {1..4} x {1, 2, 3, 4, 8}, unequal and interleaved) on
+// the NCCL executor's CPU backend, over the nodes the ranks learn from their
+// host ids (learnNodeGroups, the emulated ncclCommSplit), as a comm's first
+// call does: every op and rule, counts 0/1/63/64/65/large, in and out of
+// place, chunked several ways. One node, or a rank per node: no grouping,
+// so hier runs over no topology (as halving-doubling), as on NCCL.
 TEST(NcclExecutorOnCpu, HierarchicalOverNodeLayouts) {
-  std::vector<algo::Topology> layouts;
-  auto fromSizes = [](std::vector<int> sizes) {
-    algo::Topology t;
-    for (size_t n = 0; n < sizes.size(); n++) t.node.insert(t.node.end(), sizes[n], (int)n);
-    return t;
-  };
-  for (int nodes = 1; nodes <= 4; nodes++)
-    for (int per : {1, 2, 3, 4, 8}) layouts.push_back(fromSizes(std::vector<int>(nodes, per)));
-  for (auto sizes : std::vector<std::vector<int>>{{1, 2}, {3, 1, 4}, {8, 1}, {4, 4, 3}})
-    layouts.push_back(fromSizes(sizes));
-  layouts.push_back(algo::Topology{{0, 1, 2, 0, 1, 2, 0}});
+  const NcclApi api = splitApi();
   const ncclDataType_t dts[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt8};
   int variant = 0;
-  for (const algo::Topology& topo : layouts) {
+  for (const algo::Topology& topo : test::nodeLayouts()) {
     const int n = (int)topo.node.size();
+    auto learned = learnOnCpu(topo, api);  // the node comms keep &api until released
+    ASSERT_EQ(learned[0].first, ncclSuccess);
+    const algo::Topology nodes = learned[0].second.topology;  // unknown when not grouped
+    for (auto& l : learned) {
+      EXPECT_EQ(l.second.topology.node, nodes.node) << "every rank learns the same nodes";
+      EXPECT_EQ(releaseNodeGroups(&l.second), ncclSuccess);
+    }
+    const algo::Topology* over = nodes.known() ? &nodes : nullptr;
+    if (over != nullptr) EXPECT_EQ(over->node, topo.node);
     for (size_t count : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{20011}})
       for (const Spec& sp : kSpecs) {
         variant++;
         ncclDataType_t dt = dts[variant % 4];
         if (dt == ncclInt8 && sp.op == ncclSignAverage) dt = ncclFloat16;
         const int64_t chunk = variant % 3 == 0 ? 64 : variant % 3 == 1 ? 512 : int64_t{1} << 20;
-        std::string nodes;
-        for (int x : topo.node) nodes += std::to_string(x);
-        SCOPED_TRACE("nodes " + nodes + " " +
+        SCOPED_TRACE("nodes " + test::layoutName(topo) + " " +
                      name(ncclSignAlgoHierarchical, n, algo::blocksForCount(count), sp, chunk) +
                      " count=" + std::to_string(count) + " dt=" + bits::typeName(dt));
         std::vector<RankPlan> plans =
-            planAll(ncclSignAlgoHierarchical, n, std::max<int64_t>(1, algo::blocksForCount(count)), sp, chunk, &topo);
+            planAll(ncclSignAlgoHierarchical, n, std::max<int64_t>(1, algo::blocksForCount(count)), sp, chunk, over);
         ASSERT_FALSE(HasFailure());
         runPlansOnCpu(plans, count, dt, sp, variant % 2 == 0, variant % 5 != 0);
         if (HasFailure()) return;
@@ -596,25 +668,21 @@ TEST(CallAgreementOnCpu, EveryRankFailsWhenOneDisagrees) {
       test::FakeFabric fabric(n);
       test::WarnCapture warns;
       std::vector<ncclResult_t> res(n, ncclInternalError);
-      std::vector<std::thread> threads;
-      for (int r = 0; r < n; r++) {
-        threads.emplace_back([&, r] {
-          CallSignature mine;
-          mine.seq = 7;
-          mine.count = 1000;
-          mine.segment = 1 << 20;
-          mine.rank = r;
-          mine.kind = (uint8_t)CallKind::kSignAllReduce;
-          mine.datatype = ncclFloat32;
-          mine.algorithm = ncclSignAlgoHalvingDoubling;
-          if (r == n - 1) c.change(&mine);
-          std::vector<uint64_t> scratch(agreementWords(n), 0xA5A5A5A5A5A5A5A5ull);
-          std::vector<CallSignature> table(n);
-          CpuBackend backend(fabric, r, false);
-          res[r] = checkAgreement(backend, mine, n, scratch.data(), table.data(), "test");
-        });
-      }
-      for (auto& t : threads) t.join();
+      onRankThreads(n, [&](int r) {
+        CallSignature mine;
+        mine.seq = 7;
+        mine.count = 1000;
+        mine.segment = 1 << 20;
+        mine.rank = r;
+        mine.kind = (uint8_t)CallKind::kSignAllReduce;
+        mine.datatype = ncclFloat32;
+        mine.algorithm = ncclSignAlgoHalvingDoubling;
+        if (r == n - 1) c.change(&mine);
+        std::vector<uint64_t> scratch(agreementWords(n), 0xA5A5A5A5A5A5A5A5ull);
+        std::vector<CallSignature> table(n);
+        CpuBackend backend(fabric, r, false);
+        res[r] = checkAgreement(backend, mine, n, scratch.data(), table.data(), "test");
+      });
       const bool agree = c.warn[0] == '\0';
       for (int r = 0; r < n; r++) EXPECT_EQ(res[r], agree ? ncclSuccess : ncclInvalidUsage) << "rank " << r;
       if (agree) {
@@ -659,6 +727,58 @@ TEST(NcclCommContext, AutoLeavesOutFieldsTooNarrowForN) {
   paramResetCache();
   EXPECT_EQ(ctx.planFor(16, algo::OpSpec(), &e), ncclSuccess);
   EXPECT_EQ(e->schedule.algo, ncclSignAlgoFieldSum);
+}
+
+// Host ids all-gathered, one node comm per rank with its node's size and
+// local rank when there are several nodes and one has several ranks (none
+// otherwise), every rank with the same topology; releaseNodeGroups destroys
+// it (none left; no leak under ASan).
+TEST(NcclNodeGroups, LearnedFromHostIdsAndReleased) {
+  const NcclApi api = splitApi();
+  for (const algo::Topology& topo : test::nodeLayouts()) {
+    SCOPED_TRACE("nodes " + test::layoutName(topo));
+    const int n = (int)topo.node.size();
+    const auto members = topo.members(n);
+    const bool grouped = members.size() > 1 && (int)members.size() < n;
+    auto learned = learnOnCpu(topo, api);
+    EXPECT_EQ(gLiveNodeComms.load(), grouped ? n : 0);
+    for (int r = 0; r < n; r++) {
+      NodeGroups& g = learned[r].second;
+      ASSERT_EQ(learned[r].first, ncclSuccess) << "rank " << r;
+      EXPECT_TRUE(g.learned);
+      EXPECT_EQ(g.nodes, (int)members.size());
+      EXPECT_EQ(g.hierarchical(), grouped);
+      if (grouped) {
+        EXPECT_EQ(g.topology.node, topo.node);
+        const std::vector<int>& mates = members[topo.nodeOf(r)];
+        EXPECT_EQ(nodeCommOf(g.nodeComm)->members, mates) << "rank " << r;
+      } else {
+        EXPECT_EQ(g.nodeComm, nullptr);
+      }
+      EXPECT_EQ(releaseNodeGroups(&g), ncclSuccess);
+      EXPECT_FALSE(g.learned);
+      EXPECT_EQ(g.nodeComm, nullptr);
+    }
+    EXPECT_EQ(gLiveNodeComms.load(), 0);
+  }
+}
+
+// A node comm that is not this rank's node (NCCL disagreeing with the host
+// ids) is an error on every rank, destroyed, not kept.
+TEST(NcclNodeGroups, NodeCommOfTheWrongSizeIsRefused) {
+  algo::Topology two3;
+  two3.node = {0, 0, 0, 1, 1, 1};
+  test::WarnCapture warns;
+  gSplitSizeSkew = 1;
+  const NcclApi api = splitApi();
+  auto learned = learnOnCpu(two3, api);
+  gSplitSizeSkew = 0;
+  for (int r = 0; r < 6; r++) {
+    EXPECT_EQ(learned[r].first, ncclInternalError) << "rank " << r;
+    EXPECT_EQ(learned[r].second.nodeComm, nullptr);
+  }
+  EXPECT_EQ(warns.countContaining("expected rank"), 6);
+  EXPECT_EQ(gLiveNodeComms.load(), 0);
 }
 
 }  // namespace

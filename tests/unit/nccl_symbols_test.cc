@@ -38,6 +38,9 @@ TEST(NcclSymbols, LoadsAndVersionsTheToolkitsNccl) {
                    (void*)api.groupStart, (void*)api.groupEnd, (void*)api.send, (void*)api.recv, (void*)api.allReduce,
                    (void*)api.allGather})
     EXPECT_NE(fn, nullptr);
+  // The optional pair of the node grouping: every accepted NCCL (2.19+) has it.
+  EXPECT_NE((void*)api.commSplit, nullptr);
+  EXPECT_NE((void*)api.commDestroy, nullptr);
   // Loaded now: a second search finds it already in the process (step 1).
   NcclApi again;
   ASSERT_EQ(loadNcclApi(&again), ncclSuccess);
