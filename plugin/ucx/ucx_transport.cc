@@ -214,14 +214,17 @@ void epError(void* arg, ucp_ep_h, ucs_status_t status) {
   if (c->epStatus == UCS_OK) c->epStatus = status;
 }
 
-// Progress-bound wait for a UCX request of our own (ep close, flush).
+// Progress-bound wait for a UCX request of our own (ep close, flush). A
+// flush over TCP completes only once the peer's worker answers: when ours
+// has nothing to do, the other idle comms of this process are moved too (a
+// peer that is a rank-thread of this process, itself inside a close).
 ucs_status_t waitUcx(Comm* c, void* req, int64_t limitMs) {
   if (req == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
   int64_t start = monotonicMs();
   ucs_status_t s;
   while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS && monotonicMs() - start < limitMs)
-    ucp_worker_progress(c->worker);
+    if (ucp_worker_progress(c->worker) == 0) helpProgress(c);
   ucp_request_free(req);  // released now, or by UCX once it completes (worker destroy at the latest)
   return s;
 }
