@@ -8,9 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -154,13 +156,12 @@ static void peerFailsMidTransfer(int sig) {
   uint64_t got = 0, sent;
   ncclResult_t res = ncclSuccess;
   // The socket transport counts bytes as they arrive: wait for 4 MiB. The
-  // UCX one counts a message only when it completes, so "started" there is
-  // the sender's isend plus a few receiver progress calls (each moves a few
-  // fragments of the 256 MiB).
+  // UCX one counts a message only when it completes, and one progress call
+  // of ours may move all 256 MiB (over shared memory the receiver copies
+  // them itself): there the sender is hit right after its isend, the
+  // message announced and none of it taken.
   const bool countsPartialBytes = pluginIsSocket(pluginUnderTest(SIGNLION_PLUGIN_PATH));
-  for (int calls = 0;
-       (countsPartialBytes ? got < (4u << 20) : calls < 3) && !done && res == ncclSuccess && nowMs() - start < 30000;
-       calls++) {
+  while (countsPartialBytes && got < (4u << 20) && !done && res == ncclSuccess && nowMs() - start < 30000) {
     res = net.test(req, &done, nullptr);
     signlion::net::commBytes(r, &sent, &got);
   }
@@ -169,8 +170,18 @@ static void peerFailsMidTransfer(int sig) {
   ASSERT_EQ(kill(child, sig), 0);
   int64_t hit = nowMs();
   while (!done && res == ncclSuccess && nowMs() - hit < 20000) res = net.test(req, &done, nullptr);
-  EXPECT_EQ(done, 0);
-  EXPECT_EQ(res, ncclRemoteError) << "after " << nowMs() - hit << " ms";
+  if (done) {
+    // Only where the receiver reads the sender's memory itself (UCX over
+    // shared memory: cma reads a stopped process, and one being killed
+    // until it is gone): the message is then complete, and exact.
+    const char* tls = getenv("UCX_TLS");
+    bool receiverCopies = !countsPartialBytes && (tls == nullptr || strstr(tls, "sm") != nullptr ||
+                                                  strstr(tls, "cma") != nullptr || strstr(tls, "all") != nullptr);
+    EXPECT_TRUE(receiverCopies) << "a message completed from a sender that was stopped or killed";
+    EXPECT_EQ(std::count(buf.begin(), buf.end(), 'x'), (std::ptrdiff_t)buf.size()) << "completed with wrong data";
+  } else {
+    EXPECT_EQ(res, ncclRemoteError) << "after " << nowMs() - hit << " ms";
+  }
   kill(child, SIGKILL);
   reap(child, 10000);
   net.closeRecv(r);
@@ -207,7 +218,9 @@ static void receiverEndsMidTransfer(bool orderly) {
   ASSERT_NE(s, nullptr);
   std::vector<char> buf(size_t(256) << 20, 'y');
   void* req = nullptr;
-  ASSERT_EQ(net.isend(s, buf.data(), buf.size(), 1, nullptr, &req), ncclSuccess);
+  // No request yet is "try again" (UCX: the listener's answer is on its way).
+  while (req == nullptr && nowMs() - start < 30000)
+    ASSERT_EQ(net.isend(s, buf.data(), buf.size(), 1, nullptr, &req), ncclSuccess);
   ASSERT_NE(req, nullptr);
   int done = 0;
   ncclResult_t res = ncclSuccess;
