@@ -73,6 +73,7 @@ struct Reply {  // listener -> connector, then addrLen bytes of worker address
 struct Global {
   std::mutex mu;
   bool ready = false;
+  pid_t pid = 0;  // the process that made the context (a forked child inherits a copy it cannot use)
   ucp_context_h context = nullptr;
   std::vector<SocketDevice> devs;
 };
@@ -615,6 +616,16 @@ ncclResult_t ucxInit(LogSink logger) {
   paramResetCache();
   Global& g = global();
   std::lock_guard<std::mutex> lk(g.mu);
+  if (g.ready && g.pid != getpid()) {
+    // UCX does not survive fork: the child's copy of the context has no
+    // progress thread and shares endpoints' state with the parent; using it
+    // hangs or corrupts the parent's connections. A clear error instead.
+    WARN(
+        "NET/signlion-ucx: init in process %d, forked from %d after that one's init: UCX cannot be used across "
+        "fork; initialize the transport only in the child (or exec)",
+        (int)getpid(), (int)g.pid);
+    return ncclSystemError;
+  }
   if (g.ready) return ncclSuccess;
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);  // UCX_TLS, UCX_NET_DEVICES, ... pass through
@@ -640,6 +651,7 @@ ncclResult_t ucxInit(LogSink logger) {
     return ncclSystemError;
   }
   g.ready = true;
+  g.pid = getpid();
   INFO(kSubsysInit | kSubsysNet, "NET/signlion-ucx: UCX %s, %zu devices", ucp_get_version_string(), g.devs.size());
   return ncclSuccess;
 }

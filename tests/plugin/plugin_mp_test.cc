@@ -262,3 +262,30 @@ static void receiverEndsMidTransfer(bool orderly) {
 
 TEST(PluginTwoProcess, ReceiverKilledMidTransferIsAnErrorForTheSender) { receiverEndsMidTransfer(false); }
 TEST(PluginTwoProcess, ReceiverClosedMidTransferLetsTheSenderComplete) { receiverEndsMidTransfer(true); }
+
+// A process forked after the UCX transport's init cannot use UCX (the
+// child's copy of the context has no progress thread and shares the
+// parent's endpoints): its init is a clear error, not a hang later. (The
+// multirank suite's forked ranks hung in a run that had used UCX before.)
+TEST(PluginTwoProcess, UcxInitInAForkedChildIsAClearError) {
+  if (pluginIsSocket(pluginUnderTest(SIGNLION_PLUGIN_PATH))) GTEST_SKIP() << "UCX only";
+  void* lib = nullptr;
+  NetDriver net;
+  int dev = -1;
+  openWithShortTimeout(&lib, &net, &dev);
+  if (::testing::Test::HasFatalFailure()) return;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(net.init() == ncclSystemError ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child's init did not fail (status " << status << ")";
+  void* l = nullptr;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  EXPECT_EQ(net.listen(dev, handle, &l), ncclSuccess) << "the parent's transport still works";
+  if (l != nullptr) {
+    EXPECT_EQ(net.closeListen(l), ncclSuccess);
+  }
+  closeShortTimeout(lib, &net);
+}
