@@ -18,7 +18,26 @@ using namespace signlion::nettest;
 
 namespace {
 
-class ReceiveMatching : public PluginTest {};
+class ReceiveMatching : public PluginTest {
+ protected:
+  // One single receive of cap bytes into buf for tag; its request, or
+  // nullptr (a test failure already recorded).
+  void* postReceive(void* r, void* buf, size_t cap, int tag) {
+    void* req = nullptr;
+    EXPECT_EQ(net_.irecv(r, 1, &buf, &cap, &tag, nullptr, &req), ncclSuccess);
+    EXPECT_NE(req, nullptr);
+    return req;
+  }
+  // isend until it returns a request ("no request" is "try again": the UCX
+  // transport's first isend waits for the listener's answer), 5 s at most.
+  void* sendRetrying(void* s, void* buf, size_t size, int tag) {
+    void* req = nullptr;
+    for (int64_t t0 = nowMs(); req == nullptr && nowMs() - t0 < 5000;)
+      if (net_.isend(s, buf, size, tag, nullptr, &req) != ncclSuccess) break;
+    EXPECT_NE(req, nullptr) << "isend of tag " << tag << " returned no request for 5 s, or failed";
+    return req;
+  }
+};
 
 // One message: its tag, size and pattern seed; where it must land.
 struct Msg {
@@ -256,17 +275,9 @@ TEST_P(ReceiveMatching, MessageNoReceiveClaimsIsAnErrorAfterTheTimeout) {
   void *s, *r;
   pair(&s, &r);
   char buf[16] = {};
-  void* sreq = nullptr;
-  // No request yet is "try again" (the UCX transport's first isend waits
-  // for the listener's answer).
-  for (int64_t t0 = nowMs(); sreq == nullptr && nowMs() - t0 < 5000;)
-    ASSERT_EQ(net_.isend(s, buf, 8, 4242, nullptr, &sreq), ncclSuccess);
-  ASSERT_NE(sreq, nullptr);
-  void* d = buf;
-  size_t cap = sizeof(buf);
-  int tag = 1;
-  void* rreq = nullptr;
-  ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
+  ASSERT_NE(sendRetrying(s, buf, 8, 4242), nullptr);
+  void* rreq = postReceive(r, buf, sizeof(buf), 1);
+  ASSERT_NE(rreq, nullptr);
   int before = PluginLog::warns().load();
   int64_t start = nowMs();
   EXPECT_EQ(waitReq(rreq, nullptr, 20000), ncclInvalidUsage);
@@ -288,11 +299,7 @@ TEST_P(ReceiveMatching, ReceiveOutwaitsASenderIdleSinceConnect) {
   void *s, *r;
   pair(&s, &r);
   char src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, dst[8] = {};
-  void* d = dst;
-  size_t cap = sizeof(dst);
-  int tag = 3;
-  void* rreq = nullptr;
-  ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
+  void* rreq = postReceive(r, dst, sizeof(dst), 3);
   ASSERT_NE(rreq, nullptr);
   int done = 0;
   for (int64_t start = nowMs(); nowMs() - start < 1500;) {  // three timeouts, the sender untouched
@@ -300,9 +307,7 @@ TEST_P(ReceiveMatching, ReceiveOutwaitsASenderIdleSinceConnect) {
     ASSERT_EQ(done, 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  void* sreq = nullptr;
-  for (int64_t t0 = nowMs(); sreq == nullptr && nowMs() - t0 < 5000;)
-    ASSERT_EQ(net_.isend(s, src, sizeof(src), 3, nullptr, &sreq), ncclSuccess);
+  void* sreq = sendRetrying(s, src, sizeof(src), 3);
   ASSERT_NE(sreq, nullptr);
   int sizes[1] = {-1};
   EXPECT_EQ(waitReq(rreq, sizes, 10000), ncclSuccess) << PluginLog::lastWarn();
@@ -406,11 +411,7 @@ TEST_P(ReceiveMatching, KeptMessageLimitIsAClearErrorAfterTheTimeout) {
   void *s, *r;
   pair(&s, &r);
   char src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, dst[8];
-  void* d = dst;
-  size_t cap = sizeof(dst);
-  int tag = 6;
-  void* rreq = nullptr;
-  ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
+  void* rreq = postReceive(r, dst, sizeof(dst), 6);
   ASSERT_NE(rreq, nullptr);
   const int kEarly = 300;
   std::vector<void*> sreqs;
@@ -457,11 +458,7 @@ TEST_P(ReceiveMatching, UcxKeepsEveryUnclaimedMessageInSendOrder) {
   const int kEarly = 300;
   std::vector<uint32_t> src(kEarly + 1), dst(kEarly + 1, 0xffffffffu);
   for (int i = 0; i <= kEarly; i++) src[i] = 0x5a000000u + (uint32_t)i;
-  void* d = &dst[kEarly];
-  size_t cap = sizeof(uint32_t);
-  int tag = 6;
-  void* rreq = nullptr;
-  ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
+  void* rreq = postReceive(r, &dst[kEarly], sizeof(uint32_t), 6);
   ASSERT_NE(rreq, nullptr);
   std::vector<void*> sreqs;
   int posted = 0, rdone = 0;
@@ -490,10 +487,7 @@ TEST_P(ReceiveMatching, UcxKeepsEveryUnclaimedMessageInSendOrder) {
   ASSERT_TRUE(sreqs.empty());
   EXPECT_EQ(dst[kEarly], src[kEarly]);
   for (int i = 0; i < kEarly; i++) {
-    void* di = &dst[i];
-    int tag5 = 5;
-    void* q = nullptr;
-    ASSERT_EQ(net_.irecv(r, 1, &di, &cap, &tag5, nullptr, &q), ncclSuccess);
+    void* q = postReceive(r, &dst[i], sizeof(uint32_t), 5);
     ASSERT_NE(q, nullptr);
     ASSERT_EQ(waitReq(q, nullptr, 10000), ncclSuccess) << "message " << i;
     ASSERT_EQ(dst[i], src[i]) << "message " << i << " out of send order";
