@@ -324,6 +324,26 @@ void destroyComm(Comm* c) {
     // a stopped or dead sender never finishes it.
     if (slotsPending(c)) parkWorker(c);
   }
+  if (c->worker != nullptr && !c->isSend) {
+    // The worker answers the sender's wireup (a REP message on its own
+    // endpoint to the sender). Destroying it with that answer still queued
+    // aborts UCX 1.13 (ucp_request.c:684, "got REP message", purging the
+    // pending queue): flush it first, progressing only towards a live peer
+    // (see above), and keep the worker if the answer cannot go out.
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof(p));
+    void* flush = ucp_worker_flush_nbx(c->worker, &p);
+    ucs_status_t st = UCS_OK;
+    if (flush != nullptr && !UCS_PTR_IS_ERR(flush)) {
+      if (checkPeer(c, true) == OobWatch::kAlive) {
+        st = waitUcx(c, flush, 1000);
+      } else {
+        ucp_request_free(flush);
+        st = UCS_INPROGRESS;
+      }
+    }
+    if (st == UCS_INPROGRESS) parkWorker(c);
+  }
   if (c->worker != nullptr && c->isSend && c->orphans > 0) parkWorker(c);
   if (c->worker != nullptr && c->isSend && c->ep != nullptr) {
     int64_t limit = std::min<int64_t>(timeoutMs(), 2000);
