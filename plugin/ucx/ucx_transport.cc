@@ -324,16 +324,27 @@ void destroyComm(Comm* c) {
     // a stopped or dead sender never finishes it.
     if (slotsPending(c)) parkWorker(c);
   }
-  if (c->worker != nullptr && !c->isSend && checkPeer(c, true) == OobWatch::kAlive) {
+  if (c->worker != nullptr && !c->isSend) {
     // The worker answers the sender's wireup (a REP message on its own
     // endpoint to the sender). Destroying it with that answer still queued
-    // aborted UCX 1.13 (ucp_request.c:684, "got REP message", purging the
-    // pending queue): with the sender alive, flush it first and keep the
-    // worker if the answer cannot go out. (No progress towards a gone peer,
-    // see above; its worker is destroyed as before.)
+    // aborts UCX 1.13 (ucp_request.c:684, "got REP message", purging the
+    // pending queue): flush it first, progressing only towards a live
+    // sender (progress towards a gone one can hit the same assertion), and
+    // keep the worker if the answer cannot go out. Rare: the flush is
+    // normally complete at once.
     ucp_request_param_t p;
     memset(&p, 0, sizeof(p));
-    if (waitUcx(c, ucp_worker_flush_nbx(c->worker, &p), 1000) == UCS_INPROGRESS) parkWorker(c);
+    void* flush = ucp_worker_flush_nbx(c->worker, &p);
+    ucs_status_t st = UCS_OK;
+    if (flush != nullptr && !UCS_PTR_IS_ERR(flush)) {
+      if (checkPeer(c, true) == OobWatch::kAlive) {
+        st = waitUcx(c, flush, 1000);
+      } else {
+        ucp_request_free(flush);
+        st = UCS_INPROGRESS;
+      }
+    }
+    if (st == UCS_INPROGRESS) parkWorker(c);
   }
   if (c->worker != nullptr && c->isSend && c->orphans > 0) parkWorker(c);
   if (c->worker != nullptr && c->isSend && c->ep != nullptr) {
