@@ -132,8 +132,10 @@ typedef struct ncclSignConfig_v1 {
   int zeroRule;          /* ncclSignZeroRule_t; ncclSignZeroPositive by default */
   int tieRule;           /* ncclSignTieRule_t; ncclSignTieZero by default */
   int timeoutMs;         /* bound on any wait for a peer, ms; 0 = SIGNLION_TIMEOUT_MS (default 60000) */
-  const char* netPlugin; /* NCCL net plugin to carry host traffic: NULL = signlion's own,
-                            else a name ("foo" loads libnccl-net-foo.so) or a path */
+  const char* netPlugin; /* NCCL net plugin to carry host traffic: NULL = SIGNLION_NET_PLUGIN
+                            if set (the same forms), else signlion's own socket transport;
+                            a name ("foo" loads libnccl-net-foo.so, "signlion-ucx" the UCX
+                            transport) or a path */
   const char* hostId;    /* this rank's node identity for the hierarchical algorithm and the
                             cost model: ranks with equal ids share a node. NULL = SIGNLION_HOSTID,
                             else NCCL_HOSTID, else hostname + boot id (NCCL's rule). On an NCCL

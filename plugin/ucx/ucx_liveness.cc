@@ -58,12 +58,18 @@ void heartbeatLoop() {
 
 void heartbeatAdd(int fd) {
   Heartbeat& h = heartbeat();
-  std::lock_guard<std::mutex> lk(h.mu);
-  h.fds.insert(fd);
-  if (!h.thread.joinable()) {
-    h.stop = false;
-    h.thread = std::thread(heartbeatLoop);
+  {
+    std::lock_guard<std::mutex> lk(h.mu);
+    h.fds.insert(fd);
+    if (!h.thread.joinable()) {
+      h.stop = false;
+      h.thread = std::thread(heartbeatLoop);
+    }
   }
+  // The new socket's first heartbeat now, and the period read again: a
+  // thread asleep for the period of an older (longer) timeout would leave
+  // the new comm's peer hearing nothing for longer than its timeout.
+  h.cv.notify_all();
 }
 
 void heartbeatRemove(int fd) {

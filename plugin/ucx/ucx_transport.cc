@@ -73,6 +73,7 @@ struct Reply {  // listener -> connector, then addrLen bytes of worker address
 struct Global {
   std::mutex mu;
   bool ready = false;
+  pid_t pid = 0;  // the process that made the context (a forked child inherits a copy it cannot use)
   ucp_context_h context = nullptr;
   std::vector<SocketDevice> devs;
 };
@@ -214,14 +215,17 @@ void epError(void* arg, ucp_ep_h, ucs_status_t status) {
   if (c->epStatus == UCS_OK) c->epStatus = status;
 }
 
-// Progress-bound wait for a UCX request of our own (ep close, flush).
+// Progress-bound wait for a UCX request of our own (ep close, flush). A
+// flush over TCP completes only once the peer's worker answers: when ours
+// has nothing to do, the other idle comms of this process are moved too (a
+// peer that is a rank-thread of this process, itself inside a close).
 ucs_status_t waitUcx(Comm* c, void* req, int64_t limitMs) {
   if (req == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
   int64_t start = monotonicMs();
   ucs_status_t s;
   while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS && monotonicMs() - start < limitMs)
-    ucp_worker_progress(c->worker);
+    if (ucp_worker_progress(c->worker) == 0) helpProgress(c);
   ucp_request_free(req);  // released now, or by UCX once it completes (worker destroy at the latest)
   return s;
 }
@@ -258,22 +262,37 @@ bool drainSlots(Comm* c, int64_t limitMs, int64_t idleMs) {
   return left == 0;
 }
 
-// Workers that UCX 1.13 cannot destroy: an endpoint without peer error
-// handling (shared memory) whose rendezvous sends the receiver never took
-// cannot be closed by force (ucp_ep_close_nbx refuses), and destroying its
-// worker with them queued aborts the process (ucp_ep.c asserts an empty
-// request list). They are kept, never progressed, until exit: a bounded
-// leak with a WARN, instead of an abort.
+// Workers that UCX 1.13 cannot destroy: destroying a worker aborts the
+// process while one of its endpoints still tracks a protocol request
+// (ucp_ep.c:437, `proto_reqs` not empty). That happens when
+//   - a send comm's endpoint has no peer error handling (shared memory):
+//     rendezvous sends the receiver never took cannot be closed by force
+//     (ucp_ep_close_nbx refuses);
+//   - a recv comm closes while a receive is inside its rendezvous (matched,
+//     fetching the data) with a sender that stopped or died: the fetch is a
+//     request on the worker's endpoint to the sender, no cancel reaches it.
+// Such a worker is kept, never progressed (no callback can reach the freed
+// comm), until exit: at most one per comm closed that way, with a WARN,
+// instead of an abort.
 struct Parked {
   std::mutex mu;
   std::vector<ucp_worker_h> workers;
 };
 void parkWorker(Comm* c) {
   static Parked* p = new Parked();
-  WARN(
-      "NET/signlion-ucx: send comm %p closed with sends its peer never took on an endpoint without error handling "
-      "(UCX_TLS=%s); its UCX worker is kept until exit",
-      (void*)c, getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
+  const char* what =
+      c->isSend ? "sends its peer never took" : "receives in their rendezvous with a sender that stopped";
+  const char* tls = getenv("UCX_TLS") ? getenv("UCX_TLS") : "";
+  // After the peer's bye this is the ordinary end of an in-order close on
+  // shared memory (the receiver went first): no warning, only the log.
+  if (c->oob.state() == OobWatch::kClosed)
+    INFO(kSubsysNet, "NET/signlion-ucx: %s comm %p closed with %s (UCX_TLS=%s); its UCX worker is kept until exit",
+         c->isSend ? "send" : "recv", (void*)c, what, tls);
+  else
+    WARN(
+        "NET/signlion-ucx: %s comm %p closed with %s UCX could not cancel (UCX_TLS=%s); its UCX worker is kept until "
+        "exit",
+        c->isSend ? "send" : "recv", (void*)c, what, tls);
   std::lock_guard<std::mutex> lk(p->mu);
   p->workers.push_back(c->worker);
   c->worker = nullptr;
@@ -286,7 +305,7 @@ void parkWorker(Comm* c) {
 // callback may touch our slots.
 void destroyComm(Comm* c) {
   progressorRemove(c);  // from here on only the closing thread is inside the worker
-  if (c->fd >= 0 && (!c->isSend || c->connState == 4)) heartbeatRemove(c->fd);
+  if (c->fd >= 0 && (!c->isSend || c->connState >= 2)) heartbeatRemove(c->fd);
   if (c->worker != nullptr && !c->isSend) {
     // Receives already matched finish first (their senders' rendezvous
     // completes with them); those no message came for are cancelled, which
@@ -297,6 +316,35 @@ void destroyComm(Comm* c) {
     for (Request& r : c->reqs)
       for (int i = 0; r.used && i < r.n; i++)
         if (r.slots[i].ureq != nullptr) ucp_request_cancel(c->worker, r.slots[i].ureq);
+    // Cancelling completes the receives no message came for (their callbacks
+    // run inside ucp_request_cancel). One still pending was matched and is
+    // in its rendezvous: UCX tracks its fetch of the data (an internal send
+    // request on the worker's endpoint to the sender), and destroying the
+    // worker now aborts the process (ucp_ep.c:437, proto_reqs not empty):
+    // a stopped or dead sender never finishes it.
+    if (slotsPending(c)) parkWorker(c);
+  }
+  if (c->worker != nullptr && !c->isSend) {
+    // The worker answers the sender's wireup (a REP message on its own
+    // endpoint to the sender). Destroying it with that answer still queued
+    // aborts UCX 1.13 (ucp_request.c:684, "got REP message", purging the
+    // pending queue): flush it first, progressing only towards a live
+    // sender (progress towards a gone one can hit the same assertion), and
+    // keep the worker if the answer cannot go out. Rare: the flush is
+    // normally complete at once.
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof(p));
+    void* flush = ucp_worker_flush_nbx(c->worker, &p);
+    ucs_status_t st = UCS_OK;
+    if (flush != nullptr && !UCS_PTR_IS_ERR(flush)) {
+      if (checkPeer(c, true) == OobWatch::kAlive) {
+        st = waitUcx(c, flush, 1000);
+      } else {
+        ucp_request_free(flush);
+        st = UCS_INPROGRESS;
+      }
+    }
+    if (st == UCS_INPROGRESS) parkWorker(c);
   }
   if (c->worker != nullptr && c->isSend && c->orphans > 0) parkWorker(c);
   if (c->worker != nullptr && c->isSend && c->ep != nullptr) {
@@ -469,14 +517,25 @@ int moveBytes(int fd, bool write, char* buf, size_t len, size_t* off) {
   return 1;
 }
 
-// Connect-side handshake; returns ncclSuccess with *ready set once the comm
-// has its endpoint.
+ncclResult_t connectSteps(Comm* c, bool* ready);
+
+// Connect-side handshake; returns ncclSuccess with *ready set once connect()
+// may return the comm (state 2) and again once it has its endpoint (state 4).
+// Timed out only when the listener's part is still missing after the
+// timeout: a reply that came long ago is read at the first isend, however
+// late that is.
 ncclResult_t progressConnect(Comm* c, bool* ready) {
-  *ready = false;
-  if (monotonicMs() - c->startMs > timeoutMs()) {
+  bool late = monotonicMs() - c->startMs > timeoutMs();
+  NCCLCHECK(connectSteps(c, ready));
+  if (late && !*ready) {
     WARN("NET/signlion-ucx: connect: no answer from the listener within %lld ms", (long long)timeoutMs());
     return ncclRemoteError;
   }
+  return ncclSuccess;
+}
+
+ncclResult_t connectSteps(Comm* c, bool* ready) {
+  *ready = false;
   if (c->connState == 0) {
     pollfd p{c->fd, POLLOUT, 0};
     if (::poll(&p, 1, 0) <= 0) return ncclSuccess;
@@ -506,6 +565,10 @@ ncclResult_t progressConnect(Comm* c, bool* ready) {
     if (r == 0) return ncclSuccess;
     c->connState = 2;
     c->off = 0;
+    // From here on the receiver may hold this comm and watch its socket for
+    // silence: heartbeats start now, not at the first isend (a sender may
+    // connect long before it sends; removed in destroyComm).
+    heartbeatAdd(c->fd);
     // connect() returns here: the listener answers once its side calls
     // accept(), and a caller may connect everywhere before it accepts. The
     // first isend() reads the answer (returning no request until then).
@@ -558,7 +621,6 @@ ncclResult_t progressConnect(Comm* c, bool* ready) {
   }
   std::vector<char>().swap(c->peerAddr);
   c->connState = 4;
-  heartbeatAdd(c->fd);
   *ready = true;
   return ncclSuccess;
 }
@@ -569,8 +631,23 @@ ncclResult_t progressConnect(Comm* c, bool* ready) {
 
 ncclResult_t ucxInit(LogSink logger) {
   if (logger != nullptr) logSetSink(logger);
+  // SIGNLION_* are read as they are at init: this library is never unloaded
+  // (-z nodelete), so without this a process that finalizes and inits again
+  // (NCCL after a communicator abort, the test suites) would keep the values
+  // its first init saw.
+  paramResetCache();
   Global& g = global();
   std::lock_guard<std::mutex> lk(g.mu);
+  if (g.ready && g.pid != getpid()) {
+    // UCX does not survive fork: the child's copy of the context has no
+    // progress thread and shares endpoints' state with the parent; using it
+    // hangs or corrupts the parent's connections. A clear error instead.
+    WARN(
+        "NET/signlion-ucx: init in process %d, forked from %d after that one's init: UCX cannot be used across "
+        "fork; initialize the transport only in the child (or exec)",
+        (int)getpid(), (int)g.pid);
+    return ncclSystemError;
+  }
   if (g.ready) return ncclSuccess;
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);  // UCX_TLS, UCX_NET_DEVICES, ... pass through
@@ -596,6 +673,7 @@ ncclResult_t ucxInit(LogSink logger) {
     return ncclSystemError;
   }
   g.ready = true;
+  g.pid = getpid();
   INFO(kSubsysInit | kSubsysNet, "NET/signlion-ucx: UCX %s, %zu devices", ucp_get_version_string(), g.devs.size());
   return ncclSuccess;
 }

@@ -3,6 +3,7 @@
 #include <strings.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <string>
 
 #include "algo/topology.h"
@@ -66,10 +67,16 @@ ncclResult_t resolveConfig(const ncclSignConfig_t* config, const char* caller, R
     r.zeroRule = static_cast<ncclSignZeroRule_t>(config->zeroRule);
     r.tieRule = static_cast<ncclSignTieRule_t>(config->tieRule);
     r.timeoutMs = config->timeoutMs;
-    r.netPlugin = config->netPlugin;
+    if (config->netPlugin != nullptr) r.netPlugin = config->netPlugin;
     if (config->size == sizeof(ncclSignConfig_t) && config->hostId != nullptr) r.hostId = config->hostId;
   }
   if (r.hostId.empty()) r.hostId = algo::defaultHostId();
+  // The host communicator's NCCL_NET_PLUGIN: read at every init (not cached),
+  // so a process may open communicators over different transports.
+  if (r.netPlugin.empty()) {
+    const char* env = getenv("SIGNLION_NET_PLUGIN");
+    if (env != nullptr) r.netPlugin = env;
+  }
   if (r.timeoutMs == 0) {
     int64_t t = signlionParamTimeoutMs();
     if (t <= 0 || t > (1ll << 31) - 1) {

@@ -12,9 +12,9 @@ struct ResolvedConfig {
   ncclSignAlgo_t algorithm = ncclSignAlgoAuto;
   ncclSignZeroRule_t zeroRule = ncclSignZeroPositive;
   ncclSignTieRule_t tieRule = ncclSignTieZero;
-  int timeoutMs = 0;  // 0 until resolved: SIGNLION_TIMEOUT_MS
-  const char* netPlugin = nullptr;
-  std::string hostId;  // config->hostId, else algo::defaultHostId()
+  int timeoutMs = 0;      // 0 until resolved: SIGNLION_TIMEOUT_MS
+  std::string netPlugin;  // config->netPlugin, else SIGNLION_NET_PLUGIN; empty: the built-in socket transport
+  std::string hostId;     // config->hostId, else algo::defaultHostId()
 };
 
 // Whether a config struct made with the header of version `v` can be read by

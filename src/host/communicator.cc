@@ -45,7 +45,7 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
   comm->rank = rank;
   comm->nranks = nranks;
   NCCLCHECK(Bootstrap::create(id, rank, nranks, comm->config.timeoutMs, &comm->bootstrap));
-  NCCLCHECK(Net::open(comm->config.netPlugin, &comm->net));
+  NCCLCHECK(Net::open(comm->config.netPlugin.c_str(), &comm->net));
   const algo::CostParams& cp = comm->costModel.params();
   const double cost[kCompareCostParams] = {cp.alphaUs,           cp.betaBytesPerUs,      cp.gammaUsPerPlane,
                                            cp.intraAlphaUs,      cp.intraBetaBytesPerUs, cp.packUsPerElement,

@@ -57,12 +57,16 @@ ncclResult_t acquirePlugin(const std::string& lib, void** dl, const ncclNet_v11_
   }
   void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    WARN("ncclSignCommInitRank: invalid argument 'config->netPlugin': cannot load %s: %s", lib.c_str(), dlerror());
+    WARN("ncclSignCommInitRank: invalid argument 'config->netPlugin' (or SIGNLION_NET_PLUGIN): cannot load %s: %s",
+         lib.c_str(), dlerror());
     return ncclInvalidArgument;
   }
   auto* v11 = static_cast<const ncclNet_v11_t*>(dlsym(handle, "ncclNetPlugin_v11"));
   if (v11 == nullptr) {
-    WARN("ncclSignCommInitRank: invalid argument 'config->netPlugin': %s exports no ncclNetPlugin_v11", lib.c_str());
+    WARN(
+        "ncclSignCommInitRank: invalid argument 'config->netPlugin' (or SIGNLION_NET_PLUGIN): %s exports no "
+        "ncclNetPlugin_v11",
+        lib.c_str());
     dlclose(handle);
     return ncclInvalidArgument;
   }

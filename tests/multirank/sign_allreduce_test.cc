@@ -473,6 +473,38 @@ TEST(SignAllReduceNetPlugin, PluginLoadedByPath) {
   EXPECT_EQ(ncclSignCommInitRank(&comm, 1, id, 0, &cfg), ncclInvalidArgument);
 }
 
+// SIGNLION_NET_PLUGIN picks the plugin when the config names none (how the
+// multirank suite runs unchanged over the UCX transport); the config's
+// netPlugin still wins over it.
+TEST(SignAllReduceNetPlugin, EnvironmentNamesThePluginWhenTheConfigDoesNot) {
+  const char* before = getenv("SIGNLION_NET_PLUGIN");
+  std::string saved = before != nullptr ? before : "";
+  setenv("SIGNLION_NET_PLUGIN", "no-such-plugin", 1);
+  ncclSignUniqueId id;
+  ASSERT_EQ(ncclSignGetUniqueId(&id), ncclSuccess);
+  ncclSignConfig_t cfg = makeConfig(ncclSignAlgoRing);
+  ncclSignComm_t comm = nullptr;
+  test::WarnCapture warns;
+  EXPECT_EQ(ncclSignCommInitRank(&comm, 1, id, 0, &cfg), ncclInvalidArgument);
+  EXPECT_EQ(warns.countContaining("SIGNLION_NET_PLUGIN"), 1);
+  cfg.netPlugin = SIGNLION_TEST_PLUGIN_PATH;  // the config wins over the environment
+  const size_t count = 1000;
+  std::vector<Bytes> in = test::randomVoteInputs(2, count, ncclFloat32, 5);
+  Bytes want = test::referenceOutput(in, count, ncclFloat32, ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero);
+  withRanks(2, cfg, [&](int rank, ncclSignComm_t c) {
+    checkCall(rank, c, in, want, count, ncclFloat32, ncclSignMajority, false, "config over environment");
+  });
+  setenv("SIGNLION_NET_PLUGIN", SIGNLION_TEST_PLUGIN_PATH, 1);
+  cfg.netPlugin = nullptr;
+  withRanks(2, cfg, [&](int rank, ncclSignComm_t c) {
+    checkCall(rank, c, in, want, count, ncclFloat32, ncclSignMajority, false, "plugin from the environment");
+  });
+  if (before != nullptr)
+    setenv("SIGNLION_NET_PLUGIN", saved.c_str(), 1);
+  else
+    unsetenv("SIGNLION_NET_PLUGIN");
+}
+
 // Ranks as threads that load the plugin at the same moment, again and again
 // (the library is unloaded between rounds, when the last comm goes): loading
 // is once-only under signlion's own lock, so the plugin's static

@@ -69,7 +69,10 @@ static int sendBig(const PeerOptions& opt) {
   if (scomm == nullptr) return 1;
   std::vector<char> buf(256u << 20, 'x');
   void* req = nullptr;
-  if (net.isend(scomm, buf.data(), buf.size(), 1, nullptr, &req) != ncclSuccess || req == nullptr) return 1;
+  // No request yet is "try again" (UCX: the listener's answer is on its way).
+  for (int i = 0; i < 1000000 && req == nullptr; i++)
+    if (net.isend(scomm, buf.data(), buf.size(), 1, nullptr, &req) != ncclSuccess) return 1;
+  if (req == nullptr) return 1;
   std::ofstream(opt.dir + "/sending") << "1";
   // Keep the transfer going until killed; bounded all the same.
   int done = 0;
@@ -107,9 +110,13 @@ static int recvBig(const PeerOptions& opt, bool closeEarly) {
   int done = 0;
   uint64_t sent = 0, got = 0;
   // 4 MiB in where the transport counts bytes as they arrive (the socket
-  // one); a few progress calls where it counts a message only once complete.
+  // one). Where it counts a message only once complete (UCX), a few
+  // progress calls before an orderly close, and none before we are killed:
+  // one call may take all 256 MiB (over shared memory we copy them
+  // ourselves), and the sender must see us die with its send in flight.
   const bool countsPartialBytes = pluginIsSocket(opt.lib);
-  for (int i = 0; i < 600000 && !done && (countsPartialBytes ? got < (4u << 20) : i < 3); i++) {
+  const int ucxCalls = closeEarly ? 3 : 0;
+  for (int i = 0; i < 600000 && !done && (countsPartialBytes ? got < (4u << 20) : i < ucxCalls); i++) {
     if (net.test(req, &done, nullptr) != ncclSuccess) return 2;
     signlion::net::commBytes(rcomm, &sent, &got);
     std::this_thread::sleep_for(std::chrono::microseconds(100));

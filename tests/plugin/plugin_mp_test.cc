@@ -8,9 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -154,13 +156,12 @@ static void peerFailsMidTransfer(int sig) {
   uint64_t got = 0, sent;
   ncclResult_t res = ncclSuccess;
   // The socket transport counts bytes as they arrive: wait for 4 MiB. The
-  // UCX one counts a message only when it completes, so "started" there is
-  // the sender's isend plus a few receiver progress calls (each moves a few
-  // fragments of the 256 MiB).
+  // UCX one counts a message only when it completes, and one progress call
+  // of ours may move all 256 MiB (over shared memory the receiver copies
+  // them itself): there the sender is hit right after its isend, the
+  // message announced and none of it taken.
   const bool countsPartialBytes = pluginIsSocket(pluginUnderTest(SIGNLION_PLUGIN_PATH));
-  for (int calls = 0;
-       (countsPartialBytes ? got < (4u << 20) : calls < 3) && !done && res == ncclSuccess && nowMs() - start < 30000;
-       calls++) {
+  while (countsPartialBytes && got < (4u << 20) && !done && res == ncclSuccess && nowMs() - start < 30000) {
     res = net.test(req, &done, nullptr);
     signlion::net::commBytes(r, &sent, &got);
   }
@@ -169,8 +170,18 @@ static void peerFailsMidTransfer(int sig) {
   ASSERT_EQ(kill(child, sig), 0);
   int64_t hit = nowMs();
   while (!done && res == ncclSuccess && nowMs() - hit < 20000) res = net.test(req, &done, nullptr);
-  EXPECT_EQ(done, 0);
-  EXPECT_EQ(res, ncclRemoteError) << "after " << nowMs() - hit << " ms";
+  if (done) {
+    // Only where the receiver reads the sender's memory itself (UCX over
+    // shared memory: cma reads a stopped process, and one being killed
+    // until it is gone): the message is then complete, and exact.
+    const char* tls = getenv("UCX_TLS");
+    bool receiverCopies = !countsPartialBytes && (tls == nullptr || strstr(tls, "sm") != nullptr ||
+                                                  strstr(tls, "cma") != nullptr || strstr(tls, "all") != nullptr);
+    EXPECT_TRUE(receiverCopies) << "a message completed from a sender that was stopped or killed";
+    EXPECT_EQ(std::count(buf.begin(), buf.end(), 'x'), (std::ptrdiff_t)buf.size()) << "completed with wrong data";
+  } else {
+    EXPECT_EQ(res, ncclRemoteError) << "after " << nowMs() - hit << " ms";
+  }
   kill(child, SIGKILL);
   reap(child, 10000);
   net.closeRecv(r);
@@ -207,7 +218,9 @@ static void receiverEndsMidTransfer(bool orderly) {
   ASSERT_NE(s, nullptr);
   std::vector<char> buf(size_t(256) << 20, 'y');
   void* req = nullptr;
-  ASSERT_EQ(net.isend(s, buf.data(), buf.size(), 1, nullptr, &req), ncclSuccess);
+  // No request yet is "try again" (UCX: the listener's answer is on its way).
+  while (req == nullptr && nowMs() - start < 30000)
+    ASSERT_EQ(net.isend(s, buf.data(), buf.size(), 1, nullptr, &req), ncclSuccess);
   ASSERT_NE(req, nullptr);
   int done = 0;
   ncclResult_t res = ncclSuccess;
@@ -249,3 +262,30 @@ static void receiverEndsMidTransfer(bool orderly) {
 
 TEST(PluginTwoProcess, ReceiverKilledMidTransferIsAnErrorForTheSender) { receiverEndsMidTransfer(false); }
 TEST(PluginTwoProcess, ReceiverClosedMidTransferLetsTheSenderComplete) { receiverEndsMidTransfer(true); }
+
+// A process forked after the UCX transport's init cannot use UCX (the
+// child's copy of the context has no progress thread and shares the
+// parent's endpoints): its init is a clear error, not a hang later. (The
+// multirank suite's forked ranks hung in a run that had used UCX before.)
+TEST(PluginTwoProcess, UcxInitInAForkedChildIsAClearError) {
+  if (pluginIsSocket(pluginUnderTest(SIGNLION_PLUGIN_PATH))) GTEST_SKIP() << "UCX only";
+  void* lib = nullptr;
+  NetDriver net;
+  int dev = -1;
+  openWithShortTimeout(&lib, &net, &dev);
+  if (::testing::Test::HasFatalFailure()) return;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(net.init() == ncclSystemError ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child's init did not fail (status " << status << ")";
+  void* l = nullptr;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  EXPECT_EQ(net.listen(dev, handle, &l), ncclSuccess) << "the parent's transport still works";
+  if (l != nullptr) {
+    EXPECT_EQ(net.closeListen(l), ncclSuccess);
+  }
+  closeShortTimeout(lib, &net);
+}

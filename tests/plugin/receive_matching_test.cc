@@ -18,7 +18,26 @@ using namespace signlion::nettest;
 
 namespace {
 
-class ReceiveMatching : public PluginTest {};
+class ReceiveMatching : public PluginTest {
+ protected:
+  // One single receive of cap bytes into buf for tag; its request, or
+  // nullptr (a test failure already recorded).
+  void* postReceive(void* r, void* buf, size_t cap, int tag) {
+    void* req = nullptr;
+    EXPECT_EQ(net_.irecv(r, 1, &buf, &cap, &tag, nullptr, &req), ncclSuccess);
+    EXPECT_NE(req, nullptr);
+    return req;
+  }
+  // isend until it returns a request ("no request" is "try again": the UCX
+  // transport's first isend waits for the listener's answer), 5 s at most.
+  void* sendRetrying(void* s, void* buf, size_t size, int tag) {
+    void* req = nullptr;
+    for (int64_t t0 = nowMs(); req == nullptr && nowMs() - t0 < 5000;)
+      if (net_.isend(s, buf, size, tag, nullptr, &req) != ncclSuccess) break;
+    EXPECT_NE(req, nullptr) << "isend of tag " << tag << " returned no request for 5 s, or failed";
+    return req;
+  }
+};
 
 // One message: its tag, size and pattern seed; where it must land.
 struct Msg {
@@ -256,13 +275,9 @@ TEST_P(ReceiveMatching, MessageNoReceiveClaimsIsAnErrorAfterTheTimeout) {
   void *s, *r;
   pair(&s, &r);
   char buf[16] = {};
-  void* sreq = nullptr;
-  ASSERT_EQ(net_.isend(s, buf, 8, 4242, nullptr, &sreq), ncclSuccess);
-  void* d = buf;
-  size_t cap = sizeof(buf);
-  int tag = 1;
-  void* rreq = nullptr;
-  ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
+  ASSERT_NE(sendRetrying(s, buf, 8, 4242), nullptr);
+  void* rreq = postReceive(r, buf, sizeof(buf), 1);
+  ASSERT_NE(rreq, nullptr);
   int before = PluginLog::warns().load();
   int64_t start = nowMs();
   EXPECT_EQ(waitReq(rreq, nullptr, 20000), ncclInvalidUsage);
@@ -270,6 +285,35 @@ TEST_P(ReceiveMatching, MessageNoReceiveClaimsIsAnErrorAfterTheTimeout) {
   EXPECT_LT(nowMs() - start, 10000);
   EXPECT_GT(PluginLog::warns().load(), before);
   EXPECT_NE(PluginLog::lastWarn().find("tag 4242"), std::string::npos) << PluginLog::lastWarn();
+  net_.closeSend(s);
+  net_.closeRecv(r);
+}
+
+// A sender that connected but sends nothing for longer than the timeout is
+// a live peer, not a silent one: the receive posted meanwhile waits, and
+// completes once the message comes. (The UCX transport's sender wrote no
+// heartbeat before its first isend: its receiver failed this receive with
+// "peer silent".)
+TEST_P(ReceiveMatching, ReceiveOutwaitsASenderIdleSinceConnect) {
+  Env timeout("SIGNLION_SOCKET_TIMEOUT", "500");
+  void *s, *r;
+  pair(&s, &r);
+  char src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, dst[8] = {};
+  void* rreq = postReceive(r, dst, sizeof(dst), 3);
+  ASSERT_NE(rreq, nullptr);
+  int done = 0;
+  for (int64_t start = nowMs(); nowMs() - start < 1500;) {  // three timeouts, the sender untouched
+    ASSERT_EQ(net_.test(rreq, &done, nullptr), ncclSuccess) << PluginLog::lastWarn();
+    ASSERT_EQ(done, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  void* sreq = sendRetrying(s, src, sizeof(src), 3);
+  ASSERT_NE(sreq, nullptr);
+  int sizes[1] = {-1};
+  EXPECT_EQ(waitReq(rreq, sizes, 10000), ncclSuccess) << PluginLog::lastWarn();
+  EXPECT_EQ(sizes[0], 8);
+  EXPECT_EQ(memcmp(src, dst, sizeof(src)), 0);
+  EXPECT_EQ(waitReq(sreq, nullptr, 10000), ncclSuccess);
   net_.closeSend(s);
   net_.closeRecv(r);
 }
@@ -359,15 +403,15 @@ TEST_P(ReceiveMatching, LateReceiveWhileOtherMessagesFlowIsNoError) {
 // the waiting receive fails after SIGNLION_SOCKET_TIMEOUT with a WARN that
 // says the kept-message limit is why, not a hang.
 TEST_P(ReceiveMatching, KeptMessageLimitIsAClearErrorAfterTheTimeout) {
+  // UCP keeps unclaimed messages in its worker's unexpected queue, which has
+  // no count limit to reach (docs/PLUGIN.md, "UCX transport"): the UCX form
+  // of this contract is the next test.
+  if (!socketTransport()) GTEST_SKIP() << "the UCX transport has no kept-message limit (UCP's unexpected queue)";
   Env timeout("SIGNLION_SOCKET_TIMEOUT", "1000");
   void *s, *r;
   pair(&s, &r);
   char src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, dst[8];
-  void* d = dst;
-  size_t cap = sizeof(dst);
-  int tag = 6;
-  void* rreq = nullptr;
-  ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &rreq), ncclSuccess);
+  void* rreq = postReceive(r, dst, sizeof(dst), 6);
   ASSERT_NE(rreq, nullptr);
   const int kEarly = 300;
   std::vector<void*> sreqs;
@@ -400,6 +444,58 @@ TEST_P(ReceiveMatching, KeptMessageLimitIsAClearErrorAfterTheTimeout) {
   EXPECT_NE(warn.find("256 kept"), std::string::npos) << warn;
   net_.closeSend(s);
   net_.closeRecv(r);
+}
+
+// The UCX transport's form of the test above: UCP keeps every unclaimed
+// message (its unexpected queue has no count limit), so the receive behind
+// 300 of them completes bit-exact, and receives posted later claim the 300
+// in their send order, none lost. (The bound on the socket transport's kept
+// messages is its own; docs/PLUGIN.md says what UCX bounds instead.)
+TEST_P(ReceiveMatching, UcxKeepsEveryUnclaimedMessageInSendOrder) {
+  if (socketTransport()) GTEST_SKIP() << "the socket transport keeps at most 256 (the test above)";
+  void *s, *r;
+  pair(&s, &r);
+  const int kEarly = 300;
+  std::vector<uint32_t> src(kEarly + 1), dst(kEarly + 1, 0xffffffffu);
+  for (int i = 0; i <= kEarly; i++) src[i] = 0x5a000000u + (uint32_t)i;
+  void* rreq = postReceive(r, &dst[kEarly], sizeof(uint32_t), 6);
+  ASSERT_NE(rreq, nullptr);
+  std::vector<void*> sreqs;
+  int posted = 0, rdone = 0;
+  int64_t start = nowMs();
+  while ((!rdone || !sreqs.empty() || posted <= kEarly) && nowMs() - start < 20000) {
+    while (posted <= kEarly) {
+      void* q = nullptr;
+      ASSERT_EQ(net_.isend(s, &src[posted], sizeof(uint32_t), posted == kEarly ? 6 : 5, nullptr, &q), ncclSuccess);
+      if (q == nullptr) break;
+      sreqs.push_back(q);
+      posted++;
+    }
+    for (size_t i = 0; i < sreqs.size();) {
+      int done = 0;
+      ASSERT_EQ(net_.test(sreqs[i], &done, nullptr), ncclSuccess) << PluginLog::lastWarn();
+      if (done)
+        sreqs.erase(sreqs.begin() + i);
+      else
+        i++;
+    }
+    if (!rdone) {
+      ASSERT_EQ(net_.test(rreq, &rdone, nullptr), ncclSuccess) << PluginLog::lastWarn();
+    }
+  }
+  ASSERT_TRUE(rdone) << "the receive behind " << kEarly << " unclaimed messages did not complete";
+  ASSERT_TRUE(sreqs.empty());
+  EXPECT_EQ(dst[kEarly], src[kEarly]);
+  for (int i = 0; i < kEarly; i++) {
+    void* q = postReceive(r, &dst[i], sizeof(uint32_t), 5);
+    ASSERT_NE(q, nullptr);
+    ASSERT_EQ(waitReq(q, nullptr, 10000), ncclSuccess) << "message " << i;
+    ASSERT_EQ(dst[i], src[i]) << "message " << i << " out of send order";
+  }
+  int warns = PluginLog::otherWarns();
+  net_.closeSend(s);
+  net_.closeRecv(r);
+  EXPECT_EQ(PluginLog::otherWarns(), warns) << PluginLog::lastWarn();
 }
 
 INSTANTIATE_TEST_SUITE_P(Latest, ReceiveMatching, ::testing::Values(12),
