@@ -61,6 +61,34 @@ int64_t Schedule::maxRecvBytesPerStep() const {
   return m;
 }
 
+const Local* deferrablePack(const Step& st, int64_t nblocks) {
+  if (!st.communicates() || st.locals.size() != 1) return nullptr;
+  const Local& l = st.locals[0];
+  return l.op == LocalOp::kPackVotes && l.range.begin == 0 && l.range.end == nblocks ? &l : nullptr;
+}
+
+bool resultWrittenOnceAfterPacks(const Schedule& s) {
+  size_t lastPack = 0;
+  bool anyPack = false;
+  for (size_t i = 0; i < s.steps.size(); i++)
+    for (const Local& l : s.steps[i].locals)
+      if (l.op == LocalOp::kPackVotes || l.op == LocalOp::kPackFields) {
+        lastPack = i;
+        anyPack = true;
+      }
+  // A few dozen writes at most: pairwise overlap checks, nothing allocated.
+  bool ok = true;
+  int64_t total = 0;
+  forEachResultWrite(s, [&](size_t i, const Range& a) {
+    ok &= !anyPack || i > lastPack;
+    total += a.size();
+    int overlapping = 0;  // a itself included
+    forEachResultWrite(s, [&](size_t, const Range& b) { overlapping += a.begin < b.end && b.begin < a.end; });
+    ok &= overlapping == 1;
+  });
+  return ok && total == s.nblocks;
+}
+
 int64_t Schedule::planeOffset(Buffer buf, int slot, int plane, int payloadWidth) const {
   switch (buf) {
     case Buffer::kCounter:

@@ -36,51 +36,6 @@ bool headerInHeadroom(int planes, int64_t b) { return planes == 1 && b == 0; }
 // the same grain whatever SIGNLION_HOST_CHUNK_BYTES is.
 int64_t overlapBlocks(int64_t chunkBytes) { return std::min<int64_t>(4096, algo::chunkBlocks(1, chunkBytes)); }
 
-// A pack that can run a chunk at a time inside its step's transfers: the
-// step's only local, over the whole message, in a step that communicates.
-const algo::Local* deferrablePack(const algo::Step& st, int64_t nblocks) {
-  if (!st.communicates() || st.locals.size() != 1) return nullptr;
-  const algo::Local& l = st.locals[0];
-  return l.op == algo::LocalOp::kPackVotes && l.range.begin == 0 && l.range.end == nblocks ? &l : nullptr;
-}
-
-// Calls f(step, range) for every write of the result planes: decides, and
-// receives stored into kResult.
-template <typename F>
-void forEachResultWrite(const algo::Schedule& s, F&& f) {
-  for (size_t i = 0; i < s.steps.size(); i++) {
-    for (const algo::Local& l : s.steps[i].locals)
-      if (l.op == algo::LocalOp::kDecide && !l.range.empty()) f(i, l.range);
-    for (const algo::Recv& r : s.steps[i].recvs)
-      if (r.op == algo::RecvOp::kStore && r.buf == Buffer::kResult && !r.range.empty()) f(i, r.range);
-  }
-}
-
-// Whether a result range may be unpacked as soon as it is written: every
-// block is written exactly once (the writes tile [0, nblocks)), and none in or
-// before the last step that packs (an in-place call's input is read by the
-// packs: no output element may be written before they are all done).
-bool resultWrittenOnceAfterPacks(const algo::Schedule& s) {
-  size_t lastPack = 0;
-  bool anyPack = false;
-  for (size_t i = 0; i < s.steps.size(); i++)
-    for (const algo::Local& l : s.steps[i].locals)
-      if (l.op == algo::LocalOp::kPackVotes || l.op == algo::LocalOp::kPackFields) {
-        lastPack = i;
-        anyPack = true;
-      }
-  bool ok = true;
-  int64_t total = 0;
-  forEachResultWrite(s, [&](size_t i, const algo::Range& a) {
-    ok &= !anyPack || i > lastPack;
-    total += a.size();
-    int before = 0;  // writes that overlap a, a itself included
-    forEachResultWrite(s, [&](size_t, const algo::Range& b) { before += a.begin < b.end && b.begin < a.end; });
-    ok &= before == 1;
-  });
-  return ok && total == s.nblocks;
-}
-
 }  // namespace
 
 algo::ScratchLayout hostScratchLayout(const algo::Schedule& s) {
@@ -352,14 +307,13 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
   fields_ = base_ + layout.fields;
   fieldPlanes_ = base_ + layout.fieldPlanes;
   stage_ = base_ + layout.stage;
-  // A few schedule walks over at most a few dozen writes: no allocation.
-  unpackEarly_ = resultWrittenOnceAfterPacks(s);
+  unpackEarly_ = algo::resultWrittenOnceAfterPacks(s);
   unit_ = overlapBlocks(hostChunkBytes());
   unpackQueue_.clear();
   unpackHead_ = 0;
 
   for (const algo::Step& st : s.steps) {
-    deferredPack_ = deferrablePack(st, nb);
+    deferredPack_ = algo::deferrablePack(st, nb);
     for (const algo::Local& l : st.locals) {
       if (&l == deferredPack_) continue;
       NCCLCHECK(runLocal(l));
