@@ -115,7 +115,7 @@ double CostModel::predict(const Schedule& s, const Topology* topo) const {
   size_t packStep = s.steps.size();
   if (chunk > 0) {
     for (size_t i = 0; i < s.steps.size() && packStep == s.steps.size(); i++)
-      if (deferrablePack(s.steps[i], s.nblocks) != nullptr) packStep = i;
+      if (deferrablePack(s, i) != nullptr) packStep = i;
     if (packStep < s.steps.size()) {
       const Step& st = s.steps[packStep];
       exposedPackUs = st.sends.empty()
@@ -123,7 +123,10 @@ double CostModel::predict(const Schedule& s, const Topology* topo) const {
                           : elems(std::min(chunkBlocks(st.sends[0].planes, chunk), st.sends[0].range.size())) * packUs;
     }
   }
-  double us = 0;
+  size_t lastMessageStep = 0;
+  for (size_t i = 0; i < s.steps.size(); i++)
+    if (s.steps[i].anyRankCommunicates) lastMessageStep = i;
+  double us = 0, carriedUs = 0;
   bool any = false;
   for (size_t i = 0; i < s.steps.size(); i++) {
     const Step& step = s.steps[i];
@@ -138,7 +141,10 @@ double CostModel::predict(const Schedule& s, const Topology* topo) const {
       for (const Recv& r : step.recvs)
         if (r.op == RecvOp::kStore && r.buf == Buffer::kResult)
           lastChunk = std::max(lastChunk, std::min(chunkBlocks(r.planes, chunk), r.range.size()));
-      if (!step.communicates()) lastChunk = written;  // nothing to hide behind
+      // Unpacking spills into later steps' transfers: only the last message
+      // step's last chunk, and what steps after it decide, follow the wire.
+      if (i > lastMessageStep) lastChunk = written;
+      if (i < lastMessageStep) lastChunk = 0;
       underUs += elems(written - lastChunk) * unpackUs;
       afterUs += elems(lastChunk) * unpackUs;
     }
@@ -147,7 +153,13 @@ double CostModel::predict(const Schedule& s, const Topology* topo) const {
       for (const Recv& r : step.recvs) lastRecv = std::max(lastRecv, std::min(chunk, r.bytes()));
       afterUs += params_.gammaUsPerPlane * 8.0 * static_cast<double>(lastRecv);
     }
+    underUs += carriedUs;  // what steps without messages left to the next one's transfers
+    carriedUs = 0;
     if (!step.anyRankCommunicates) {
+      if (i < lastMessageStep) {
+        carriedUs = underUs;
+        underUs = 0;
+      }
       us += underUs + afterUs;
       continue;
     }

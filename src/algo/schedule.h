@@ -191,10 +191,12 @@ struct Schedule {
 
 // The shape an executor that overlaps CPU work with transfers relies on (the
 // host executor; the cost model prices it):
-// The pack of step `st` when it can run a chunk at a time inside the step's
-// transfers: the step's only local, packing votes over all nblocks, in a step
-// that communicates; otherwise nullptr.
-const Local* deferrablePack(const Step& st, int64_t nblocks);
+// The pack that can run a chunk at a time inside step i's transfers: the
+// step's only local, packing votes over all nblocks, in a step that
+// communicates; or, for a step without locals that communicates, the pack
+// that is the only local of step i - 1 when that step has no messages on
+// this rank (halving-doubling's fold step of a core member). nullptr: none.
+const Local* deferrablePack(const Schedule& s, size_t i);
 // Calls f(stepIndex, range) for every write of the result planes: decides,
 // and receives stored into kResult.
 template <typename F>

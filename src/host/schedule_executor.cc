@@ -266,6 +266,14 @@ bool ScheduleExecutor::addNextSend() {
   return false;
 }
 
+void ScheduleExecutor::unpackPiece() {
+  algo::Range& r = unpackQueue_[unpackHead_];
+  const int64_t len = std::min(unit_, r.size());
+  unpackRange(r.begin, len);
+  r.begin += len;
+  if (r.empty()) unpackHead_++;
+}
+
 ncclResult_t ScheduleExecutor::work(bool* more) {
   *more = true;
   if (addNextSend()) return ncclSuccess;
@@ -276,12 +284,10 @@ ncclResult_t ScheduleExecutor::work(bool* more) {
       return ncclSuccess;
     }
   }
-  if (unpackHead_ < unpackQueue_.size()) {
-    algo::Range& r = unpackQueue_[unpackHead_];
-    const int64_t len = std::min(unit_, r.size());
-    unpackRange(r.begin, len);
-    r.begin += len;
-    if (r.empty()) unpackHead_++;
+  // Unpacking never holds a step up: what is left when its transfers are
+  // done waits for the next step's transfers (or the end of the call).
+  if (unpackHead_ < unpackQueue_.size() && !transfers_.allDone()) {
+    unpackPiece();
     return ncclSuccess;
   }
   *more = false;
@@ -312,10 +318,12 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
   unpackQueue_.clear();
   unpackHead_ = 0;
 
-  for (const algo::Step& st : s.steps) {
-    deferredPack_ = algo::deferrablePack(st, nb);
+  for (size_t i = 0; i < s.steps.size(); i++) {
+    const algo::Step& st = s.steps[i];
+    deferredPack_ = algo::deferrablePack(s, i);
+    const algo::Local* packNext = algo::deferrablePack(s, i + 1);  // runs in the next step's transfers
     for (const algo::Local& l : st.locals) {
-      if (&l == deferredPack_) continue;
+      if (&l == deferredPack_ || &l == packNext) continue;
       NCCLCHECK(runLocal(l));
       if (unpackEarly_ && l.op == algo::LocalOp::kDecide && !l.range.empty()) unpackQueue_.push_back(l.range);
     }
@@ -345,8 +353,8 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
     unpackRange(0, nb);
     return ncclSuccess;
   }
-  for (; unpackHead_ < unpackQueue_.size(); unpackHead_++)
-    unpackRange(unpackQueue_[unpackHead_].begin, unpackQueue_[unpackHead_].size());
+  while (unpackHead_ < unpackQueue_.size()) unpackPiece();
+  unpackRange(unpackQueue_[unpackHead_].begin, unpackQueue_[unpackHead_].size());
   return ncclSuccess;
 }
 

@@ -67,13 +67,16 @@ class ScheduleExecutor {
   // first when the step's pack is deferred); false when all are added.
   bool addNextSend();
   // One bounded piece of CPU work between Transfers passes: the next send
-  // chunk, else the next unit of the deferred pack, else the next unit of the
-  // unpack queue. *more: false when none was left.
+  // chunk, else the next unit of the deferred pack, else, while transfers are
+  // in flight, the next piece of the unpack queue. *more: false when none was
+  // left (the rest of the queue waits for the next step, or the call's end).
   ncclResult_t work(bool* more);
   // Runs the deferred pack over the units that cover blocks [b, e).
   void ensurePacked(int64_t b, int64_t e);
   // Writes the output elements of blocks [b, b + len) from the result planes.
   void unpackRange(int64_t b, int64_t len);
+  // Unpacks the next piece of the unpack queue (not empty).
+  void unpackPiece();
 
   const Net& net_;
   const Links& links_;

@@ -38,6 +38,9 @@ class Transfers {
     ops_.push_back({false, comm, data, bytes, mhandle, cookie, exactSize});
   }
   size_t size() const { return ops_.size(); }
+  // Inside run's work: every operation added so far has completed (as of the
+  // pass just before this work call).
+  bool allDone() const { return unfinished_ == 0; }
 
   // Runs the batch to completion. onRecv(cookie, bytes) -> ncclResult_t is
   // called once per receive, in completion order; its first error ends the
@@ -85,6 +88,7 @@ class Transfers {
   int timeoutMs_;
   std::vector<Op> ops_;
   std::vector<void*> blocked_;  // comms whose next op could not be posted this pass
+  size_t unfinished_ = 0;       // operations not done after the last pass
 };
 
 template <typename OnRecv, typename Work>
@@ -130,6 +134,7 @@ ncclResult_t Transfers::run(OnRecv&& onRecv, Work&& work) {
         waitOn = op.comm;
       }
     }
+    unfinished_ = remaining;
     if (moreWork) {
       // CPU work instead of a sleep: the operations in flight move meanwhile.
       NCCLCHECK(work(&moreWork));
