@@ -354,7 +354,6 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
     return ncclSuccess;
   }
   while (unpackHead_ < unpackQueue_.size()) unpackPiece();
-  unpackRange(unpackQueue_[unpackHead_].begin, unpackQueue_[unpackHead_].size());
   return ncclSuccess;
 }
 
