@@ -57,9 +57,10 @@ class Transfers {
     });
   }
   // The same, with work(bool* more) -> ncclResult_t called between passes
-  // while it reports *more: one bounded piece of CPU work per call, which may
-  // add operations (send, recv) to the batch. The batch ends when work has
-  // nothing more and every operation is done; work's first error ends it.
+  // while it reports *more, and again after any pass that made progress: one
+  // bounded piece of CPU work per call, which may add operations (send, recv)
+  // to the batch. The batch ends when work has nothing more and every
+  // operation is done; work's first error ends it.
   template <typename OnRecv, typename Work>
   ncclResult_t run(OnRecv&& onRecv, Work&& work);
 
@@ -135,6 +136,7 @@ ncclResult_t Transfers::run(OnRecv&& onRecv, Work&& work) {
       }
     }
     unfinished_ = remaining;
+    moreWork |= progress;  // a completion may have made work (a range to unpack)
     if (moreWork) {
       // CPU work instead of a sleep: the operations in flight move meanwhile.
       NCCLCHECK(work(&moreWork));
