@@ -14,6 +14,9 @@
 # Environment (defaults: the run of docs/PERFORMANCE_ethernet.md, "Emulated cluster"):
 #   NODES=2 PER=4 RATE=1gbit MINB=16M MAXB=256M FACTOR=4 ITERS=1 WARMUP=1 CHECK=1
 #   CONTENDERS="sign-hier sign-hd sign-ring sign-auto fp32-sum" RUN_TIMEOUT=900
+#   BASELINE=<build dir>: every contender runs again right after with that
+#     build's sign_allreduce_perf, as "<name>@base"; the summary then gives
+#     medians per build (scripts/star_summary.py).
 # Exit: 0 when every run passed its check; 77 when namespaces cannot be made.
 set -uo pipefail
 BUILD=$(realpath "${1:-build}")
@@ -24,9 +27,15 @@ NODES=${NODES:-2} PER=${PER:-4} RATE=${RATE:-1gbit}
 MINB=${MINB:-16M} MAXB=${MAXB:-256M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-1} WARMUP=${WARMUP:-1} CHECK=${CHECK:-1}
 CONTENDERS=${CONTENDERS:-"sign-hier sign-hd sign-ring sign-auto fp32-sum"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
+BASELINE=${BASELINE:-}
 source "$HERE/netns_lib.sh"
 source "$HERE/star_bench_lib.sh"
 star_bench_begin "$PERF" "$OUT" cluster
+BASE_PERF=""
+if [[ -n $BASELINE ]]; then
+  BASE_PERF=$(realpath "$BASELINE")/perf/sign_allreduce_perf
+  [[ -x $BASE_PERF ]] || { echo "no $BASE_PERF: build the baseline's sign_allreduce_perf first" >&2; exit 2; }
+fi
 
 contender_args() {  # name -> perf arguments
   local b=(-b "$MINB" -e "$MAXB")
@@ -46,16 +55,16 @@ echo "nodes,ranks_per_node,rate,contender,bytes,count,time_us,wrong,time_inplace
 FAILED=()
 N=$((NODES * PER))
 
-run_contender() {  # name
-  local name=$1 args log r node rc=0 idf=$WORK/id.$1
+run_contender() {  # name [perf label]
+  local name=$1 perf=${2:-$PERF} label=${3:-$1} args log r node rc=0 idf=$WORK/id.$1
   args=$(contender_args "$name") || { FAILED+=("$name (unknown)"); return 0; }
-  log=$OUT/logs/$NODES"x"$PER-$RATE-$name.txt
-  echo "== $NODES nodes x $PER ranks, $RATE per node link: $name ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
+  log=$OUT/logs/$NODES"x"$PER-$RATE-$label.txt
+  echo "== $NODES nodes x $PER ranks, $RATE per node link: $label ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
   rm -f "$idf"; PIDS=()
   for ((r = N - 1; r >= 0; r--)); do
     node=$((r / PER))
     ip netns exec "${STAR_NS[$node]}" env SIGNLION_SOCKET_IFNAME="=$STAR_IF" SIGNLION_HOSTID="node$node" \
-      timeout "$RUN_TIMEOUT" "$PERF" --rank "$r" --nranks "$N" --id-file "$idf" $args \
+      timeout "$RUN_TIMEOUT" "$perf" --rank "$r" --nranks "$N" --id-file "$idf" $args \
       -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c "$CHECK" -T 300 \
       >"$([[ $r == 0 ]] && echo "$log" || echo "$WORK/rank$r.log")" 2>&1 &
     PIDS+=($!)
@@ -63,11 +72,11 @@ run_contender() {  # name
   for p in "${PIDS[@]}"; do wait "$p" || rc=$?; done
   PIDS=()
   if ((rc != 0)); then
-    FAILED+=("$name (exit $rc, $log)")
+    FAILED+=("$label (exit $rc, $log)")
     tail -5 "$log"
     return 0
   fi
-  awk -v nodes="$NODES" -v per="$PER" -v rate="$RATE" -v c="$name" 'BEGIN { OFS = "," }
+  awk -v nodes="$NODES" -v per="$PER" -v rate="$RATE" -v c="$label" 'BEGIN { OFS = "," }
     !/^#/ && NF >= 17 { print nodes, per, rate, c, $1, $2, $6, $9, $10, $14, $15, $16, $17 }' "$log" >>"$CSV"
   grep -v '^#  Rank' "$log" | grep -v '^#$' | tail -n +2
 }
@@ -77,21 +86,16 @@ if ! netns_star_up "$NODES" "$RATE"; then
   echo "SKIP: cannot create network namespaces ($NETNS_WHY)"
   exit 77
 fi
-for c in $CONTENDERS; do run_contender "$c"; done
+for c in $CONTENDERS; do
+  run_contender "$c"
+  [[ -n $BASE_PERF ]] && run_contender "$c" "$BASE_PERF" "$c@base"
+done
 echo "# done $(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # hier against the best flat sign algorithm (ring, hd) at each size, from the
-# figures above: bytes per node to other nodes and out-of-place wall time.
-awk -F, 'NR > 1 && ($8 == 0 || $8 == "N/A") { k = $5; t[$4, k] = $7; b[$4, k] = $12; sizes[k] = 1 }
-  END {
-    for (k in sizes) {
-      if (!((("sign-hier", k) in t) && (("sign-ring", k) in t) && (("sign-hd", k) in t))) continue
-      bt = t["sign-ring", k] < t["sign-hd", k] ? "sign-ring" : "sign-hd"
-      bb = b["sign-ring", k] < b["sign-hd", k] ? "sign-ring" : "sign-hd"
-      printf "summary %d B: hier inter-node bytes/node %.3fx of the best flat (%s); hier %.0f us, best flat %s %.0f us: %.2fx faster\n",
-        k, b["sign-hier", k] / b[bb, k], bb, t["sign-hier", k], bt, t[bt, k], t[bt, k] / t["sign-hier", k]
-    }
-  }' "$CSV" | sort -k2 -n
+# figures above (medians over repeated contenders, per build): bytes per node
+# to other nodes and out-of-place wall time.
+python3 "$HERE/star_summary.py" cluster "$CSV"
 echo "csv: $CSV ($(($(wc -l <"$CSV") - 1)) rows)"
 for f in "${FAILED[@]}"; do echo "FAILED: $f"; done
 ((${#FAILED[@]} == 0))

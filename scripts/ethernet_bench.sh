@@ -12,6 +12,10 @@
 #   RANKS="4 8" RATES="1gbit 10gbit" MINB=1M MAXB=256M FACTOR=4 ITERS=2 WARMUP=1
 #   CONTENDERS="sign-auto sign-ring sign-hd sign-allgather fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"
 #   RUN_TIMEOUT=600 (seconds per contender run)
+#   BASELINE=<build dir>: every contender runs again right after with that
+#     build's sign_allreduce_perf, as "<name>@base" (A B A B ... when a
+#     contender is listed several times); scripts/star_summary.py prints the
+#     medians: wall vs wire time, auto vs every forced algorithm, new vs base.
 # Exit: 0 when every run that could run passed its check; 77 when namespaces
 # cannot be made. A contender the build cannot run (fieldsum on a host
 # communicator without it, mpi-fp32 without mpirun) is listed as skipped.
@@ -25,9 +29,15 @@ RATES=${RATES:-"1gbit 10gbit"}
 MINB=${MINB:-1M} MAXB=${MAXB:-256M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-2} WARMUP=${WARMUP:-1}
 CONTENDERS=${CONTENDERS:-"sign-auto sign-ring sign-hd sign-allgather fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
+BASELINE=${BASELINE:-}
 source "$HERE/netns_lib.sh"
 source "$HERE/star_bench_lib.sh"
 star_bench_begin "$PERF" "$OUT" eth
+BASE_PERF=""
+if [[ -n $BASELINE ]]; then
+  BASE_PERF=$(realpath "$BASELINE")/perf/sign_allreduce_perf
+  [[ -x $BASE_PERF ]] || { echo "no $BASE_PERF: build the baseline's sign_allreduce_perf first" >&2; exit 2; }
+fi
 
 CSV=$OUT/ethernet.csv
 echo "nranks,rate,contender,bytes,count,type,redop,time_us,algbw_GBps,busbw_GBps,wrong,time_inplace_us,wire_bytes_per_rank,wire_bits_per_elt" >"$CSV"
@@ -55,14 +65,14 @@ contender_args() {  # name nranks -> prints "ENV... -- ARGS..." or nothing when 
 rate_mbps() { local b; b=$(echo "$1" | sed 's/gbit/000000000/; s/mbit/000000/'); echo $((b / 8000000)); }
 half() { local v=$1 s=${1//[0-9]/}; v=${v%[KMGkmg]}; case $s in M|m) echo "$((v * 512))K" ;; G|g) echo "$((v * 512))M" ;; K|k) echo "$((v * 512))" ;; *) echo $((v / 2)) ;; esac; }
 
-run_contender() {  # name nranks rate
-  local name=$1 n=$2 rate=$3 spec envs args log r rc=0
+run_contender() {  # name nranks rate [perf label]
+  local name=$1 n=$2 rate=$3 perf=${4:-$PERF} label=${5:-$1} spec envs args log r rc=0
   spec=$(contender_args "$name" "$n") || true
   [[ -z $spec ]] && return 0
   envs=${spec%%--*}; args=${spec#*--}
-  log=$OUT/logs/n$n-$rate-$name.txt
+  log=$OUT/logs/n$n-$rate-$label.txt
   local common=(-f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c 1 -T 120)
-  echo "== N=$n $rate $name"
+  echo "== N=$n $rate $label ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
   if [[ $name == mpi-* ]]; then
     if ! command -v mpirun >/dev/null; then SKIPPED+=("$name (no mpirun)"); return 0; fi
     # mpirun runs in the hub namespace; each rank enters its namespace
@@ -70,14 +80,14 @@ run_contender() {  # name nranks rate
     ip netns exec "$STAR_HUB" env PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=$STAR_NET \
       OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=$STAR_NET OMPI_MCA_oob_tcp_if_include=$STAR_NET \
       timeout "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np "$n" \
-      "$HERE/netns_exec_rank.sh" "sl$$r" "$STAR_IF" $envs "$PERF" $args "${common[@]}" >"$log" 2>&1 || rc=$?
+      "$HERE/netns_exec_rank.sh" "sl$$r" "$STAR_IF" $envs "$perf" $args "${common[@]}" >"$log" 2>&1 || rc=$?
   else
     local idf=$WORK/id.$name.$n.$rate
     rm -f "$idf"; PIDS=()
     for ((r = n - 1; r >= 0; r--)); do
       ip netns exec "${STAR_NS[$r]}" env SIGNLION_SOCKET_IFNAME="=$STAR_IF" SIGNLION_HOSTID="ns$r" \
         SIGNLION_COST_BETA_MBPS="$(rate_mbps "$rate")" $envs timeout "$RUN_TIMEOUT" \
-        "$PERF" --rank "$r" --nranks "$n" --id-file "$idf" $args "${common[@]}" \
+        "$perf" --rank "$r" --nranks "$n" --id-file "$idf" $args "${common[@]}" \
         >"$([[ $r == 0 ]] && echo "$log" || echo "$WORK/rank$r.log")" 2>&1 &
       PIDS+=($!)
     done
@@ -93,7 +103,7 @@ run_contender() {  # name nranks rate
     fi
     return 0
   fi
-  awk -v n="$n" -v rate="$rate" -v c="$name" 'BEGIN { OFS = "," }
+  awk -v n="$n" -v rate="$rate" -v c="$label" 'BEGIN { OFS = "," }
     !/^#/ && NF >= 15 { print n, rate, c, $1, $2, $3, $4, $6, $7, $8, $9, $10, $14, $15 }' "$log" >>"$CSV"
   grep -v '^#  Rank' "$log" | grep -v '^#$' | tail -n +2
 }
@@ -107,7 +117,10 @@ for n in $RANKS; do
   ip -n "$STAR_HUB" addr add 198.18.0.254/24 dev br0
   for rate in $RATES; do
     netns_star_rate "$rate"
-    for c in $CONTENDERS; do run_contender "$c" "$n" "$rate"; done
+    for c in $CONTENDERS; do
+      run_contender "$c" "$n" "$rate"
+      [[ -n $BASE_PERF ]] && run_contender "$c" "$n" "$rate" "$BASE_PERF" "$c@base"
+    done
   done
   netns_star_down
 done
@@ -119,6 +132,7 @@ if [[ -n $PY ]]; then
 else
   echo "no plot: python3-matplotlib is not installed (scripts/setup.sh)"
 fi
+python3 "$HERE/star_summary.py" ethernet "$CSV"
 echo "csv: $CSV ($(($(wc -l <"$CSV") - 1)) rows)"
 for s in "${SKIPPED[@]}"; do echo "skipped: $s"; done
 for f in "${FAILED[@]}"; do echo "FAILED: $f"; done

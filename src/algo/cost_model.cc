@@ -106,10 +106,63 @@ double CostModel::predict(const Schedule& s, const Topology* topo) const {
     }
   }
   const bool oneNode = topo->known() && topo->members(s.nranks).size() == 1;
-  double us = 0;
+  auto elems = [](int64_t blocks) { return static_cast<double>(blocks) * kBlockElems; };
+  const double packUs = params_.packUsPerElement * s.counters, unpackUs = params_.decideUsPerElement;
+  // The overlap (CostParams): what runs under which step, and what is exposed.
+  const int64_t chunk = params_.overlapChunkBytes;
+  const bool unpackEarly = chunk > 0 && resultWrittenOnceAfterPacks(s);
+  double exposedPackUs = elems(s.nblocks) * packUs, trailingUnpackUs = unpackEarly ? 0 : elems(s.nblocks) * unpackUs;
+  size_t packStep = s.steps.size();
+  if (chunk > 0) {
+    for (size_t i = 0; i < s.steps.size() && packStep == s.steps.size(); i++)
+      if (deferrablePack(s, i) != nullptr) packStep = i;
+    if (packStep < s.steps.size()) {
+      const Step& st = s.steps[packStep];
+      exposedPackUs = st.sends.empty()
+                          ? 0
+                          : elems(std::min(chunkBlocks(st.sends[0].planes, chunk), st.sends[0].range.size())) * packUs;
+    }
+  }
+  size_t lastMessageStep = 0;
+  for (size_t i = 0; i < s.steps.size(); i++)
+    if (s.steps[i].anyRankCommunicates) lastMessageStep = i;
+  double us = 0, carriedUs = 0;
   bool any = false;
   for (size_t i = 0; i < s.steps.size(); i++) {
-    if (!s.steps[i].anyRankCommunicates) continue;
+    const Step& step = s.steps[i];
+    // Under this step's transfers (overlap), and after them.
+    double underUs = 0, afterUs = 0;
+    if (i == packStep) underUs += elems(s.nblocks) * packUs - exposedPackUs;
+    if (unpackEarly) {
+      int64_t written = 0, lastChunk = 0;
+      forEachResultWrite(s, [&](size_t w, const Range& r) {
+        if (w == i) written += r.size();
+      });
+      for (const Recv& r : step.recvs)
+        if (r.op == RecvOp::kStore && r.buf == Buffer::kResult)
+          lastChunk = std::max(lastChunk, std::min(chunkBlocks(r.planes, chunk), r.range.size()));
+      // Unpacking spills into later steps' transfers: only the last message
+      // step's last chunk, and what steps after it decide, follow the wire.
+      if (i > lastMessageStep) lastChunk = written;
+      if (i < lastMessageStep) lastChunk = 0;
+      underUs += elems(written - lastChunk) * unpackUs;
+      afterUs += elems(lastChunk) * unpackUs;
+    }
+    if (chunk > 0) {
+      int64_t lastRecv = 0;
+      for (const Recv& r : step.recvs) lastRecv = std::max(lastRecv, std::min(chunk, r.bytes()));
+      afterUs += params_.gammaUsPerPlane * 8.0 * static_cast<double>(lastRecv);
+    }
+    underUs += carriedUs;  // what steps without messages left to the next one's transfers
+    carriedUs = 0;
+    if (!step.anyRankCommunicates) {
+      if (i < lastMessageStep) {
+        carriedUs = underUs;
+        underUs = 0;
+      }
+      us += underUs + afterUs;
+      continue;
+    }
     double intraUs = 0;
     int64_t egress = 0, ingress = 0;
     auto addRank = [&](const Schedule& x) {
@@ -129,21 +182,30 @@ double CostModel::predict(const Schedule& s, const Topology* topo) const {
                          : 0;
     double idleUs = oneNode || topo->known() ? params_.intraAlphaUs : stepUs;  // waits for the others
     // Each received chunk is added while the next ones travel.
-    double addUs = params_.gammaUsPerPlane * 8.0 * static_cast<double>(s.steps[i].bytesReceived());
-    us += std::max({intraUs, interUs, addUs, intraUs == 0 && interUs == 0 ? idleUs : 0.0});
+    double addUs = params_.gammaUsPerPlane * 8.0 * static_cast<double>(step.bytesReceived());
+    us += std::max({intraUs, interUs, addUs + underUs, intraUs == 0 && interUs == 0 ? idleUs : 0.0}) + afterUs;
     any = true;
   }
   if (oneCollective && any) us += params_.alphaUs;
-  double elems = static_cast<double>(s.nblocks) * kBlockElems;
-  return us + elems * (params_.packUsPerElement * s.counters + params_.decideUsPerElement);
+  return us + exposedPackUs + trailingUnpackUs;
 }
 
 ncclResult_t CostModel::predict(ncclSignAlgo_t algo, int nranks, uint64_t count, const OpSpec& spec, double* us,
                                 const Topology* topo) const {
   ARGCHECK(us != nullptr, "CostModel::predict", "us", "must not be NULL");
-  Schedule s;
-  NCCLCHECK(buildSchedule(algo, nranks, 0, blocksForCount(count), spec, &s, topo));
-  *us = predict(s, topo);
+  // Whole segments, then the rest (the host runs each as one schedule).
+  const uint64_t segment = params_.segmentElements > 0 ? (uint64_t)params_.segmentElements : 0;
+  auto one = [&](uint64_t n, double* out) {
+    Schedule s;
+    NCCLCHECK(buildSchedule(algo, nranks, 0, blocksForCount(n), spec, &s, topo));
+    *out = predict(s, topo);
+    return ncclSuccess;
+  };
+  if (segment == 0 || count <= segment) return one(count, us);
+  double whole = 0, rest = 0;
+  NCCLCHECK(one(segment, &whole));
+  if (count % segment != 0) NCCLCHECK(one(count % segment, &rest));
+  *us = static_cast<double>(count / segment) * whole + rest;
   return ncclSuccess;
 }
 

@@ -23,6 +23,18 @@ namespace algo {
 // Rank 0's schedule is costed: it is on the critical path (a fold partner in
 // halving-doubling, and ring shards differ by at most one block).
 //
+// The host executor overlaps that CPU work with the transfers
+// (overlapChunkBytes > 0, src/host/schedule_executor.h): then the first
+// message step's pack runs under its transfers but for the first chunk sent
+// (packed before anything leaves), each result range is unpacked (decide per
+// element) under the transfers of the step that writes it, and each step's
+// last chunk received is added and unpacked after the wire: a step costs
+// max(transfer, adds + pack and unpack under it) + that last chunk's add and
+// unpack. A step without messages costs its unpacks. Where a schedule does
+// not allow it (resultWrittenOnceAfterPacks) the output is unpacked after the
+// last step, as without overlap. A message longer than segmentElements runs
+// as whole schedules of that many elements, each costed so.
+//
 // Two link classes. When the topology is known, a message between ranks of
 // one node costs intraAlphaUs + bytes/intraBetaBytesPerUs (each rank its own
 // links: loopback, shared memory, NVLink), and the messages that leave a node
@@ -47,6 +59,10 @@ struct CostParams {
   // of output.
   double packUsPerElement = 430e-6;    // per element and counter; SIGNLION_COST_PACK_PS (430)
   double decideUsPerElement = 575e-6;  // per element; SIGNLION_COST_DECIDE_PS (575)
+  // The executor's overlap and segments (setHostExecutor); 0: none (CPU work
+  // before the first and after the last step, one schedule per message).
+  int64_t overlapChunkBytes = 0;
+  int64_t segmentElements = 0;
 };
 
 // Cost parameters from SIGNLION_<prefix>_ALPHA_NS, _BETA_MBPS and _GAMMA_PS
@@ -78,14 +94,20 @@ class CostModel {
   // Errors: ncclInvalidArgument for alphaUs < 0 or betaBytesPerUs <= 0 (or NaN).
   ncclResult_t setMeasured(double alphaUs, double betaBytesPerUs);
   const CostParams& params() const { return params_; }
+  // The host executor: transfers cut into chunks of chunkBytes with CPU work
+  // overlapped (see CostParams), messages run as segments of segmentElements.
+  void setHostExecutor(int64_t chunkBytes, int64_t segmentElements) {
+    params_.overlapChunkBytes = chunkBytes;
+    params_.segmentElements = segmentElements;
+  }
 
   // Predicted microseconds of one call of `algo` on `count` elements over
-  // `topo` (nullptr: unknown).
+  // `topo` (nullptr: unknown), as segments of segmentElements when set.
   ncclResult_t predict(ncclSignAlgo_t algo, int nranks, uint64_t count, const OpSpec& spec, double* us,
                        const Topology* topo = nullptr) const;
   // The same for an already built schedule (of rank 0, or whichever rank's
-  // node is to be costed); the schedules of its node's other ranks are
-  // built here when the topology is known.
+  // node is to be costed) of one segment; the schedules of its node's other
+  // ranks are built here when the topology is known.
   double predict(const Schedule& s, const Topology* topo = nullptr) const;
 
  private:

@@ -61,6 +61,41 @@ int64_t Schedule::maxRecvBytesPerStep() const {
   return m;
 }
 
+const Local* deferrablePack(const Schedule& s, size_t i) {
+  auto onlyPack = [&](const Step& st) -> const Local* {
+    if (st.locals.size() != 1) return nullptr;
+    const Local& l = st.locals[0];
+    return l.op == LocalOp::kPackVotes && l.range.begin == 0 && l.range.end == s.nblocks ? &l : nullptr;
+  };
+  if (i >= s.steps.size() || !s.steps[i].communicates()) return nullptr;
+  if (const Local* l = onlyPack(s.steps[i])) return l;
+  if (i == 0 || !s.steps[i].locals.empty() || s.steps[i - 1].communicates()) return nullptr;
+  return onlyPack(s.steps[i - 1]);
+}
+
+bool resultWrittenOnceAfterPacks(const Schedule& s) {
+  size_t lastPack = 0;
+  bool anyPack = false;
+  for (size_t i = 0; i < s.steps.size(); i++)
+    for (const Local& l : s.steps[i].locals)
+      if (l.op == LocalOp::kPackVotes || l.op == LocalOp::kPackFields) {
+        // A pack may run inside the next step's transfers (deferrablePack).
+        lastPack = deferrablePack(s, i + 1) == &l ? i + 1 : i;
+        anyPack = true;
+      }
+  // A few dozen writes at most: pairwise overlap checks, nothing allocated.
+  bool ok = true;
+  int64_t total = 0;
+  forEachResultWrite(s, [&](size_t i, const Range& a) {
+    ok &= !anyPack || i > lastPack;
+    total += a.size();
+    int overlapping = 0;  // a itself included
+    forEachResultWrite(s, [&](size_t, const Range& b) { overlapping += a.begin < b.end && b.begin < a.end; });
+    ok &= overlapping == 1;
+  });
+  return ok && total == s.nblocks;
+}
+
 int64_t Schedule::planeOffset(Buffer buf, int slot, int plane, int payloadWidth) const {
   switch (buf) {
     case Buffer::kCounter:

@@ -189,6 +189,31 @@ struct Schedule {
   int64_t planeOffset(Buffer buf, int slot, int plane, int payloadWidth) const;
 };
 
+// The shape an executor that overlaps CPU work with transfers relies on (the
+// host executor; the cost model prices it):
+// The pack that can run a chunk at a time inside step i's transfers: the
+// step's only local, packing votes over all nblocks, in a step that
+// communicates; or, for a step without locals that communicates, the pack
+// that is the only local of step i - 1 when that step has no messages on
+// this rank (halving-doubling's fold step of a core member). nullptr: none.
+const Local* deferrablePack(const Schedule& s, size_t i);
+// Calls f(stepIndex, range) for every write of the result planes: decides,
+// and receives stored into kResult.
+template <typename F>
+void forEachResultWrite(const Schedule& s, F&& f) {
+  for (size_t i = 0; i < s.steps.size(); i++) {
+    for (const Local& l : s.steps[i].locals)
+      if (l.op == LocalOp::kDecide && !l.range.empty()) f(i, l.range);
+    for (const Recv& r : s.steps[i].recvs)
+      if (r.op == RecvOp::kStore && r.buf == Buffer::kResult && !r.range.empty()) f(i, r.range);
+  }
+}
+// Whether each result range may go to the output as soon as it is written:
+// every block is written exactly once (the writes tile [0, nblocks)), and
+// none in or before the last step that packs (an in-place call's input is
+// read by the packs: no output element may be written before they are done).
+bool resultWrittenOnceAfterPacks(const Schedule& s);
+
 // Field-sum's field width on nranks ranks when SIGNLION_FIELD_BITS is
 // `setting`: the setting, or the narrowest that holds N votes when it is 0.
 // 0 when the setting is no usable width (too narrow for N votes, or over 32).

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/checks.h"
+#include "host/host_params.h"
 
 #define SIGNLION_API extern "C" __attribute__((visibility("default")))
 
@@ -46,6 +47,9 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
   comm->nranks = nranks;
   NCCLCHECK(Bootstrap::create(id, rank, nranks, comm->config.timeoutMs, &comm->bootstrap));
   NCCLCHECK(Net::open(comm->config.netPlugin.c_str(), &comm->net));
+  // What the executor overlaps and how it cuts messages (both compared
+  // across ranks by the call check's settings).
+  comm->costModel.setHostExecutor(hostChunkBytes(), (int64_t)hostSegmentElements());
   const algo::CostParams& cp = comm->costModel.params();
   const double cost[kCompareCostParams] = {cp.alphaUs,           cp.betaBytesPerUs,      cp.gammaUsPerPlane,
                                            cp.intraAlphaUs,      cp.intraBetaBytesPerUs, cp.packUsPerElement,

@@ -1,6 +1,9 @@
 // The host communicator's tunables, declared once (docs/PARAMETERS.md).
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
+
 #include "common/param.h"
 
 // Payload bytes per message when a transfer is cut into chunks: a received
@@ -18,3 +21,10 @@ int64_t hostChunkBytes();
 // Elements per segment: longer messages run as several whole all-reduces, so
 // scratch memory stays bounded whatever the count.
 SIGNLION_PARAM(HostSegment, "HOST_SEGMENT", 16 << 20)
+namespace signlion {
+namespace host {
+// The segment the sign all-reduce runs: SIGNLION_HOST_SEGMENT in whole blocks
+// of 64 elements, at least one, so every segment but the last is a multiple of 64.
+inline size_t hostSegmentElements() { return (size_t)std::max<int64_t>(64, signlionParamHostSegment()) / 64 * 64; }
+}  // namespace host
+}  // namespace signlion

@@ -3,10 +3,19 @@
 // (SIGNLION_HOST_CHUNK_BYTES) so each received chunk is added while the next
 // ones are still on the wire. It moves bytes and calls kernels; the schedule
 // decides everything else.
+//
+// CPU work overlaps the transfers (the sockets' helper threads move the bytes
+// while this thread computes): the first step's votes are packed a chunk at a
+// time, each chunk sent as soon as it is packed and the rest packed while it
+// travels; the result is unpacked into the output a piece at a time as soon
+// as a range is final (decided here, or stored from a peer), while the
+// remaining transfers run. The order of writes that makes in-place calls safe
+// is kept: every pack is done before the first output element is written.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "algo/schedule.h"
 #include "algo/scratch_layout.h"
@@ -51,6 +60,24 @@ class ScheduleExecutor {
   void decide(const uint64_t* counter, int64_t mStride, int width, int64_t b, int64_t len);
   ncclResult_t onRecv(size_t cookie, size_t bytes);
 
+  // The overlap (see the top of this file).
+  // Posts this step's receives (they take no CPU work to prepare).
+  void addRecvs(const algo::Step& st);
+  // Adds the next chunk of this step's sends to the batch (packing its blocks
+  // first when the step's pack is deferred); false when all are added.
+  bool addNextSend();
+  // One bounded piece of CPU work between Transfers passes: the next send
+  // chunk, else the next unit of the deferred pack, else, while transfers are
+  // in flight, the next piece of the unpack queue. *more: false when none was
+  // left (the rest of the queue waits for the next step, or the call's end).
+  ncclResult_t work(bool* more);
+  // Runs the deferred pack over the units that cover blocks [b, e).
+  void ensurePacked(int64_t b, int64_t e);
+  // Writes the output elements of blocks [b, b + len) from the result planes.
+  void unpackRange(int64_t b, int64_t len);
+  // Unpacks the next piece of the unpack queue (not empty).
+  void unpackPiece();
+
   const Net& net_;
   const Links& links_;
   Arena& arena_;
@@ -71,6 +98,26 @@ class ScheduleExecutor {
   uint64_t* fields_ = nullptr;       // field-sum words: counters planes of fieldWords
   uint64_t* fieldPlanes_ = nullptr;  // field-sum counts turned into bit-sliced planes to decide
   uint64_t* stage_ = nullptr;
+  void* recv_ = nullptr;
+
+  // Per step: the send cursor (addNextSend) and the next free stage word.
+  const algo::Step* step_ = nullptr;
+  size_t sendIdx_ = 0;
+  int64_t sendB_ = 0;
+  bool sendStarted_ = false;
+  bool sendFirst_ = false;
+  uint64_t* stageNext_ = nullptr;
+  int64_t unit_ = 1;  // blocks per piece of overlapped pack or unpack work
+  // The pack deferred into this step's transfers (null: none, or done), and
+  // per unit whether it is packed yet.
+  const algo::Local* deferredPack_ = nullptr;
+  std::vector<uint8_t> packed_;
+  size_t packRest_ = 0;  // units below this are known packed
+  // Result ranges that are final and not unpacked yet (unpackEarly_: every
+  // result block is written once, after every pack); consumed from head.
+  bool unpackEarly_ = false;
+  std::vector<algo::Range> unpackQueue_;
+  size_t unpackHead_ = 0;
 
   // A received chunk waiting for its action: the recv, its block range, and
   // where its payload landed (planes of len words, plane-major).

@@ -9,10 +9,8 @@
 #include "host/host_params.h"
 #include "host/communicator.h"
 
-
 extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostAllReduce(
-    const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclSignOp_t op,
-    ncclSignComm_t comm) {
+    const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclSignOp_t op, ncclSignComm_t comm) {
   static const char* kFn = "ncclSignHostAllReduce";
   ncclSignComm* c = signlion::host::checkComm(comm, kFn);
   if (c == nullptr) return ncclInvalidArgument;
@@ -27,8 +25,7 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostAllRe
   NCCLCHECK(signlion::host::callStart(c, kFn));
 
   signlion::algo::OpSpec spec{op, c->config.zeroRule, c->config.tieRule};
-  // Segments are whole blocks, so every segment but the last is a multiple of 64.
-  size_t segment = (size_t)std::max<int64_t>(64, signlionParamHostSegment()) / 64 * 64;
+  const size_t segment = signlion::host::hostSegmentElements();
   signlion::CallSignature h;
   h.seq = c->calls;
   h.count = count;

@@ -2,8 +2,11 @@
 // place the host communicator drives the network. Keeps each comm's messages
 // in the order they were added (ncclNet matches in order), retries a post the
 // plugin cannot take yet, hands every completed receive to the caller at once
-// (so its reduction overlaps the transfers still in flight), and bounds every
-// wait: no progress for timeoutMs is an error, never a hang.
+// (so its reduction overlaps the transfers still in flight), runs the
+// caller's CPU work between passes instead of sleeping (packing what is sent
+// next, unpacking what has arrived: the sockets' helper threads move the bytes
+// meanwhile), and bounds every wait: no progress for timeoutMs is an error,
+// never a hang.
 #pragma once
 
 #include <chrono>
@@ -35,6 +38,9 @@ class Transfers {
     ops_.push_back({false, comm, data, bytes, mhandle, cookie, exactSize});
   }
   size_t size() const { return ops_.size(); }
+  // Inside run's work: every operation added so far has completed (as of the
+  // pass just before this work call).
+  bool allDone() const { return unfinished_ == 0; }
 
   // Runs the batch to completion. onRecv(cookie, bytes) -> ncclResult_t is
   // called once per receive, in completion order; its first error ends the
@@ -44,7 +50,19 @@ class Transfers {
   // same comm have completed and been judged: a call header's verdict, which
   // names the disagreement, comes first).
   template <typename OnRecv>
-  ncclResult_t run(OnRecv&& onRecv);
+  ncclResult_t run(OnRecv&& onRecv) {
+    return run(onRecv, [](bool* more) {
+      *more = false;
+      return ncclSuccess;
+    });
+  }
+  // The same, with work(bool* more) -> ncclResult_t called between passes
+  // while it reports *more, and again after any pass that made progress: one
+  // bounded piece of CPU work per call, which may add operations (send, recv)
+  // to the batch. The batch ends when work has nothing more and every
+  // operation is done; work's first error ends it.
+  template <typename OnRecv, typename Work>
+  ncclResult_t run(OnRecv&& onRecv, Work&& work);
 
  private:
   struct Op {
@@ -71,21 +89,26 @@ class Transfers {
   int timeoutMs_;
   std::vector<Op> ops_;
   std::vector<void*> blocked_;  // comms whose next op could not be posted this pass
+  size_t unfinished_ = 0;       // operations not done after the last pass
 };
 
-template <typename OnRecv>
-ncclResult_t Transfers::run(OnRecv&& onRecv) {
+template <typename OnRecv, typename Work>
+ncclResult_t Transfers::run(OnRecv&& onRecv, Work&& work) {
   // A reply that comes within this is seen at once; after it the thread sleeps
   // on the network (a VM's wake-up costs tens of us, a spin costs a core).
   constexpr int64_t kSpinUs = 100;
-  size_t remaining = ops_.size();
   int64_t lastProgress = nowUs();
-  while (remaining > 0) {
+  bool moreWork = true;
+  for (;;) {
     bool progress = false;
+    size_t remaining = 0;
     blocked_.clear();
     void* waitOn = nullptr;
-    for (Op& op : ops_) {
+    // By index: work (below, between passes) may append operations, never here.
+    for (size_t i = 0; i < ops_.size(); i++) {
+      Op& op = ops_[i];
       if (op.done) continue;
+      remaining++;
       if (!op.posted) {
         bool isBlocked = false;
         for (void* c : blocked_) isBlocked |= c == op.comm;
@@ -105,13 +128,22 @@ ncclResult_t Transfers::run(OnRecv&& onRecv) {
         remaining--;
         progress = true;
         if (!op.isSend) {
-          if (op.exactSize && size != op.bytes) return wrongSize((size_t)(&op - ops_.data()), size, onRecv);
+          if (op.exactSize && size != op.bytes) return wrongSize(i, size, onRecv);
           NCCLCHECK(onRecv(op.cookie, size));
         }
       } else if (waitOn == nullptr) {
         waitOn = op.comm;
       }
     }
+    unfinished_ = remaining;
+    moreWork |= progress;  // a completion may have made work (a range to unpack)
+    if (moreWork) {
+      // CPU work instead of a sleep: the operations in flight move meanwhile.
+      NCCLCHECK(work(&moreWork));
+      lastProgress = nowUs();
+      continue;
+    }
+    if (remaining == 0) break;
     int64_t now = nowUs();
     if (progress) {
       lastProgress = now;

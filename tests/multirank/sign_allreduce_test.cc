@@ -244,6 +244,71 @@ TEST(SignAllReduceLarge, MillionsOfElements) {
   }
 }
 
+// The executor's compute/transfer overlap (src/host/schedule_executor.h: the
+// first step's votes packed a chunk at a time while earlier chunks travel,
+// adds that wait for the packing of their blocks, the result unpacked range by
+// range between transfers) at a grain where a call has many chunks and many
+// pieces of work: SIGNLION_HOST_CHUNK_BYTES=256 is 32 blocks per one-plane
+// chunk and per piece. Every algorithm, odd and even N, counts around the
+// grain, every dtype and op, binary and ternary rules, in and out of place.
+class SignAllReduceOverlap : public ::testing::TestWithParam<ncclSignAlgo_t> {
+ protected:
+  void SetUp() override {
+    setenv("SIGNLION_HOST_CHUNK_BYTES", "256", 1);
+    paramResetCache();
+  }
+  void TearDown() override {
+    unsetenv("SIGNLION_HOST_CHUNK_BYTES");
+    paramResetCache();
+  }
+};
+
+TEST_P(SignAllReduceOverlap, SmallChunksGetTheReference) {
+  const ncclSignAlgo_t algo = GetParam();
+  std::vector<Layout> layouts;
+  if (algo == ncclSignAlgoHierarchical) {
+    layouts = {Layout{{0, 0, 1, 1}}, Layout{{0, 0, 0, 1, 2, 2, 2, 2}}, Layout{{0, 0, 0, 0, 1, 1, 1, 1}}};
+  } else {
+    for (int n : {1, 2, 3, 4, 5, 8}) layouts.push_back(Layout{std::vector<int>(n, 0)});
+  }
+  const size_t counts[] = {0, 1, 65, 2047, 2049, 20003};
+  for (const Layout& l : layouts) {
+    const int n = (int)l.node.size();
+    for (ncclSignZeroRule_t zero : {ncclSignZeroPositive, ncclSignZeroAbstain}) {
+      withRanks(
+          n,
+          [&](int r) {
+            ncclSignConfig_t c = hierConfig(l, r, zero);
+            c.algorithm = algo;
+            return c;
+          },
+          [&](int rank, ncclSignComm_t comm) {
+            uint32_t seed = 500;
+            for (size_t count : counts) {
+              for (ncclDataType_t dt : kTypes) {
+                std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, seed++);
+                for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+                  if (op == ncclSignAverage && dt == ncclInt8) continue;
+                  Bytes want = test::referenceOutput(in, count, dt, op, zero, ncclSignTieZero);
+                  for (bool inPlace : {false, true})
+                    checkCall(rank, comm, in, want, count, dt, op, inPlace,
+                              std::string(algoName(algo)) + " " + l.name() + " zero=" + std::to_string(zero) +
+                                  " count " + std::to_string(count) + " " + bits::typeName(dt) +
+                                  (op ? " avg" : " maj") + (inPlace ? " in-place" : ""));
+                }
+              }
+            }
+          });
+    }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Host, SignAllReduceOverlap,
+                         ::testing::Values(ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
+                                           ncclSignAlgoFieldSum, ncclSignAlgoHierarchical),
+                         [](const ::testing::TestParamInfo<ncclSignAlgo_t>& info) {
+                           return std::string(algoName(info.param));
+                         });
+
 // The bytes each rank sends in one call are the schedule's prediction
 // (within 1%: the transport adds a header per message).
 TEST(SignAllReduceWire, BytesMatchTheSchedule) {

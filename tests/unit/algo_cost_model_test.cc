@@ -83,6 +83,77 @@ TEST(AlgoCostModel, PackAndDecideOncePerElementAddsUnderTheWire) {
   EXPECT_DOUBLE_EQ(dearAdds, 1e-3 * 2.75 * big);
 }
 
+// The host executor's overlap (CostParams::overlapChunkBytes): the first
+// step's pack runs under its transfers but for the first chunk sent, each
+// result range is unpacked under the step that writes it but for the last
+// chunk received of the last message step (earlier ones spill into later
+// steps' transfers). Ring, N = 4, shards of 1000 blocks: the first chunk sent
+// is one shard, and the last all-gather step stores one shard of 2 result
+// planes (N even: ties) whose unpack follows the wire.
+TEST(AlgoCostModel, OverlapHidesCpuWorkButItsEdges) {
+  const uint64_t count = 4000 * 64;
+  const double pack = 1e-3, unpack = 2e-3, shard = 1000 * 64;
+  auto params = [&](double alphaUs, double beta, int64_t chunkBytes) {
+    CostParams p = linksOnly(alphaUs, beta, 0.0);
+    p.packUsPerElement = pack;
+    p.decideUsPerElement = unpack;
+    p.overlapChunkBytes = chunkBytes;
+    return p;
+  };
+  double wire = 0, serial = 0, overlapped = 0, small = 0;
+  ASSERT_EQ(CostModel(linksOnly(10.0, 1.0, 0.0)).predict(ncclSignAlgoRing, 4, count, OpSpec(), &wire), ncclSuccess);
+  ASSERT_EQ(CostModel(params(10.0, 1.0, 0)).predict(ncclSignAlgoRing, 4, count, OpSpec(), &serial), ncclSuccess);
+  ASSERT_EQ(CostModel(params(10.0, 1.0, 1 << 20)).predict(ncclSignAlgoRing, 4, count, OpSpec(), &overlapped),
+            ncclSuccess);
+  // Without overlap every element is packed before and unpacked after.
+  EXPECT_DOUBLE_EQ(serial, wire + count * (pack + unpack));
+  // With it, on a slow wire that hides the rest: one shard's pack and unpack.
+  EXPECT_DOUBLE_EQ(overlapped, wire + shard * pack + shard * unpack);
+  // Smaller chunks expose less: 8 KiB is 1024 one-plane blocks (more than a
+  // shard: the pack edge stays) and 512 two-plane blocks (the unpack edge halves).
+  ASSERT_EQ(CostModel(params(10.0, 1.0, 8192)).predict(ncclSignAlgoRing, 4, count, OpSpec(), &small), ncclSuccess);
+  EXPECT_DOUBLE_EQ(small, wire + shard * pack + (512 * 64) * unpack);
+
+  // On a free wire nothing hides anything: every element's pack and unpack
+  // show, as without overlap, whatever the algorithm; the all-gather of
+  // votes decides after its last message, so all its unpacks follow the wire.
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather}) {
+    for (int n : {3, 4, 8}) {
+      double free = 0;
+      ASSERT_EQ(CostModel(params(0.0, 1e30, 1 << 20)).predict(a, n, count, OpSpec(), &free), ncclSuccess);
+      EXPECT_NEAR(free, count * (pack + unpack), 1e-6) << algoName(a) << " N=" << n;
+    }
+  }
+  double gather = 0, gatherWire = 0;
+  ASSERT_EQ(CostModel(linksOnly(10.0, 1.0, 0.0)).predict(ncclSignAlgoAllGather, 4, count, OpSpec(), &gatherWire),
+            ncclSuccess);
+  ASSERT_EQ(CostModel(params(10.0, 1.0, 1 << 20)).predict(ncclSignAlgoAllGather, 4, count, OpSpec(), &gather),
+            ncclSuccess);
+  // The first chunk sent is the whole packed vote vector (one plane, 4000 blocks).
+  EXPECT_DOUBLE_EQ(gather, gatherWire + count * pack + count * unpack);
+}
+
+// A message longer than segmentElements costs its whole segments and the rest,
+// each a schedule of its own (alpha paid per segment).
+TEST(AlgoCostModel, SegmentsAreCostedOneByOne) {
+  CostParams p = linksOnly(10.0, 1000.0, 1e-5);
+  p.overlapChunkBytes = 1 << 20;
+  CostModel whole(p);
+  p.segmentElements = 64000;
+  CostModel cut(p);
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling}) {
+    double segment = 0, rest = 0, all = 0, unsegmented = 0, short_ = 0;
+    ASSERT_EQ(whole.predict(a, 5, 64000, OpSpec(), &segment), ncclSuccess);
+    ASSERT_EQ(whole.predict(a, 5, 6400, OpSpec(), &rest), ncclSuccess);
+    ASSERT_EQ(cut.predict(a, 5, 4 * 64000 + 6400, OpSpec(), &all), ncclSuccess);
+    ASSERT_EQ(whole.predict(a, 5, 4 * 64000 + 6400, OpSpec(), &unsegmented), ncclSuccess);
+    ASSERT_EQ(cut.predict(a, 5, 64000, OpSpec(), &short_), ncclSuccess);
+    EXPECT_DOUBLE_EQ(all, 4 * segment + rest) << algoName(a);
+    EXPECT_GT(all, unsegmented) << algoName(a);  // more message steps
+    EXPECT_DOUBLE_EQ(short_, segment) << algoName(a);
+  }
+}
+
 // The ethernet benchmark's star (scripts/ethernet_bench.sh: each namespace a
 // node, SIGNLION_COST_BETA_MBPS of the link rate), 256 MiB of fp32: auto picks
 // halving-doubling (2.5 and 3.125 bits per element at N = 4 and 8, against the

@@ -558,6 +558,50 @@ TEST(AlgoSchedule, WidthsGrowAndScratchIsDeclared) {
 
 // SIGNLION_FIELD_BITS: 0 is the narrowest width that holds N votes; a set
 // width must hold N and be at most 32; anything else is no width (0).
+// The shape the host executor's overlap relies on: every schedule that packs
+// votes packs them as its first step's only local (deferrablePack), and the
+// result of ring, halving-doubling, all-gather and field-sum (and of the
+// hierarchy below) is written once per block, after the packs, on every rank
+// of every N but 1 (pack and decide in one step there). Flipped in a copy: a
+// second write of a block, or a write in the pack step, is refused.
+TEST(AlgoSchedule, ResultWrittenOnceAfterPacks) {
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum})
+    for (int n = 1; n <= 16; n++)
+      for (int64_t nb : {0, 1, 5, 1000}) {
+        for (int r = 0; r < n; r++) {
+          Schedule s;
+          ASSERT_EQ(buildSchedule(a, n, r, nb, OpSpec(), &s), ncclSuccess);
+          const std::string what = std::string(algoName(a)) + " N=" + std::to_string(n) + " rank " + std::to_string(r) +
+                                   " nblocks " + std::to_string(nb);
+          if (a != ncclSignAlgoFieldSum && n > 1 && nb >= n)
+            EXPECT_TRUE(deferrablePack(s, 0) != nullptr || deferrablePack(s, 1) != nullptr) << what;
+          if (n == 1 || nb == 0) continue;
+          EXPECT_TRUE(resultWrittenOnceAfterPacks(s)) << what;
+          Schedule twice = s;
+          twice.steps.back().locals.push_back(detail::decide(Buffer::kCounter, Range{0, 1}, n, counterWidth(n)));
+          EXPECT_FALSE(resultWrittenOnceAfterPacks(twice)) << what;
+        }
+      }
+  // Every write comes after the step whose transfers run the pack; a decide
+  // moved into the step that holds the pack (the writes still tile) would
+  // write the output before the pack is done.
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling}) {
+    Schedule s;
+    ASSERT_EQ(buildSchedule(a, 4, 0, 1000, OpSpec(), &s), ncclSuccess);
+    const size_t packStep = deferrablePack(s, 0) != nullptr ? 0 : 1;
+    ASSERT_NE(deferrablePack(s, packStep), nullptr) << algoName(a);
+    forEachResultWrite(s, [&](size_t i, const Range&) { EXPECT_GT(i, packStep) << algoName(a); });
+    for (size_t i = 0; i < s.steps.size(); i++) {
+      std::vector<Local>& ls = s.steps[i].locals;
+      if (ls.empty() || ls.back().op != LocalOp::kDecide) continue;
+      Schedule early = s;  // into the step that holds the pack (halving-doubling: the fold step)
+      early.steps[s.steps[packStep].locals.empty() ? packStep - 1 : packStep].locals.push_back(ls.back());
+      early.steps[i].locals.pop_back();
+      EXPECT_FALSE(resultWrittenOnceAfterPacks(early)) << algoName(a);
+    }
+  }
+}
+
 TEST(AlgoSchedule, FieldWidthRule) {
   EXPECT_EQ(fieldBitsFor(0, 1), 1);
   EXPECT_EQ(fieldBitsFor(0, 4), 3);
