@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# The UCX transport next to ucx_perftest and next to the socket transport, on
+# loopback and on a 10 Gbit/s tbf-limited veth pair between two namespaces:
+# 8 B ping-pong latency (half round trip, median of the trips: ucp_tag_lat's
+# "50.0%ile") and streaming bandwidth of 4..256 MiB messages, 8 in flight
+# (ucp_tag_bw's "overall"). Figures in docs/PERFORMANCE_net.md come from it.
+#   scripts/ucx_bench.sh [BUILD_DIR]     (root; ucx-utils, iproute2)
+# Environment: REPEATS=3 (rounds; each round runs the three in a rotated order,
+# the tables give the median over rounds), UCX_TLS=tcp (for both ucx_perftest
+# and our plugin), BW_SIZES="4M 16M 64M 256M", BW_BYTES=1G (per size and
+# round), LAT_ITERS=20000, LINKS="loopback veth" (veth: 10gbit unless RATE).
+# UCX_NET_DEVICES and SIGNLION_SOCKET_IFNAME are set to the link's interface;
+# other UCX_* variables pass to all. Exit: 0, or 1 when a run failed.
+set -euo pipefail
+BUILD=$(realpath "${1:-build}")
+PERF=$BUILD/perf/plugin_perf
+[[ -x $PERF ]] || { echo "no $PERF: build the target plugin_perf first" >&2; exit 2; }
+command -v ucx_perftest >/dev/null || { echo "no ucx_perftest: apt-get install ucx-utils (scripts/setup.sh)" >&2; exit 2; }
+REPEATS=${REPEATS:-3}
+BW_SIZES=${BW_SIZES:-"4M 16M 64M 256M"}
+BW_BYTES=${BW_BYTES:-1G}
+LAT_ITERS=${LAT_ITERS:-20000}
+LINKS=${LINKS:-"loopback veth"}
+RATE=${RATE:-10gbit}
+WINDOW=8
+export UCX_TLS=${UCX_TLS:-tcp}
+source "$(dirname "$0")/netns_lib.sh"
+DIR=$(mktemp -d /tmp/signlion-ucxbench-XXXXXX)
+RESULTS=$DIR/results  # lines: link impl metric bytes value (us or Gbit/s)
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  netns_down
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+FAILED=0
+
+bytes_of() { numfmt --from=iec "$1"; }
+PERFTEST_PORT=$((20000 + $$ % 20000))
+
+# Runs server and client of one measurement: ns_server ns_client cmd_server... -- cmd_client...
+pair() {
+  local nss=$1 nsc=$2 pres=() prec=() srv=() cli=() rc=0
+  shift 2
+  while [[ $1 != -- ]]; do srv+=("$1"); shift; done
+  shift
+  cli=("$@")
+  [[ -n $nss ]] && pres=(ip netns exec "$nss")
+  [[ -n $nsc ]] && prec=(ip netns exec "$nsc")
+  "${pres[@]}" env UCX_NET_DEVICES="$SRV_IF" SIGNLION_SOCKET_IFNAME="=$SRV_IF" timeout 300 "${srv[@]}" >"$DIR/server.log" 2>&1 &
+  PIDS=($!)
+  sleep 0.3
+  "${prec[@]}" env UCX_NET_DEVICES="$CLI_IF" SIGNLION_SOCKET_IFNAME="=$CLI_IF" timeout 300 "${cli[@]}" >"$DIR/client.log" 2>&1 || rc=$?
+  wait "${PIDS[0]}" || rc=$((rc ? rc : $?))
+  PIDS=()
+  if ((rc != 0)); then
+    echo "FAILED ($rc): ${cli[*]}" >&2
+    tail -5 "$DIR/server.log" "$DIR/client.log" >&2
+    FAILED=1
+    return 1
+  fi
+}
+
+# ucx_perftest's final line: iterations, latency 50%ile/avg/overall (us),
+# bandwidth avg/overall (MB/s, MB = 2^20), message rate avg/overall.
+perftest() {  # link ns_server ns_client server_addr
+  local link=$1 s n
+  pair "$2" "$3" ucx_perftest -p "$PERFTEST_PORT" -- \
+    ucx_perftest "$4" -p "$PERFTEST_PORT" -t tag_lat -s 8 -n "$LAT_ITERS" -w $((LAT_ITERS / 10)) -f || return 0
+  awk -v l="$link" 'NF == 8 && $1 ~ /^[0-9]+$/ { print l, "ucx_perftest", "lat", 8, $2 }' "$DIR/client.log" >>"$RESULTS"
+  for s in $BW_SIZES; do
+    s=$(bytes_of "$s"); n=$(($(bytes_of "$BW_BYTES") / s)); ((n < 4)) && n=4
+    pair "$2" "$3" ucx_perftest -p "$PERFTEST_PORT" -- \
+      ucx_perftest "$4" -p "$PERFTEST_PORT" -t tag_bw -s "$s" -n "$n" -w 2 -O $WINDOW -f || continue
+    awk -v l="$link" -v s="$s" 'NF == 8 && $1 ~ /^[0-9]+$/ { printf "%s ucx_perftest bw %s %.3f\n", l, s, $6 * 1048576 * 8 / 1e9 }' \
+      "$DIR/client.log" >>"$RESULTS"
+  done
+}
+
+ours() {  # link net ns_server ns_client
+  local link=$1 net=$2 sizes
+  sizes=$(echo "$BW_SIZES" | tr ' ' ,)
+  rm -rf "$DIR/x"; mkdir "$DIR/x"
+  local args=(--net "$net" --dir "$DIR/x" --iters "$LAT_ITERS" --bw-sizes "$sizes" --bytes "$BW_BYTES" --window $WINDOW)
+  pair "$3" "$4" "$PERF" --role server "${args[@]}" -- "$PERF" --role client "${args[@]}" || return 0
+  awk -v l="$link" -v i="$net" '$1 == "lat" || $1 == "bw" { print l, i, $1, $2, $3 }' "$DIR/client.log" >>"$RESULTS"
+}
+
+measure() {  # link ns_server ns_client server_addr: REPEATS rounds, order rotated each round
+  local order=(perftest ucx socket) r k j
+  for ((r = 0; r < REPEATS; r++)); do
+    for ((k = 0; k < 3; k++)); do
+      j=${order[$(((r + k) % 3))]}
+      case $j in
+        perftest) perftest "$1" "$2" "$3" "$4" ;;
+        *) ours "$1" "$j" "$2" "$3" ;;
+      esac
+    done
+    echo "  $1: round $((r + 1))/$REPEATS done"
+  done
+}
+
+report() {  # link
+  awk -v l="$1" '
+    function med(key,   n, i, j, t, a) {
+      n = split(vals[key], a, " ")
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return n == 0 ? "" : n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    function show(v, fmt) { return v == "" ? "n/a" : sprintf(fmt, v) }
+    function ratio(a, b) { return a == "" || b == "" || b == 0 ? "n/a" : sprintf("%.2f", a / b) }
+    $1 == l { k = $3 " " $4 " " $2; vals[k] = vals[k] " " $5; if ($3 == "bw") sz[$4] = 1; n[k]++ }
+    END {
+      pu = med("lat 8 ucx_perftest"); uu = med("lat 8 ucx"); su = med("lat 8 socket")
+      printf "%s, 8 B ping-pong, half round trip (us), median of %d rounds:\n", l, n["lat 8 ucx"]
+      printf "  %-14s %-14s %-14s %-18s %s\n", "ucp_tag_lat", "signlion-ucx", "socket", "ucx/ucp_tag_lat", "socket/ucp_tag_lat"
+      printf "  %-14s %-14s %-14s %-18s %s\n", show(pu, "%.2f"), show(uu, "%.2f"), show(su, "%.2f"), ratio(uu, pu), ratio(su, pu)
+      printf "%s, streaming bandwidth client->server, 8 in flight (Gbit/s), median of rounds:\n", l
+      printf "  %-10s %-14s %-14s %-14s %-18s %s\n", "size", "ucp_tag_bw", "signlion-ucx", "socket", "ucx/ucp_tag_bw", "socket/ucp_tag_bw"
+      m = 0; for (s in sz) keys[++m] = s + 0
+      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (keys[j] < keys[i]) { t = keys[i]; keys[i] = keys[j]; keys[j] = t }
+      for (i = 1; i <= m; i++) {
+        s = keys[i]; p = med("bw " s " ucx_perftest"); u = med("bw " s " ucx"); so = med("bw " s " socket")
+        printf "  %-10s %-14s %-14s %-14s %-18s %s\n", s / 1048576 " MiB", show(p, "%.2f"), show(u, "%.2f"), show(so, "%.2f"), ratio(u, p), ratio(so, p)
+      }
+    }' "$RESULTS"
+}
+
+echo "# $(date -u +%FT%TZ) $(uname -r), $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg); UCX_TLS=$UCX_TLS, $(ucx_info -v | head -1)"
+: >"$RESULTS"
+for link in $LINKS; do
+  case $link in
+    loopback)
+      SRV_IF=lo CLI_IF=lo measure loopback "" "" 127.0.0.1
+      ;;
+    veth)
+      if ! netns_up "$RATE"; then
+        echo "SKIP veth: $NETNS_WHY"
+        continue
+      fi
+      SRV_IF=$IF_A CLI_IF=$IF_B measure "veth-$RATE" "$NS_A" "$NS_B" "$ADDR_A"
+      netns_down
+      ;;
+    *) echo "unknown link $link (loopback, veth)" >&2; exit 2 ;;
+  esac
+done
+for link in $LINKS; do
+  [[ $link == veth ]] && link=veth-$RATE
+  grep -q "^$link " "$RESULTS" && report "$link"
+done
+exit $FAILED
