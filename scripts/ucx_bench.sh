@@ -9,6 +9,8 @@
 # the tables give the median over rounds), UCX_TLS=tcp (for both ucx_perftest
 # and our plugin), BW_SIZES="4M 16M 64M 256M", BW_BYTES=1G (per size and
 # round), LAT_ITERS=20000, LINKS="loopback veth" (veth: 10gbit unless RATE).
+# BEFORE=path/to/another/plugin_perf: also that build's UCX transport, as
+# "ucx-before" in the same rotation (before/after figures of a change).
 # UCX_NET_DEVICES and SIGNLION_SOCKET_IFNAME are set to the link's interface;
 # other UCX_* variables pass to all. Exit: 0, or 1 when a run failed.
 set -euo pipefail
@@ -80,20 +82,22 @@ perftest() {  # link ns_server ns_client server_addr
   done
 }
 
-ours() {  # link net ns_server ns_client
-  local link=$1 net=$2 sizes
+ours() {  # link impl ns_server ns_client; impl: socket, ucx or ucx-before
+  local link=$1 impl=$2 net=${2%-before} perf=$PERF sizes
+  [[ $impl == *-before ]] && perf=$BEFORE
   sizes=$(echo "$BW_SIZES" | tr ' ' ,)
   rm -rf "$DIR/x"; mkdir "$DIR/x"
   local args=(--net "$net" --dir "$DIR/x" --iters "$LAT_ITERS" --bw-sizes "$sizes" --bytes "$BW_BYTES" --window $WINDOW)
-  pair "$3" "$4" "$PERF" --role server "${args[@]}" -- "$PERF" --role client "${args[@]}" || return 0
-  awk -v l="$link" -v i="$net" '$1 == "lat" || $1 == "bw" { print l, i, $1, $2, $3 }' "$DIR/client.log" >>"$RESULTS"
+  pair "$3" "$4" "$perf" --role server "${args[@]}" -- "$perf" --role client "${args[@]}" || return 0
+  awk -v l="$link" -v i="$impl" '$1 == "lat" || $1 == "bw" { print l, i, $1, $2, $3 }' "$DIR/client.log" >>"$RESULTS"
 }
 
 measure() {  # link ns_server ns_client server_addr: REPEATS rounds, order rotated each round
   local order=(perftest ucx socket) r k j
+  [[ -n ${BEFORE:-} ]] && order+=(ucx-before)
   for ((r = 0; r < REPEATS; r++)); do
-    for ((k = 0; k < 3; k++)); do
-      j=${order[$(((r + k) % 3))]}
+    for ((k = 0; k < ${#order[@]}; k++)); do
+      j=${order[$(((r + k) % ${#order[@]}))]}
       case $j in
         perftest) perftest "$1" "$2" "$3" "$4" ;;
         *) ours "$1" "$j" "$2" "$3" ;;
@@ -114,17 +118,21 @@ report() {  # link
     function ratio(a, b) { return a == "" || b == "" || b == 0 ? "n/a" : sprintf("%.2f", a / b) }
     $1 == l { k = $3 " " $4 " " $2; vals[k] = vals[k] " " $5; if ($3 == "bw") sz[$4] = 1; n[k]++ }
     END {
-      pu = med("lat 8 ucx_perftest"); uu = med("lat 8 ucx"); su = med("lat 8 socket")
+      pu = med("lat 8 ucx_perftest"); uu = med("lat 8 ucx"); su = med("lat 8 socket"); bu = med("lat 8 ucx-before")
       printf "%s, 8 B ping-pong, half round trip (us), median of %d rounds:\n", l, n["lat 8 ucx"]
-      printf "  %-14s %-14s %-14s %-18s %s\n", "ucp_tag_lat", "signlion-ucx", "socket", "ucx/ucp_tag_lat", "socket/ucp_tag_lat"
-      printf "  %-14s %-14s %-14s %-18s %s\n", show(pu, "%.2f"), show(uu, "%.2f"), show(su, "%.2f"), ratio(uu, pu), ratio(su, pu)
+      printf "  %-14s %-14s %-14s %-18s %-20s", "ucp_tag_lat", "signlion-ucx", "socket", "ucx/ucp_tag_lat", "socket/ucp_tag_lat"
+      printf "%s\n", bu == "" ? "" : sprintf("%-14s %s", "ucx-before", "before/ucp_tag_lat")
+      printf "  %-14s %-14s %-14s %-18s %-20s", show(pu, "%.2f"), show(uu, "%.2f"), show(su, "%.2f"), ratio(uu, pu), ratio(su, pu)
+      printf "%s\n", bu == "" ? "" : sprintf("%-14s %s", show(bu, "%.2f"), ratio(bu, pu))
       printf "%s, streaming bandwidth client->server, 8 in flight (Gbit/s), median of rounds:\n", l
-      printf "  %-10s %-14s %-14s %-14s %-18s %s\n", "size", "ucp_tag_bw", "signlion-ucx", "socket", "ucx/ucp_tag_bw", "socket/ucp_tag_bw"
+      printf "  %-10s %-14s %-14s %-14s %-18s %-20s", "size", "ucp_tag_bw", "signlion-ucx", "socket", "ucx/ucp_tag_bw", "socket/ucp_tag_bw"
+      printf "%s\n", bu == "" ? "" : sprintf("%-14s %s", "ucx-before", "before/ucp_tag_bw")
       m = 0; for (s in sz) keys[++m] = s + 0
       for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (keys[j] < keys[i]) { t = keys[i]; keys[i] = keys[j]; keys[j] = t }
       for (i = 1; i <= m; i++) {
-        s = keys[i]; p = med("bw " s " ucx_perftest"); u = med("bw " s " ucx"); so = med("bw " s " socket")
-        printf "  %-10s %-14s %-14s %-14s %-18s %s\n", s / 1048576 " MiB", show(p, "%.2f"), show(u, "%.2f"), show(so, "%.2f"), ratio(u, p), ratio(so, p)
+        s = keys[i]; p = med("bw " s " ucx_perftest"); u = med("bw " s " ucx"); so = med("bw " s " socket"); b = med("bw " s " ucx-before")
+        printf "  %-10s %-14s %-14s %-14s %-18s %-20s", s / 1048576 " MiB", show(p, "%.2f"), show(u, "%.2f"), show(so, "%.2f"), ratio(u, p), ratio(so, p)
+        printf "%s\n", bu == "" ? "" : sprintf("%-14s %s", show(b, "%.2f"), ratio(b, p))
       }
     }' "$RESULTS"
 }
