@@ -7,7 +7,7 @@
 #   scripts/ucx_bench.sh [BUILD_DIR]     (root; ucx-utils, iproute2)
 # Environment: REPEATS=3 (rounds; each round runs the three in a rotated order,
 # the tables give the median over rounds), UCX_TLS=tcp (for both ucx_perftest
-# and our plugin), BW_SIZES="4M 16M 64M 256M", BW_BYTES=1G (per size and
+# and our plugin), BW_SIZES="4M 16M 64M 256M", BW_BYTES=512M (per size and
 # round), LAT_ITERS=20000, LINKS="loopback veth" (veth: 10gbit unless RATE).
 # BEFORE=path/to/another/plugin_perf: also that build's UCX transport, as
 # "ucx-before" in the same rotation (before/after figures of a change).
@@ -20,7 +20,7 @@ PERF=$BUILD/perf/plugin_perf
 command -v ucx_perftest >/dev/null || { echo "no ucx_perftest: apt-get install ucx-utils (scripts/setup.sh)" >&2; exit 2; }
 REPEATS=${REPEATS:-3}
 BW_SIZES=${BW_SIZES:-"4M 16M 64M 256M"}
-BW_BYTES=${BW_BYTES:-1G}
+BW_BYTES=${BW_BYTES:-512M}
 LAT_ITERS=${LAT_ITERS:-20000}
 LINKS=${LINKS:-"loopback veth"}
 RATE=${RATE:-10gbit}
