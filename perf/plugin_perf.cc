@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "pair_files.h"
 #include "socket/socket_net.h"
 #ifdef SIGNLION_PERF_HAVE_UCX
 #include "ucx/ucx_net.h"
@@ -40,33 +41,13 @@ namespace {
 
 const ncclNet_v11_t* gNet = nullptr;
 void* gCtx = nullptr;
-std::string gDir;
-bool gServer = false;
+signlion::perf::PairFiles gPair("plugin_perf");
+using signlion::perf::nowSec;
 
-double nowSec() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-[[noreturn]] void die(const char* what) {
-  fprintf(stderr, "plugin_perf (%s): %s\n", gServer ? "server" : "client", what);
-  exit(1);
-}
+[[noreturn]] void die(const char* what) { gPair.die(what); }
 
 void check(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) die(what);
-}
-
-void putFile(const std::string& name, const void* data, size_t size) {
-  std::string tmp = gDir + "/" + name + ".tmp";
-  std::ofstream(tmp, std::ios::binary).write(static_cast<const char*>(data), size);
-  if (rename(tmp.c_str(), (gDir + "/" + name).c_str()) != 0) die("rename");
-}
-
-void getFile(const std::string& name, void* data, size_t size) {
-  for (int i = 0; i < 60000; i++) {  // at most 60 s
-    std::ifstream f(gDir + "/" + name, std::ios::binary);
-    if (f && f.read(static_cast<char*>(data), size)) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  die(("no file " + name).c_str());
 }
 
 // Spins on test() until req completes (60 s at most); yields after 100 us.
@@ -90,8 +71,8 @@ void connectBoth(void** s, void** r) {
   void* l = nullptr;
   *s = *r = nullptr;
   check(gNet->listen(gCtx, 0, mine, &l), "listen");
-  putFile(gServer ? "handle.s" : "handle.c", mine, sizeof(mine));
-  getFile(gServer ? "handle.c" : "handle.s", theirs, sizeof(theirs));
+  gPair.put(gPair.server ? "handle.s" : "handle.c", mine, sizeof(mine));
+  gPair.get(gPair.server ? "handle.c" : "handle.s", theirs, sizeof(theirs));
   double start = nowSec();
   while (!*s || !*r) {
     if (!*s) check(gNet->connect(gCtx, 0, theirs, s, nullptr), "connect");
@@ -139,9 +120,9 @@ struct Link {
   // One round trip: the client sends first, the server replies.
   void pingPong(size_t size) {
     void* rreq = postRecv(size);
-    if (gServer) wait(rreq);
+    if (gPair.server) wait(rreq);
     void* sreq = postSend(size);
-    if (!gServer) wait(rreq);
+    if (!gPair.server) wait(rreq);
     wait(sreq);
   }
 };
@@ -174,7 +155,7 @@ double bandwidth(Link& link, size_t size, size_t count, int window) {
     size_t before = completed;
     for (int k = 0; k < window; k++) {
       if (reqs[k] == nullptr && posted < count) {
-        reqs[k] = gServer ? link.postRecv(size) : link.postSend(size);
+        reqs[k] = gPair.server ? link.postRecv(size) : link.postSend(size);
         posted++;
       }
       int done = 0;
@@ -187,9 +168,9 @@ double bandwidth(Link& link, size_t size, size_t count, int window) {
     if (now > limit) die("stream did not finish in 120 s");
   }
   // "All arrived": the server's 1-byte message ends the client's clock.
-  void* req = gServer ? link.postSend(1) : link.postRecv(1);
+  void* req = gPair.server ? link.postSend(1) : link.postRecv(1);
   wait(req);
-  return gServer ? 0 : (double)(size * count) * 8 / (nowSec() - t0) / 1e9;
+  return gPair.server ? 0 : (double)(size * count) * 8 / (nowSec() - t0) / 1e9;
 }
 
 // "4M,16M,64M,256M" -> bytes; K, M and G suffixes.
@@ -224,7 +205,7 @@ int main(int argc, char** argv) {
     else if (k == "--role")
       role = v;
     else if (k == "--dir")
-      gDir = v;
+      gPair.dir = v;
     else if (k == "--lat-sizes")
       latSizes = parseSizes(v);
     else if (k == "--bw-sizes")
@@ -242,8 +223,8 @@ int main(int argc, char** argv) {
 #ifdef SIGNLION_PERF_HAVE_UCX
   if (net == "ucx") gNet = signlion::net::ucxNetV11();
 #endif
-  if (!ok || argc % 2 == 0 || gNet == nullptr || (role != "server" && role != "client") || gDir.empty() || iters < 1 ||
-      window < 1 || window > NCCL_NET_MAX_REQUESTS || bytes == 0) {
+  if (!ok || argc % 2 == 0 || gNet == nullptr || (role != "server" && role != "client") || gPair.dir.empty() ||
+      iters < 1 || window < 1 || window > NCCL_NET_MAX_REQUESTS || bytes == 0) {
     fprintf(stderr,
             "usage: plugin_perf --net socket|ucx --role server|client --dir DIR [--lat-sizes 8]\n"
             "                   [--iters 20000] [--bw-sizes 4M,16M,64M,256M] [--bytes 1G] [--window 1..%d]\n"
@@ -251,7 +232,7 @@ int main(int argc, char** argv) {
             NCCL_NET_MAX_REQUESTS);
     return 2;
   }
-  gServer = role == "server";
+  gPair.server = role == "server";
   ncclNetCommConfig_v11_t cfg{NCCL_NET_TRAFFIC_CLASS_UNDEF};
   check(gNet->init(&gCtx, 0, &cfg, nullptr, nullptr), "init");
   int ndev = 0;
@@ -266,13 +247,13 @@ int main(int argc, char** argv) {
     trips.reserve(iters);
     for (size_t s : latSizes) {
       double us = latency(link, s, iters, &trips);
-      if (!gServer) printf("lat %zu %.3f\n", s, us);
+      if (!gPair.server) printf("lat %zu %.3f\n", s, us);
     }
     for (size_t s : bwSizes) {
       size_t count = std::max<size_t>(bytes / s, 4);
       bandwidth(link, s, 2, std::min(window, 2));  // warm-up (registration caches, rendezvous lanes)
       double gbps = bandwidth(link, s, count, window);
-      if (!gServer) printf("bw %zu %.3f\n", s, gbps);
+      if (!gPair.server) printf("bw %zu %.3f\n", s, gbps);
     }
     fflush(stdout);
   }

@@ -15,8 +15,10 @@
 # other UCX_* variables pass to all. Exit: 0, or 1 when a run failed.
 set -euo pipefail
 BUILD=$(realpath "${1:-build}")
-PERF=$BUILD/perf/plugin_perf
-[[ -x $PERF ]] || { echo "no $PERF: build the target plugin_perf first" >&2; exit 2; }
+PERF=$BUILD/perf/plugin_perf LAYOUT=$BUILD/perf/ucp_layout_perf
+for t in "$PERF" "$LAYOUT"; do
+  [[ -x $t ]] || { echo "no $t: build the targets plugin_perf and ucp_layout_perf (a build with UCX)" >&2; exit 2; }
+done
 command -v ucx_perftest >/dev/null || { echo "no ucx_perftest: apt-get install ucx-utils (scripts/setup.sh)" >&2; exit 2; }
 REPEATS=${REPEATS:-3}
 BW_SIZES=${BW_SIZES:-"4M 16M 64M 256M"}
@@ -82,6 +84,14 @@ perftest() {  # link ns_server ns_client server_addr
   done
 }
 
+# Plain UCP in ucx_perftest's layout (1 worker per process) and in ours (2): latency only.
+layout() {  # link workers ns_server ns_client
+  rm -rf "$DIR/x"; mkdir "$DIR/x"
+  local args=(--dir "$DIR/x" --workers "$2" --iters "$LAT_ITERS")
+  pair "$3" "$4" "$LAYOUT" --role server "${args[@]}" -- "$LAYOUT" --role client "${args[@]}" || return 0
+  awk -v l="$1" -v i="ucp-$2w" '$1 == "lat" { print l, i, $1, $2, $3 }' "$DIR/client.log" >>"$RESULTS"
+}
+
 ours() {  # link impl ns_server ns_client; impl: socket, ucx or ucx-before
   local link=$1 impl=$2 net=${2%-before} perf=$PERF sizes
   [[ $impl == *-before ]] && perf=$BEFORE
@@ -93,13 +103,14 @@ ours() {  # link impl ns_server ns_client; impl: socket, ucx or ucx-before
 }
 
 measure() {  # link ns_server ns_client server_addr: REPEATS rounds, order rotated each round
-  local order=(perftest ucx socket) r k j
+  local order=(perftest ucx socket layout1 layout2) r k j
   [[ -n ${BEFORE:-} ]] && order+=(ucx-before)
   for ((r = 0; r < REPEATS; r++)); do
     for ((k = 0; k < ${#order[@]}; k++)); do
       j=${order[$(((r + k) % ${#order[@]}))]}
       case $j in
         perftest) perftest "$1" "$2" "$3" "$4" ;;
+        layout*) layout "$1" "${j#layout}" "$2" "$3" ;;
         *) ours "$1" "$j" "$2" "$3" ;;
       esac
     done
@@ -118,12 +129,14 @@ report() {  # link
     function ratio(a, b) { return a == "" || b == "" || b == 0 ? "n/a" : sprintf("%.2f", a / b) }
     $1 == l { k = $3 " " $4 " " $2; vals[k] = vals[k] " " $5; if ($3 == "bw") sz[$4] = 1; n[k]++ }
     END {
-      pu = med("lat 8 ucx_perftest"); uu = med("lat 8 ucx"); su = med("lat 8 socket"); bu = med("lat 8 ucx-before")
-      printf "%s, 8 B ping-pong, half round trip (us), median of %d rounds:\n", l, n["lat 8 ucx"]
-      printf "  %-14s %-14s %-14s %-18s %-20s", "ucp_tag_lat", "signlion-ucx", "socket", "ucx/ucp_tag_lat", "socket/ucp_tag_lat"
-      printf "%s\n", bu == "" ? "" : sprintf("%-14s %s", "ucx-before", "before/ucp_tag_lat")
-      printf "  %-14s %-14s %-14s %-18s %-20s", show(pu, "%.2f"), show(uu, "%.2f"), show(su, "%.2f"), ratio(uu, pu), ratio(su, pu)
-      printf "%s\n", bu == "" ? "" : sprintf("%-14s %s", show(bu, "%.2f"), ratio(bu, pu))
+      pu = med("lat 8 ucx_perftest"); bu = med("lat 8 ucx-before")
+      printf "%s, 8 B ping-pong, half round trip (us), median of %d rounds; ratio to ucp_tag_lat:\n", l, n["lat 8 ucx"]
+      split("ucx_perftest ucx ucx-before socket ucp-1w ucp-2w", impl, " ")
+      split("ucp_tag_lat (ucx_perftest)|signlion-ucx|signlion-ucx before (BEFORE=)|socket transport|plain UCP, 1 worker per process|plain UCP, 2 workers per process (our layout)", label, "|")
+      for (i = 1; i <= 6; i++) {
+        v = med("lat 8 " impl[i])
+        if (v != "") printf "  %-48s %8.2f %6s\n", label[i], v, ratio(v, pu)
+      }
       printf "%s, streaming bandwidth client->server, 8 in flight (Gbit/s), median of rounds:\n", l
       printf "  %-10s %-14s %-14s %-14s %-18s %-20s", "size", "ucp_tag_bw", "signlion-ucx", "socket", "ucx/ucp_tag_bw", "socket/ucp_tag_bw"
       printf "%s\n", bu == "" ? "" : sprintf("%-14s %s", "ucx-before", "before/ucp_tag_bw")
