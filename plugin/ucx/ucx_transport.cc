@@ -3,7 +3,6 @@
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
@@ -32,21 +31,6 @@ constexpr uint32_t kMrMagic = 0x534c554d;        // "SLUM"
 constexpr uint32_t kMaxWorkerAddress = 1 << 16;  // refuse larger replies
 constexpr size_t kMaxPendingAccepts = 256;
 constexpr uint64_t kFullTagMask = ~0ull;
-// test() calls a request waits through on its own worker before each further
-// call also progresses the process's other comms (helpProgress): a reply due
-// within microseconds does not pay a lock round and a system call per other
-// worker on every spin, and a waiter whose partner in this process is not
-// being tested still moves it after a few microseconds.
-constexpr int kIdleTestsBeforeHelp = 32;
-
-// Milliseconds for the hot path's timeout checks: the coarse clock, a few
-// times cheaper to read than CLOCK_MONOTONIC (whose value it is, as of the
-// last tick, so the two compare within a tick, far below any timeout here).
-int64_t coarseMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int64_t timeoutMs() {
   int64_t t = signlionParamSocketTimeoutMs();
@@ -126,7 +110,6 @@ struct Request {
   Comm* comm;
   int n;
   int pending;       // slots not done yet
-  int idleTests;     // test() calls that found it pending and its worker idle
   int64_t postedMs;  // a receive still waiting after the timeout looks for unclaimed messages
   size_t bytes;
   Slot slots[kUcxMaxRecvs];
@@ -410,7 +393,7 @@ ucp_request_param_t opParams(void* slot, void* mhandle) {
 // Reads the out-of-band socket, at most every few ms (a syscall otherwise on
 // every test()).
 OobWatch::State checkPeer(Comm* c, bool force) {
-  int64_t now = force ? monotonicMs() : coarseMs();
+  int64_t now = monotonicMs();
   if (!force && now - c->lastOobMs < 5) return c->oob.state();
   c->lastOobMs = now;
   return c->oob.poll(now);
@@ -935,7 +918,6 @@ ncclResult_t ucxIsend(void* sendComm, void* data, size_t size, int tag, void* mh
   if (r == nullptr) return ncclSuccess;  // NCCL retries
   r->comm = c;
   r->n = 1;
-  r->idleTests = 0;
   r->bytes = size;
   Slot* s = &r->slots[0];
   *s = Slot{};
@@ -973,9 +955,8 @@ ncclResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, c
   if (r == nullptr) return ncclSuccess;
   r->comm = c;
   r->n = n;
-  r->postedMs = coarseMs();
+  r->postedMs = monotonicMs();
   r->pending = 0;
-  r->idleTests = 0;
   r->bytes = 0;
   for (int i = 0; i < n; i++) {
     Slot* s = &r->slots[i];
@@ -1023,11 +1004,10 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
     unsigned moved = 0;
     for (int i = 0; i < 4 && (moved = ucp_worker_progress(c->worker)) != 0; i++) {
     }
-    if (moved == 0 && ++r->idleTests > kIdleTestsBeforeHelp) helpProgress(c);
+    if (moved == 0) helpProgress(c);
     r->pending = pendingNow();
   }
   if (r->pending > 0) {
-    const int64_t now = coarseMs();
     OobWatch::State st = checkPeer(c, false);
     if (st == OobWatch::kDead) return peerLost(c, "peer vanished (connection closed without a bye)");
     if (st == OobWatch::kClosed && c->isSend) {
@@ -1038,7 +1018,7 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
       }
       if ((r->pending = pendingNow()) > 0)
         return peerLost(c, "peer closed its send comm with our receive still waiting for a message");
-    } else if (!c->isSend && now - r->postedMs > timeoutMs()) {
+    } else if (!c->isSend && monotonicMs() - r->postedMs > timeoutMs()) {
       // A receive waiting past the timeout while a message no receive
       // claims sits in the worker: the sender used a tag we never post.
       ucp_tag_recv_info_t info;
@@ -1048,10 +1028,10 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
         return ncclInvalidUsage;
       }
     }
-    if (r->pending > 0 && c->oob.state() == OobWatch::kAlive && c->oob.silentFor(now) > timeoutMs()) {
+    if (r->pending > 0 && c->oob.state() == OobWatch::kAlive && c->oob.silentFor(monotonicMs()) > timeoutMs()) {
       char why[160];
       snprintf(why, sizeof(why), "peer silent for %lld ms (stopped or unreachable; SIGNLION_SOCKET_TIMEOUT=%lld)",
-               (long long)c->oob.silentFor(now), (long long)timeoutMs());
+               (long long)c->oob.silentFor(monotonicMs()), (long long)timeoutMs());
       return peerLost(c, why);
     }
     if (r->pending > 0) return ncclSuccess;
