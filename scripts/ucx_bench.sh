@@ -3,7 +3,7 @@
 # loopback and on a 10 Gbit/s tbf-limited veth pair between two namespaces:
 # 8 B ping-pong latency (half round trip, median of the trips: ucp_tag_lat's
 # "50.0%ile") and streaming bandwidth of 4..256 MiB messages, 8 in flight
-# (ucp_tag_bw's "overall"). Figures in docs/PERFORMANCE_net.md come from it.
+# (ucp_tag_bw's "overall"). Figures in docs/PERFORMANCE_ucx.md come from it.
 #   scripts/ucx_bench.sh [BUILD_DIR]     (root; ucx-utils, iproute2)
 # Environment: REPEATS=3 (rounds; each round runs the three in a rotated order,
 # the tables give the median over rounds), UCX_TLS=tcp (for both ucx_perftest
