@@ -36,6 +36,7 @@
 
 #include "common/param.h"
 #include "socket/socket_devices.h"
+#include "pair_files.h"
 #include "socket/socket_net.h"
 #include "socket/socket_params.h"
 #include "socket/socket_stream.h"
@@ -45,33 +46,13 @@ namespace {
 using signlion::net::SocketAddress;
 const ncclNet_v11_t* gNet = nullptr;
 void* gCtx = nullptr;
-std::string gDir;
-bool gServer = false;
+signlion::perf::PairFiles gPair("net_perf");
+using signlion::perf::nowSec;
 
-double nowSec() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-[[noreturn]] void die(const char* what) {
-  fprintf(stderr, "net_perf (%s): %s\n", gServer ? "server" : "client", what);
-  exit(1);
-}
+[[noreturn]] void die(const char* what) { gPair.die(what); }
 
 void check(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) die(what);
-}
-
-void putFile(const std::string& name, const void* data, size_t size) {
-  std::string tmp = gDir + "/" + name + ".tmp";
-  std::ofstream(tmp, std::ios::binary).write(static_cast<const char*>(data), size);
-  if (rename(tmp.c_str(), (gDir + "/" + name).c_str()) != 0) die("rename");
-}
-
-void getFile(const std::string& name, void* data, size_t size) {
-  for (int i = 0; i < 60000; i++) {  // at most 60 s
-    std::ifstream f(gDir + "/" + name, std::ios::binary);
-    if (f && f.read(static_cast<char*>(data), size)) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  die(("no file " + name).c_str());
 }
 
 // Waits like a host-side caller: spins on test() for a short while (a reply
@@ -97,12 +78,12 @@ void connectBoth(int dev, const std::string& name, bool bidir, void** s, void** 
   char mine[NCCL_NET_HANDLE_MAXSIZE], theirs[NCCL_NET_HANDLE_MAXSIZE];
   void* l = nullptr;
   *s = *r = nullptr;
-  bool wantSend = bidir || !gServer, wantRecv = bidir || gServer;
+  bool wantSend = bidir || !gPair.server, wantRecv = bidir || gPair.server;
   if (wantRecv) {
     check(gNet->listen(gCtx, dev, mine, &l), "listen");
-    putFile(name + (gServer ? ".s" : ".c"), mine, sizeof(mine));
+    gPair.put(name + (gPair.server ? ".s" : ".c"), mine, sizeof(mine));
   }
-  if (wantSend) getFile(name + (gServer ? ".c" : ".s"), theirs, sizeof(theirs));
+  if (wantSend) gPair.get(name + (gPair.server ? ".c" : ".s"), theirs, sizeof(theirs));
   double start = nowSec();
   while ((wantSend && !*s) || (wantRecv && !*r)) {
     if (wantSend && !*s) check(gNet->connect(gCtx, dev, theirs, s, nullptr), "connect");
@@ -168,10 +149,10 @@ struct PluginPing {
     void *sreq = nullptr, *rreq = nullptr;
     check(gNet->irecv(r, 1, &rd, &cap, &tag, &rmr, nullptr, &rreq), "irecv");
     if (!rreq) die("irecv not posted");
-    if (gServer) wait(rreq, r);
+    if (gPair.server) wait(rreq, r);
     check(gNet->isend(s, sbuf.data(), size, 0, smr, nullptr, &sreq), "isend");
     if (!sreq) die("isend not posted");
-    if (!gServer) wait(rreq, r);
+    if (!gPair.server) wait(rreq, r);
     wait(sreq, s);
   }
 };
@@ -233,16 +214,16 @@ struct PlainPing {
   std::vector<char> buf = std::vector<char>(1 << 20, 2);
 
   explicit PlainPing(const SocketAddress& local) {
-    int* fds[3] = {&two, gServer ? &in : &out, gServer ? &out : &in};  // in connect (= accept) order
-    if (gServer) {
+    int* fds[3] = {&two, gPair.server ? &in : &out, gPair.server ? &out : &in};  // in connect (= accept) order
+    if (gPair.server) {
       SocketAddress a;
       int l = plainListen(local, 3, &a);
-      putFile("plain.addr", &a, sizeof(a));
+      gPair.put("plain.addr", &a, sizeof(a));
       for (int* fd : fds) *fd = accept(l, nullptr, nullptr);
       close(l);
     } else {
       SocketAddress a;
-      getFile("plain.addr", &a, sizeof(a));
+      gPair.get("plain.addr", &a, sizeof(a));
       for (int* fd : fds) *fd = plainConnect(a);
     }
     for (int* fd : fds) plainTune(*fd);
@@ -253,13 +234,13 @@ struct PlainPing {
     close(in);
   }
   void twoWay(size_t size) {
-    fullIo(two, buf.data(), size, !gServer);
-    fullIo(two, buf.data(), size, gServer);
+    fullIo(two, buf.data(), size, !gPair.server);
+    fullIo(two, buf.data(), size, gPair.server);
   }
   void oneWayPair(size_t size) {
-    if (!gServer) fullIo(out, buf.data(), size, true);
+    if (!gPair.server) fullIo(out, buf.data(), size, true);
     fullIo(in, buf.data(), size, false, &ackMs);
-    if (gServer) fullIo(out, buf.data(), size, true);
+    if (gPair.server) fullIo(out, buf.data(), size, true);
   }
 };
 
@@ -373,7 +354,7 @@ double stream(int dev, int nsocks, size_t bytes, uint64_t* wire) {
   const int kInflight = 8;
   size_t nmsg = std::max<size_t>(1, bytes / kMsg);
   std::vector<char> buf(kMsg * kInflight, 3);
-  void* comm = gServer ? r : s;
+  void* comm = gPair.server ? r : s;
   void* mr;
   check(gNet->regMr(comm, buf.data(), buf.size(), NCCL_PTR_HOST, &mr), "regMr");
   std::vector<void*> reqs(kInflight, nullptr);
@@ -385,7 +366,7 @@ double stream(int dev, int nsocks, size_t bytes, uint64_t* wire) {
       if (reqs[k] == nullptr && posted < nmsg) {
         char* p = buf.data() + k * kMsg;
         int tag = 0;
-        if (gServer) {
+        if (gPair.server) {
           void* d = p;
           size_t cap = kMsg;
           check(gNet->irecv(r, 1, &d, &cap, &tag, &mr, nullptr, &reqs[k]), "irecv");
@@ -407,14 +388,14 @@ double stream(int dev, int nsocks, size_t bytes, uint64_t* wire) {
   double secs = nowSec() - t0;
   uint64_t sent = 0, recvd = 0;
   signlion::net::commBytes(comm, &sent, &recvd);
-  *wire = gServer ? recvd : sent;
+  *wire = gPair.server ? recvd : sent;
   gNet->deregMr(comm, mr);
   // The receiver tells the sender when it is done, so closing loses nothing.
   char token = 1;
-  if (gServer)
-    putFile(name + ".done", &token, 1);
+  if (gPair.server)
+    gPair.put(name + ".done", &token, 1);
   else
-    getFile(name + ".done", &token, 1);
+    gPair.get(name + ".done", &token, 1);
   if (s) gNet->closeSend(s);
   if (r) gNet->closeRecv(r);
   return (double)(nmsg * kMsg) * 8 / secs / 1e9;
@@ -451,7 +432,7 @@ int main(int argc, char** argv) {
     if (k == "--role")
       role = v;
     else if (k == "--dir")
-      gDir = v;
+      gPair.dir = v;
     else if (k == "--ifname")
       ifname = v;
     else if (k == "--bytes")
@@ -473,7 +454,7 @@ int main(int argc, char** argv) {
   }
   const char* names[] = {"signlion", "plain-tcp", "tcp-2conn"};
   bool onlyOk = only.empty() || std::find(std::begin(names), std::end(names), only) != std::end(names);
-  if (!((role == "server" || role == "client") && !gDir.empty()) && role != "self") onlyOk = false;
+  if (!((role == "server" || role == "client") && !gPair.dir.empty()) && role != "self") onlyOk = false;
   if (!onlyOk) {
     fprintf(
         stderr,
@@ -482,7 +463,7 @@ int main(int argc, char** argv) {
         "       net_perf --role self [--ifname IF] [--iters 2000] [--blocks 10] [--lat-sizes 8,64,...]\n");
     return 2;
   }
-  gServer = role == "server";
+  gPair.server = role == "server";
   setenv("SIGNLION_SOCKET_IFNAME", ("=" + ifname).c_str(), 1);
   signlion::paramResetCache();
   gNet = signlion::net::socketNetV11();
@@ -519,13 +500,13 @@ int main(int argc, char** argv) {
     bw.push_back(stream(0, n, bytes, &w));
     wire.push_back(w);
   }
-  if (gServer) {
+  if (gPair.server) {
     // Receiver-side bandwidth is the honest one: hand it to the client to print.
-    putFile("bw.result", bw.data(), bw.size() * sizeof(double));
+    gPair.put("bw.result", bw.data(), bw.size() * sizeof(double));
     gNet->finalize(gCtx);
     return 0;
   }
-  getFile("bw.result", bw.data(), bw.size() * sizeof(double));
+  gPair.get("bw.result", bw.data(), bw.size() * sizeof(double));
   printf("# net_perf on %s (%s), default SIGNLION_NSOCKS=%d\n", devs[0].name.c_str(),
          signlion::net::addressString(devs[0].addr).c_str(), nsocksDefault);
   printf("# ping-pong latency, half round trip (us): median of %d blocks, each timing the three in turn\n", blocks);

@@ -156,6 +156,8 @@ void usage(const char* argv0) {
       "[-K,--per_iter_skip <count> leading iterations left out of the -I statistics (default: 0)]\n\t"
       "[-A,--algo <auto/ring/hd/allgather/fieldsum/hier>]\n\t"
       "[--rank <r> --nranks <n> --id-file <path>] (one rank per process, started by hand)\n\t"
+      "[--net-plugin <name or path>] host mode: the ncclNet carrying the traffic (config.netPlugin), e.g.\n\t"
+      "         signlion-ucx for libnccl-net-signlion-ucx.so (default: the built-in socket transport)\n\t"
       "[--nccl] GPU mode: ncclSignAllReduce on device buffers and NCCL communicators, -t x -g ranks as\n\t"
       "         processes (rank r on GPU r %% devices), each row next to NCCL's ncclAllReduce of the\n\t"
       "         same count in fp32 and bf16; -o mavo/avg/all. Exits 77 when no GPU answers.\n\t"
@@ -209,6 +211,7 @@ int parseOptions(int argc, char** argv, Options* o) {
                                     {"nranks", required_argument, 0, 1001},
                                     {"id-file", required_argument, 0, 1002},
                                     {"nccl", no_argument, 0, 1003},
+                                    {"net-plugin", required_argument, 0, 1004},
                                     {"help", no_argument, 0, 'h'},
                                     {}};
   o->args.assign(argv, argv + argc);
@@ -344,6 +347,9 @@ int parseOptions(int argc, char** argv, Options* o) {
         break;
       case 1003:
         o->nccl = true;
+        break;
+      case 1004:
+        o->netPlugin = optarg;
         break;
       case 'h':
         usage(argv[0]);
@@ -846,8 +852,13 @@ int main(int argc, char** argv) {
     fprintf(stderr, "-A %s: not one of auto, ring, hd, allgather, fieldsum, hier\n", o.algo.c_str());
     return 2;
   }
+  if (o.nccl && !o.netPlugin.empty()) {
+    fprintf(stderr, "--net-plugin: host mode only (with --nccl, NCCL_NET_PLUGIN picks NCCL's network)\n");
+    return 2;
+  }
   if (o.nccl) return ncclMain(o, w.config.algorithm);
   if (o.timeoutSec > 0) w.config.timeoutMs = o.timeoutSec * 1000;
+  if (!o.netPlugin.empty()) w.config.netPlugin = o.netPlugin.c_str();  // o outlives every communicator
 #ifdef SIGNLION_PERF_MPI
   // MPI only when started by mpirun, so that the same binary also runs alone,
   // with threads or with processes started by hand.

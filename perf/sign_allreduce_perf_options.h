@@ -39,7 +39,8 @@ struct Options {
   // Processes started by hand.
   int rank = -1, nranks = 0;
   std::string idFile;
-  bool nccl = false;  // the GPU mode
+  bool nccl = false;      // the GPU mode
+  std::string netPlugin;  // --net-plugin: config.netPlugin of the host communicator (empty: the built-in socket one)
   int ranksPerProcess() const { return nThreads * nGpus; }
 };
 

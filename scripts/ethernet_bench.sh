@@ -16,6 +16,10 @@
 #     build's sign_allreduce_perf, as "<name>@base" (A B A B ... when a
 #     contender is listed several times); scripts/star_summary.py prints the
 #     medians: wall vs wire time, auto vs every forced algorithm, new vs base.
+#   TRANSPORTS="socket" (the host communicator's ncclNet; "socket ucx" runs every
+#   contender but mpi-fp32 over both, the UCX ones as "<contender>+ucx":
+#   sign_allreduce_perf --net-plugin BUILD/lib/libnccl-net-signlion-ucx.so with
+#   UCX_TLS=tcp and UCX_NET_DEVICES the rank's interface unless UCX_TLS is set)
 # Exit: 0 when every run that could run passed its check; 77 when namespaces
 # cannot be made. A contender the build cannot run (fieldsum on a host
 # communicator without it, mpi-fp32 without mpirun) is listed as skipped.
@@ -30,6 +34,15 @@ MINB=${MINB:-1M} MAXB=${MAXB:-256M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-2} WARMUP
 CONTENDERS=${CONTENDERS:-"sign-auto sign-ring sign-hd sign-allgather fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 BASELINE=${BASELINE:-}
+TRANSPORTS=${TRANSPORTS:-socket}
+UCX_PLUGIN=$BUILD/lib/libnccl-net-signlion-ucx.so
+for t in $TRANSPORTS; do
+  case $t in
+    socket) ;;
+    ucx) [[ -f $UCX_PLUGIN ]] || { echo "TRANSPORTS=ucx: no $UCX_PLUGIN (a build with UCX)" >&2; exit 2; } ;;
+    *) echo "TRANSPORTS: $t is not socket or ucx" >&2; exit 2 ;;
+  esac
+done
 source "$HERE/netns_lib.sh"
 source "$HERE/star_bench_lib.sh"
 star_bench_begin "$PERF" "$OUT" eth
@@ -65,11 +78,17 @@ contender_args() {  # name nranks -> prints "ENV... -- ARGS..." or nothing when 
 rate_mbps() { local b; b=$(echo "$1" | sed 's/gbit/000000000/; s/mbit/000000/'); echo $((b / 8000000)); }
 half() { local v=$1 s=${1//[0-9]/}; v=${v%[KMGkmg]}; case $s in M|m) echo "$((v * 512))K" ;; G|g) echo "$((v * 512))M" ;; K|k) echo "$((v * 512))" ;; *) echo $((v / 2)) ;; esac; }
 
-run_contender() {  # name nranks rate [perf label]
-  local name=$1 n=$2 rate=$3 perf=${4:-$PERF} label=${5:-$1} spec envs args log r rc=0
+run_contender() {  # name nranks rate [perf label transport]
+  local name=$1 n=$2 rate=$3 perf=${4:-$PERF} label=${5:-$1} transport=${6:-socket} spec envs args log r rc=0
   spec=$(contender_args "$name" "$n") || true
   [[ -z $spec ]] && return 0
   envs=${spec%%--*}; args=${spec#*--}
+  if [[ $transport == ucx ]]; then
+    [[ $name == mpi-* ]] && return 0  # MPI's own transport
+    label=$label+ucx
+    args="$args --net-plugin $UCX_PLUGIN"
+    envs="$envs UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-$STAR_IF} UCX_WARN_UNUSED_ENV_VARS=n"
+  fi
   log=$OUT/logs/n$n-$rate-$label.txt
   local common=(-f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c 1 -T 120)
   echo "== N=$n $rate $label ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -118,8 +137,10 @@ for n in $RANKS; do
   for rate in $RATES; do
     netns_star_rate "$rate"
     for c in $CONTENDERS; do
-      run_contender "$c" "$n" "$rate"
-      [[ -n $BASE_PERF ]] && run_contender "$c" "$n" "$rate" "$BASE_PERF" "$c@base"
+      for t in $TRANSPORTS; do
+        run_contender "$c" "$n" "$rate" "$PERF" "$c" "$t"
+        [[ -n $BASE_PERF ]] && run_contender "$c" "$n" "$rate" "$BASE_PERF" "$c@base" "$t"
+      done
     done
   done
   netns_star_down
