@@ -85,7 +85,7 @@ run_contender() {  # name nranks rate [perf label transport]
   envs=${spec%%--*}; args=${spec#*--}
   if [[ $transport == ucx ]]; then
     [[ $name == mpi-* ]] && return 0  # MPI's own transport
-    label=$label+ucx
+    label=${label%%@*}+ucx${label#"${label%%@*}"}  # sign-auto@base -> sign-auto+ucx@base
     args="$args --net-plugin $UCX_PLUGIN"
     envs="$envs UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-$STAR_IF} UCX_WARN_UNUSED_ENV_VARS=n"
   fi

@@ -54,19 +54,28 @@ def ethernet(path):
         head = "N=%s %s %s B [%s]" % (n, rate, size, build)
         for name, (ms, reps) in sorted(g.items()):
             row = rows[(n, rate, size, name, build)]
-            if not name.startswith("sign-") or row["wire_bytes_per_rank"] in ("", "N/A"):
+            # Another plugin's comms (UCX) have no byte counters: 0 there.
+            if not name.startswith("sign-") or row["wire_bytes_per_rank"] in ("", "N/A", "0"):
                 continue
             wire_ms = float(row["wire_bytes_per_rank"]) / rate_bytes_per_s(rate) * 1e3
             print("wire %s: %s %.1f ms (median of %d), wire %.1f ms: %.2fx of wire time"
                   % (head, name, ms, reps, wire_ms, ms / wire_ms))
-        if "sign-auto" in g:
-            auto = g["sign-auto"][0]
-            forced = {k: v[0] for k, v in g.items() if k.startswith("sign-") and k != "sign-auto"}
+        for via in ("", "+ucx"):  # the transport: a name's suffix (ethernet_bench.sh TRANSPORTS)
+            if "sign-auto" + via not in g:
+                continue
+            auto = g["sign-auto" + via][0]
+            forced = {k: v[0] for k, v in g.items()
+                      if k.startswith("sign-") and k != "sign-auto" + via and k.endswith(via) and (via or "+" not in k)}
             if forced:
                 best = min(forced, key=forced.get)
                 parts = ", ".join("%s %.1f ms (auto %.3fx)" % (k, v, auto / v) for k, v in sorted(forced.items()))
-                print("auto %s: sign-auto %.1f ms; %s; best forced %s: auto %.3fx, within 5%%: %s"
-                      % (head, auto, parts, best, auto / forced[best], "yes" if auto <= 1.05 * forced[best] else "NO"))
+                print("auto %s: sign-auto%s %.1f ms; %s; best forced %s: auto %.3fx, within 5%%: %s"
+                      % (head, via, auto, parts, best, auto / forced[best],
+                         "yes" if auto <= 1.05 * forced[best] else "NO"))
+        for name in sorted(g):
+            if name.endswith("+ucx") and name[:-4] in g:
+                print("ucx %s: %s %.1f ms over UCX, %.1f ms over sockets: UCX %.2fx the socket time"
+                      % (head, name[:-4], g[name][0], g[name[:-4]][0], g[name][0] / g[name[:-4]][0]))
     for (n, rate, size, build), g in sorted(groups.items()):
         if build != "new" or (n, rate, size, "base") not in groups:
             continue
