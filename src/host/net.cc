@@ -139,11 +139,9 @@ Net::~Net() {
   if (dl_ != nullptr) releasePlugin(dl_);
 }
 
-void Net::wait(void* comm, int timeoutMs, int64_t idleUs) const {
+void Net::wait(void* comm, int timeoutMs) const {
   if (ours_) {
     net::commWait(comm, timeoutMs);
-  } else if (idleUs < kForeignSpinUs) {
-    std::this_thread::yield();
   } else {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

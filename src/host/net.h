@@ -32,13 +32,9 @@ class Net {
   int dev() const { return dev_; }
   const char* name() const { return api_->name; }
 
-  // Sleeps up to timeoutMs until `comm` may have progressed. signlion's
-  // transport can say. Another plugin may move data only inside its test()
-  // (UCX over TCP does), so sleeping between tests throttles it: for
-  // idleUs (time since the caller's last progress) under kForeignSpinUs
-  // this only yields the CPU, later it is a short sleep.
-  void wait(void* comm, int timeoutMs, int64_t idleUs = 0) const;
-  static constexpr int64_t kForeignSpinUs = 2000;
+  // Sleeps up to timeoutMs until `comm` may have progressed (signlion's
+  // transport can say; for another plugin this is a short sleep).
+  void wait(void* comm, int timeoutMs) const;
   // Bytes on the wire of one of our comms; false for another plugin's.
   bool wireBytes(void* comm, uint64_t* sent, uint64_t* received) const;
 

@@ -152,7 +152,7 @@ ncclResult_t Transfers::run(OnRecv&& onRecv, Work&& work) {
            timeoutMs_, remaining, ops_.size());
       return ncclRemoteError;
     } else if (now - lastProgress > kSpinUs && waitOn != nullptr) {
-      net_.wait(waitOn, 1, now - lastProgress);
+      net_.wait(waitOn, 1);
     }
   }
   return ncclSuccess;
