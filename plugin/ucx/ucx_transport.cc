@@ -83,8 +83,15 @@ struct Global {
   // UCP's 8-byte latency (perf/ucp_layout_perf). Recv comms are told apart
   // by the high 32 bits of the UCP tag (their id, sent in the reply).
   ucp_worker_h worker = nullptr;
-  std::mutex workerMu;  // held by whoever calls into the worker
+  std::mutex workerMu;  // held by whoever calls into a worker
   uint32_t nextCommId = 1;
+  // Set when a comm ends uncleanly (closed with requests in flight, its
+  // peer lost, an endpoint failed): comms made later get a fresh worker.
+  // UCX 1.13 carries the failure of a force-closed or failed endpoint over
+  // to new endpoints between the same two workers (a new comm between two
+  // survivors of an abort failed with "Endpoint timeout"). The old worker
+  // stays with the comms that hold it, and is kept until exit.
+  bool workerTainted = false;
   std::vector<SocketDevice> devs;
 };
 Global& global() {
@@ -185,13 +192,31 @@ struct ListenComm : CommHeader {
 
 // A new comm's share of the worker; a recv comm gets its id (never 0, the
 // id of no comm). The caller holds workerLock().
-void attachWorker(Comm* c) {
+bool attachWorker(Comm* c) {
   Global& g = global();
+  if (g.workerTainted) {
+    ucp_worker_h w = nullptr;
+    ucs_status_t s = newWorker(&w);
+    if (s != UCS_OK) {
+      WARN("NET/signlion-ucx: ucp_worker_create: %s", ucsStr(s));
+      return false;
+    }
+    INFO(kSubsysNet, "NET/signlion-ucx: a comm ended uncleanly: new comms use a new UCX worker");
+    g.worker = w;  // the old one stays with its comms until exit
+    g.workerTainted = false;
+  }
   c->worker = g.worker;
   if (!c->isSend) {
     c->commId = g.nextCommId++;
     if (g.nextCommId == 0) g.nextCommId = 1;
   }
+  return true;
+}
+
+// Comms made from now on get a fresh worker (Global::workerTainted). The
+// caller holds workerLock().
+void taintWorker(Comm* c) {
+  if (c->worker == global().worker) global().workerTainted = true;
 }
 
 Comm* asComm(void* p, CommKind kind) {
@@ -291,6 +316,8 @@ void parkComm(Comm* c) {
 // (after that no callback may touch our slots), else it is parked.
 void destroyComm(Comm* c) {
   if (c->fd >= 0 && (!c->isSend || c->connState >= 2)) heartbeatRemove(c->fd);
+  if (c->worker != nullptr && (slotsPending(c) || c->warned || c->epStatus != UCS_OK || c->epForced || c->orphans > 0))
+    taintWorker(c);
   bool park = false;
   if (c->worker != nullptr && !c->isSend) {
     // Receives already matched finish first (their senders' rendezvous
@@ -744,9 +771,15 @@ ncclResult_t ucxConnect(int dev, int trafficClass, void* handle, void** sendComm
     c->hello.magic = kHandleMagic;
     c->hello.version = kWireVersion;
     c->hello.secret = h.secret;
+    bool attached;
     {
       std::lock_guard<std::mutex> lk(workerLock());
-      attachWorker(c);
+      attached = attachWorker(c);
+    }
+    if (!attached) {
+      c->magic = 0;
+      delete c;
+      return ncclSystemError;
     }
     c->listener = h.addr;
     c->trafficClass = trafficClass;
@@ -836,8 +869,7 @@ ncclResult_t ucxAccept(void* listenComm, void** recvComm) {
           bool made;
           {
             std::lock_guard<std::mutex> lk(workerLock());
-            attachWorker(c);
-            made = makeWorkerReply(c, &in.out);
+            made = attachWorker(c) && makeWorkerReply(c, &in.out);
           }
           if (!made) {
             destroyCommLocked(c);
