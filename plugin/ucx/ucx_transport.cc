@@ -92,6 +92,7 @@ struct Global {
   // survivors of an abort failed with "Endpoint timeout"). The old worker
   // stays with the comms that hold it, and is kept until exit.
   bool workerTainted = false;
+  std::vector<ucp_worker_h> retired;  // replaced workers, reachable until exit
   std::vector<SocketDevice> devs;
 };
 Global& global() {
@@ -202,7 +203,8 @@ bool attachWorker(Comm* c) {
       return false;
     }
     INFO(kSubsysNet, "NET/signlion-ucx: a comm ended uncleanly: new comms use a new UCX worker");
-    g.worker = w;  // the old one stays with its comms until exit
+    g.retired.push_back(g.worker);  // it stays with its comms until exit
+    g.worker = w;
     g.workerTainted = false;
   }
   c->worker = g.worker;
