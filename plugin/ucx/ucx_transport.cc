@@ -191,22 +191,29 @@ struct ListenComm : CommHeader {
   std::vector<Incoming> incoming;
 };
 
+// Replaces a tainted worker (Global::workerTainted) by a fresh one; false
+// when none can be made. The caller holds workerLock().
+bool replaceTaintedWorker() {
+  Global& g = global();
+  if (!g.workerTainted) return true;
+  ucp_worker_h w = nullptr;
+  ucs_status_t s = newWorker(&w);
+  if (s != UCS_OK) {
+    WARN("NET/signlion-ucx: ucp_worker_create: %s", ucsStr(s));
+    return false;
+  }
+  INFO(kSubsysNet, "NET/signlion-ucx: a comm ended uncleanly: new comms use a new UCX worker");
+  g.retired.push_back(g.worker);  // it stays with its comms until exit
+  g.worker = w;
+  g.workerTainted = false;
+  return true;
+}
+
 // A new comm's share of the worker; a recv comm gets its id (never 0, the
 // id of no comm). The caller holds workerLock().
 bool attachWorker(Comm* c) {
   Global& g = global();
-  if (g.workerTainted) {
-    ucp_worker_h w = nullptr;
-    ucs_status_t s = newWorker(&w);
-    if (s != UCS_OK) {
-      WARN("NET/signlion-ucx: ucp_worker_create: %s", ucsStr(s));
-      return false;
-    }
-    INFO(kSubsysNet, "NET/signlion-ucx: a comm ended uncleanly: new comms use a new UCX worker");
-    g.retired.push_back(g.worker);  // it stays with its comms until exit
-    g.worker = w;
-    g.workerTainted = false;
-  }
+  if (!replaceTaintedWorker()) return false;
   c->worker = g.worker;
   if (!c->isSend) {
     c->commId = g.nextCommId++;
@@ -215,10 +222,14 @@ bool attachWorker(Comm* c) {
   return true;
 }
 
-// Comms made from now on get a fresh worker (Global::workerTainted). The
-// caller holds workerLock().
+// Comms made from now on get a fresh worker, made now rather than at the
+// next connect or accept: its descriptors then open at the failure, not
+// inside a later call that the caller may expect to leave none behind (a
+// connect abandoned by finalize). The caller holds workerLock().
 void taintWorker(Comm* c) {
-  if (c->worker == global().worker) global().workerTainted = true;
+  if (c->worker != global().worker) return;
+  global().workerTainted = true;
+  (void)replaceTaintedWorker();  // retried at the next attach if it failed
 }
 
 Comm* asComm(void* p, CommKind kind) {
