@@ -25,12 +25,13 @@ namespace signlion {
 namespace net {
 namespace {
 
-constexpr uint32_t kHandleMagic = 0x534c5548;  // "SLUH": a UCX handle (the socket one is "SLNH")
-constexpr uint16_t kWireVersion = 1;
+constexpr uint32_t kHandleMagic = 0x534c5548;    // "SLUH": a UCX handle (the socket one is "SLNH")
+constexpr uint16_t kWireVersion = 2;             // 2: the reply carries the recv comm's id
 constexpr uint32_t kMrMagic = 0x534c554d;        // "SLUM"
 constexpr uint32_t kMaxWorkerAddress = 1 << 16;  // refuse larger replies
 constexpr size_t kMaxPendingAccepts = 256;
 constexpr uint64_t kFullTagMask = ~0ull;
+constexpr uint64_t kCommIdMask = ~0ull << 32;  // a UCP tag: recv comm id (high 32 bits), ncclNet tag (low)
 
 int64_t timeoutMs() {
   int64_t t = signlionParamSocketTimeoutMs();
@@ -65,7 +66,7 @@ struct Reply {  // listener -> connector, then addrLen bytes of worker address
   uint16_t version;
   uint16_t reserved;
   uint32_t addrLen;
-  uint32_t pad;
+  uint32_t commId;  // the recv comm's id: the high 32 bits of every UCP tag sent to it
 };
 
 // ---- Process-wide state ------------------------------------------------------
@@ -75,6 +76,23 @@ struct Global {
   bool ready = false;
   pid_t pid = 0;  // the process that made the context (a forked child inherits a copy it cannot use)
   ucp_context_h context = nullptr;
+  // One UCP worker for every comm of the process, made at init and kept
+  // until exit (as the context). Two processes that talk both ways then
+  // share one UCX connection pair instead of one per comm, and one
+  // progress call moves every comm: a worker per comm cost 1.5x of plain
+  // UCP's 8-byte latency (perf/ucp_layout_perf). Recv comms are told apart
+  // by the high 32 bits of the UCP tag (their id, sent in the reply).
+  ucp_worker_h worker = nullptr;
+  std::mutex workerMu;  // held by whoever calls into a worker
+  uint32_t nextCommId = 1;
+  // Set when a comm ends uncleanly (closed with requests in flight, its
+  // peer lost, an endpoint failed): comms made later get a fresh worker.
+  // UCX 1.13 carries the failure of a force-closed or failed endpoint over
+  // to new endpoints between the same two workers (a new comm between two
+  // survivors of an abort failed with "Endpoint timeout"). The old worker
+  // stays with the comms that hold it, and is kept until exit.
+  bool workerTainted = false;
+  std::vector<ucp_worker_h> retired;  // replaced workers, reachable until exit
   std::vector<SocketDevice> devs;
 };
 Global& global() {
@@ -88,11 +106,15 @@ ucs_status_t newWorker(ucp_worker_h* w) {
   ucp_worker_params_t wp;
   memset(&wp, 0, sizeof(wp));
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  // Serialized: a comm's own thread drives it, and a thread waiting on another
-  // comm may progress it while it is idle (helpProgress), never both at once.
+  // Serialized: every call into the worker holds Global::workerMu (one
+  // mutex is cheaper than UCS_THREAD_MODE_MULTI's locks inside each call,
+  // and it also guards the slots the callbacks write).
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   return ucp_worker_create(global().context, &wp, w);
 }
+std::mutex& workerLock() { return global().workerMu; }
+
+ucp_tag_t ucpTag(uint32_t commId, int tag) { return ((ucp_tag_t)commId << 32) | (uint32_t)tag; }
 
 // ---- Comms and requests ------------------------------------------------------
 
@@ -129,9 +151,9 @@ struct Comm : CommHeader {
   int fd = -1;  // the setup connection, kept as the out-of-band liveness channel
   OobWatch oob;
   int64_t lastOobMs = 0;
-  ucp_worker_h worker = nullptr;
-  std::mutex workerMu;    // held by whoever calls into the worker
-  ucp_ep_h ep = nullptr;  // send comm only
+  ucp_worker_h worker = nullptr;  // the process's shared worker
+  uint32_t commId = 0;            // recv comm: its own id; send comm: its receiver's
+  ucp_ep_h ep = nullptr;          // send comm only
   ucs_status_t epStatus = UCS_OK;
   bool epForced = false;         // after the peer's bye: outstanding sends were cut short
   bool epNoErrHandling = false;  // shared memory: UCX refuses peer error handling (and force close)
@@ -169,39 +191,45 @@ struct ListenComm : CommHeader {
   std::vector<Incoming> incoming;
 };
 
-// Every comm with a worker, so that a thread waiting on one comm can move
-// the others of its process while their owners are not inside them: UCX
-// over TCP moves a rendezvous only when both workers progress, and a caller
-// may wait on a receive without testing the matching send it also posted
-// (ranks as threads, tests). NCCL's proxy tests every request anyway.
-struct Progressors {
-  std::mutex mu;
-  std::vector<Comm*> comms;
-};
-Progressors& progressors() {
-  static Progressors* p = new Progressors();
-  return *p;
-}
-void progressorAdd(Comm* c) {
-  std::lock_guard<std::mutex> lk(progressors().mu);
-  progressors().comms.push_back(c);
-}
-// After it returns no other thread is inside c's worker or will enter it.
-void progressorRemove(Comm* c) {
-  std::lock_guard<std::mutex> lk(progressors().mu);
-  auto& v = progressors().comms;
-  v.erase(std::remove(v.begin(), v.end(), c), v.end());
-}
-// Progresses every other idle comm once (the caller holds self->workerMu).
-void helpProgress(Comm* self) {
-  Progressors& p = progressors();
-  if (!p.mu.try_lock()) return;
-  for (Comm* c : p.comms) {
-    if (c == self || !c->workerMu.try_lock()) continue;
-    ucp_worker_progress(c->worker);
-    c->workerMu.unlock();
+// Replaces a tainted worker (Global::workerTainted) by a fresh one; false
+// when none can be made. The caller holds workerLock().
+bool replaceTaintedWorker() {
+  Global& g = global();
+  if (!g.workerTainted) return true;
+  ucp_worker_h w = nullptr;
+  ucs_status_t s = newWorker(&w);
+  if (s != UCS_OK) {
+    WARN("NET/signlion-ucx: ucp_worker_create: %s", ucsStr(s));
+    return false;
   }
-  p.mu.unlock();
+  INFO(kSubsysNet, "NET/signlion-ucx: a comm ended uncleanly: new comms use a new UCX worker");
+  g.retired.push_back(g.worker);  // it stays with its comms until exit
+  g.worker = w;
+  g.workerTainted = false;
+  return true;
+}
+
+// A new comm's share of the worker; a recv comm gets its id (never 0, the
+// id of no comm). The caller holds workerLock().
+bool attachWorker(Comm* c) {
+  Global& g = global();
+  if (!replaceTaintedWorker()) return false;
+  c->worker = g.worker;
+  if (!c->isSend) {
+    c->commId = g.nextCommId++;
+    if (g.nextCommId == 0) g.nextCommId = 1;
+  }
+  return true;
+}
+
+// Comms made from now on get a fresh worker, made now rather than at the
+// next connect or accept: its descriptors then open at the failure, not
+// inside a later call that the caller may expect to leave none behind (a
+// connect abandoned by finalize). The caller holds workerLock().
+void taintWorker(Comm* c) {
+  if (c->worker != global().worker) return;
+  global().workerTainted = true;
+  (void)replaceTaintedWorker();  // retried at the next attach if it failed
 }
 
 Comm* asComm(void* p, CommKind kind) {
@@ -215,17 +243,16 @@ void epError(void* arg, ucp_ep_h, ucs_status_t status) {
   if (c->epStatus == UCS_OK) c->epStatus = status;
 }
 
-// Progress-bound wait for a UCX request of our own (ep close, flush). A
-// flush over TCP completes only once the peer's worker answers: when ours
-// has nothing to do, the other idle comms of this process are moved too (a
-// peer that is a rank-thread of this process, itself inside a close).
+// Progress-bound wait for a UCX request of our own (ep close, flush); the
+// caller holds workerLock(). A peer in this process shares the worker, so
+// this progress moves its side too.
 ucs_status_t waitUcx(Comm* c, void* req, int64_t limitMs) {
   if (req == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
   int64_t start = monotonicMs();
   ucs_status_t s;
   while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS && monotonicMs() - start < limitMs)
-    if (ucp_worker_progress(c->worker) == 0) helpProgress(c);
+    ucp_worker_progress(c->worker);
   ucp_request_free(req);  // released now, or by UCX once it completes (worker destroy at the latest)
   return s;
 }
@@ -239,9 +266,8 @@ bool slotsPending(Comm* c) {
   return false;
 }
 
-// Progresses c (and, for peers in this process, the other comms) until none
-// of its requests is in flight, limitMs at most, or idleMs without one
-// finishing. The caller is the only thread inside c's worker.
+// Progresses the worker until none of c's requests is in flight, limitMs at
+// most, or idleMs without one finishing. The caller holds workerLock().
 bool drainSlots(Comm* c, int64_t limitMs, int64_t idleMs) {
   int64_t start = monotonicMs(), lastMove = start;
   auto count = [c] {
@@ -254,7 +280,7 @@ bool drainSlots(Comm* c, int64_t limitMs, int64_t idleMs) {
   while (left > 0) {
     int64_t now = monotonicMs();
     if (now - start >= limitMs || now - lastMove >= idleMs) break;
-    if (ucp_worker_progress(c->worker) == 0) helpProgress(c);
+    ucp_worker_progress(c->worker);
     int n = count();
     if (n < left) lastMove = monotonicMs();
     left = n;
@@ -262,23 +288,25 @@ bool drainSlots(Comm* c, int64_t limitMs, int64_t idleMs) {
   return left == 0;
 }
 
-// Workers that UCX 1.13 cannot destroy: destroying a worker aborts the
-// process while one of its endpoints still tracks a protocol request
-// (ucp_ep.c:437, `proto_reqs` not empty). That happens when
+// Comms whose requests UCX still holds after their close: their slots must
+// outlive those requests (a late callback writes into them). That happens
+// when
 //   - a send comm's endpoint has no peer error handling (shared memory):
 //     rendezvous sends the receiver never took cannot be closed by force
-//     (ucp_ep_close_nbx refuses);
+//     (ucp_ep_close_nbx refuses), and their endpoint stays open;
 //   - a recv comm closes while a receive is inside its rendezvous (matched,
-//     fetching the data) with a sender that stopped or died: the fetch is a
-//     request on the worker's endpoint to the sender, no cancel reaches it.
-// Such a worker is kept, never progressed (no callback can reach the freed
-// comm), until exit: at most one per comm closed that way, with a WARN,
-// instead of an abort.
+//     fetching the data) with a sender that stopped or died: no cancel
+//     reaches the fetch.
+// Such a comm is kept (unusable: its magic is cleared) until exit: at most
+// one per comm closed that way, with a WARN, instead of an abort. The shared
+// worker itself is never destroyed, so UCX 1.13's aborts on destroying a
+// worker that still tracks requests or a queued wireup reply (ucp_ep.c:437,
+// ucp_request.c:684) cannot happen.
 struct Parked {
   std::mutex mu;
-  std::vector<ucp_worker_h> workers;
+  std::vector<Comm*> comms;
 };
-void parkWorker(Comm* c) {
+void parkComm(Comm* c) {
   static Parked* p = new Parked();
   const char* what =
       c->isSend ? "sends its peer never took" : "receives in their rendezvous with a sender that stopped";
@@ -286,67 +314,36 @@ void parkWorker(Comm* c) {
   // After the peer's bye this is the ordinary end of an in-order close on
   // shared memory (the receiver went first): no warning, only the log.
   if (c->oob.state() == OobWatch::kClosed)
-    INFO(kSubsysNet, "NET/signlion-ucx: %s comm %p closed with %s (UCX_TLS=%s); its UCX worker is kept until exit",
+    INFO(kSubsysNet, "NET/signlion-ucx: %s comm %p closed with %s (UCX_TLS=%s); it is kept until exit",
          c->isSend ? "send" : "recv", (void*)c, what, tls);
   else
-    WARN(
-        "NET/signlion-ucx: %s comm %p closed with %s UCX could not cancel (UCX_TLS=%s); its UCX worker is kept until "
-        "exit",
-        c->isSend ? "send" : "recv", (void*)c, what, tls);
+    WARN("NET/signlion-ucx: %s comm %p closed with %s UCX could not cancel (UCX_TLS=%s); it is kept until exit",
+         c->isSend ? "send" : "recv", (void*)c, what, tls);
+  c->magic = 0;
   std::lock_guard<std::mutex> lk(p->mu);
-  p->workers.push_back(c->worker);
-  c->worker = nullptr;
-  c->ep = nullptr;
+  p->comms.push_back(c);
 }
 
-// Every UCX resource of a comm. The worker goes last, and only once no
-// request of ours is in flight in it: UCX 1.13 aborts when a worker is
-// destroyed with tracked sends on an endpoint, and after destruction no
-// callback may touch our slots.
+// Every UCX resource of a comm; the caller holds workerLock(). The comm's
+// memory goes only once no request of ours is in flight in the worker
+// (after that no callback may touch our slots), else it is parked.
 void destroyComm(Comm* c) {
-  progressorRemove(c);  // from here on only the closing thread is inside the worker
   if (c->fd >= 0 && (!c->isSend || c->connState >= 2)) heartbeatRemove(c->fd);
+  if (c->worker != nullptr && (slotsPending(c) || c->warned || c->epStatus != UCS_OK || c->epForced || c->orphans > 0))
+    taintWorker(c);
+  bool park = false;
   if (c->worker != nullptr && !c->isSend) {
     // Receives already matched finish first (their senders' rendezvous
     // completes with them); those no message came for are cancelled, which
-    // completes them at once. No progress after that: it would run UCX 1.13
-    // into its error handling of a half-wired endpoint whose peer worker is
-    // gone (an assertion on the pending wireup reply).
+    // completes them at once (their callbacks run inside ucp_request_cancel).
     if (slotsPending(c) && checkPeer(c, true) == OobWatch::kAlive) (void)drainSlots(c, 1000, 100);
     for (Request& r : c->reqs)
       for (int i = 0; r.used && i < r.n; i++)
         if (r.slots[i].ureq != nullptr) ucp_request_cancel(c->worker, r.slots[i].ureq);
-    // Cancelling completes the receives no message came for (their callbacks
-    // run inside ucp_request_cancel). One still pending was matched and is
-    // in its rendezvous: UCX tracks its fetch of the data (an internal send
-    // request on the worker's endpoint to the sender), and destroying the
-    // worker now aborts the process (ucp_ep.c:437, proto_reqs not empty):
-    // a stopped or dead sender never finishes it.
-    if (slotsPending(c)) parkWorker(c);
+    // One still pending was matched and is in its rendezvous with a sender
+    // that stopped: UCX tracks its fetch of the data.
+    park = slotsPending(c);
   }
-  if (c->worker != nullptr && !c->isSend) {
-    // The worker answers the sender's wireup (a REP message on its own
-    // endpoint to the sender). Destroying it with that answer still queued
-    // aborts UCX 1.13 (ucp_request.c:684, "got REP message", purging the
-    // pending queue): flush it first, progressing only towards a live
-    // sender (progress towards a gone one can hit the same assertion), and
-    // keep the worker if the answer cannot go out. Rare: the flush is
-    // normally complete at once.
-    ucp_request_param_t p;
-    memset(&p, 0, sizeof(p));
-    void* flush = ucp_worker_flush_nbx(c->worker, &p);
-    ucs_status_t st = UCS_OK;
-    if (flush != nullptr && !UCS_PTR_IS_ERR(flush)) {
-      if (checkPeer(c, true) == OobWatch::kAlive) {
-        st = waitUcx(c, flush, 1000);
-      } else {
-        ucp_request_free(flush);
-        st = UCS_INPROGRESS;
-      }
-    }
-    if (st == UCS_INPROGRESS) parkWorker(c);
-  }
-  if (c->worker != nullptr && c->isSend && c->orphans > 0) parkWorker(c);
   if (c->worker != nullptr && c->isSend && c->ep != nullptr) {
     int64_t limit = std::min<int64_t>(timeoutMs(), 2000);
     bool peerMode = !c->epNoErrHandling;
@@ -361,23 +358,14 @@ void destroyComm(Comm* c) {
       p.flags = UCP_EP_CLOSE_FLAG_FORCE;
       (void)waitUcx(c, ucp_ep_close_nbx(c->ep, &p), limit);
       c->ep = nullptr;
-      // Progress only towards a live peer: with the peer's worker gone, UCX
-      // 1.13 may fail a lane whose wireup reply is still queued and assert
-      // on it (ucp_request.c, "got REP message"). Sends still held then
-      // keep the worker (parkWorker) rather than abort in its destruction.
       if (checkPeer(c, true) == OobWatch::kAlive) (void)drainSlots(c, limit, limit);
-    } else if (!slotsPending(c)) {
+    } else if (!slotsPending(c) && c->orphans == 0) {
       (void)waitUcx(c, ucp_ep_close_nbx(c->ep, &p), limit);  // flush: nothing of ours left in it
       c->ep = nullptr;
     }
-    if (slotsPending(c) || c->orphans > 0) parkWorker(c);
   }
-  if (c->worker != nullptr)
-    for (Request& r : c->reqs)
-      for (int i = 0; r.used && i < r.n; i++)
-        if (r.slots[i].ureq != nullptr) ucp_request_free(r.slots[i].ureq);
-  OobWatch::sayBye(c->fd);  // before the worker goes: the peer's errors find the bye
-  if (c->worker != nullptr) ucp_worker_destroy(c->worker);
+  if (c->worker != nullptr && c->isSend) park = slotsPending(c) || c->orphans > 0;
+  OobWatch::sayBye(c->fd);
   closeFd(&c->fd);
   {
     std::lock_guard<std::mutex> lk(c->mrMu);
@@ -388,8 +376,17 @@ void destroyComm(Comm* c) {
     }
     c->mrs.clear();
   }
+  if (park) {
+    parkComm(c);
+    return;
+  }
   c->magic = 0;
   delete c;
+}
+
+void destroyCommLocked(Comm* c) {
+  std::lock_guard<std::mutex> lk(workerLock());
+  destroyComm(c);
 }
 
 void finishSlot(Slot* s, ucs_status_t status, size_t length) {
@@ -492,6 +489,7 @@ bool makeWorkerReply(Comm* c, std::vector<char>* out) {
   r.magic = kHandleMagic;
   r.version = kWireVersion;
   r.addrLen = (uint32_t)len;
+  r.commId = c->commId;
   out->resize(sizeof(r) + len);
   memcpy(out->data(), &r, sizeof(r));
   memcpy(out->data() + sizeof(r), addr, len);
@@ -586,6 +584,7 @@ ncclResult_t connectSteps(Comm* c, bool* ready) {
       return ncclRemoteError;
     }
     c->peerAddr.resize(c->reply.addrLen);
+    c->commId = c->reply.commId;
     c->connState = 3;
     c->off = 0;
   }
@@ -659,11 +658,19 @@ ncclResult_t ucxInit(LogSink logger) {
   memset(&p, 0, sizeof(p));
   p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   p.features = UCP_FEATURE_TAG;
-  p.mt_workers_shared = 1;  // workers of different comms run on different threads
+  p.mt_workers_shared = 1;  // regMr maps memory on any thread while another progresses the worker
   s = ucp_init(&p, config, &g.context);
   ucp_config_release(config);
   if (s != UCS_OK) {
     WARN("NET/signlion-ucx: ucp_init: %s (UCX_TLS=%s)", ucsStr(s), getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
+    return ncclSystemError;
+  }
+  s = newWorker(&g.worker);
+  if (s != UCS_OK) {
+    WARN("NET/signlion-ucx: ucp_worker_create: %s", ucsStr(s));
+    ucp_cleanup(g.context);
+    g.context = nullptr;
+    g.worker = nullptr;
     return ncclSystemError;
   }
   g.devs = findSocketDevices(kUcxMaxDevs);
@@ -718,7 +725,7 @@ ncclResult_t ucxGetProperties(int dev, UcxProps* props) {
   props->pciPath = d.pciPath.empty() ? nullptr : d.pciPath.c_str();
   props->guid = (uint64_t)dev;
   props->speedMbps = d.speedMbps;
-  props->maxComms = 1024;  // a worker per comm: UCX's resources, not descriptors, are the limit
+  props->maxComms = 1024;  // an endpoint per send comm: UCX's resources, not descriptors, are the limit
   return ncclSuccess;
 }
 
@@ -777,19 +784,21 @@ ncclResult_t ucxConnect(int dev, int trafficClass, void* handle, void** sendComm
     c->hello.magic = kHandleMagic;
     c->hello.version = kWireVersion;
     c->hello.secret = h.secret;
-    ucs_status_t s = newWorker(&c->worker);
-    if (s != UCS_OK) {
-      WARN("NET/signlion-ucx: ucp_worker_create: %s", ucsStr(s));
-      c->worker = nullptr;
-      destroyComm(c);
+    bool attached;
+    {
+      std::lock_guard<std::mutex> lk(workerLock());
+      attached = attachWorker(c);
+    }
+    if (!attached) {
+      c->magic = 0;
+      delete c;
       return ncclSystemError;
     }
-    progressorAdd(c);
     c->listener = h.addr;
     c->trafficClass = trafficClass;
     if (!startConnect(h.addr, trafficClass, &c->fd)) {
       WARN("NET/signlion-ucx: connect to %s failed: %s", addressString(h.addr).c_str(), strerror(errno));
-      destroyComm(c);
+      destroyCommLocked(c);
       return ncclSystemError;
     }
     if (pending != nullptr) {
@@ -802,7 +811,11 @@ ncclResult_t ucxConnect(int dev, int trafficClass, void* handle, void** sendComm
   ARGCHECK(c->magic == kCommMagic && c->kind == kCommSend && c->connState < 2, "connect", "handle",
            "its connection already finished (reuse of a handle)");
   bool ready = false;
-  ncclResult_t res = progressConnect(c, &ready);
+  ncclResult_t res;
+  {
+    std::lock_guard<std::mutex> lk(workerLock());  // the last step makes the endpoint
+    res = progressConnect(c, &ready);
+  }
   if (res != ncclSuccess || ready) {
     setConnecting(nullptr);
     if (c->pending != nullptr) {
@@ -812,7 +825,7 @@ ncclResult_t ucxConnect(int dev, int trafficClass, void* handle, void** sendComm
     }
   }
   if (res != ncclSuccess) {
-    destroyComm(c);
+    destroyCommLocked(c);
     return res;
   }
   if (ready) *sendComm = static_cast<CommHeader*>(c);
@@ -824,7 +837,7 @@ void ucxAbandonConnects(UcxPendingConnects* pending) {
   for (void* p : pending->comms) {
     Comm* c = static_cast<Comm*>(p);
     c->pending = nullptr;
-    destroyComm(c);
+    destroyCommLocked(c);
   }
   pending->comms.clear();
 }
@@ -866,16 +879,13 @@ ncclResult_t ucxAccept(void* listenComm, void** recvComm) {
           Comm* c = new Comm();
           c->magic = kCommMagic;
           c->kind = kCommRecv;
-          ucs_status_t s = newWorker(&c->worker);
-          if (s != UCS_OK) {
-            WARN("NET/signlion-ucx: ucp_worker_create: %s", ucsStr(s));
-            c->worker = nullptr;
-            destroyComm(c);
-            return ncclSystemError;
+          bool made;
+          {
+            std::lock_guard<std::mutex> lk(workerLock());
+            made = attachWorker(c) && makeWorkerReply(c, &in.out);
           }
-          progressorAdd(c);
-          if (!makeWorkerReply(c, &in.out)) {
-            destroyComm(c);
+          if (!made) {
+            destroyCommLocked(c);
             return ncclSystemError;
           }
           in.comm = c;
@@ -893,7 +903,7 @@ ncclResult_t ucxAccept(void* listenComm, void** recvComm) {
     }
     if (why != nullptr) {
       WARN("NET/signlion-ucx: accept: refused a connection on %s: %s", addressString(l->addr).c_str(), why);
-      if (in.comm != nullptr) destroyComm(in.comm);
+      if (in.comm != nullptr) destroyCommLocked(in.comm);
       closeFd(&in.fd);
       l->incoming.erase(l->incoming.begin() + i);
       continue;
@@ -984,7 +994,7 @@ ncclResult_t ucxIsend(void* sendComm, void* data, size_t size, int tag, void* mh
   ARGCHECK(size <= kUcxMaxMessage, "isend", "size", "%zu exceeds maxP2pBytes %zu", size, kUcxMaxMessage);
   ARGCHECK(regionHolds(c, mhandle, data, size), "isend", "mhandle",
            "%p is not a region registered on comm %p holding %zu bytes at %p", mhandle, sendComm, size, data);
-  std::lock_guard<std::mutex> lk(c->workerMu);
+  std::lock_guard<std::mutex> lk(workerLock());
   if (c->connState < 4) {  // the listener's answer (its worker address) is still on its way
     bool ready = false;
     NCCLCHECK(progressConnect(c, &ready));
@@ -1006,7 +1016,7 @@ ncclResult_t ucxIsend(void* sendComm, void* data, size_t size, int tag, void* mh
   } else {
     ucp_request_param_t p = opParams(s, mhandle);
     p.cb.send = sendDone;
-    startSlot(s, ucp_tag_send_nbx(c->ep, data, size, (ucp_tag_t)(uint32_t)tag, &p), size);
+    startSlot(s, ucp_tag_send_nbx(c->ep, data, size, ucpTag(c->commId, tag), &p), size);
   }
   r->pending = s->done ? 0 : 1;
   *request = r;
@@ -1027,7 +1037,7 @@ ncclResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, c
              "mhandles[%d] = %p is not a region registered on comm %p holding %zu bytes at %p", i, mhandles[i],
              recvComm, sizes[i], data[i]);
   }
-  std::lock_guard<std::mutex> lk(c->workerMu);
+  std::lock_guard<std::mutex> lk(workerLock());
   if (checkPeer(c, false) == OobWatch::kDead) return peerLost(c, "peer vanished (connection closed without a bye)");
   Request* r = c->reqs.acquire();
   if (r == nullptr) return ncclSuccess;
@@ -1047,8 +1057,7 @@ ncclResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, c
     // always carries the message's facts.
     p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     p.cb.recv = recvDone;
-    ucs_status_ptr_t up =
-        ucp_tag_recv_nbx(c->worker, data[i], sizes[i], (ucp_tag_t)(uint32_t)tags[i], kFullTagMask, &p);
+    ucs_status_ptr_t up = ucp_tag_recv_nbx(c->worker, data[i], sizes[i], ucpTag(c->commId, tags[i]), kFullTagMask, &p);
     if (up == nullptr) up = UCS_STATUS_PTR(UCS_ERR_UNSUPPORTED);  // not allowed above: never report unknown sizes
     startSlot(s, up, 0);
     if (!s->done) r->pending++;
@@ -1072,7 +1081,7 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
       r != nullptr && r->used && r->comm != nullptr && r->comm->magic == kCommMagic && r->comm->reqs.outstanding(r),
       "test", "request", "%p is not an outstanding request", request);
   Comm* c = r->comm;
-  std::lock_guard<std::mutex> lk(c->workerMu);
+  std::lock_guard<std::mutex> lk(workerLock());
   auto pendingNow = [r] {
     int p = 0;
     for (int i = 0; i < r->n; i++) p += r->slots[i].done ? 0 : 1;
@@ -1082,7 +1091,6 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
     unsigned moved = 0;
     for (int i = 0; i < 4 && (moved = ucp_worker_progress(c->worker)) != 0; i++) {
     }
-    if (moved == 0) helpProgress(c);
     r->pending = pendingNow();
   }
   if (r->pending > 0) {
@@ -1100,7 +1108,7 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
       // A receive waiting past the timeout while a message no receive
       // claims sits in the worker: the sender used a tag we never post.
       ucp_tag_recv_info_t info;
-      if (ucp_tag_probe_nb(c->worker, 0, 0, 0, &info) != nullptr) {
+      if (ucp_tag_probe_nb(c->worker, ucpTag(c->commId, 0), kCommIdMask, 0, &info) != nullptr) {
         WARN("NET/signlion-ucx: recv comm %p: message with tag %d (%zu bytes) matches no posted receive within %lld ms",
              (void*)c, (int)(uint32_t)info.sender_tag, info.length, (long long)timeoutMs());
         return ncclInvalidUsage;
@@ -1154,7 +1162,7 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
 ncclResult_t ucxCloseSend(void* sendComm) {
   Comm* c = asComm(sendComm, kCommSend);
   ARGCHECK(c != nullptr, "closeSend", "sendComm", "%p is not a send comm", sendComm);
-  progressorRemove(c);  // before our own calls into the worker: no helper may be inside it with us
+  std::lock_guard<std::mutex> lk(workerLock());
   bool busy = false;
   for (Request& r : c->reqs)
     for (int i = 0; r.used && i < r.n; i++) busy |= !r.slots[i].done;
@@ -1171,9 +1179,9 @@ ncclResult_t ucxCloseSend(void* sendComm) {
 ncclResult_t ucxCloseRecv(void* recvComm) {
   Comm* c = asComm(recvComm, kCommRecv);
   ARGCHECK(c != nullptr, "closeRecv", "recvComm", "%p is not a recv comm", recvComm);
-  progressorRemove(c);  // before ucp_tag_probe_nb: no helper may be inside the worker with us
+  std::lock_guard<std::mutex> lk(workerLock());
   ucp_tag_recv_info_t info;
-  ucp_tag_message_h m = ucp_tag_probe_nb(c->worker, 0, 0, 0, &info);
+  ucp_tag_message_h m = ucp_tag_probe_nb(c->worker, ucpTag(c->commId, 0), kCommIdMask, 0, &info);
   if (m != nullptr)
     WARN("NET/signlion-ucx: recv comm %p closed with a message of %zu bytes for tag %d that no receive claimed",
          (void*)c, info.length, (int)(uint32_t)info.sender_tag);
@@ -1186,7 +1194,7 @@ ncclResult_t ucxCloseListen(void* listenComm) {
   ARGCHECK(l != nullptr && l->magic == kCommMagic && l->kind == kCommListen, "closeListen", "listenComm",
            "%p is not a listen comm", listenComm);
   for (Incoming& in : l->incoming) {
-    if (in.comm != nullptr) destroyComm(in.comm);
+    if (in.comm != nullptr) destroyCommLocked(in.comm);
     closeFd(&in.fd);
   }
   closeFd(&l->fd);
