@@ -452,11 +452,11 @@ ncclResult_t peerLost(Comm* c, const char* why) {
   return ncclRemoteError;
 }
 
-// The receiver closed in order: its worker is gone, our sends will never be
+// The receiver closed in order: its comm is gone, our sends will never be
 // matched. Complete them (their data is discarded) by forcing the endpoint shut.
 // Without peer error handling UCX refuses the force close: the sends are
 // reported done (discarded) here, their UCX requests orphaned in the worker,
-// which close then keeps (parkWorker).
+// so close then keeps the comm (parkComm) for their callbacks.
 void discardSends(Comm* c) {
   if (c->epForced || c->ep == nullptr) return;
   c->epForced = true;
@@ -609,7 +609,7 @@ ncclResult_t connectSteps(Comm* c, bool* ready) {
   }
   c->oob.start(c->fd, monotonicMs());  // only heartbeats and the bye follow on the socket
   if (s != UCS_OK && c->oob.settle(std::min<int64_t>(timeoutMs(), 1000)) == OobWatch::kClosed) {
-    // The receiver closed (its worker is gone) before we reached it: a
+    // The receiver closed (its comm is gone) before we reached it: a
     // comm without an endpoint whose sends complete discarded.
     c->ep = nullptr;
     s = UCS_OK;

@@ -3,20 +3,24 @@
 // Design (docs/PLUGIN.md, "UCX transport"):
 //   - one UCP context per process (created by the first init, kept until
 //     exit: UCX's own threads must never outlive its code);
-//   - one UCP worker per comm: NCCL drives each comm from one thread, so a
-//     comm-private worker needs no lock on the hot path, test() progresses
-//     only that comm's traffic, and a failed peer tears down one comm only;
-//   - the send comm holds the only endpoint, to the recv comm's worker, made
-//     from the worker address the acceptor returns over the TCP connection
-//     the listen handle points at (magic, version and random secret checked
-//     there, as in the socket transport); that connection stays open as the
-//     comm's out-of-band liveness channel (ucx_liveness.h);
-//   - transfers are UCP tag-matched sends and receives, one UCP tag per
-//     ncclNet tag, one ucp_tag_recv per slot of a grouped receive. UCP's
+//   - one UCP worker per process, shared by every comm (one UCX connection
+//     pair between two processes, one progress call moves every comm; a
+//     worker per comm cost 1.5x of plain UCP's 8-byte latency); every call
+//     into it holds one process-wide mutex; after a comm ends uncleanly,
+//     comms made later get a fresh worker (ucx_transport.cc, Global);
+//   - the send comm holds the only endpoint, to the process's worker on the
+//     recv side, made from the worker address the acceptor returns over the
+//     TCP connection the listen handle points at (magic, version and random
+//     secret checked there, as in the socket transport), with the recv
+//     comm's 32-bit id; that connection stays open as the comm's out-of-band
+//     liveness channel (ucx_liveness.h);
+//   - transfers are UCP tag-matched sends and receives, the UCP tag being
+//     the recv comm's id (high 32 bits) and the ncclNet tag (low 32), one
+//     ucp_tag_recv per slot of a grouped receive matching all 64 bits. UCP's
 //     matching rule on a worker is ncclNet's (transport/tag_matcher.h): a
 //     message goes to the oldest posted receive holding its tag, messages of
 //     one endpoint keep their order, unexpected ones are kept and claimed by
-//     the next receive posted for their tag. With one sender per worker the
+//     the next receive posted for their tag. With one sender per comm id the
 //     rule holds per comm, and UCP moves large messages by rendezvous
 //     (zero-copy on verbs) without our own chunking.
 // Active messages were the alternative: they would need our own matching,
