@@ -11,13 +11,8 @@ BUILD=${1:-build}
 PERF=$(realpath "$BUILD/perf/net_perf")
 source "$(dirname "$0")/netns_lib.sh"
 DIR=$(mktemp -d /tmp/signlion-bench-XXXXXX)
-IPERF_PIDS=()
-cleanup() {
-  for p in "${IPERF_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  netns_down
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
+PIDS=()
+trap netns_cleanup EXIT
 
 iperf_gbps() {  # client-netns(or "") server-addr -> receiver Gbit/s
   local pre=() out
@@ -43,7 +38,7 @@ run_pair() {  # label ns_server ns_client if_server if_client bytes
 echo "# $(date -u +%FT%TZ) $(uname -r), $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Loopback
-iperf3 -s -1 -B 127.0.0.1 >/dev/null 2>&1 & IPERF_PIDS+=($!)
+iperf3 -s -1 -B 127.0.0.1 >/dev/null 2>&1 & PIDS+=($!)
 sleep 0.5
 echo "iperf3 loopback: $(iperf_gbps "" 127.0.0.1) Gbit/s"
 run_pair loopback "" "" lo lo 2G
@@ -55,7 +50,7 @@ if ! netns_up 1gbit; then
 fi
 for rate in 1gbit 10gbit; do
   netns_rate "$rate"
-  ip netns exec "$NS_A" iperf3 -s -1 -B "$ADDR_A" >/dev/null 2>&1 & IPERF_PIDS+=($!)
+  ip netns exec "$NS_A" iperf3 -s -1 -B "$ADDR_A" >/dev/null 2>&1 & PIDS+=($!)
   sleep 0.5
   echo "iperf3 veth $rate: $(iperf_gbps "$NS_B" "$ADDR_A") Gbit/s"
   bytes=1G; [[ $rate == 10gbit ]] && bytes=4G

@@ -15,6 +15,16 @@ IF_A=${IF_A:0:15}; IF_B=${IF_B:0:15}
 ADDR_A=198.18.0.1; ADDR_B=198.18.0.2
 NETNS_WHY=""
 
+# For scripts that start background processes (their pids in PIDS) and keep
+# files in DIR: `trap netns_cleanup EXIT` kills those processes, deletes the
+# namespaces and DIR at exit, also on failure.
+netns_cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  netns_down
+  rm -rf "$DIR"
+}
+
 netns_down() {
   ip netns del "$NS_A" 2>/dev/null || true
   ip netns del "$NS_B" 2>/dev/null || true

@@ -23,13 +23,7 @@ RATE=${5:-1gbit}
 source "$(dirname "$0")/netns_lib.sh"
 DIR=$(mktemp -d /tmp/signlion-multinic-XXXXXX)
 PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  netns_down
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
+trap netns_cleanup EXIT
 if ! netns_up "$RATE" || ! netns_second_link "$RATE"; then
   echo "SKIP: cannot create two links between network namespaces ($NETNS_WHY)"
   exit 77

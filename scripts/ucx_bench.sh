@@ -32,13 +32,7 @@ source "$(dirname "$0")/netns_lib.sh"
 DIR=$(mktemp -d /tmp/signlion-ucxbench-XXXXXX)
 RESULTS=$DIR/results  # lines: link impl metric bytes value (us or Gbit/s)
 PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  netns_down
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
+trap netns_cleanup EXIT
 trap 'exit 130' INT TERM
 FAILED=0
 
