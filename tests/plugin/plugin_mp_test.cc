@@ -31,16 +31,27 @@ int64_t nowMs() {
       .count();
 }
 
-std::string makeTempDir() {
-  char tmpl[] = "/tmp/signlion-net-XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  return d ? d : "";
-}
+// A fresh directory for the peers' files, removed when the test leaves its
+// scope (a failed ASSERT returns early: the directory goes too).
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/signlion-net-XXXXXX";
+    const char* d = mkdtemp(tmpl);
+    path_ = d ? d : "";
+  }
+  ~TempDir() {
+    if (path_.empty()) return;
+    std::string cmd = "rm -rf '" + path_ + "'";
+    if (system(cmd.c_str()) != 0) fprintf(stderr, "could not remove %s\n", path_.c_str());
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
 
-void removeDir(const std::string& dir) {
-  std::string cmd = "rm -rf '" + dir + "'";
-  if (system(cmd.c_str()) != 0) fprintf(stderr, "could not remove %s\n", dir.c_str());
-}
+ private:
+  std::string path_;
+};
 
 pid_t spawn(const std::vector<std::string>& args) {
   pid_t pid = fork();
@@ -71,7 +82,8 @@ int reap(pid_t pid, int limitMs) {
 void exchange(int version, const std::string& sizes, std::vector<size_t> mySizes) {
   setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
   signlion::paramResetCache();
-  std::string dir = makeTempDir();
+  TempDir tmp;
+  const std::string& dir = tmp.path();
   ASSERT_FALSE(dir.empty());
   pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--lib", pluginUnderTest(SIGNLION_PLUGIN_PATH), "--dir", dir, "--role",
                        "b", "--version", std::to_string(version), "--sizes", sizes});
@@ -84,7 +96,6 @@ void exchange(int version, const std::string& sizes, std::vector<size_t> mySizes
   opt.sizes = mySizes;
   int mine = runPeer(opt);
   int theirs = reap(child, 120000);
-  removeDir(dir);
   EXPECT_EQ(mine, 0);
   EXPECT_EQ(theirs, 0);
 }
@@ -131,7 +142,8 @@ static void peerFailsMidTransfer(int sig) {
   int dev = -1;
   openWithShortTimeout(&lib, &net, &dev);
   if (::testing::Test::HasFatalFailure()) return;
-  std::string dir = makeTempDir();
+  TempDir tmp;
+  const std::string& dir = tmp.path();
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   void* l = nullptr;
   ASSERT_EQ(net.listen(dev, handle, &l), ncclSuccess);
@@ -186,7 +198,6 @@ static void peerFailsMidTransfer(int sig) {
   reap(child, 10000);
   net.closeRecv(r);
   net.closeListen(l);
-  removeDir(dir);
   closeShortTimeout(lib, &net);
 }
 
@@ -204,7 +215,8 @@ static void receiverEndsMidTransfer(bool orderly) {
   int dev = -1;
   openWithShortTimeout(&lib, &net, &dev);
   if (::testing::Test::HasFatalFailure()) return;
-  std::string dir = makeTempDir();
+  TempDir tmp;
+  const std::string& dir = tmp.path();
   pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--mode", orderly ? "recvclose" : "recvbig", "--lib",
                        pluginUnderTest(SIGNLION_PLUGIN_PATH), "--dir", dir});
   ASSERT_GT(child, 0);
@@ -256,7 +268,6 @@ static void receiverEndsMidTransfer(bool orderly) {
   kill(child, SIGKILL);
   reap(child, 10000);
   EXPECT_EQ(net.closeSend(s), ncclSuccess);
-  removeDir(dir);
   closeShortTimeout(lib, &net);
 }
 
