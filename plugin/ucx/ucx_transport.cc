@@ -275,6 +275,30 @@ ucs_status_t waitUcx(Comm* c, void* req, int64_t limitMs) {
 
 OobWatch::State checkPeer(Comm* c, bool force);
 
+// Sends that completed locally (eager) reach the receiver before our bye
+// does: it fails a receive still waiting when the bye comes. Over TCP that
+// takes a round trip through the receiver's worker: UCX 1.13 marks a TCP
+// endpoint that sent anything as needing a flush, and ucp_ep_flush_nbx then
+// sends a zero-length PUT and completes on the PUT ACK (uct_tcp_ep_flush,
+// tcp_ep.c), which the receiver writes only inside its worker's progress.
+// A receiver that closed its recv comm (its bye) progresses that worker no
+// more: a survivor of an abort replaces it (taintWorker) and never calls it
+// again. So the wait ends at the receiver's bye or death as well as at the
+// flush: a closed receiver wants nothing we sent, and waiting out the bound
+// there made an abort take 2 s (the killed-rank test's survivors then missed
+// their new communicator's bootstrap timeout). The caller holds workerLock().
+void flushBeforeBye(Comm* c) {
+  ucp_request_param_t p;
+  memset(&p, 0, sizeof(p));
+  void* req = ucp_ep_flush_nbx(c->ep, &p);
+  if (req == nullptr || UCS_PTR_IS_ERR(req)) return;
+  int64_t start = monotonicMs(), limit = std::min<int64_t>(timeoutMs(), 2000);
+  while (ucp_request_check_status(req) == UCS_INPROGRESS && monotonicMs() - start < limit &&
+         checkPeer(c, false) == OobWatch::kAlive)
+    ucp_worker_progress(c->worker);
+  ucp_request_free(req);  // released now, or by UCX once it completes (the force close in destroyComm)
+}
+
 // Setup messages (confirmEndpoint) whose UCX requests are still in flight.
 int setupInFlight(Comm* c) {
   int n = 0;
@@ -1294,15 +1318,10 @@ ncclResult_t ucxCloseSend(void* sendComm) {
   bool busy = false;
   for (Request& r : c->reqs)
     for (int i = 0; r.used && i < r.n; i++) busy |= !r.slots[i].done;
-  // A comm that never sent has nothing to flush (its setup messages were
-  // confirmed by the peer): a flush could wait its whole bound on a peer
-  // whose worker no longer moves (a survivor of an abort replaced it).
-  if (!busy && c->everSent && c->ep != nullptr && c->epStatus == UCS_OK && checkPeer(c, true) == OobWatch::kAlive) {
-    // Sends that completed locally (eager) reach the peer before our bye.
-    ucp_request_param_t p;
-    memset(&p, 0, sizeof(p));
-    (void)waitUcx(c, ucp_ep_flush_nbx(c->ep, &p), std::min<int64_t>(timeoutMs(), 2000));
-  }
+  // A comm that never sent has nothing of the caller's to flush (connect
+  // returned it once its setup messages were through: confirmEndpoint).
+  if (!busy && c->everSent && c->ep != nullptr && c->epStatus == UCS_OK && checkPeer(c, true) == OobWatch::kAlive)
+    flushBeforeBye(c);
   destroyComm(c);
   return ncclSuccess;
 }
