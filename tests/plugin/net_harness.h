@@ -76,6 +76,16 @@ constexpr int kLoopLimitMs = 60000;
 // listen on dev, connect to it and accept it, all non-blocking from one thread.
 ncclResult_t connectPair(NetDriver& net, int dev, void** sendComm, void** recvComm, std::string* err);
 
+// Connects n senders to listenComm at once, each through its own copy of the
+// listener's handle (handles[i]: a connect in progress keeps its state
+// there), driving connect and accept in turns as NCCL's proxy does: a
+// transport's connect may need the listener's accept to complete
+// (docs/PLUGIN.md, "Connect and accept"). Done once every handle has its send
+// comm and n recv comms were accepted (appended to *recvComms, in the order
+// accept returned them, which need not be the senders' order).
+ncclResult_t connectAccept(NetDriver& net, int dev, void* listenComm, int n, char* const* handles, void** sendComms,
+                           std::vector<void*>* recvComms, std::string* err);
+
 // Posts one receive of recvCap bytes and one send of size bytes on a pair,
 // completes both, checks the reported sizes and every received byte.
 bool transfer(NetDriver& net, void* sendComm, void* recvComm, size_t size, size_t recvCap, int tag, std::string* err);
