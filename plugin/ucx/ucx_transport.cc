@@ -32,6 +32,9 @@ constexpr uint32_t kMaxWorkerAddress = 1 << 16;  // refuse larger replies
 constexpr size_t kMaxPendingAccepts = 256;
 constexpr uint64_t kFullTagMask = ~0ull;
 constexpr uint64_t kCommIdMask = ~0ull << 32;  // a UCP tag: recv comm id (high 32 bits), ncclNet tag (low)
+// Comm ids use 31 bits; with this bit set the high half tags a comm's two
+// setup messages (confirmEndpoint), which no ncclNet tag can then match.
+constexpr uint32_t kSetupIdBit = 1u << 31;
 
 int64_t timeoutMs() {
   int64_t t = signlionParamSocketTimeoutMs();
@@ -115,6 +118,8 @@ ucs_status_t newWorker(ucp_worker_h* w) {
 std::mutex& workerLock() { return global().workerMu; }
 
 ucp_tag_t ucpTag(uint32_t commId, int tag) { return ((ucp_tag_t)commId << 32) | (uint32_t)tag; }
+// Setup message i (0 or 1) of the recv comm commId (confirmEndpoint).
+ucp_tag_t setupTag(uint32_t commId, int i) { return ucpTag(commId | kSetupIdBit, i); }
 
 // ---- Comms and requests ------------------------------------------------------
 
@@ -157,13 +162,16 @@ struct Comm : CommHeader {
   ucs_status_t epStatus = UCS_OK;
   bool epForced = false;         // after the peer's bye: outstanding sends were cut short
   bool epNoErrHandling = false;  // shared memory: UCX refuses peer error handling (and force close)
+  bool everSent = false;         // an isend was called: closeSend flushes what it left
   int orphans = 0;               // sends discardSends reported done while UCX still holds them
   bool warned = false;
   RequestTable<Request, NCCL_NET_MAX_REQUESTS> reqs;
   std::mutex mrMu;
   std::unordered_set<MemRegion*> mrs;
   // Connector state (send comm before connect returns it).
-  int connState = 0;  // 0 TCP connecting, 1 sending hello, 2 reading reply, 3 reading address, 4 endpoint made
+  // 0 TCP connecting, 1 sending hello, 2 reading reply, 3 reading address,
+  // 4 confirming the endpoint (confirmEndpoint), 5 ready (connect returns it).
+  int connState = 0;
   size_t off = 0;
   Hello hello{};
   Reply reply{};
@@ -172,6 +180,13 @@ struct Comm : CommHeader {
   int trafficClass = -1;
   int64_t startMs = 0;
   UcxPendingConnects* pending = nullptr;
+  // The two setup messages (confirmEndpoint): the sender's sync send and
+  // plain send, the receiver's receives for them. Their UCX requests write
+  // here, so a comm with one in flight is kept as one with transfers in flight.
+  // (Sender: sync send, flush, plain send; receiver: the two receives.)
+  Slot setup[3] = {};
+  bool setupPosted[3] = {false, false, false};
+  char setupBuf[2] = {0, 0};
 };
 
 // An accepted TCP connection still in its handshake.
@@ -182,6 +197,7 @@ struct Incoming {
   Hello hello{};
   Comm* comm = nullptr;   // made once the hello checked out; sending the reply
   std::vector<char> out;  // reply + worker address
+  bool replied = false;   // the reply is out: waiting for the connector's setup messages
 };
 
 struct ListenComm : CommHeader {
@@ -217,7 +233,7 @@ bool attachWorker(Comm* c) {
   c->worker = g.worker;
   if (!c->isSend) {
     c->commId = g.nextCommId++;
-    if (g.nextCommId == 0) g.nextCommId = 1;
+    if (g.nextCommId & kSetupIdBit) g.nextCommId = 1;  // 31 bits (kSetupIdBit), never 0
   }
   return true;
 }
@@ -259,7 +275,39 @@ ucs_status_t waitUcx(Comm* c, void* req, int64_t limitMs) {
 
 OobWatch::State checkPeer(Comm* c, bool force);
 
+// Sends that completed locally (eager) reach the receiver before our bye
+// does: it fails a receive still waiting when the bye comes. Over TCP that
+// takes a round trip through the receiver's worker: UCX 1.13 marks a TCP
+// endpoint that sent anything as needing a flush, and ucp_ep_flush_nbx then
+// sends a zero-length PUT and completes on the PUT ACK (uct_tcp_ep_flush,
+// tcp_ep.c), which the receiver writes only inside its worker's progress.
+// A receiver that closed its recv comm (its bye) progresses that worker no
+// more: a survivor of an abort replaces it (taintWorker) and never calls it
+// again. So the wait ends at the receiver's bye or death as well as at the
+// flush: a closed receiver wants nothing we sent, and waiting out the bound
+// there made an abort take 2 s (the killed-rank test's survivors then missed
+// their new communicator's bootstrap timeout). The caller holds workerLock().
+void flushBeforeBye(Comm* c) {
+  ucp_request_param_t p;
+  memset(&p, 0, sizeof(p));
+  void* req = ucp_ep_flush_nbx(c->ep, &p);
+  if (req == nullptr || UCS_PTR_IS_ERR(req)) return;
+  int64_t start = monotonicMs(), limit = std::min<int64_t>(timeoutMs(), 2000);
+  while (ucp_request_check_status(req) == UCS_INPROGRESS && monotonicMs() - start < limit &&
+         checkPeer(c, false) == OobWatch::kAlive)
+    ucp_worker_progress(c->worker);
+  ucp_request_free(req);  // released now, or by UCX once it completes (the force close in destroyComm)
+}
+
+// Setup messages (confirmEndpoint) whose UCX requests are still in flight.
+int setupInFlight(Comm* c) {
+  int n = 0;
+  for (int i = 0; i < 3; i++) n += c->setupPosted[i] && !c->setup[i].done ? 1 : 0;
+  return n;
+}
+
 bool slotsPending(Comm* c) {
+  if (setupInFlight(c) > 0) return true;
   for (Request& r : c->reqs)
     for (int i = 0; r.used && i < r.n; i++)
       if (!r.slots[i].done) return true;
@@ -271,7 +319,7 @@ bool slotsPending(Comm* c) {
 bool drainSlots(Comm* c, int64_t limitMs, int64_t idleMs) {
   int64_t start = monotonicMs(), lastMove = start;
   auto count = [c] {
-    int n = 0;
+    int n = setupInFlight(c);
     for (Request& r : c->reqs)
       for (int i = 0; r.used && i < r.n; i++) n += r.slots[i].done ? 0 : 1;
     return n;
@@ -340,6 +388,8 @@ void destroyComm(Comm* c) {
     for (Request& r : c->reqs)
       for (int i = 0; r.used && i < r.n; i++)
         if (r.slots[i].ureq != nullptr) ucp_request_cancel(c->worker, r.slots[i].ureq);
+    for (Slot& s : c->setup)  // a connector that went away before its setup messages came
+      if (s.ureq != nullptr) ucp_request_cancel(c->worker, s.ureq);
     // One still pending was matched and is in its rendezvous with a sender
     // that stopped: UCX tracks its fetch of the data.
     park = slotsPending(c);
@@ -515,13 +565,104 @@ int moveBytes(int fd, bool write, char* buf, size_t len, size_t* off) {
   return 1;
 }
 
+// ---- Confirming an endpoint before the comm is handed out ----------------------
+//
+// ucp_ep_create only starts UCX's wireup: the first messages on the new
+// endpoint, the receiver's worker making its own endpoint back and answering
+// (wireup REQUEST/REPLY, wireup.c), TCP connections being opened (tcp_ep.c)
+// all go on inside later ucp_worker_progress calls. UCX 1.13 aborts the
+// process when a peer dies while that is still under way:
+//   - ucp_request_send_state_ff asserts ("got REP message",
+//     ucp_request.c:684) when the failed endpoint's pending queue still
+//     holds the REPLY to the dead peer's REQUEST (queued because the TCP
+//     connection that carries it was not up yet);
+//   - uct_tcp_ep_destroy_progress asserts (tcp_ep.c:478) on a TCP
+//     endpoint that failed while still connecting to the dead peer.
+// Connection setup is the only time either is queued. So a comm is handed
+// out only once its endpoint is complete on both sides, and the last step
+// of each side needs the other side's last step done:
+//   1. the sender's synchronous send (tag setupTag(id, 0)) completes once
+//      the receiver's worker matched it and its acknowledgement came back
+//      over the receiver's endpoint, queued behind that worker's REPLY: the
+//      receiver's part of the wireup is out, and ours is answered;
+//   2. the sender flushes its endpoint: UCT's TCP flush is refused until
+//      each lane's connection is up (uct_tcp_ep_check_tx_res), so every lane
+//      is connected, not only the one that carried step 1;
+//   3. the sender's plain send (tag setupTag(id, 1)): the receiver's accept()
+//      returns the comm once it has both messages, the sender's connect()
+//      once this send is out.
+// Either side returns its comm only after the other one's wireup is done: a
+// peer that dies after connect/accept (the killed-rank case) finds nothing
+// of UCX's setup in flight. A peer that dies during connect/accept still
+// can (no caller can then prevent UCX's assertions; docs/PLUGIN.md).
+
+// The sender's steps 1-3; *ready once all are done. The caller holds
+// workerLock().
+ncclResult_t confirmEndpoint(Comm* c, bool* ready) {
+  *ready = false;
+  if (c->ep == nullptr) {  // the receiver closed before we reached it (connectSteps)
+    c->connState = 5;
+    *ready = true;
+    return ncclSuccess;
+  }
+  ucp_worker_progress(c->worker);
+  for (int i = 0; i < 3; i++) {
+    Slot* s = &c->setup[i];
+    if (!c->setupPosted[i]) {
+      c->setupPosted[i] = true;
+      ucp_request_param_t p = opParams(s, nullptr);
+      p.cb.send = sendDone;
+      ucs_status_ptr_t r;
+      if (i == 0)
+        r = ucp_tag_send_sync_nbx(c->ep, &c->setupBuf[0], 1, setupTag(c->commId, 0), &p);
+      else if (i == 1)
+        r = ucp_ep_flush_nbx(c->ep, &p);
+      else
+        r = ucp_tag_send_nbx(c->ep, &c->setupBuf[1], 1, setupTag(c->commId, 1), &p);
+      startSlot(s, r, 1);
+    }
+    if (s->done && s->status != UCS_OK) {
+      WARN("NET/signlion-ucx: connect: setup step %d of the endpoint failed: %s", i + 1, ucsStr(s->status));
+      return peerLost(c, "the endpoint failed before the listener confirmed it");
+    }
+    if (!s->done) {
+      if (c->epStatus != UCS_OK) return peerLost(c, "the endpoint failed before the listener confirmed it");
+      if (checkPeer(c, false) != OobWatch::kAlive)
+        return peerLost(c, "the listener closed the connection before it confirmed the endpoint");
+      return ncclSuccess;  // timed out by progressConnect
+    }
+  }
+  c->connState = 5;
+  *ready = true;
+  return ncclSuccess;
+}
+
+// The receiver's side: its receives for the two setup messages, posted once
+// the reply with our worker address is out. The caller holds workerLock().
+void postSetupReceives(Comm* c) {
+  for (int i = 0; i < 2; i++) {
+    ucp_request_param_t p = opParams(&c->setup[i], nullptr);
+    p.cb.recv = recvDone;
+    c->setupPosted[i] = true;
+    startSlot(&c->setup[i], ucp_tag_recv_nbx(c->worker, &c->setupBuf[i], 1, setupTag(c->commId, i), kFullTagMask, &p),
+              1);
+  }
+}
+
+// Whether both setup messages came (1), not yet (0), or a receive failed
+// (-1). The caller holds workerLock().
+int setupReceived(Comm* c) {
+  ucp_worker_progress(c->worker);
+  for (int i = 0; i < 2; i++)
+    if (c->setup[i].done && c->setup[i].status != UCS_OK) return -1;
+  return c->setup[0].done && c->setup[1].done ? 1 : 0;
+}
+
 ncclResult_t connectSteps(Comm* c, bool* ready);
 
 // Connect-side handshake; returns ncclSuccess with *ready set once connect()
-// may return the comm (state 2) and again once it has its endpoint (state 4).
-// Timed out only when the listener's part is still missing after the
-// timeout: a reply that came long ago is read at the first isend, however
-// late that is.
+// may return the comm: its endpoint made and confirmed (state 5). Timed out
+// when the listener's part is still missing after the timeout.
 ncclResult_t progressConnect(Comm* c, bool* ready) {
   bool late = monotonicMs() - c->startMs > timeoutMs();
   NCCLCHECK(connectSteps(c, ready));
@@ -567,12 +708,8 @@ ncclResult_t connectSteps(Comm* c, bool* ready) {
     // silence: heartbeats start now, not at the first isend (a sender may
     // connect long before it sends; removed in destroyComm).
     heartbeatAdd(c->fd);
-    // connect() returns here: the listener answers once its side calls
-    // accept(), and a caller may connect everywhere before it accepts. The
-    // first isend() reads the answer (returning no request until then).
-    *ready = true;
-    return ncclSuccess;
   }
+  if (c->connState == 4) return confirmEndpoint(c, ready);
   if (c->connState == 2) {
     int r = moveBytes(c->fd, false, (char*)&c->reply, sizeof(c->reply), &c->off);
     if (r < 0) return peerLost(c, "the listener refused the connection (wrong handle or secret?)");
@@ -620,8 +757,7 @@ ncclResult_t connectSteps(Comm* c, bool* ready) {
   }
   std::vector<char>().swap(c->peerAddr);
   c->connState = 4;
-  *ready = true;
-  return ncclSuccess;
+  return confirmEndpoint(c, ready);
 }
 
 }  // namespace
@@ -808,7 +944,7 @@ ncclResult_t ucxConnect(int dev, int trafficClass, void* handle, void** sendComm
     }
     setConnecting(c);
   }
-  ARGCHECK(c->magic == kCommMagic && c->kind == kCommSend && c->connState < 2, "connect", "handle",
+  ARGCHECK(c->magic == kCommMagic && c->kind == kCommSend && c->connState < 5, "connect", "handle",
            "its connection already finished (reuse of a handle)");
   bool ready = false;
   ncclResult_t res;
@@ -893,13 +1029,34 @@ ncclResult_t ucxAccept(void* listenComm, void** recvComm) {
         }
       }
     }
-    if (why == nullptr && in.comm != nullptr) {
+    if (why == nullptr && in.comm != nullptr && !in.replied) {
       int r = moveBytes(in.fd, true, in.out.data(), in.out.size(), &in.off);
       if (r < 0)
         why = "closed during our reply";
       else if (r == 0 && now - in.startMs > timeoutMs())
         why = "took no reply in time";
-      ready = r > 0;
+      else if (r > 0) {
+        // The connector makes its endpoint now; the comm is handed out once
+        // it is confirmed (confirmEndpoint says why).
+        in.replied = true;
+        in.comm->oob.start(in.fd, now);
+        std::lock_guard<std::mutex> lk(workerLock());
+        postSetupReceives(in.comm);
+      }
+    }
+    if (why == nullptr && in.replied) {
+      int got;
+      {
+        std::lock_guard<std::mutex> lk(workerLock());
+        got = setupReceived(in.comm);
+      }
+      if (got < 0)
+        why = "its endpoint's setup messages failed";
+      else if (got == 0 && in.comm->oob.poll(now) != OobWatch::kAlive)
+        why = "closed before it confirmed its endpoint";
+      else if (got == 0 && now - in.startMs > timeoutMs())
+        why = "did not confirm its endpoint in time";
+      ready = got > 0;
     }
     if (why != nullptr) {
       WARN("NET/signlion-ucx: accept: refused a connection on %s: %s", addressString(l->addr).c_str(), why);
@@ -910,8 +1067,7 @@ ncclResult_t ucxAccept(void* listenComm, void** recvComm) {
     }
     if (ready) {
       Comm* c = in.comm;
-      c->fd = in.fd;
-      c->oob.start(c->fd, now);
+      c->fd = in.fd;  // its OobWatch reads it since the reply
       heartbeatAdd(c->fd);
       l->incoming.erase(l->incoming.begin() + i);
       *recvComm = static_cast<CommHeader*>(c);
@@ -995,11 +1151,7 @@ ncclResult_t ucxIsend(void* sendComm, void* data, size_t size, int tag, void* mh
   ARGCHECK(regionHolds(c, mhandle, data, size), "isend", "mhandle",
            "%p is not a region registered on comm %p holding %zu bytes at %p", mhandle, sendComm, size, data);
   std::lock_guard<std::mutex> lk(workerLock());
-  if (c->connState < 4) {  // the listener's answer (its worker address) is still on its way
-    bool ready = false;
-    NCCLCHECK(progressConnect(c, &ready));
-    if (c->connState < 4) return ncclSuccess;  // no request: NCCL retries
-  }
+  c->everSent = true;  // connect() returned c with its endpoint confirmed (confirmEndpoint)
   OobWatch::State st = checkPeer(c, false);
   if (st == OobWatch::kDead) return peerLost(c, "peer vanished (connection closed without a bye)");
   Request* r = c->reqs.acquire();
@@ -1166,12 +1318,10 @@ ncclResult_t ucxCloseSend(void* sendComm) {
   bool busy = false;
   for (Request& r : c->reqs)
     for (int i = 0; r.used && i < r.n; i++) busy |= !r.slots[i].done;
-  if (!busy && c->ep != nullptr && c->epStatus == UCS_OK && checkPeer(c, true) == OobWatch::kAlive) {
-    // Sends that completed locally (eager) reach the peer before our bye.
-    ucp_request_param_t p;
-    memset(&p, 0, sizeof(p));
-    (void)waitUcx(c, ucp_ep_flush_nbx(c->ep, &p), std::min<int64_t>(timeoutMs(), 2000));
-  }
+  // A comm that never sent has nothing of the caller's to flush (connect
+  // returned it once its setup messages were through: confirmEndpoint).
+  if (!busy && c->everSent && c->ep != nullptr && c->epStatus == UCS_OK && checkPeer(c, true) == OobWatch::kAlive)
+    flushBeforeBye(c);
   destroyComm(c);
   return ncclSuccess;
 }

@@ -235,18 +235,39 @@ ncclResult_t connectPair(NetDriver& net, int dev, void** sendComm, void** recvCo
     *err = "listen failed";
     return r;
   }
-  int64_t start = nowMs();
-  while ((*sendComm == nullptr || *recvComm == nullptr) && nowMs() - start < kLoopLimitMs) {
-    if (*sendComm == nullptr && (r = net.connect(dev, handle, sendComm)) != ncclSuccess) break;
-    if (*recvComm == nullptr && (r = net.accept(lcomm, recvComm)) != ncclSuccess) break;
-  }
+  std::vector<void*> recvs;
+  r = connectAccept(net, dev, lcomm, 1, &handle, sendComm, &recvs, err);
   net.closeListen(lcomm);
-  if (r == ncclSuccess && (*sendComm == nullptr || *recvComm == nullptr)) r = ncclInternalError;
+  if (r == ncclSuccess) *recvComm = recvs[0];
+  return r;
+}
+
+ncclResult_t connectAccept(NetDriver& net, int dev, void* listenComm, int n, char* const* handles, void** sendComms,
+                           std::vector<void*>* recvComms, std::string* err) {
+  for (int i = 0; i < n; i++) sendComms[i] = nullptr;
+  size_t base = recvComms->size();
+  auto missing = [&] {
+    int m = n - (int)(recvComms->size() - base);
+    for (int i = 0; i < n; i++) m += sendComms[i] == nullptr ? 1 : 0;
+    return m;
+  };
+  ncclResult_t r = ncclSuccess;
+  int64_t start = nowMs();
+  while (r == ncclSuccess && missing() > 0 && nowMs() - start < kLoopLimitMs) {
+    for (int i = 0; r == ncclSuccess && i < n; i++)
+      if (sendComms[i] == nullptr) r = net.connect(dev, handles[i], &sendComms[i]);
+    void* recv = nullptr;
+    if (r == ncclSuccess && (int)(recvComms->size() - base) < n && (r = net.accept(listenComm, &recv)) == ncclSuccess &&
+        recv != nullptr)
+      recvComms->push_back(recv);
+  }
+  if (r == ncclSuccess && missing() > 0) r = ncclInternalError;
   if (r != ncclSuccess) {
     *err = "connect/accept failed or timed out";
-    if (*sendComm) net.closeSend(*sendComm);
-    if (*recvComm) net.closeRecv(*recvComm);
-    *sendComm = *recvComm = nullptr;
+    for (int i = 0; i < n; i++)
+      if (sendComms[i]) net.closeSend(sendComms[i]), sendComms[i] = nullptr;
+    for (size_t i = base; i < recvComms->size(); i++) net.closeRecv((*recvComms)[i]);
+    recvComms->resize(base);
   }
   return r;
 }

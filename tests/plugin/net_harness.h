@@ -76,6 +76,16 @@ constexpr int kLoopLimitMs = 60000;
 // listen on dev, connect to it and accept it, all non-blocking from one thread.
 ncclResult_t connectPair(NetDriver& net, int dev, void** sendComm, void** recvComm, std::string* err);
 
+// Connects n senders to listenComm at once, each through its own copy of the
+// listener's handle (handles[i]: a connect in progress keeps its state
+// there), driving connect and accept in turns as NCCL's proxy does: a
+// transport's connect may need the listener's accept to complete
+// (docs/PLUGIN.md, "Connect and accept"). Done once every handle has its send
+// comm and n recv comms were accepted (appended to *recvComms, in the order
+// accept returned them, which need not be the senders' order).
+ncclResult_t connectAccept(NetDriver& net, int dev, void* listenComm, int n, char* const* handles, void** sendComms,
+                           std::vector<void*>* recvComms, std::string* err);
+
 // Posts one receive of recvCap bytes and one send of size bytes on a pair,
 // completes both, checks the reported sizes and every received byte.
 bool transfer(NetDriver& net, void* sendComm, void* recvComm, size_t size, size_t recvCap, int tag, std::string* err);
@@ -93,7 +103,13 @@ inline std::string pluginUnderTest(const char* builtin) {
 }
 // Whether that library is the socket transport (tests of socket internals,
 // such as control-connection pairing or stream headers, apply to it only).
-inline bool pluginIsSocket(const std::string& lib) { return lib.find("-ucx") == std::string::npos; }
+// The file name decides, not the directories above it: a checkout in a
+// folder such as wt-ucxkill/ made the socket suite take the socket library
+// for UCX's.
+inline bool pluginIsSocket(const std::string& lib) {
+  size_t slash = lib.find_last_of('/');
+  return lib.find("-ucx", slash == std::string::npos ? 0 : slash + 1) == std::string::npos;
+}
 
 // Index of the first device whose name is ifname, or -1.
 int findDevice(NetDriver& net, const std::string& ifname);
