@@ -69,7 +69,7 @@ pair() {
     sleep 0.5
   done
   # A client that failed leaves its server waiting for it: end the server.
-  ((rc != 0)) && kill "${PIDS[0]}" 2>/dev/null
+  ((rc != 0)) && { kill "${PIDS[0]}" 2>/dev/null || true; }
   wait "${PIDS[0]}" || rc=$((rc ? rc : $?))
   PIDS=()
   if ((rc != 0)); then
