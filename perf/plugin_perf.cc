@@ -7,9 +7,13 @@
 //     sends in flight into one registered buffer, --bytes in all after two
 //     warm-up messages, timed on the sender from the first isend to the
 //     receiver's 1-byte "all arrived" (ucp_tag_bw's "overall" column).
-// Both sides wait by spinning on test() (ucx_perftest busy-polls too); after
-// 100 us without completion a spin also yields, so that the socket
-// transport's helper threads get a core on a loaded machine.
+// Both sides wait by spinning on test(), as ucx_perftest busy-polls. With the
+// socket transport a spin also yields after 100 us without completion, so
+// that its helper threads get a core on a loaded machine; the UCX transport
+// moves data only inside test(), so it spins without yielding, exactly as
+// ucx_perftest does (a yielding contender next to a spinning one on a
+// loaded machine measures the scheduler, not the transport).
+// Buffers are page-aligned and registered once, as NCCL's are.
 // Handles and results go through files in --dir (both processes see the same
 // filesystem, also from two network namespaces).
 //
@@ -27,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +47,7 @@ namespace {
 const ncclNet_v11_t* gNet = nullptr;
 void* gCtx = nullptr;
 signlion::perf::PairFiles gPair("plugin_perf");
+bool gYield = false;  // the transport has threads of its own (socket)
 using signlion::perf::nowSec;
 
 [[noreturn]] void die(const char* what) { gPair.die(what); }
@@ -50,7 +56,7 @@ void check(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) die(what);
 }
 
-// Spins on test() until req completes (60 s at most); yields after 100 us.
+// Spins on test() until req completes (60 s at most); yields after 100 us if gYield.
 void wait(void* req) {
   int done = 0;
   double start = 0;
@@ -60,7 +66,7 @@ void wait(void* req) {
     if (spins < 1000 || spins % 16 != 0) continue;  // few clock reads while a reply is due any moment
     double now = nowSec();
     if (start == 0) start = now;
-    if (now - start > 100e-6) sched_yield();
+    if (gYield && now - start > 100e-6) sched_yield();
     if (now - start > 60) die("request did not complete in 60 s");
   }
 }
@@ -82,14 +88,28 @@ void connectBoth(void** s, void** r) {
   gNet->closeListen(l);
 }
 
+// A page-aligned buffer, as NCCL's buffers and ucx_perftest's (ucp_mem_map)
+// are; a std::vector this large starts 16 bytes into a page (malloc's mmap
+// header), so the copies of the stream started off a cache line.
+struct PageBuffer {
+  std::unique_ptr<char, decltype(&free)> p{nullptr, &free};
+  size_t size = 0;
+  PageBuffer(size_t bytes, int fill) : size(std::max<size_t>(bytes, 1)) {
+    p.reset(static_cast<char*>(aligned_alloc(4096, (size + 4095) / 4096 * 4096)));
+    if (!p) die("out of memory");
+    memset(p.get(), fill, size);
+  }
+  char* data() { return p.get(); }
+};
+
 struct Link {
   void *s = nullptr, *r = nullptr, *smr = nullptr, *rmr = nullptr;
-  std::vector<char> sbuf, rbuf;
+  PageBuffer sbuf, rbuf;
 
-  explicit Link(size_t bytes) : sbuf(std::max<size_t>(bytes, 1), 1), rbuf(std::max<size_t>(bytes, 1)) {
+  explicit Link(size_t bytes) : sbuf(bytes, 1), rbuf(bytes, 0) {
     connectBoth(&s, &r);
-    check(gNet->regMr(s, sbuf.data(), sbuf.size(), NCCL_PTR_HOST, &smr), "regMr");
-    check(gNet->regMr(r, rbuf.data(), rbuf.size(), NCCL_PTR_HOST, &rmr), "regMr");
+    check(gNet->regMr(s, sbuf.data(), sbuf.size, NCCL_PTR_HOST, &smr), "regMr");
+    check(gNet->regMr(r, rbuf.data(), rbuf.size, NCCL_PTR_HOST, &rmr), "regMr");
   }
   ~Link() {
     gNet->deregMr(s, smr);
@@ -164,7 +184,7 @@ double bandwidth(Link& link, size_t size, size_t count, int window) {
     }
     double now = nowSec();
     if (completed != before) lastMove = now;
-    if (now - lastMove > 100e-6) sched_yield();  // as wait(): the transport's own threads may need the core
+    if (gYield && now - lastMove > 100e-6) sched_yield();  // as wait(): the transport's own threads may need the core
     if (now > limit) die("stream did not finish in 120 s");
   }
   // "All arrived": the server's 1-byte message ends the client's clock.
@@ -220,6 +240,7 @@ int main(int argc, char** argv) {
       ok = false;
   }
   if (net == "socket") gNet = signlion::net::socketNetV11();
+  gYield = net == "socket";
 #ifdef SIGNLION_PERF_HAVE_UCX
   if (net == "ucx") gNet = signlion::net::ucxNetV11();
 #endif

@@ -4,6 +4,13 @@
 # 8 B ping-pong latency (half round trip, median of the trips: ucp_tag_lat's
 # "50.0%ile") and streaming bandwidth of 4..256 MiB messages, 8 in flight
 # (ucp_tag_bw's "overall"). Figures in docs/PERFORMANCE_ucx.md come from it.
+# ucx_perftest runs twice per round: as it comes, and with -e (endpoints with
+# peer error handling, UCP_ERR_HANDLING_MODE_PEER, as the transport makes
+# them: a dead peer must fail our requests). UCX 1.13 gives such endpoints
+# no RMA lane over TCP (tcp has no memory invalidation), so rendezvous data
+# then travels as active-message fragments that the receiver copies once
+# more; "ucp_tag_bw -e" is the figure measured with the transport's own
+# endpoint settings.
 #   scripts/ucx_bench.sh [BUILD_DIR]     (root; ucx-utils, iproute2)
 # Environment: REPEATS=3 (rounds; each round runs the three in a rotated order,
 # the tables give the median over rounds), UCX_TLS=tcp (for both ucx_perftest
@@ -11,6 +18,7 @@
 # round), LAT_ITERS=20000, LINKS="loopback veth" (veth: 10gbit unless RATE).
 # BEFORE=path/to/another/plugin_perf: also that build's UCX transport, as
 # "ucx-before" in the same rotation (before/after figures of a change).
+# RAW=path: also keep every round's figure there (lines: link impl metric bytes value).
 # UCX_NET_DEVICES and SIGNLION_SOCKET_IFNAME are set to the link's interface;
 # other UCX_* variables pass to all. Exit: 0, or 1 when a run failed.
 set -euo pipefail
@@ -51,12 +59,22 @@ pair() {
   "${pres[@]}" env UCX_NET_DEVICES="$SRV_IF" SIGNLION_SOCKET_IFNAME="=$SRV_IF" timeout 300 "${srv[@]}" >"$DIR/server.log" 2>&1 &
   PIDS=($!)
   sleep 0.3
-  "${prec[@]}" env UCX_NET_DEVICES="$CLI_IF" SIGNLION_SOCKET_IFNAME="=$CLI_IF" timeout 300 "${cli[@]}" >"$DIR/client.log" 2>&1 || rc=$?
+  local try
+  for try in 1 2 3 4 5 6 7 8 9 10; do
+    rc=0
+    "${prec[@]}" env UCX_NET_DEVICES="$CLI_IF" SIGNLION_SOCKET_IFNAME="=$CLI_IF" timeout 300 "${cli[@]}" >"$DIR/client.log" 2>&1 || rc=$?
+    # On a loaded machine ucx_perftest's server may not listen yet 0.3 s
+    # after its start: its client then fails at once ("Connection refused").
+    ((rc != 0)) && grep -q "Connection refused" "$DIR/client.log" && kill -0 "${PIDS[0]}" 2>/dev/null || break
+    sleep 0.5
+  done
+  # A client that failed leaves its server waiting for it: end the server.
+  ((rc != 0)) && { kill "${PIDS[0]}" 2>/dev/null || true; }
   wait "${PIDS[0]}" || rc=$((rc ? rc : $?))
   PIDS=()
   if ((rc != 0)); then
     echo "FAILED ($rc): ${cli[*]}" >&2
-    tail -5 "$DIR/server.log" "$DIR/client.log" >&2
+    tail -n 5 "$DIR/server.log" "$DIR/client.log" >&2
     FAILED=1
     return 1
   fi
@@ -64,16 +82,19 @@ pair() {
 
 # ucx_perftest's final line: iterations, latency 50%ile/avg/overall (us),
 # bandwidth avg/overall (MB/s, MB = 2^20), message rate avg/overall.
-perftest() {  # link ns_server ns_client server_addr
-  local link=$1 s n
-  pair "$2" "$3" ucx_perftest -p "$PERFTEST_PORT" -- \
-    ucx_perftest "$4" -p "$PERFTEST_PORT" -t tag_lat -s 8 -n "$LAT_ITERS" -w $((LAT_ITERS / 10)) -f || return 0
-  awk -v l="$link" 'NF == 8 && $1 ~ /^[0-9]+$/ { print l, "ucx_perftest", "lat", 8, $2 }' "$DIR/client.log" >>"$RESULTS"
+# impl: ucx_perftest (as it comes) or ucx_perftest-e (-e: peer error handling, as our endpoints).
+perftest() {  # link impl ns_server ns_client server_addr
+  local link=$1 impl=$2 s n e=()
+  [[ $impl == *-e ]] && e=(-e)
+  shift 2
+  pair "$1" "$2" ucx_perftest -p "$PERFTEST_PORT" -- \
+    ucx_perftest "$3" -p "$PERFTEST_PORT" "${e[@]}" -t tag_lat -s 8 -n "$LAT_ITERS" -w $((LAT_ITERS / 10)) -f || return 0
+  awk -v l="$link" -v i="$impl" 'NF == 8 && $1 ~ /^[0-9]+$/ { print l, i, "lat", 8, $2 }' "$DIR/client.log" >>"$RESULTS"
   for s in $BW_SIZES; do
     s=$(bytes_of "$s"); n=$(($(bytes_of "$BW_BYTES") / s)); ((n < 4)) && n=4
-    pair "$2" "$3" ucx_perftest -p "$PERFTEST_PORT" -- \
-      ucx_perftest "$4" -p "$PERFTEST_PORT" -t tag_bw -s "$s" -n "$n" -w 2 -O $WINDOW -f || continue
-    awk -v l="$link" -v s="$s" 'NF == 8 && $1 ~ /^[0-9]+$/ { printf "%s ucx_perftest bw %s %.3f\n", l, s, $6 * 1048576 * 8 / 1e9 }' \
+    pair "$1" "$2" ucx_perftest -p "$PERFTEST_PORT" -- \
+      ucx_perftest "$3" -p "$PERFTEST_PORT" "${e[@]}" -t tag_bw -s "$s" -n "$n" -w 2 -O $WINDOW -f || continue
+    awk -v l="$link" -v i="$impl" -v s="$s" 'NF == 8 && $1 ~ /^[0-9]+$/ { printf "%s %s bw %s %.3f\n", l, i, s, $6 * 1048576 * 8 / 1e9 }' \
       "$DIR/client.log" >>"$RESULTS"
   done
 }
@@ -97,13 +118,13 @@ ours() {  # link impl ns_server ns_client; impl: socket, ucx or ucx-before
 }
 
 measure() {  # link ns_server ns_client server_addr: REPEATS rounds, order rotated each round
-  local order=(perftest ucx socket layout1 layout2) r k j
+  local order=(ucx_perftest ucx socket layout1 ucx_perftest-e layout2) r k j
   [[ -n ${BEFORE:-} ]] && order+=(ucx-before)
   for ((r = 0; r < REPEATS; r++)); do
     for ((k = 0; k < ${#order[@]}; k++)); do
       j=${order[$(((r + k) % ${#order[@]}))]}
       case $j in
-        perftest) perftest "$1" "$2" "$3" "$4" ;;
+        ucx_perftest*) perftest "$1" "$j" "$2" "$3" "$4" ;;
         layout*) layout "$1" "${j#layout}" "$2" "$3" ;;
         *) ours "$1" "$j" "$2" "$3" ;;
       esac
@@ -125,21 +146,23 @@ report() {  # link
     END {
       pu = med("lat 8 ucx_perftest"); bu = med("lat 8 ucx-before")
       printf "%s, 8 B ping-pong, half round trip (us), median of %d rounds; ratio to ucp_tag_lat:\n", l, n["lat 8 ucx"]
-      split("ucx_perftest ucx ucx-before socket ucp-1w ucp-2w", impl, " ")
-      split("ucp_tag_lat (ucx_perftest)|signlion-ucx|signlion-ucx before (BEFORE=)|socket transport|plain UCP, 1 worker per process|plain UCP, 2 workers per process (our layout)", label, "|")
-      for (i = 1; i <= 6; i++) {
+      split("ucx_perftest ucx_perftest-e ucx ucx-before socket ucp-1w ucp-2w", impl, " ")
+      split("ucp_tag_lat (ucx_perftest)|ucp_tag_lat -e (peer error handling)|signlion-ucx|signlion-ucx before (BEFORE=)|socket transport|plain UCP, 1 worker per process|plain UCP, 2 workers per process", label, "|")
+      for (i = 1; i <= 7; i++) {
         v = med("lat 8 " impl[i])
         if (v != "") printf "  %-48s %8.2f %6s\n", label[i], v, ratio(v, pu)
       }
       printf "%s, streaming bandwidth client->server, 8 in flight (Gbit/s), median of rounds:\n", l
-      printf "  %-10s %-14s %-14s %-14s %-18s %-20s", "size", "ucp_tag_bw", "signlion-ucx", "socket", "ucx/ucp_tag_bw", "socket/ucp_tag_bw"
-      printf "%s\n", bu == "" ? "" : sprintf("%-14s %s", "ucx-before", "before/ucp_tag_bw")
+      printf "  (ucp_tag_bw -e: ucx_perftest with peer error handling, as the transport makes its endpoints)\n"
+      printf "  %-10s %-11s %-14s %-13s %-8s %-15s %-18s %-18s", "size", "ucp_tag_bw", "ucp_tag_bw -e", "signlion-ucx", "socket", "ucx/ucp_tag_bw", "ucx/ucp_tag_bw -e", "socket/ucp_tag_bw"
+      printf "%s\n", bu == "" ? "" : sprintf("%-11s %s", "ucx-before", "before/ucp_tag_bw -e")
       m = 0; for (s in sz) keys[++m] = s + 0
       for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (keys[j] < keys[i]) { t = keys[i]; keys[i] = keys[j]; keys[j] = t }
       for (i = 1; i <= m; i++) {
-        s = keys[i]; p = med("bw " s " ucx_perftest"); u = med("bw " s " ucx"); so = med("bw " s " socket"); b = med("bw " s " ucx-before")
-        printf "  %-10s %-14s %-14s %-14s %-18s %-20s", s / 1048576 " MiB", show(p, "%.2f"), show(u, "%.2f"), show(so, "%.2f"), ratio(u, p), ratio(so, p)
-        printf "%s\n", bu == "" ? "" : sprintf("%-14s %s", show(b, "%.2f"), ratio(b, p))
+        s = keys[i]; p = med("bw " s " ucx_perftest"); pe = med("bw " s " ucx_perftest-e"); u = med("bw " s " ucx")
+        so = med("bw " s " socket"); b = med("bw " s " ucx-before")
+        printf "  %-10s %-11s %-14s %-13s %-8s %-15s %-18s %-18s", s / 1048576 " MiB", show(p, "%.2f"), show(pe, "%.2f"), show(u, "%.2f"), show(so, "%.2f"), ratio(u, p), ratio(u, pe), ratio(so, p)
+        printf "%s\n", bu == "" ? "" : sprintf("%-11s %s", show(b, "%.2f"), ratio(b, pe))
       }
     }' "$RESULTS"
 }
@@ -162,6 +185,7 @@ for link in $LINKS; do
     *) echo "unknown link $link (loopback, veth)" >&2; exit 2 ;;
   esac
 done
+[[ -n ${RAW:-} ]] && cp "$RESULTS" "$RAW"
 for link in $LINKS; do
   [[ $link == veth ]] && link=veth-$RATE
   grep -q "^$link " "$RESULTS" && report "$link"
