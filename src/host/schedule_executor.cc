@@ -165,44 +165,32 @@ void ScheduleExecutor::unpackPiece() {
 void ScheduleExecutor::buildItems() {
   const algo::Schedule& s = *s_;
   const int64_t chunkBytes = hostChunkBytes();
+  algo::cutIntoChunks(s, chunkBytes, unit_, &chunks_, &lazyPack_);
   items_.clear();
   stepBegin_.clear();
   open_.clear();
-  lazyPack_ = nullptr;
   packPending_ = 0;
   uint64_t* stageNext = stage_;
-  bool counterTouched = false;  // some earlier item reads or writes kCounter
+  size_t k = 0;  // the next chunk: they come in the order walked here
+  auto chunkOf = [&](algo::Chunk::Kind kind, size_t i, size_t j) {
+    return k < chunks_.size() && chunks_[k].kind == kind && chunks_[k].step == i && chunks_[k].index == j;
+  };
   for (size_t i = 0; i < s.steps.size(); i++) {
     const algo::Step& st = s.steps[i];
     stepBegin_.push_back(items_.size());
-    for (const algo::Local& l : st.locals) {
-      if (l.range.empty()) continue;  // an empty shard: nothing to do (runLocal)
-      // The pack of every block into the counter, before anything touches
-      // it, runs lazily: the blocks a send or an add needs first, the rest
-      // in between.
-      if (l.op == algo::LocalOp::kPackVotes && l.dst == Buffer::kCounter && l.range.begin == 0 &&
-          l.range.end == s.nblocks && !counterTouched && lazyPack_ == nullptr) {
-        lazyPack_ = &l;
-        counterTouched = true;
-        continue;
+    for (size_t j = 0; j < st.locals.size(); j++)
+      for (; chunkOf(algo::Chunk::Kind::kLocal, i, j); k++) {
+        items_.push_back({chunks_[k], State::kWaiting, false, false, nullptr, 0});
+        const algo::LocalOp op = st.locals[j].op;
+        if (op == algo::LocalOp::kPackVotes || op == algo::LocalOp::kPackFields) packPending_++;
       }
-      // Decides go a piece at a time, so a decided piece can be sent (and
-      // unpacked) while the next is decided; other locals whole.
-      const int64_t piece = l.op == algo::LocalOp::kDecide ? unit_ : l.range.size();
-      for (int64_t b = l.range.begin; b < l.range.end; b += piece) {
-        items_.push_back({Kind::kLocal, State::kWaiting, false, false, (uint32_t)i, &l, b,
-                          std::min(piece, l.range.end - b), nullptr, 0});
-        if (l.op == algo::LocalOp::kPackVotes || l.op == algo::LocalOp::kPackFields) packPending_++;
-      }
-      counterTouched |= l.dst == Buffer::kCounter || l.src == Buffer::kCounter;
-    }
-    for (const algo::Recv& x : st.recvs) {
+    for (size_t j = 0; j < st.recvs.size(); j++) {
+      const algo::Recv& x = st.recvs[j];
       bool first = check_.firstRecv(x.peer);
       if (first && x.range.size() <= 0) check_.recvAlone(transfers_, x.peer, links_.peer(x.peer).recvComm);
-      const int64_t step = algo::chunkBlocks(x.planes, chunkBytes);
-      for (int64_t b = x.range.begin; b < x.range.end; b += step) {
-        const int64_t len = std::min(step, x.range.end - b);
-        Item it{Kind::kRecv, State::kWaiting, first, false, (uint32_t)i, &x, b, len, nullptr, 0};
+      for (; chunkOf(algo::Chunk::Kind::kRecv, i, j); k++) {
+        const int64_t b = chunks_[k].range.begin, len = chunks_[k].range.size();
+        Item it{chunks_[k], State::kWaiting, first, false, nullptr, 0};
         if (!stagedRecv(x) && first && headerInHeadroom(x.planes, b)) {
           it.data = plane(x.buf, x.slot, 0, x.width) + b;  // in place, the header in the headroom in front
         } else if (stagedRecv(x) || first) {
@@ -216,16 +204,15 @@ void ScheduleExecutor::buildItems() {
         items_.push_back(it);
         first = false;
       }
-      counterTouched |= x.buf == Buffer::kCounter;
     }
-    for (const algo::Send& x : st.sends) {
+    for (size_t j = 0; j < st.sends.size(); j++) {
+      const algo::Send& x = st.sends[j];
       bool first = check_.firstSend(x.peer);
       // To a peer whose first transfer is empty, the header goes alone.
       if (first && x.range.size() <= 0) check_.sendAlone(transfers_, links_.peer(x.peer).sendComm);
-      const int64_t step = algo::chunkBlocks(x.planes, chunkBytes);
-      for (int64_t b = x.range.begin; b < x.range.end; b += step) {
-        const int64_t len = std::min(step, x.range.end - b);
-        Item it{Kind::kSend, State::kWaiting, first, false, (uint32_t)i, &x, b, len, nullptr, 0};
+      for (; chunkOf(algo::Chunk::Kind::kSend, i, j); k++) {
+        const int64_t b = chunks_[k].range.begin, len = chunks_[k].range.size();
+        Item it{chunks_[k], State::kWaiting, first, false, nullptr, 0};
         // Gathered into one message (after the header): several planes, or
         // a first chunk whose header has no headroom in front of it.
         if (!(first && headerInHeadroom(x.planes, b)) && (x.planes > 1 || first)) {
@@ -236,7 +223,6 @@ void ScheduleExecutor::buildItems() {
         items_.push_back(it);
         first = false;
       }
-      counterTouched |= x.buf == Buffer::kCounter;
     }
   }
   stepBegin_.push_back(items_.size());
@@ -251,84 +237,34 @@ void ScheduleExecutor::buildItems() {
   }
 }
 
-int ScheduleExecutor::accesses(const Item& x, Access out[2]) const {
-  constexpr int64_t kAll = INT64_MAX;  // field words and blocks do not compare: the whole buffer
-  const int64_t b = x.b, e = x.b + x.len;
-  switch (x.kind) {
-    case Kind::kSend: {
-      const algo::Send& t = *static_cast<const algo::Send*>(x.what);
-      out[0] = {t.buf, t.buf == Buffer::kVotes ? t.slot : 0, b, e, false};
-      return 1;
-    }
-    case Kind::kRecv: {
-      const algo::Recv& t = *static_cast<const algo::Recv*>(x.what);
-      out[0] = {t.buf, t.buf == Buffer::kVotes ? t.slot : 0, b, e, true};  // an add reads what it writes
-      return 1;
-    }
-    case Kind::kLocal:
-      break;
-  }
-  const algo::Local& l = *static_cast<const algo::Local*>(x.what);
-  switch (l.op) {
-    case algo::LocalOp::kPackVotes:
-      out[0] = {l.dst, l.dst == Buffer::kVotes ? l.slot : 0, b, e, true};
-      return 1;
-    case algo::LocalOp::kPackFields:
-      out[0] = {Buffer::kFields, 0, 0, kAll, true};
-      return 1;
-    case algo::LocalOp::kSumVotes:
-      out[0] = {Buffer::kVotes, -1, b, e, false};
-      out[1] = {Buffer::kCounter, 0, b, e, true};
-      return 2;
-    case algo::LocalOp::kDecide:
-      out[0] = l.src == Buffer::kFields ? Access{Buffer::kFields, 0, 0, kAll, false} : Access{l.src, 0, b, e, false};
-      out[1] = {Buffer::kResult, 0, b, e, true};
-      return 2;
-  }
-  return 0;
-}
-
-bool ScheduleExecutor::conflict(const Item& x, const Item& y) const {
-  Access a[2], c[2];
-  const int na = accesses(x, a), nc = accesses(y, c);
-  for (int i = 0; i < na; i++)
-    for (int j = 0; j < nc; j++)
-      if ((a[i].write || c[j].write) && a[i].buf == c[j].buf &&
-          (a[i].slot == c[j].slot || a[i].slot < 0 || c[j].slot < 0) && a[i].b < c[j].e && c[j].b < a[i].e)
-        return true;
-  return false;
-}
-
 void ScheduleExecutor::markDone(Item& x) {
   x.state = State::kDone;
-  open_[x.step]--;
+  open_[x.c.step]--;
   doneItems_++;
   while (firstOpen_ < open_.size() && open_[firstOpen_] == 0) firstOpen_++;
 }
 
 bool ScheduleExecutor::ready(const Item& x) {
-  for (size_t j = firstOpen_; j <= x.step; j++) {
+  for (size_t j = firstOpen_; j <= x.c.step; j++) {
     if (open_[j] == 0) continue;
     for (size_t k = stepBegin_[j]; k < stepBegin_[j + 1]; k++) {
       Item& y = items_[k];
-      // Within x's own step only the locals before it count (a step's locals
-      // run before its transfers; its sends and receives do not conflict).
-      if (j == x.step && (&y == &x || y.kind != Kind::kLocal)) break;
+      if (&y == &x) break;  // later ones of x's step never hold it up
       if (y.state == State::kDone) continue;
-      if (y.kind == Kind::kSend && y.state == State::kPosted && transfers_.done(y.op)) {
+      if (y.c.kind == algo::Chunk::Kind::kSend && y.state == State::kPosted && transfers_.done(y.op)) {
         markDone(y);  // sent: its blocks may be written now
         continue;
       }
-      if (conflict(x, y)) return false;
+      if (algo::chunkWaitsFor(*s_, x.c, y.c)) return false;
     }
   }
   return true;
 }
 
 void ScheduleExecutor::postRecv(Item& x, size_t index) {
-  const algo::Recv& r = *static_cast<const algo::Recv*>(x.what);
+  const algo::Recv& r = recvOf(x);
   void* comm = links_.peer(r.peer).recvComm;
-  const size_t bytes = (size_t)(r.planes * x.len * 8) + (x.first ? kHeaderBytes : 0);
+  const size_t bytes = (size_t)(r.planes * x.c.range.size() * 8) + (x.first ? kHeaderBytes : 0);
   uint64_t* msg = x.first ? x.data - kHeaderWords : x.data;
   x.op = transfers_.size();
   // A first message is judged by its header before its size.
@@ -337,11 +273,11 @@ void ScheduleExecutor::postRecv(Item& x, size_t index) {
 }
 
 ncclResult_t ScheduleExecutor::postSend(Item& x) {
-  const algo::Send& t = *static_cast<const algo::Send*>(x.what);
+  const algo::Send& t = sendOf(x);
   void* comm = links_.peer(t.peer).sendComm;
-  if (t.buf == Buffer::kCounter) ensurePacked(x.b, x.b + x.len);
-  uint64_t* data = plane(t.buf, t.slot, 0, t.width) + x.b;
-  size_t bytes = (size_t)(t.planes * x.len * 8);
+  if (t.buf == Buffer::kCounter) ensurePacked(x.c.range.begin, x.c.range.end);
+  uint64_t* data = plane(t.buf, t.slot, 0, t.width) + x.c.range.begin;
+  size_t bytes = (size_t)(t.planes * x.c.range.size() * 8);
   if (x.staged) {
     uint64_t* msg = x.data;
     uint64_t* at = msg;
@@ -351,7 +287,7 @@ ncclResult_t ScheduleExecutor::postSend(Item& x) {
       bytes += kHeaderBytes;
     }
     for (int q = 0; q < t.planes; q++)
-      memcpy(at + q * x.len, plane(t.buf, t.slot, q, t.width) + x.b, (size_t)x.len * 8);
+      memcpy(at + q * x.c.range.size(), plane(t.buf, t.slot, q, t.width) + x.c.range.begin, (size_t)x.c.range.size() * 8);
     data = msg;
   } else if (x.first) {
     // In place with the header in the headroom. Other sends may carry the
@@ -371,31 +307,31 @@ ncclResult_t ScheduleExecutor::postSend(Item& x) {
 }
 
 ncclResult_t ScheduleExecutor::runRecvAction(Item& x) {
-  const algo::Recv& r = *static_cast<const algo::Recv*>(x.what);
+  const algo::Recv& r = recvOf(x);
   const int64_t nb = s_->nblocks;
   if (r.op == algo::RecvOp::kSumWords) {
     // Integer sums of field words: no carry crosses a field (the schedule
     // sized the fields for the largest count).
     for (int c = 0; c < r.planes; c++) {
-      uint64_t* dst = plane(r.buf, r.slot, c, r.width) + x.b;
-      const uint64_t* src = x.data + (int64_t)c * x.len;
-      for (int64_t i = 0; i < x.len; i++) dst[i] += src[i];
+      uint64_t* dst = plane(r.buf, r.slot, c, r.width) + x.c.range.begin;
+      const uint64_t* src = x.data + (int64_t)c * x.c.range.size();
+      for (int64_t i = 0; i < x.c.range.size(); i++) dst[i] += src[i];
     }
   } else if (r.op == algo::RecvOp::kAdd) {
-    ensurePacked(x.b, x.b + x.len);  // adds to this rank's own votes
+    ensurePacked(x.c.range.begin, x.c.range.end);  // adds to this rank's own votes
     for (int c = 0; c < s_->counters; c++) {
-      uint64_t* acc = counter_ + (int64_t)c * s_->counterWidth * nb + x.b;
-      k_->add(acc, r.localWidth, (size_t)nb, x.data + (int64_t)c * r.width * x.len, r.width, (size_t)x.len, acc,
-              r.resultWidth, (size_t)nb, (size_t)x.len);
+      uint64_t* acc = counter_ + (int64_t)c * s_->counterWidth * nb + x.c.range.begin;
+      k_->add(acc, r.localWidth, (size_t)nb, x.data + (int64_t)c * r.width * x.c.range.size(), r.width, (size_t)x.c.range.size(), acc,
+              r.resultWidth, (size_t)nb, (size_t)x.c.range.size());
     }
-  } else if (x.data != plane(r.buf, r.slot, 0, r.width) + x.b) {
+  } else if (x.data != plane(r.buf, r.slot, 0, r.width) + x.c.range.begin) {
     // kStore through the stage (several planes, or a first message); a
     // single plane otherwise landed in place.
     for (int q = 0; q < r.planes; q++)
-      memcpy(plane(r.buf, r.slot, q, r.width) + x.b, x.data + (int64_t)q * x.len, (size_t)x.len * 8);
+      memcpy(plane(r.buf, r.slot, q, r.width) + x.c.range.begin, x.data + (int64_t)q * x.c.range.size(), (size_t)x.c.range.size() * 8);
   }
   if (unpackEarly_ && r.op == algo::RecvOp::kStore && r.buf == Buffer::kResult)
-    unpackQueue_.push_back(algo::Range{x.b, x.b + x.len});  // final: unpacked between passes
+    unpackQueue_.push_back(algo::Range{x.c.range.begin, x.c.range.end});  // final: unpacked between passes
   markDone(x);
   return ncclSuccess;
 }
@@ -404,9 +340,9 @@ ncclResult_t ScheduleExecutor::onRecv(size_t cookie, size_t bytes) {
   static const char* kFn = "ncclSignHostAllReduce";
   if (cookie & kHeaderCookie) return check_.verify((int)(cookie & ~kHeaderCookie), nullptr, bytes, 0, kFn);
   Item& x = items_[cookie];
-  const algo::Recv& r = *static_cast<const algo::Recv*>(x.what);
+  const algo::Recv& r = recvOf(x);
   if (x.first)  // the header in front of the payload, before the payload is used
-    NCCLCHECK(check_.verify(r.peer, x.data - kHeaderWords, bytes, (size_t)(r.planes * x.len * 8), kFn));
+    NCCLCHECK(check_.verify(r.peer, x.data - kHeaderWords, bytes, (size_t)(r.planes * x.c.range.size() * 8), kFn));
   x.state = State::kArrived;
   // At once if what it adds to (stores over) is final; else work does it.
   return ready(x) ? runRecvAction(x) : ncclSuccess;
@@ -426,9 +362,9 @@ ncclResult_t ScheduleExecutor::work(bool* more) {
   bool posted = false;
   for (size_t k = scanFrom_; k < items_.size(); k++) {
     Item& x = items_[k];
-    if (x.state != State::kWaiting || x.kind == Kind::kLocal) continue;
-    if (x.kind == Kind::kRecv) {
-      const int peer = static_cast<const algo::Recv*>(x.what)->peer;
+    if (x.state != State::kWaiting || x.c.kind == algo::Chunk::Kind::kLocal) continue;
+    if (x.c.kind == algo::Chunk::Kind::kRecv) {
+      const int peer = recvOf(x).peer;
       if (peerBlocked_[(size_t)peer]) continue;
       // A staged receive lands in space of its own: post it at once. One in
       // place waits until the blocks it overwrites are free.
@@ -439,7 +375,7 @@ ncclResult_t ScheduleExecutor::work(bool* more) {
         peerBlocked_[(size_t)peer] = 1;
       }
     } else {
-      const int peer = static_cast<const algo::Send*>(x.what)->peer;
+      const int peer = sendOf(x).peer;
       if (peerBlocked_[(size_t)(n + peer)]) continue;
       if (!ready(x)) {
         peerBlocked_[(size_t)(n + peer)] = 1;
@@ -451,12 +387,12 @@ ncclResult_t ScheduleExecutor::work(bool* more) {
   if (posted) return ncclSuccess;
   for (size_t k = firstOpen_ < open_.size() ? stepBegin_[firstOpen_] : items_.size(); k < items_.size(); k++) {
     Item& x = items_[k];
-    if (x.kind == Kind::kRecv && x.state == State::kArrived && ready(x)) return runRecvAction(x);
-    if (x.kind == Kind::kLocal && x.state == State::kWaiting && ready(x)) {
-      const algo::Local& l = *static_cast<const algo::Local*>(x.what);
-      if (l.src == Buffer::kCounter && l.op == algo::LocalOp::kDecide) ensurePacked(x.b, x.b + x.len);
+    if (x.c.kind == algo::Chunk::Kind::kRecv && x.state == State::kArrived && ready(x)) return runRecvAction(x);
+    if (x.c.kind == algo::Chunk::Kind::kLocal && x.state == State::kWaiting && ready(x)) {
+      const algo::Local& l = localOf(x);
+      if (l.src == Buffer::kCounter && l.op == algo::LocalOp::kDecide) ensurePacked(x.c.range.begin, x.c.range.end);
       algo::Local piece = l;
-      piece.range = algo::Range{x.b, x.b + x.len};
+      piece.range = x.c.range;
       NCCLCHECK(runLocal(piece));
       if (l.op == algo::LocalOp::kPackVotes || l.op == algo::LocalOp::kPackFields) packPending_--;
       if (unpackEarly_ && l.op == algo::LocalOp::kDecide) unpackQueue_.push_back(piece.range);
@@ -511,7 +447,7 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
   NCCLCHECK(transfers_.run([this](size_t cookie, size_t bytes) { return onRecv(cookie, bytes); },
                            [this](bool* more) { return work(more); }));
   for (Item& x : items_)
-    if (x.kind == Kind::kSend && x.state == State::kPosted) markDone(x);  // every operation has completed
+    if (x.c.kind == algo::Chunk::Kind::kSend && x.state == State::kPosted) markDone(x);  // every operation has completed
   if (doneItems_ != items_.size()) {
     WARN("host executor: %zu of %zu items of the %s schedule never became ready", items_.size() - doneItems_,
          items_.size(), algoName(s.algo));

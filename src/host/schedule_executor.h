@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "algo/chunk_order.h"
 #include "algo/schedule.h"
 #include "algo/scratch_layout.h"
 #include "bits/bits.h"
@@ -72,38 +73,27 @@ class ScheduleExecutor {
   void decide(const uint64_t* counter, int64_t mStride, int width, int64_t b, int64_t len);
   ncclResult_t onRecv(size_t cookie, size_t bytes);
 
-  // One unit of the schedule: a chunk of a send or a receive, or a piece of
-  // a local, with the blocks (words, for kFields) it covers.
-  enum class Kind : uint8_t { kLocal, kRecv, kSend };
+  // A chunk of the schedule (algo/chunk_order.h) and where it stands.
   enum class State : uint8_t {
     kWaiting,  // not started (a receive: not posted)
     kPosted,   // a send added to the batch; a receive posted, its data not here
     kArrived,  // a receive whose data is here, its action (add, store) not run
-    kDone,     // its buffers are free for later steps (a send: read, or sent)
+    kDone,     // its buffers are free for later steps (a send: sent, or copied out)
   };
   struct Item {
-    Kind kind;
+    algo::Chunk c;
     State state;
-    bool first;  // the peer's first message of the call: a header goes with it
+    bool first;   // the peer's first message of the call: a header goes with it
     bool staged;  // a receive that lands in the stage; a send gathered into it
-    uint32_t step;
-    const void* what;  // the algo::Local, Recv or Send
-    int64_t b, len;
     uint64_t* data;  // receive: where its payload lands; staged send: its message
     size_t op;       // its operation in transfers_ (sends and receives, once added)
   };
-  // One buffer access of an item: slot -1 is every vote slot.
-  struct Access {
-    algo::Buffer buf;
-    int slot;
-    int64_t b, e;
-    bool write;
-  };
+  const algo::Recv& recvOf(const Item& x) const { return s_->steps[x.c.step].recvs[x.c.index]; }
+  const algo::Send& sendOf(const Item& x) const { return s_->steps[x.c.step].sends[x.c.index]; }
+  const algo::Local& localOf(const Item& x) const { return s_->steps[x.c.step].locals[x.c.index]; }
   // Cuts the schedule into items_, assigns each staged one its stage space,
   // and adds the headers that travel alone.
   void buildItems();
-  int accesses(const Item& x, Access out[2]) const;
-  bool conflict(const Item& x, const Item& y) const;
   // Whether every item x depends on is done (refreshing sends that completed).
   bool ready(const Item& x);
   void markDone(Item& x);
@@ -146,6 +136,7 @@ class ScheduleExecutor {
   // The items, step by step (a step's locals, then its receives, then its
   // sends), and per step where its items begin and how many are not done.
   // Capacity kept across calls: a warm communicator does not allocate.
+  std::vector<algo::Chunk> chunks_;
   std::vector<Item> items_;
   std::vector<size_t> stepBegin_;
   std::vector<size_t> open_;
