@@ -162,7 +162,7 @@ void ScheduleExecutor::unpackPiece() {
   if (r.empty()) unpackHead_++;
 }
 
-void ScheduleExecutor::buildItems() {
+ncclResult_t ScheduleExecutor::buildItems() {
   const algo::Schedule& s = *s_;
   const int64_t chunkBytes = hostChunkBytes();
   algo::cutIntoChunks(s, chunkBytes, unit_, &chunks_, &lazyPack_);
@@ -225,6 +225,12 @@ void ScheduleExecutor::buildItems() {
       }
     }
   }
+  // hostScratchLayout sized the stage for exactly this walk.
+  if (stageNext > base_ + layout_->words) {
+    WARN("host executor: the %s schedule stages %lld words more than its layout holds", algoName(s.algo),
+         (long long)(stageNext - (base_ + layout_->words)));
+    return ncclInternalError;
+  }
   stepBegin_.push_back(items_.size());
   for (size_t i = 0; i < s.steps.size(); i++) open_.push_back(stepBegin_[i + 1] - stepBegin_[i]);
   firstOpen_ = 0;
@@ -235,6 +241,7 @@ void ScheduleExecutor::buildItems() {
     packed_.assign((size_t)((s.nblocks + unit_ - 1) / unit_), 0);
     packRest_ = 0;
   }
+  return ncclSuccess;
 }
 
 void ScheduleExecutor::markDone(Item& x) {
@@ -443,7 +450,7 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
   unpackHead_ = 0;
 
   transfers_.clear();
-  buildItems();
+  NCCLCHECK(buildItems());
   NCCLCHECK(transfers_.run([this](size_t cookie, size_t bytes) { return onRecv(cookie, bytes); },
                            [this](bool* more) { return work(more); }));
   for (Item& x : items_)

@@ -93,7 +93,7 @@ class ScheduleExecutor {
   const algo::Local& localOf(const Item& x) const { return s_->steps[x.c.step].locals[x.c.index]; }
   // Cuts the schedule into items_, assigns each staged one its stage space,
   // and adds the headers that travel alone.
-  void buildItems();
+  ncclResult_t buildItems();
   // Whether every item x depends on is done (refreshing sends that completed).
   bool ready(const Item& x);
   void markDone(Item& x);
