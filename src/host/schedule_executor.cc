@@ -1,7 +1,6 @@
 #include "host/schedule_executor.h"
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 
 #include "bits/fields.h"
