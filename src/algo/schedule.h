@@ -189,8 +189,8 @@ struct Schedule {
   int64_t planeOffset(Buffer buf, int slot, int plane, int payloadWidth) const;
 };
 
-// The shape an executor that overlaps CPU work with transfers relies on (the
-// host executor; the cost model prices it):
+// The shape of CPU work that overlaps the transfers, as the cost model prices
+// the host executor (which packs on demand: algo/chunk_order.h's lazy pack):
 // The pack that can run a chunk at a time inside step i's transfers: the
 // step's only local, packing votes over all nblocks, in a step that
 // communicates; or, for a step without locals that communicates, the pack

@@ -7,8 +7,11 @@
 #include "common/param.h"
 
 // Payload bytes per message when a transfer is cut into chunks: a received
-// chunk is reduced while the next ones are on the wire.
-SIGNLION_PARAM(HostChunkBytes, "HOST_CHUNK_BYTES", 1 << 20)
+// chunk is reduced while the next ones are on the wire, and forwarded by the
+// next step while the rest of its step is. 512K, not 1M: with 16M-element
+// segments halving-doubling's steps are 1-2 MiB, so 1M chunks left nothing
+// to overlap (docs/PERFORMANCE_ethernet.md, "Halving-doubling's idle link").
+SIGNLION_PARAM(HostChunkBytes, "HOST_CHUNK_BYTES", 512 << 10)
 namespace signlion {
 namespace host {
 // The chunk size the executors use: SIGNLION_HOST_CHUNK_BYTES within

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "bits/fields.h"
+#include "common/config.h"
 
 #include "host/host_params.h"
 
@@ -40,16 +41,18 @@ int64_t overlapBlocks(int64_t chunkBytes) { return std::min<int64_t>(4096, algo:
 
 algo::ScratchLayout hostScratchLayout(const algo::Schedule& s) {
   const int64_t chunkBytes = hostChunkBytes();
+  // Steps overlap, and every staged message keeps its space until it is
+  // done: the stage holds every step's staged messages at once.
   int64_t stageWords = 0;
   for (const algo::Step& st : s.steps) {
     // Every transfer may be a peer's first of the call: room for a header in
     // front of its first chunk (and for that chunk, if it would not be staged).
-    int64_t w = 0;
     for (const algo::Send& x : st.sends)
-      w += (int64_t)kHeaderWords + (x.planes > 1 ? x.bytes() / 8 : firstChunkWords(x.planes, x.range, chunkBytes));
+      stageWords +=
+          (int64_t)kHeaderWords + (x.planes > 1 ? x.bytes() / 8 : firstChunkWords(x.planes, x.range, chunkBytes));
     for (const algo::Recv& x : st.recvs)
-      w += (int64_t)kHeaderWords + (stagedRecv(x) ? x.bytes() / 8 : firstChunkWords(x.planes, x.range, chunkBytes));
-    stageWords = std::max(stageWords, w);
+      stageWords +=
+          (int64_t)kHeaderWords + (stagedRecv(x) ? x.bytes() / 8 : firstChunkWords(x.planes, x.range, chunkBytes));
   }
   return algo::layoutScratch(s, stageWords, 1, (int64_t)kHeaderWords);
 }
@@ -123,45 +126,11 @@ void ScheduleExecutor::decide(const uint64_t* counter, int64_t mStride, int widt
   k_->decideBits(cnt, s_->nranks, s_->spec.tieRule, result_ + b, (size_t)nb, (size_t)len);
 }
 
-ncclResult_t ScheduleExecutor::onRecv(size_t cookie, size_t bytes) {
-  static const char* kFn = "ncclSignHostAllReduce";
-  if (cookie & kHeaderCookie) return check_.verify((int)(cookie & ~kHeaderCookie), nullptr, bytes, 0, kFn);
-  const Pending& p = pending_[cookie];
-  const algo::Recv& r = *p.recv;
-  const int64_t nb = s_->nblocks;
-  if (p.first)  // the header in front of the payload, before the payload is used
-    NCCLCHECK(check_.verify(r.peer, p.data - kHeaderWords, bytes, (size_t)(r.planes * p.len * 8), kFn));
-  if (r.op == algo::RecvOp::kAdd) ensurePacked(p.begin, p.begin + p.len);  // adds to this rank's own votes
-  if (r.op == algo::RecvOp::kSumWords) {
-    // Integer sums of field words: no carry crosses a field (the schedule
-    // sized the fields for the largest count).
-    for (int c = 0; c < r.planes; c++) {
-      uint64_t* dst = plane(r.buf, r.slot, c, r.width) + p.begin;
-      const uint64_t* src = p.data + (int64_t)c * p.len;
-      for (int64_t i = 0; i < p.len; i++) dst[i] += src[i];
-    }
-  } else if (r.op == algo::RecvOp::kAdd) {
-    for (int c = 0; c < s_->counters; c++) {
-      uint64_t* acc = counter_ + (int64_t)c * s_->counterWidth * nb + p.begin;
-      k_->add(acc, r.localWidth, (size_t)nb, p.data + (int64_t)c * r.width * p.len, r.width, (size_t)p.len, acc,
-              r.resultWidth, (size_t)nb, (size_t)p.len);
-    }
-  } else if (p.data != plane(r.buf, r.slot, 0, r.width) + p.begin) {
-    // kStore through the stage (several planes, or a first message); a
-    // single plane otherwise landed in place.
-    for (int q = 0; q < r.planes; q++)
-      memcpy(plane(r.buf, r.slot, q, r.width) + p.begin, p.data + (int64_t)q * p.len, (size_t)p.len * 8);
-  }
-  if (unpackEarly_ && r.op == algo::RecvOp::kStore && r.buf == Buffer::kResult)
-    unpackQueue_.push_back(algo::Range{p.begin, p.begin + p.len});  // final: unpacked between passes
-  return ncclSuccess;
-}
-
 void ScheduleExecutor::ensurePacked(int64_t b, int64_t e) {
-  if (deferredPack_ == nullptr) return;
+  if (lazyPack_ == nullptr) return;
   for (int64_t u = b / unit_; u * unit_ < e; u++) {
     if (packed_[(size_t)u]) continue;
-    algo::Local unit = *deferredPack_;
+    algo::Local unit = *lazyPack_;
     unit.range = algo::Range{u * unit_, std::min(s_->nblocks, (u + 1) * unit_)};
     runLocal(unit);  // a pack cannot fail
     packed_[(size_t)u] = 1;
@@ -184,88 +153,6 @@ void ScheduleExecutor::unpackRange(int64_t b, int64_t len) {
   }
 }
 
-void ScheduleExecutor::addRecvs(const algo::Step& st) {
-  const int64_t chunkBytes = hostChunkBytes();
-  for (const algo::Recv& x : st.recvs) {
-    void* comm = links_.peer(x.peer).recvComm;
-    bool first = check_.firstRecv(x.peer);
-    if (first && x.range.size() <= 0) check_.recvAlone(transfers_, x.peer, comm);
-    int64_t step = algo::chunkBlocks(x.planes, chunkBytes);
-    for (int64_t b = x.range.begin; b < x.range.end; b += step) {
-      int64_t len = std::min(step, x.range.end - b);
-      size_t bytes = (size_t)(x.planes * len * 8);
-      uint64_t* data;
-      uint64_t* msg;
-      if (!stagedRecv(x) && first && headerInHeadroom(x.planes, b)) {
-        data = plane(x.buf, x.slot, 0, x.width) + b;  // in place, the header in the headroom in front
-        msg = data - kHeaderWords;
-      } else if (stagedRecv(x) || first) {
-        msg = stageNext_;
-        if (first) stageNext_ += kHeaderWords;  // the header lands in front of the payload
-        data = stageNext_;
-        stageNext_ += x.planes * len;
-      } else {
-        data = msg = plane(x.buf, x.slot, 0, x.width) + b;  // a single plane lands where it belongs
-      }
-      // A first message is judged by its header before its size.
-      transfers_.recv(comm, msg, bytes + (first ? kHeaderBytes : 0), arena_.mhandle(comm), pending_.size(), !first);
-      pending_.push_back({&x, b, len, data, first});
-      first = false;
-    }
-  }
-}
-
-bool ScheduleExecutor::addNextSend() {
-  const int64_t chunkBytes = hostChunkBytes();
-  while (sendIdx_ < step_->sends.size()) {
-    const algo::Send& x = step_->sends[sendIdx_];
-    void* comm = links_.peer(x.peer).sendComm;
-    if (!sendStarted_) {
-      // The first message to each peer carries the call's header; to a peer
-      // whose first transfer is empty, the header goes alone.
-      sendStarted_ = true;
-      sendB_ = x.range.begin;
-      sendFirst_ = check_.firstSend(x.peer);
-      if (sendFirst_ && x.range.size() <= 0) check_.sendAlone(transfers_, comm);
-    }
-    if (sendB_ >= x.range.end) {
-      sendIdx_++;
-      sendStarted_ = false;
-      continue;
-    }
-    const int64_t b = sendB_, len = std::min(algo::chunkBlocks(x.planes, chunkBytes), x.range.end - b);
-    sendB_ += len;
-    ensurePacked(b, b + len);
-    uint64_t* data = plane(x.buf, x.slot, 0, x.width) + b;
-    size_t bytes = (size_t)(x.planes * len * 8);
-    if (sendFirst_ && headerInHeadroom(x.planes, b)) {
-      // Other sends of this step may carry the same plane (and header)
-      // to other peers: write only what is not there yet.
-      uint64_t* msg = data - kHeaderWords;
-      CallHeader h;
-      check_.writeHeader(&h);
-      if (memcmp(msg, &h, kHeaderBytes) != 0) memcpy(msg, &h, kHeaderBytes);
-      data = msg;
-      bytes += kHeaderBytes;
-    } else if (x.planes > 1 || sendFirst_) {  // gather the planes of this chunk (after the header) into one message
-      uint64_t* msg = stageNext_;
-      if (sendFirst_) {
-        check_.writeHeader(stageNext_);
-        stageNext_ += kHeaderWords;
-        bytes += kHeaderBytes;
-      }
-      for (int q = 0; q < x.planes; q++)
-        memcpy(stageNext_ + q * len, plane(x.buf, x.slot, q, x.width) + b, (size_t)len * 8);
-      stageNext_ += x.planes * len;
-      data = msg;
-    }
-    sendFirst_ = false;
-    transfers_.send(comm, data, bytes, arena_.mhandle(comm));
-    return true;
-  }
-  return false;
-}
-
 void ScheduleExecutor::unpackPiece() {
   algo::Range& r = unpackQueue_[unpackHead_];
   const int64_t len = std::min(unit_, r.size());
@@ -274,19 +161,262 @@ void ScheduleExecutor::unpackPiece() {
   if (r.empty()) unpackHead_++;
 }
 
+ncclResult_t ScheduleExecutor::buildItems() {
+  const algo::Schedule& s = *s_;
+  const int64_t chunkBytes = hostChunkBytes();
+  algo::cutIntoChunks(s, chunkBytes, unit_, &chunks_, &lazyPack_);
+  items_.clear();
+  stepBegin_.clear();
+  open_.clear();
+  packPending_ = 0;
+  uint64_t* stageNext = stage_;
+  size_t k = 0;  // the next chunk: they come in the order walked here
+  auto chunkOf = [&](algo::Chunk::Kind kind, size_t i, size_t j) {
+    return k < chunks_.size() && chunks_[k].kind == kind && chunks_[k].step == i && chunks_[k].index == j;
+  };
+  for (size_t i = 0; i < s.steps.size(); i++) {
+    const algo::Step& st = s.steps[i];
+    stepBegin_.push_back(items_.size());
+    for (size_t j = 0; j < st.locals.size(); j++)
+      for (; chunkOf(algo::Chunk::Kind::kLocal, i, j); k++) {
+        items_.push_back({chunks_[k], State::kWaiting, false, false, nullptr, 0});
+        const algo::LocalOp op = st.locals[j].op;
+        if (op == algo::LocalOp::kPackVotes || op == algo::LocalOp::kPackFields) packPending_++;
+      }
+    for (size_t j = 0; j < st.recvs.size(); j++) {
+      const algo::Recv& x = st.recvs[j];
+      bool first = check_.firstRecv(x.peer);
+      if (first && x.range.size() <= 0) check_.recvAlone(transfers_, x.peer, links_.peer(x.peer).recvComm);
+      for (; chunkOf(algo::Chunk::Kind::kRecv, i, j); k++) {
+        const int64_t b = chunks_[k].range.begin, len = chunks_[k].range.size();
+        Item it{chunks_[k], State::kWaiting, first, false, nullptr, 0};
+        if (!stagedRecv(x) && first && headerInHeadroom(x.planes, b)) {
+          it.data = plane(x.buf, x.slot, 0, x.width) + b;  // in place, the header in the headroom in front
+        } else if (stagedRecv(x) || first) {
+          if (first) stageNext += kHeaderWords;  // the header lands in front of the payload
+          it.data = stageNext;
+          it.staged = true;
+          stageNext += x.planes * len;
+        } else {
+          it.data = plane(x.buf, x.slot, 0, x.width) + b;  // a single plane lands where it belongs
+        }
+        items_.push_back(it);
+        first = false;
+      }
+    }
+    for (size_t j = 0; j < st.sends.size(); j++) {
+      const algo::Send& x = st.sends[j];
+      bool first = check_.firstSend(x.peer);
+      // To a peer whose first transfer is empty, the header goes alone.
+      if (first && x.range.size() <= 0) check_.sendAlone(transfers_, links_.peer(x.peer).sendComm);
+      for (; chunkOf(algo::Chunk::Kind::kSend, i, j); k++) {
+        const int64_t b = chunks_[k].range.begin, len = chunks_[k].range.size();
+        Item it{chunks_[k], State::kWaiting, first, false, nullptr, 0};
+        // Gathered into one message (after the header): several planes, or
+        // a first chunk whose header has no headroom in front of it.
+        if (!(first && headerInHeadroom(x.planes, b)) && (x.planes > 1 || first)) {
+          it.staged = true;
+          it.data = stageNext;
+          stageNext += (first ? kHeaderWords : 0) + x.planes * len;
+        }
+        items_.push_back(it);
+        first = false;
+      }
+    }
+  }
+  // hostScratchLayout sized the stage for exactly this walk.
+  if (stageNext > base_ + layout_->words) {
+    WARN("host executor: the %s schedule stages %lld words more than its layout holds", algoName(s.algo),
+         (long long)(stageNext - (base_ + layout_->words)));
+    return ncclInternalError;
+  }
+  stepBegin_.push_back(items_.size());
+  for (size_t i = 0; i < s.steps.size(); i++) open_.push_back(stepBegin_[i + 1] - stepBegin_[i]);
+  firstOpen_ = 0;
+  doneItems_ = 0;
+  scanFrom_ = 0;
+  while (firstOpen_ < open_.size() && open_[firstOpen_] == 0) firstOpen_++;
+  if (lazyPack_ != nullptr) {
+    packed_.assign((size_t)((s.nblocks + unit_ - 1) / unit_), 0);
+    packRest_ = 0;
+  }
+  return ncclSuccess;
+}
+
+void ScheduleExecutor::markDone(Item& x) {
+  x.state = State::kDone;
+  open_[x.c.step]--;
+  doneItems_++;
+  while (firstOpen_ < open_.size() && open_[firstOpen_] == 0) firstOpen_++;
+}
+
+bool ScheduleExecutor::ready(const Item& x) {
+  for (size_t j = firstOpen_; j <= x.c.step; j++) {
+    if (open_[j] == 0) continue;
+    for (size_t k = stepBegin_[j]; k < stepBegin_[j + 1]; k++) {
+      Item& y = items_[k];
+      if (&y == &x) break;  // later ones of x's step never hold it up
+      if (y.state == State::kDone) continue;
+      if (y.c.kind == algo::Chunk::Kind::kSend && y.state == State::kPosted && transfers_.done(y.op)) {
+        markDone(y);  // sent: its blocks may be written now
+        continue;
+      }
+      if (algo::chunkWaitsFor(*s_, x.c, y.c)) return false;
+    }
+  }
+  return true;
+}
+
+void ScheduleExecutor::postRecv(Item& x, size_t index) {
+  const algo::Recv& r = recvOf(x);
+  void* comm = links_.peer(r.peer).recvComm;
+  const size_t bytes = (size_t)(r.planes * x.c.range.size() * 8) + (x.first ? kHeaderBytes : 0);
+  uint64_t* msg = x.first ? x.data - kHeaderWords : x.data;
+  x.op = transfers_.size();
+  // A first message is judged by its header before its size.
+  transfers_.recv(comm, msg, bytes, arena_.mhandle(comm), index, !x.first);
+  x.state = State::kPosted;
+}
+
+ncclResult_t ScheduleExecutor::postSend(Item& x) {
+  const algo::Send& t = sendOf(x);
+  void* comm = links_.peer(t.peer).sendComm;
+  if (t.buf == Buffer::kCounter) ensurePacked(x.c.range.begin, x.c.range.end);
+  uint64_t* data = plane(t.buf, t.slot, 0, t.width) + x.c.range.begin;
+  size_t bytes = (size_t)(t.planes * x.c.range.size() * 8);
+  if (x.staged) {
+    uint64_t* msg = x.data;
+    uint64_t* at = msg;
+    if (x.first) {
+      check_.writeHeader(at);
+      at += kHeaderWords;
+      bytes += kHeaderBytes;
+    }
+    for (int q = 0; q < t.planes; q++)
+      memcpy(at + q * x.c.range.size(), plane(t.buf, t.slot, q, t.width) + x.c.range.begin, (size_t)x.c.range.size() * 8);
+    data = msg;
+  } else if (x.first) {
+    // In place with the header in the headroom. Other sends may carry the
+    // same plane (and header) to other peers: write only what is not there yet.
+    uint64_t* msg = data - kHeaderWords;
+    CallHeader h;
+    check_.writeHeader(&h);
+    if (memcmp(msg, &h, kHeaderBytes) != 0) memcpy(msg, &h, kHeaderBytes);
+    data = msg;
+    bytes += kHeaderBytes;
+  }
+  x.op = transfers_.size();
+  transfers_.send(comm, data, bytes, arena_.mhandle(comm));
+  x.state = State::kPosted;
+  if (x.staged) markDone(x);  // copied: its blocks are free
+  return ncclSuccess;
+}
+
+ncclResult_t ScheduleExecutor::runRecvAction(Item& x) {
+  const algo::Recv& r = recvOf(x);
+  const int64_t nb = s_->nblocks;
+  if (r.op == algo::RecvOp::kSumWords) {
+    // Integer sums of field words: no carry crosses a field (the schedule
+    // sized the fields for the largest count).
+    for (int c = 0; c < r.planes; c++) {
+      uint64_t* dst = plane(r.buf, r.slot, c, r.width) + x.c.range.begin;
+      const uint64_t* src = x.data + (int64_t)c * x.c.range.size();
+      for (int64_t i = 0; i < x.c.range.size(); i++) dst[i] += src[i];
+    }
+  } else if (r.op == algo::RecvOp::kAdd) {
+    ensurePacked(x.c.range.begin, x.c.range.end);  // adds to this rank's own votes
+    for (int c = 0; c < s_->counters; c++) {
+      uint64_t* acc = counter_ + (int64_t)c * s_->counterWidth * nb + x.c.range.begin;
+      k_->add(acc, r.localWidth, (size_t)nb, x.data + (int64_t)c * r.width * x.c.range.size(), r.width, (size_t)x.c.range.size(), acc,
+              r.resultWidth, (size_t)nb, (size_t)x.c.range.size());
+    }
+  } else if (x.data != plane(r.buf, r.slot, 0, r.width) + x.c.range.begin) {
+    // kStore through the stage (several planes, or a first message); a
+    // single plane otherwise landed in place.
+    for (int q = 0; q < r.planes; q++)
+      memcpy(plane(r.buf, r.slot, q, r.width) + x.c.range.begin, x.data + (int64_t)q * x.c.range.size(), (size_t)x.c.range.size() * 8);
+  }
+  if (unpackEarly_ && r.op == algo::RecvOp::kStore && r.buf == Buffer::kResult)
+    unpackQueue_.push_back(algo::Range{x.c.range.begin, x.c.range.end});  // final: unpacked between passes
+  markDone(x);
+  return ncclSuccess;
+}
+
+ncclResult_t ScheduleExecutor::onRecv(size_t cookie, size_t bytes) {
+  static const char* kFn = "ncclSignHostAllReduce";
+  if (cookie & kHeaderCookie) return check_.verify((int)(cookie & ~kHeaderCookie), nullptr, bytes, 0, kFn);
+  Item& x = items_[cookie];
+  const algo::Recv& r = recvOf(x);
+  if (x.first)  // the header in front of the payload, before the payload is used
+    NCCLCHECK(check_.verify(r.peer, x.data - kHeaderWords, bytes, (size_t)(r.planes * x.c.range.size() * 8), kFn));
+  x.state = State::kArrived;
+  // At once if what it adds to (stores over) is final; else work does it.
+  return ready(x) ? runRecvAction(x) : ncclSuccess;
+}
+
+// One bounded piece of CPU work between Transfers passes, most urgent first:
+// post what may be posted (receives, then the next send whose blocks are
+// final), run an arrived receive's action, run a local, pack a unit, unpack
+// a piece of the result.
 ncclResult_t ScheduleExecutor::work(bool* more) {
   *more = true;
-  if (addNextSend()) return ncclSuccess;
-  if (deferredPack_ != nullptr) {
+  const int n = s_->nranks;
+  // Messages to (from) a peer go in the schedule's order: one that must wait
+  // holds up the later ones to (from) the same peer.
+  peerBlocked_.assign(2 * (size_t)n, 0);
+  while (scanFrom_ < items_.size() && items_[scanFrom_].state != State::kWaiting) scanFrom_++;
+  bool posted = false;
+  for (size_t k = scanFrom_; k < items_.size(); k++) {
+    Item& x = items_[k];
+    if (x.state != State::kWaiting || x.c.kind == algo::Chunk::Kind::kLocal) continue;
+    if (x.c.kind == algo::Chunk::Kind::kRecv) {
+      const int peer = recvOf(x).peer;
+      if (peerBlocked_[(size_t)peer]) continue;
+      // A staged receive lands in space of its own: post it at once. One in
+      // place waits until the blocks it overwrites are free.
+      if (x.staged || ready(x)) {
+        postRecv(x, k);
+        posted = true;
+      } else {
+        peerBlocked_[(size_t)peer] = 1;
+      }
+    } else {
+      const int peer = sendOf(x).peer;
+      if (peerBlocked_[(size_t)(n + peer)]) continue;
+      if (!ready(x)) {
+        peerBlocked_[(size_t)(n + peer)] = 1;
+        continue;
+      }
+      return postSend(x);  // one send (it may pack a chunk) per piece of work
+    }
+  }
+  if (posted) return ncclSuccess;
+  for (size_t k = firstOpen_ < open_.size() ? stepBegin_[firstOpen_] : items_.size(); k < items_.size(); k++) {
+    Item& x = items_[k];
+    if (x.c.kind == algo::Chunk::Kind::kRecv && x.state == State::kArrived && ready(x)) return runRecvAction(x);
+    if (x.c.kind == algo::Chunk::Kind::kLocal && x.state == State::kWaiting && ready(x)) {
+      const algo::Local& l = localOf(x);
+      if (l.src == Buffer::kCounter && l.op == algo::LocalOp::kDecide) ensurePacked(x.c.range.begin, x.c.range.end);
+      algo::Local piece = l;
+      piece.range = x.c.range;
+      NCCLCHECK(runLocal(piece));
+      if (l.op == algo::LocalOp::kPackVotes || l.op == algo::LocalOp::kPackFields) packPending_--;
+      if (unpackEarly_ && l.op == algo::LocalOp::kDecide) unpackQueue_.push_back(piece.range);
+      markDone(x);
+      return ncclSuccess;
+    }
+  }
+  if (lazyPack_ != nullptr) {
     while (packRest_ < packed_.size() && packed_[packRest_]) packRest_++;
     if (packRest_ < packed_.size()) {
       ensurePacked((int64_t)packRest_ * unit_, (int64_t)(packRest_ + 1) * unit_);
       return ncclSuccess;
     }
   }
-  // Unpacking never holds a step up: what is left when its transfers are
-  // done waits for the next step's transfers (or the end of the call).
-  if (unpackHead_ < unpackQueue_.size() && !transfers_.allDone()) {
+  // Unpacking never holds a transfer up: what is left when none is in flight
+  // waits for the next ones (or the call's end). An in-place call's input is
+  // read by the packs: no output element is written before they are done.
+  if (unpackHead_ < unpackQueue_.size() && packsDone() && !transfers_.allDone()) {
     unpackPiece();
     return ncclSuccess;
   }
@@ -318,34 +448,16 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
   unpackQueue_.clear();
   unpackHead_ = 0;
 
-  for (size_t i = 0; i < s.steps.size(); i++) {
-    const algo::Step& st = s.steps[i];
-    deferredPack_ = algo::deferrablePack(s, i);
-    const algo::Local* packNext = algo::deferrablePack(s, i + 1);  // runs in the next step's transfers
-    for (const algo::Local& l : st.locals) {
-      if (&l == deferredPack_ || &l == packNext) continue;
-      NCCLCHECK(runLocal(l));
-      if (unpackEarly_ && l.op == algo::LocalOp::kDecide && !l.range.empty()) unpackQueue_.push_back(l.range);
-    }
-    if (!st.communicates()) continue;
-    transfers_.clear();
-    pending_.clear();
-    step_ = &st;
-    sendIdx_ = 0;
-    sendStarted_ = false;
-    stageNext_ = stage_;
-    if (deferredPack_ != nullptr) {
-      // capacity kept across calls: a warm communicator does not allocate
-      packed_.assign((size_t)((nb + unit_ - 1) / unit_), 0);
-      packRest_ = 0;
-    }
-    addRecvs(st);
-    // Without a deferred pack every send is ready: all go out at once.
-    while (deferredPack_ == nullptr && addNextSend()) {
-    }
-    NCCLCHECK(transfers_.run([this](size_t cookie, size_t bytes) { return onRecv(cookie, bytes); },
-                             [this](bool* more) { return work(more); }));
-    deferredPack_ = nullptr;
+  transfers_.clear();
+  NCCLCHECK(buildItems());
+  NCCLCHECK(transfers_.run([this](size_t cookie, size_t bytes) { return onRecv(cookie, bytes); },
+                           [this](bool* more) { return work(more); }));
+  for (Item& x : items_)
+    if (x.c.kind == algo::Chunk::Kind::kSend && x.state == State::kPosted) markDone(x);  // every operation has completed
+  if (doneItems_ != items_.size()) {
+    WARN("host executor: %zu of %zu items of the %s schedule never became ready", items_.size() - doneItems_,
+         items_.size(), algoName(s.algo));
+    return ncclInternalError;
   }
 
   // The result planes of every block are here: write the output (what is left of it).

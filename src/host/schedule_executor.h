@@ -1,22 +1,35 @@
 // Runs one rank's sign all-reduce schedule (src/algo) on host buffers: the
 // locals with the CPU vote kernels, the transfers through Transfers, chunked
-// (SIGNLION_HOST_CHUNK_BYTES) so each received chunk is added while the next
-// ones are still on the wire. It moves bytes and calls kernels; the schedule
+// (SIGNLION_HOST_CHUNK_BYTES). It moves bytes and calls kernels; the schedule
 // decides everything else.
 //
+// Steps overlap, chunk by chunk. The whole schedule is cut into items (each
+// chunk of a send or receive, each piece of a local) and runs as one batch:
+// an item goes as soon as every item of an earlier step that touches the same
+// blocks of the same buffer (one of them writing) is done, not when the whole
+// earlier step is. So a chunk that has arrived and been added is forwarded
+// while the rest of its step is still on the wire (halving-doubling's next
+// step, the ring's next hop), a decided piece goes out while the rest is
+// decided, and the link does not idle between steps. Within a step the
+// schedule's rule holds (no rank writes a range it sends in the same step).
+// Receives are posted early, each into its own stage space; what a receive
+// does (add, store) waits for the items it depends on. Messages to (from) one
+// peer keep the schedule's order, the order ncclNet matches them in.
+//
 // CPU work overlaps the transfers (the sockets' helper threads move the bytes
-// while this thread computes): the first step's votes are packed a chunk at a
-// time, each chunk sent as soon as it is packed and the rest packed while it
-// travels; the result is unpacked into the output a piece at a time as soon
-// as a range is final (decided here, or stored from a peer), while the
-// remaining transfers run. The order of writes that makes in-place calls safe
-// is kept: every pack is done before the first output element is written.
+// while this thread computes): the votes are packed a piece at a time, the
+// first chunk sent as soon as its blocks are packed and the rest packed while
+// it travels; the result is unpacked into the output a piece at a time as
+// soon as a range is final, while transfers run. The order of writes that
+// makes in-place calls safe is kept: every pack is done before the first
+// output element is written.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "algo/chunk_order.h"
 #include "algo/schedule.h"
 #include "algo/scratch_layout.h"
 #include "bits/bits.h"
@@ -60,19 +73,38 @@ class ScheduleExecutor {
   void decide(const uint64_t* counter, int64_t mStride, int width, int64_t b, int64_t len);
   ncclResult_t onRecv(size_t cookie, size_t bytes);
 
-  // The overlap (see the top of this file).
-  // Posts this step's receives (they take no CPU work to prepare).
-  void addRecvs(const algo::Step& st);
-  // Adds the next chunk of this step's sends to the batch (packing its blocks
-  // first when the step's pack is deferred); false when all are added.
-  bool addNextSend();
-  // One bounded piece of CPU work between Transfers passes: the next send
-  // chunk, else the next unit of the deferred pack, else, while transfers are
-  // in flight, the next piece of the unpack queue. *more: false when none was
-  // left (the rest of the queue waits for the next step, or the call's end).
+  // A chunk of the schedule (algo/chunk_order.h) and where it stands.
+  enum class State : uint8_t {
+    kWaiting,  // not started (a receive: not posted)
+    kPosted,   // a send added to the batch; a receive posted, its data not here
+    kArrived,  // a receive whose data is here, its action (add, store) not run
+    kDone,     // its buffers are free for later steps (a send: sent, or copied out)
+  };
+  struct Item {
+    algo::Chunk c;
+    State state;
+    bool first;   // the peer's first message of the call: a header goes with it
+    bool staged;  // a receive that lands in the stage; a send gathered into it
+    uint64_t* data;  // receive: where its payload lands; staged send: its message
+    size_t op;       // its operation in transfers_ (sends and receives, once added)
+  };
+  const algo::Recv& recvOf(const Item& x) const { return s_->steps[x.c.step].recvs[x.c.index]; }
+  const algo::Send& sendOf(const Item& x) const { return s_->steps[x.c.step].sends[x.c.index]; }
+  const algo::Local& localOf(const Item& x) const { return s_->steps[x.c.step].locals[x.c.index]; }
+  // Cuts the schedule into items_, assigns each staged one its stage space,
+  // and adds the headers that travel alone.
+  ncclResult_t buildItems();
+  // Whether every item x depends on is done (refreshing sends that completed).
+  bool ready(const Item& x);
+  void markDone(Item& x);
+  // The next bounded piece of work (see the .cc); *more: false when none.
   ncclResult_t work(bool* more);
-  // Runs the deferred pack over the units that cover blocks [b, e).
+  ncclResult_t postSend(Item& x);
+  void postRecv(Item& x, size_t index);
+  ncclResult_t runRecvAction(Item& x);
+  // Runs the lazy pack over the units that cover blocks [b, e).
   void ensurePacked(int64_t b, int64_t e);
+  bool packsDone() const { return packPending_ == 0 && (lazyPack_ == nullptr || packRest_ >= packed_.size()); }
   // Writes the output elements of blocks [b, b + len) from the result planes.
   void unpackRange(int64_t b, int64_t len);
   // Unpacks the next piece of the unpack queue (not empty).
@@ -99,36 +131,31 @@ class ScheduleExecutor {
   uint64_t* fieldPlanes_ = nullptr;  // field-sum counts turned into bit-sliced planes to decide
   uint64_t* stage_ = nullptr;
   void* recv_ = nullptr;
+  int64_t unit_ = 1;  // blocks per piece of pack, decide or unpack work
 
-  // Per step: the send cursor (addNextSend) and the next free stage word.
-  const algo::Step* step_ = nullptr;
-  size_t sendIdx_ = 0;
-  int64_t sendB_ = 0;
-  bool sendStarted_ = false;
-  bool sendFirst_ = false;
-  uint64_t* stageNext_ = nullptr;
-  int64_t unit_ = 1;  // blocks per piece of overlapped pack or unpack work
-  // The pack deferred into this step's transfers (null: none, or done), and
-  // per unit whether it is packed yet.
-  const algo::Local* deferredPack_ = nullptr;
+  // The items, step by step (a step's locals, then its receives, then its
+  // sends), and per step where its items begin and how many are not done.
+  // Capacity kept across calls: a warm communicator does not allocate.
+  std::vector<algo::Chunk> chunks_;
+  std::vector<Item> items_;
+  std::vector<size_t> stepBegin_;
+  std::vector<size_t> open_;
+  size_t firstOpen_ = 0;  // steps below are done
+  size_t doneItems_ = 0;
+  size_t scanFrom_ = 0;  // items below are posted or done
+  std::vector<uint8_t> peerBlocked_;  // per peer, during a scan: an earlier message to (from) it waits
+  // The pack of the votes into the counter, run a unit at a time when some
+  // item first needs its blocks (null: none), and per unit whether it is
+  // packed; packPending_: the other packs (items) not done yet.
+  const algo::Local* lazyPack_ = nullptr;
   std::vector<uint8_t> packed_;
   size_t packRest_ = 0;  // units below this are known packed
+  int packPending_ = 0;
   // Result ranges that are final and not unpacked yet (unpackEarly_: every
   // result block is written once, after every pack); consumed from head.
   bool unpackEarly_ = false;
   std::vector<algo::Range> unpackQueue_;
   size_t unpackHead_ = 0;
-
-  // A received chunk waiting for its action: the recv, its block range, and
-  // where its payload landed (planes of len words, plane-major).
-  struct Pending {
-    const algo::Recv* recv;
-    int64_t begin;
-    int64_t len;
-    uint64_t* data;
-    bool first;  // the peer's first message of the run: a header precedes data
-  };
-  std::vector<Pending> pending_;
 };
 
 }  // namespace host

@@ -38,6 +38,9 @@ class Transfers {
     ops_.push_back({false, comm, data, bytes, mhandle, cookie, exactSize});
   }
   size_t size() const { return ops_.size(); }
+  // Whether operation `index` (its position in the batch: size() before it
+  // was added) has completed, as of the last pass.
+  bool done(size_t index) const { return ops_[index].done; }
   // Inside run's work: every operation added so far has completed (as of the
   // pass just before this work call).
   bool allDone() const { return unfinished_ == 0; }

@@ -1,0 +1,165 @@
+// algo/chunk_order: which earlier chunks each chunk of a schedule waits for.
+// Steps overlap chunk by chunk: a chunk waits for the chunks of earlier steps
+// over the same blocks, not for the whole earlier step (that is what keeps
+// the link busy between halving-doubling's steps); and never for less than
+// what its data needs (adds in order, no overwrite of what is still sent).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "algo/chunk_order.h"
+#include "algo/schedule.h"
+
+namespace signlion {
+namespace algo {
+namespace {
+
+using Kind = Chunk::Kind;
+
+bool overlaps(const Range& a, const Range& b) { return a.begin < b.end && b.begin < a.end; }
+
+struct Cut {
+  std::vector<Chunk> chunks;
+  const Local* lazyPack = nullptr;
+};
+
+Cut cut(const Schedule& s, int64_t chunkBytes, int64_t pieceBlocks) {
+  Cut c;
+  cutIntoChunks(s, chunkBytes, pieceBlocks, &c.chunks, &c.lazyPack);
+  return c;
+}
+
+// The chunks of `step` of `kind`.
+std::vector<Chunk> of(const Cut& c, uint32_t step, Kind kind) {
+  std::vector<Chunk> out;
+  for (const Chunk& x : c.chunks)
+    if (x.step == step && x.kind == kind) out.push_back(x);
+  return out;
+}
+
+// Everything x waits for.
+std::vector<Chunk> waitsFor(const Schedule& s, const Cut& c, const Chunk& x) {
+  std::vector<Chunk> out;
+  for (const Chunk& y : c.chunks)
+    if (chunkWaitsFor(s, x, y)) out.push_back(y);
+  return out;
+}
+
+// Halving-doubling, N = 4, rank 0, 256 blocks in chunks of 32 blocks per
+// plane: step 1 sends blocks [128, 256) and adds what comes into [0, 128);
+// step 2 sends [64, 128) (two planes) and adds into [0, 64); step 3 decides
+// [0, 64); step 4 sends it and stores [64, 128); step 5 sends [0, 128) and
+// stores [128, 256).
+TEST(AlgoChunkOrder, HalvingDoublingForwardsEachChunkOnceItsBlocksAreAdded) {
+  Schedule s;
+  ASSERT_EQ(buildSchedule(ncclSignAlgoHalvingDoubling, 4, 0, 256, OpSpec{}, &s), ncclSuccess);
+  ASSERT_EQ(s.steps.size(), 6u);
+  const Cut c = cut(s, 256, 32);
+  ASSERT_NE(c.lazyPack, nullptr);  // the fold step's pack runs on demand
+  const std::vector<Chunk> added1 = of(c, 1, Kind::kRecv);
+  ASSERT_EQ(added1.size(), 4u);  // [0, 128) in 32-block chunks
+
+  // Each chunk step 2 sends waits for the step-1 adds over its blocks only:
+  // it may go while step 1's other chunks are still on the wire.
+  const std::vector<Chunk> sent2 = of(c, 2, Kind::kSend);
+  ASSERT_EQ(sent2.size(), 4u);  // [64, 128) in 16-block chunks (two planes)
+  for (const Chunk& x : sent2) {
+    const std::vector<Chunk> w = waitsFor(s, c, x);
+    ASSERT_EQ(w.size(), 1u) << "step-2 chunk at " << x.range.begin;
+    EXPECT_EQ(w[0].step, 1u);
+    EXPECT_EQ(w[0].kind, Kind::kRecv);
+    EXPECT_TRUE(overlaps(w[0].range, x.range));
+  }
+  // Step 2's adds into [0, 64) come after step 1's adds there, and only those.
+  for (const Chunk& x : of(c, 2, Kind::kRecv)) {
+    const std::vector<Chunk> w = waitsFor(s, c, x);
+    ASSERT_EQ(w.size(), 1u);
+    EXPECT_EQ(w[0].step, 1u);
+    EXPECT_TRUE(overlaps(w[0].range, x.range));
+  }
+  // Each decided piece waits for the adds of its blocks (both steps).
+  for (const Chunk& x : of(c, 3, Kind::kLocal)) {
+    int adds1 = 0, adds2 = 0;
+    for (const Chunk& y : waitsFor(s, c, x)) {
+      EXPECT_EQ(y.kind, Kind::kRecv);
+      EXPECT_TRUE(overlaps(y.range, x.range));
+      adds1 += y.step == 1;
+      adds2 += y.step == 2;
+    }
+    EXPECT_EQ(adds1, 1);
+    EXPECT_GE(adds2, 1);
+  }
+  // Step 5 sends this rank's own decided piece [0, 64) without waiting for
+  // step 4's receive of the partner's piece [64, 128): only its decide.
+  for (const Chunk& x : of(c, 5, Kind::kSend)) {
+    for (const Chunk& y : waitsFor(s, c, x)) {
+      if (x.range.end <= 64) {
+        EXPECT_EQ(y.step, 3u) << "own piece at " << x.range.begin << " waits for step " << y.step;
+      } else {
+        EXPECT_EQ(y.step, 4u);
+        EXPECT_EQ(y.kind, Kind::kRecv);
+      }
+    }
+  }
+}
+
+// The ring forwards chunk by chunk: step k+1 sends what step k added, each
+// chunk as soon as that chunk's add is done.
+TEST(AlgoChunkOrder, RingForwardsChunkByChunk) {
+  Schedule s;
+  ASSERT_EQ(buildSchedule(ncclSignAlgoRing, 4, 0, 256, OpSpec{}, &s), ncclSuccess);
+  const Cut c = cut(s, 128, 16);  // 16 blocks per one-plane chunk, 8 per two-plane one
+  for (uint32_t k = 1; k < 3; k++) {
+    const std::vector<Chunk> sent = of(c, k, Kind::kSend);
+    ASSERT_GE(sent.size(), 2u);
+    for (const Chunk& x : sent) {
+      const std::vector<Chunk> w = waitsFor(s, c, x);
+      ASSERT_EQ(w.size(), 1u) << "step " << k << " chunk at " << x.range.begin;
+      EXPECT_EQ(w[0].step, k - 1);
+      EXPECT_EQ(w[0].kind, Kind::kRecv);
+      EXPECT_TRUE(overlaps(w[0].range, x.range));
+    }
+  }
+}
+
+// Hand-made steps for the hazards: a receive into blocks that an earlier
+// step sends waits for that send; a step's transfers wait for its locals; its
+// sends never wait for its own receives; a piece of a local for the earlier
+// pieces of locals over the same blocks only.
+TEST(AlgoChunkOrder, HazardsOnTheSameBlocksAreOrdered) {
+  Schedule s;
+  s.algo = ncclSignAlgoRing;
+  s.nranks = 2;
+  s.nblocks = 64;
+  s.counterMax = 2;
+  s.counterWidth = 2;
+  Step a;
+  a.sends.push_back(detail::makeSend(1, Buffer::kCounter, Range{0, 32}, 1, 1));
+  a.recvs.push_back(detail::makeAddRecv(1, Range{32, 64}, 1, 1, 1));
+  Step b;
+  b.locals.push_back(detail::decide(Buffer::kCounter, Range{32, 64}, 2, 2));
+  b.sends.push_back(detail::makeResultSend(1, Range{32, 64}, 1));
+  b.recvs.push_back(detail::makeAddRecv(1, Range{0, 32}, 1, 1, 1));
+  s.steps = {a, b};
+  const Cut c = cut(s, 1 << 20, 8);
+  ASSERT_EQ(c.lazyPack, nullptr);  // no pack here
+  const Chunk send0 = of(c, 0, Kind::kSend)[0], recv0 = of(c, 0, Kind::kRecv)[0];
+  const std::vector<Chunk> decides = of(c, 1, Kind::kLocal);
+  ASSERT_EQ(decides.size(), 4u);  // [32, 64) in pieces of 8 blocks
+  const Chunk send1 = of(c, 1, Kind::kSend)[0], recv1 = of(c, 1, Kind::kRecv)[0];
+  EXPECT_TRUE(chunkWaitsFor(s, recv1, send0));   // write after read: [0, 32) is still being sent
+  EXPECT_FALSE(chunkWaitsFor(s, send0, recv0));  // within a step transfers are not ordered
+  EXPECT_FALSE(chunkWaitsFor(s, recv0, send0));
+  EXPECT_FALSE(chunkWaitsFor(s, send1, recv1));
+  EXPECT_FALSE(chunkWaitsFor(s, send0, recv1));  // never on a later step
+  for (const Chunk& d : decides) {
+    EXPECT_TRUE(chunkWaitsFor(s, d, recv0));  // reads what step 0 added
+    EXPECT_TRUE(chunkWaitsFor(s, send1, d));  // the step's send waits for its locals
+    EXPECT_FALSE(chunkWaitsFor(s, recv1, d)); // other blocks
+    for (const Chunk& e : decides) EXPECT_FALSE(chunkWaitsFor(s, d, e));  // disjoint pieces
+  }
+}
+
+}  // namespace
+}  // namespace algo
+}  // namespace signlion
