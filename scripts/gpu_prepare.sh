@@ -75,7 +75,8 @@ fi
 mib=$(( $(du -sb "$CARRY" | cut -f1) / 1048576 ))
 [ "$mib" -le "$MAX_MIB" ] || die "$CARRY holds $mib MiB, more than $MAX_MIB"
 {
-  echo "prepared $(date -u +%FT%TZ) on $(hostname) ($(. /etc/os-release && echo "$PRETTY_NAME"))"
+  # The carried libbenchmark.so needs this glibc or a newer one on the GPU machine.
+  echo "prepared $(date -u +%FT%TZ) on $(hostname) ($(. /etc/os-release && echo "$PRETTY_NAME"), glibc $(ldd --version | head -1 | grep -oE '[0-9.]+$'))"
   for pkg in libgtest-dev libgmock-dev libbenchmark-dev; do dpkg-query -W -f='${Package} ${Version}\n' "$pkg"; done
   ls "$CARRY/wheels"
   cat "$CARRY/nccl-tests/SOURCE" 2>/dev/null || true
