@@ -344,14 +344,22 @@ ncclResult_t ScheduleExecutor::runRecvAction(Item& x) {
 
 ncclResult_t ScheduleExecutor::onRecv(size_t cookie, size_t bytes) {
   static const char* kFn = "ncclSignHostAllReduce";
-  if (cookie & kHeaderCookie) return check_.verify((int)(cookie & ~kHeaderCookie), nullptr, bytes, 0, kFn);
+  if (cookie & kHeaderCookie) {
+    const int peer = (int)(cookie & ~kHeaderCookie);
+    NCCLCHECK(check_.verify(peer, nullptr, bytes, 0, kFn));
+    peerVerified_[(size_t)peer] = 1;
+    return ncclSuccess;
+  }
   Item& x = items_[cookie];
   const algo::Recv& r = recvOf(x);
-  if (x.first)  // the header in front of the payload, before the payload is used
+  if (x.first) {  // the header in front of the payload, before the payload is used
     NCCLCHECK(check_.verify(r.peer, x.data - kHeaderWords, bytes, (size_t)(r.planes * x.c.range.size() * 8), kFn));
+    peerVerified_[(size_t)r.peer] = 1;
+  }
   x.state = State::kArrived;
-  // At once if what it adds to (stores over) is final; else work does it.
-  return ready(x) ? runRecvAction(x) : ncclSuccess;
+  // At once if the peer's header has passed and what it adds to (stores
+  // over) is final; else work does it.
+  return consumable(x) ? runRecvAction(x) : ncclSuccess;
 }
 
 // One bounded piece of CPU work between Transfers passes, most urgent first:
@@ -393,7 +401,7 @@ ncclResult_t ScheduleExecutor::work(bool* more) {
   if (posted) return ncclSuccess;
   for (size_t k = firstOpen_ < open_.size() ? stepBegin_[firstOpen_] : items_.size(); k < items_.size(); k++) {
     Item& x = items_[k];
-    if (x.c.kind == algo::Chunk::Kind::kRecv && x.state == State::kArrived && ready(x)) return runRecvAction(x);
+    if (x.c.kind == algo::Chunk::Kind::kRecv && x.state == State::kArrived && consumable(x)) return runRecvAction(x);
     if (x.c.kind == algo::Chunk::Kind::kLocal && x.state == State::kWaiting && ready(x)) {
       const algo::Local& l = localOf(x);
       if (l.src == Buffer::kCounter && l.op == algo::LocalOp::kDecide) ensurePacked(x.c.range.begin, x.c.range.end);
@@ -449,6 +457,7 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
   unpackHead_ = 0;
 
   transfers_.clear();
+  peerVerified_.assign((size_t)s.nranks, 0);
   NCCLCHECK(buildItems());
   NCCLCHECK(transfers_.run([this](size_t cookie, size_t bytes) { return onRecv(cookie, bytes); },
                            [this](bool* more) { return work(more); }));

@@ -96,6 +96,11 @@ class ScheduleExecutor {
   ncclResult_t buildItems();
   // Whether every item x depends on is done (refreshing sends that completed).
   bool ready(const Item& x);
+  // Whether an arrived receive's action (add, store) may run: its peer's
+  // header has been verified (plugins may complete a peer's later messages
+  // before its first, and nothing from a peer running another call may be
+  // added, forwarded or written out), and it is ready.
+  bool consumable(const Item& x) { return peerVerified_[(size_t)recvOf(x).peer] && ready(x); }
   void markDone(Item& x);
   // The next bounded piece of work (see the .cc); *more: false when none.
   ncclResult_t work(bool* more);
@@ -143,6 +148,7 @@ class ScheduleExecutor {
   size_t firstOpen_ = 0;  // steps below are done
   size_t doneItems_ = 0;
   size_t scanFrom_ = 0;  // items below are posted or done
+  std::vector<uint8_t> peerVerified_;  // per peer: its call header has come and matched (this call)
   std::vector<uint8_t> peerBlocked_;  // per peer, during a scan: an earlier message to (from) it waits
   // The pack of the votes into the counter, run a unit at a time when some
   // item first needs its blocks (null: none), and per unit whether it is
