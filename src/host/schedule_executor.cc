@@ -242,6 +242,10 @@ ncclResult_t ScheduleExecutor::buildItems() {
   waiting_.assign(g.waits.begin(), g.waits.end());
   doneItems_ = 0;
   runnable_.clear();
+  // Each item is queued at most once, and each send notifies at most once:
+  // room for all, so the timing of a call never makes a warm one allocate.
+  runnable_.reserve(items_.size());
+  transfers_.reserveSent(items_.size());
   for (size_t k = 0; k < items_.size(); k++)
     if (items_[k].c.kind == algo::Chunk::Kind::kLocal && ready(k)) runnable(k);
   // Each peer's receives and sends in schedule order (a counting sort).

@@ -41,6 +41,9 @@ class Transfers {
   // frees a send's blocks without looking at every send in flight.
   const std::vector<size_t>& sent() const { return sent_; }
   void clearSent() { sent_.clear(); }
+  // Room for n notifications, so that how many sends complete between two
+  // takes (timing) never makes a warm call allocate.
+  void reserveSent(size_t n) { sent_.reserve(n); }
   // cookie comes back to onRecv when this receive completes. exactSize:
   // a message of another size is an error here; otherwise any size up to
   // `bytes` goes to onRecv, which judges it.
