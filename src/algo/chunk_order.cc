@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <utility>
 
 namespace signlion {
 namespace algo {
@@ -112,6 +113,66 @@ bool chunkWaitsFor(const Schedule& s, const Chunk& x, const Chunk& y) {
           (a[i].slot == c[j].slot || a[i].slot < 0 || c[j].slot < 0) && a[i].b < c[j].e && c[j].b < a[i].e)
         return true;
   return false;
+}
+
+void buildChunkGraph(const Schedule& s, int64_t chunkBytes, int64_t pieceBlocks, ChunkGraph* g) {
+  g->chunkBytes = chunkBytes;
+  g->pieceBlocks = pieceBlocks;
+  const Local* lazy = nullptr;
+  cutIntoChunks(s, chunkBytes, pieceBlocks, &g->chunks, &lazy);
+  g->lazyPackStep = g->lazyPackIndex = -1;
+  for (size_t i = 0; lazy != nullptr && i < s.steps.size(); i++)
+    for (size_t j = 0; j < s.steps[i].locals.size(); j++)
+      if (&s.steps[i].locals[j] == lazy) g->lazyPackStep = (int)i, g->lazyPackIndex = (int)j;
+  // Every access, sorted by buffer and first block; a sweep keeps those that
+  // still cover the current block, and each access meets exactly the earlier
+  // ones it overlaps. chunkWaitsFor then judges the pair (order, slots, writes).
+  struct Span {
+    Buffer buf;
+    int64_t b, e;
+    uint32_t chunk;
+  };
+  std::vector<Span> spans;
+  for (uint32_t k = 0; k < (uint32_t)g->chunks.size(); k++) {
+    Access a[2];
+    const int na = accesses(s, g->chunks[k], a);
+    for (int i = 0; i < na; i++)
+      if (a[i].b < a[i].e) spans.push_back({a[i].buf, a[i].b, a[i].e, k});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) {
+    return x.buf != y.buf ? x.buf < y.buf : x.b != y.b ? x.b < y.b : x.chunk < y.chunk;
+  });
+  std::vector<std::pair<uint32_t, uint32_t>> edges;  // (earlier, later)
+  std::vector<size_t> active;
+  for (size_t i = 0; i < spans.size(); i++) {
+    if (i > 0 && spans[i].buf != spans[i - 1].buf) active.clear();
+    const Span& x = spans[i];
+    for (size_t a = 0; a < active.size();) {
+      const Span& y = spans[active[a]];
+      if (y.e <= x.b) {  // ends before x: before everything after x too
+        active[a] = active.back();
+        active.pop_back();
+        continue;
+      }
+      const uint32_t lo = std::min(x.chunk, y.chunk), hi = std::max(x.chunk, y.chunk);
+      if (lo != hi && chunkWaitsFor(s, g->chunks[hi], g->chunks[lo])) edges.push_back({lo, hi});
+      a++;
+    }
+    active.push_back(i);
+  }
+  // Two chunks may meet on two buffers (a decide's counter and result).
+  std::sort(edges.begin(), edges.end());
+  edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+  const size_t n = g->chunks.size();
+  g->waits.assign(n, 0);
+  g->succBegin.assign(n + 1, 0);
+  for (const auto& e : edges) {
+    g->waits[e.second]++;
+    g->succBegin[e.first + 1]++;
+  }
+  for (size_t k = 0; k < n; k++) g->succBegin[k + 1] += g->succBegin[k];
+  g->succ.resize(edges.size());
+  for (size_t k = 0; k < edges.size(); k++) g->succ[k] = edges[k].second;  // sorted by (earlier, later): in place
 }
 
 }  // namespace algo

@@ -44,5 +44,25 @@ void cutIntoChunks(const Schedule& s, int64_t chunkBytes, int64_t pieceBlocks, s
 // sent (or copied out).
 bool chunkWaitsFor(const Schedule& s, const Chunk& x, const Chunk& y);
 
+// The waits of a whole schedule, made once per schedule (and cached with it)
+// so that an executor knows in O(1) when a chunk may go: per chunk how many
+// chunks it waits for (chunkWaitsFor), and whom it holds up. The executor
+// copies `waits`, and as each chunk is done decrements its successors' counts;
+// a chunk whose count is 0 is ready. Built from the pairs of chunks that
+// touch overlapping blocks of one buffer (a sweep, not all pairs), so a
+// schedule cut into many small chunks (SIGNLION_HOST_CHUNK_BYTES down to 64 B)
+// costs about the number of its chunks times the chunks over one block.
+struct ChunkGraph {
+  int64_t chunkBytes = 0;   // what it was cut with
+  int64_t pieceBlocks = 0;
+  std::vector<Chunk> chunks;        // cutIntoChunks
+  int lazyPackStep = -1;            // the lazy pack (cutIntoChunks): its step and
+  int lazyPackIndex = -1;           // index into the step's locals; -1: none
+  std::vector<uint32_t> waits;      // per chunk: how many chunks it waits for
+  std::vector<uint32_t> succBegin;  // chunk i holds up succ[succBegin[i] .. succBegin[i + 1])
+  std::vector<uint32_t> succ;
+};
+void buildChunkGraph(const Schedule& s, int64_t chunkBytes, int64_t pieceBlocks, ChunkGraph* g);
+
 }  // namespace algo
 }  // namespace signlion

@@ -19,7 +19,7 @@ struct ScratchLayout {
   int64_t votes = 0;        // Buffer::kVotes
   int64_t fields = 0;       // Buffer::kFields
   int64_t fieldPlanes = 0;  // field-sum majority: the counts as bit-sliced planes, to decide
-  int64_t stage = 0;        // the executor's staging space (one step's worth)
+  int64_t stage = 0;        // the executor's staging space (the host's: every step's staged messages at once)
   int64_t words = 0;        // the whole scratch
   // Free words in front of every region and of every vote slot (0 unless
   // asked for): the host executor writes (receives) a message's header there,

@@ -72,7 +72,7 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
 
 ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec& spec, const ScheduleEntry** out) {
   auto finish = [](ScheduleEntry* e) {
-    e->extra = hostScratchLayout(e->schedule);
+    makeHostPlan(e->schedule, &e->extra);
     return ncclSuccess;
   };
   // Without its links (one node, or nodes too large) the hierarchical

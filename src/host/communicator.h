@@ -45,7 +45,7 @@ struct ncclSignComm {
 
   // Each schedule with the executor's arena layout for it, so a warm
   // communicator builds and lays out none.
-  signlion::algo::ScheduleCache<signlion::algo::ScratchLayout> schedules;
+  signlion::algo::ScheduleCache<signlion::host::HostPlan> schedules;
 };
 
 namespace signlion {
@@ -63,10 +63,11 @@ ncclResult_t callStart(ncclSignComm* comm, const char* fn);
 // ncclInvalidArgument).
 ncclResult_t callEnd(ncclSignComm* comm, ncclResult_t res);
 
-using ScheduleEntry = algo::ScheduleCache<algo::ScratchLayout>::Entry;
+using ScheduleEntry = algo::ScheduleCache<HostPlan>::Entry;
 
 // The schedule for one segment (the algorithm the config forces, or the cost
-// model's choice) and its arena layout (hostScratchLayout); cached by
+// model's choice) and the executor's plan for it (makeHostPlan: arena layout,
+// chunks and their waits); cached by
 // (requested algorithm, blocks, op, rules).
 ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec& spec, const ScheduleEntry** out);
 

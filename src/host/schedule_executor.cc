@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "bits/fields.h"
 #include "common/config.h"
@@ -39,8 +40,9 @@ int64_t overlapBlocks(int64_t chunkBytes) { return std::min<int64_t>(4096, algo:
 
 }  // namespace
 
-algo::ScratchLayout hostScratchLayout(const algo::Schedule& s) {
-  const int64_t chunkBytes = hostChunkBytes();
+namespace {
+
+algo::ScratchLayout hostScratchLayout(const algo::Schedule& s, int64_t chunkBytes) {
   // Steps overlap, and every staged message keeps its space until it is
   // done: the stage holds every step's staged messages at once.
   int64_t stageWords = 0;
@@ -55,6 +57,14 @@ algo::ScratchLayout hostScratchLayout(const algo::Schedule& s) {
           (int64_t)kHeaderWords + (stagedRecv(x) ? x.bytes() / 8 : firstChunkWords(x.planes, x.range, chunkBytes));
   }
   return algo::layoutScratch(s, stageWords, 1, (int64_t)kHeaderWords);
+}
+
+}  // namespace
+
+void makeHostPlan(const algo::Schedule& s, HostPlan* plan) {
+  const int64_t chunkBytes = hostChunkBytes();
+  plan->layout = hostScratchLayout(s, chunkBytes);
+  algo::buildChunkGraph(s, chunkBytes, overlapBlocks(chunkBytes), &plan->graph);
 }
 
 ncclResult_t ScheduleExecutor::runLocal(const algo::Local& l) {
@@ -163,11 +173,10 @@ void ScheduleExecutor::unpackPiece() {
 
 ncclResult_t ScheduleExecutor::buildItems() {
   const algo::Schedule& s = *s_;
-  const int64_t chunkBytes = hostChunkBytes();
-  algo::cutIntoChunks(s, chunkBytes, unit_, &chunks_, &lazyPack_);
+  const algo::ChunkGraph& g = *graph_;
+  const std::vector<algo::Chunk>& chunks_ = g.chunks;
+  lazyPack_ = g.lazyPackStep < 0 ? nullptr : &s.steps[(size_t)g.lazyPackStep].locals[(size_t)g.lazyPackIndex];
   items_.clear();
-  stepBegin_.clear();
-  open_.clear();
   packPending_ = 0;
   uint64_t* stageNext = stage_;
   size_t k = 0;  // the next chunk: they come in the order walked here
@@ -176,7 +185,6 @@ ncclResult_t ScheduleExecutor::buildItems() {
   };
   for (size_t i = 0; i < s.steps.size(); i++) {
     const algo::Step& st = s.steps[i];
-    stepBegin_.push_back(items_.size());
     for (size_t j = 0; j < st.locals.size(); j++)
       for (; chunkOf(algo::Chunk::Kind::kLocal, i, j); k++) {
         items_.push_back({chunks_[k], State::kWaiting, false, false, nullptr, 0});
@@ -230,12 +238,30 @@ ncclResult_t ScheduleExecutor::buildItems() {
          (long long)(stageNext - (base_ + layout_->words)));
     return ncclInternalError;
   }
-  stepBegin_.push_back(items_.size());
-  for (size_t i = 0; i < s.steps.size(); i++) open_.push_back(stepBegin_[i + 1] - stepBegin_[i]);
-  firstOpen_ = 0;
+  if (items_.size() != chunks_.size()) return ncclInternalError;  // every chunk is an item, in order
+  waiting_.assign(g.waits.begin(), g.waits.end());
   doneItems_ = 0;
-  scanFrom_ = 0;
-  while (firstOpen_ < open_.size() && open_[firstOpen_] == 0) firstOpen_++;
+  runnable_.clear();
+  // Each item is queued at most once, and each send notifies at most once:
+  // room for all, so the timing of a call never makes a warm one allocate.
+  runnable_.reserve(items_.size());
+  transfers_.reserveSent(items_.size());
+  for (size_t k = 0; k < items_.size(); k++)
+    if (items_[k].c.kind == algo::Chunk::Kind::kLocal && ready(k)) runnable(k);
+  // Each peer's receives and sends in schedule order (a counting sort).
+  const size_t n = (size_t)s.nranks;
+  peerBegin_.assign(2 * n + 1, 0);
+  auto slotOf = [&](const Item& x) {
+    return x.c.kind == algo::Chunk::Kind::kRecv ? 2 * (size_t)recvOf(x).peer : 2 * (size_t)sendOf(x).peer + 1;
+  };
+  for (const Item& x : items_)
+    if (x.c.kind != algo::Chunk::Kind::kLocal) peerBegin_[slotOf(x) + 1]++;
+  for (size_t q = 0; q < 2 * n; q++) peerBegin_[q + 1] += peerBegin_[q];
+  next_.assign(peerBegin_.begin(), peerBegin_.end() - 1);
+  byPeer_.resize(peerBegin_[2 * n]);
+  for (size_t k = 0; k < items_.size(); k++)
+    if (items_[k].c.kind != algo::Chunk::Kind::kLocal) byPeer_[next_[slotOf(items_[k])]++] = (uint32_t)k;
+  next_.assign(peerBegin_.begin(), peerBegin_.end() - 1);
   if (lazyPack_ != nullptr) {
     packed_.assign((size_t)((s.nblocks + unit_ - 1) / unit_), 0);
     packRest_ = 0;
@@ -243,28 +269,30 @@ ncclResult_t ScheduleExecutor::buildItems() {
   return ncclSuccess;
 }
 
-void ScheduleExecutor::markDone(Item& x) {
-  x.state = State::kDone;
-  open_[x.c.step]--;
-  doneItems_++;
-  while (firstOpen_ < open_.size() && open_[firstOpen_] == 0) firstOpen_++;
+void ScheduleExecutor::runnable(size_t k) {
+  runnable_.push_back((uint32_t)k);
+  std::push_heap(runnable_.begin(), runnable_.end(), std::greater<uint32_t>());
 }
 
-bool ScheduleExecutor::ready(const Item& x) {
-  for (size_t j = firstOpen_; j <= x.c.step; j++) {
-    if (open_[j] == 0) continue;
-    for (size_t k = stepBegin_[j]; k < stepBegin_[j + 1]; k++) {
-      Item& y = items_[k];
-      if (&y == &x) break;  // later ones of x's step never hold it up
-      if (y.state == State::kDone) continue;
-      if (y.c.kind == algo::Chunk::Kind::kSend && y.state == State::kPosted && transfers_.done(y.op)) {
-        markDone(y);  // sent: its blocks may be written now
-        continue;
-      }
-      if (algo::chunkWaitsFor(*s_, x.c, y.c)) return false;
-    }
+void ScheduleExecutor::markDone(Item& x) {
+  x.state = State::kDone;
+  doneItems_++;
+  const size_t k = (size_t)(&x - items_.data());
+  for (uint32_t i = graph_->succBegin[k]; i < graph_->succBegin[k + 1]; i++) {
+    const uint32_t y = graph_->succ[i];
+    if (--waiting_[y] != 0) continue;
+    const Item& z = items_[y];
+    // A send or a receive not posted yet is looked at by work's posting.
+    if ((z.c.kind == algo::Chunk::Kind::kLocal && z.state == State::kWaiting) ||
+        (z.c.kind == algo::Chunk::Kind::kRecv && z.state == State::kArrived && consumable(y)))
+      runnable(y);
   }
-  return true;
+}
+
+void ScheduleExecutor::verified(int peer) {
+  peerVerified_[(size_t)peer] = 1;
+  for (size_t i = peerBegin_[2 * (size_t)peer]; i < peerBegin_[2 * (size_t)peer + 1]; i++)
+    if (items_[byPeer_[i]].state == State::kArrived && ready(byPeer_[i])) runnable(byPeer_[i]);
 }
 
 void ScheduleExecutor::postRecv(Item& x, size_t index) {
@@ -306,9 +334,11 @@ ncclResult_t ScheduleExecutor::postSend(Item& x) {
     bytes += kHeaderBytes;
   }
   x.op = transfers_.size();
-  transfers_.send(comm, data, bytes, arena_.mhandle(comm));
   x.state = State::kPosted;
-  if (x.staged) markDone(x);  // copied: its blocks are free
+  // Copied: its blocks are free now. Else when it has gone (transfers_.sent()).
+  const size_t k = (size_t)(&x - items_.data());
+  transfers_.send(comm, data, bytes, arena_.mhandle(comm), x.staged ? Transfers::kNoNotify : k);
+  if (x.staged) markDone(x);
   return ncclSuccess;
 }
 
@@ -344,14 +374,23 @@ ncclResult_t ScheduleExecutor::runRecvAction(Item& x) {
 
 ncclResult_t ScheduleExecutor::onRecv(size_t cookie, size_t bytes) {
   static const char* kFn = "ncclSignHostAllReduce";
-  if (cookie & kHeaderCookie) return check_.verify((int)(cookie & ~kHeaderCookie), nullptr, bytes, 0, kFn);
+  if (cookie & kHeaderCookie) {
+    const int peer = (int)(cookie & ~kHeaderCookie);
+    NCCLCHECK(check_.verify(peer, nullptr, bytes, 0, kFn));
+    verified(peer);
+    return ncclSuccess;
+  }
   Item& x = items_[cookie];
   const algo::Recv& r = recvOf(x);
-  if (x.first)  // the header in front of the payload, before the payload is used
+  if (x.first) {  // the header in front of the payload, before the payload is used
     NCCLCHECK(check_.verify(r.peer, x.data - kHeaderWords, bytes, (size_t)(r.planes * x.c.range.size() * 8), kFn));
+    x.state = State::kArrived;
+    verified(r.peer);  // may queue this one too: it runs now, and is skipped there once done
+  }
   x.state = State::kArrived;
-  // At once if what it adds to (stores over) is final; else work does it.
-  return ready(x) ? runRecvAction(x) : ncclSuccess;
+  // At once if the peer's header has passed and what it adds to (stores
+  // over) is final; else work does it (queued when it is).
+  return consumable(cookie) ? runRecvAction(x) : ncclSuccess;
 }
 
 // One bounded piece of CPU work between Transfers passes, most urgent first:
@@ -360,51 +399,46 @@ ncclResult_t ScheduleExecutor::onRecv(size_t cookie, size_t bytes) {
 // a piece of the result.
 ncclResult_t ScheduleExecutor::work(bool* more) {
   *more = true;
-  const int n = s_->nranks;
-  // Messages to (from) a peer go in the schedule's order: one that must wait
-  // holds up the later ones to (from) the same peer.
-  peerBlocked_.assign(2 * (size_t)n, 0);
-  while (scanFrom_ < items_.size() && items_[scanFrom_].state != State::kWaiting) scanFrom_++;
+  // Sends that have gone: their blocks may be written now.
+  for (size_t k : transfers_.sent()) markDone(items_[k]);
+  transfers_.clearSent();
+  // Messages to (from) a peer go in the schedule's order: only the next one
+  // of each peer is looked at. A staged receive lands in space of its own:
+  // posted at once. One in place waits until the blocks it overwrites are free.
+  const size_t n = (size_t)s_->nranks;
   bool posted = false;
-  for (size_t k = scanFrom_; k < items_.size(); k++) {
-    Item& x = items_[k];
-    if (x.state != State::kWaiting || x.c.kind == algo::Chunk::Kind::kLocal) continue;
-    if (x.c.kind == algo::Chunk::Kind::kRecv) {
-      const int peer = recvOf(x).peer;
-      if (peerBlocked_[(size_t)peer]) continue;
-      // A staged receive lands in space of its own: post it at once. One in
-      // place waits until the blocks it overwrites are free.
-      if (x.staged || ready(x)) {
-        postRecv(x, k);
-        posted = true;
-      } else {
-        peerBlocked_[(size_t)peer] = 1;
-      }
-    } else {
-      const int peer = sendOf(x).peer;
-      if (peerBlocked_[(size_t)(n + peer)]) continue;
-      if (!ready(x)) {
-        peerBlocked_[(size_t)(n + peer)] = 1;
-        continue;
-      }
-      return postSend(x);  // one send (it may pack a chunk) per piece of work
+  for (size_t p = 0; p < n; p++) {
+    for (size_t& i = next_[2 * p]; i < peerBegin_[2 * p + 1]; i++) {
+      Item& x = items_[byPeer_[i]];
+      if (!x.staged && !ready(byPeer_[i])) break;
+      postRecv(x, byPeer_[i]);
+      posted = true;
     }
   }
+  // One send (it may pack a chunk) per piece of work: the earliest ready one.
+  size_t best = SIZE_MAX;
+  for (size_t p = 0; p < n; p++) {
+    const size_t i = next_[2 * p + 1];
+    if (i < peerBegin_[2 * p + 2] && ready(byPeer_[i]) && (best == SIZE_MAX || byPeer_[i] < byPeer_[next_[best]]))
+      best = 2 * p + 1;
+  }
+  if (best != SIZE_MAX) return postSend(items_[byPeer_[next_[best]++]]);
   if (posted) return ncclSuccess;
-  for (size_t k = firstOpen_ < open_.size() ? stepBegin_[firstOpen_] : items_.size(); k < items_.size(); k++) {
-    Item& x = items_[k];
-    if (x.c.kind == algo::Chunk::Kind::kRecv && x.state == State::kArrived && ready(x)) return runRecvAction(x);
-    if (x.c.kind == algo::Chunk::Kind::kLocal && x.state == State::kWaiting && ready(x)) {
-      const algo::Local& l = localOf(x);
-      if (l.src == Buffer::kCounter && l.op == algo::LocalOp::kDecide) ensurePacked(x.c.range.begin, x.c.range.end);
-      algo::Local piece = l;
-      piece.range = x.c.range;
-      NCCLCHECK(runLocal(piece));
-      if (l.op == algo::LocalOp::kPackVotes || l.op == algo::LocalOp::kPackFields) packPending_--;
-      if (unpackEarly_ && l.op == algo::LocalOp::kDecide) unpackQueue_.push_back(piece.range);
-      markDone(x);
-      return ncclSuccess;
-    }
+  while (!runnable_.empty()) {
+    std::pop_heap(runnable_.begin(), runnable_.end(), std::greater<uint32_t>());
+    Item& x = items_[runnable_.back()];
+    runnable_.pop_back();
+    if (x.state == State::kDone) continue;  // an arrived receive run at once by onRecv
+    if (x.c.kind == algo::Chunk::Kind::kRecv) return runRecvAction(x);
+    const algo::Local& l = localOf(x);
+    if (l.src == Buffer::kCounter && l.op == algo::LocalOp::kDecide) ensurePacked(x.c.range.begin, x.c.range.end);
+    algo::Local piece = l;
+    piece.range = x.c.range;
+    NCCLCHECK(runLocal(piece));
+    if (l.op == algo::LocalOp::kPackVotes || l.op == algo::LocalOp::kPackFields) packPending_--;
+    if (unpackEarly_ && l.op == algo::LocalOp::kDecide) unpackQueue_.push_back(piece.range);
+    markDone(x);
+    return ncclSuccess;
   }
   if (lazyPack_ != nullptr) {
     while (packRest_ < packed_.size() && packed_[packRest_]) packRest_++;
@@ -424,10 +458,12 @@ ncclResult_t ScheduleExecutor::work(bool* more) {
   return ncclSuccess;
 }
 
-ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchLayout& layout, const void* send,
-                                   void* recv, size_t count, ncclDataType_t dt) {
+ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const HostPlan& plan, const void* send, void* recv,
+                                   size_t count, ncclDataType_t dt) {
+  const algo::ScratchLayout& layout = plan.layout;
   s_ = &s;
   layout_ = &layout;
+  graph_ = &plan.graph;
   send_ = send;
   recv_ = recv;
   count_ = count;
@@ -444,11 +480,12 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const algo::ScratchL
   fieldPlanes_ = base_ + layout.fieldPlanes;
   stage_ = base_ + layout.stage;
   unpackEarly_ = algo::resultWrittenOnceAfterPacks(s);
-  unit_ = overlapBlocks(hostChunkBytes());
+  unit_ = plan.graph.pieceBlocks;  // the grain the plan was cut with
   unpackQueue_.clear();
   unpackHead_ = 0;
 
   transfers_.clear();
+  peerVerified_.assign((size_t)s.nranks, 0);
   NCCLCHECK(buildItems());
   NCCLCHECK(transfers_.run([this](size_t cookie, size_t bytes) { return onRecv(cookie, bytes); },
                            [this](bool* more) { return work(more); }));

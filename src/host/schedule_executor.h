@@ -41,11 +41,17 @@
 namespace signlion {
 namespace host {
 
-// The arena layout this executor runs s with: its regions unaligned, its
-// stage the largest step's staged payloads (sends and receives of more than
-// one plane, and receives that add or sum). Made once per schedule and cached
-// with it, so a warm call does no layout work.
-algo::ScratchLayout hostScratchLayout(const algo::Schedule& s);
+// What this executor derives from a schedule, made once per schedule and
+// cached with it (algo/schedule_cache.h), so a warm call does no layout or
+// dependency work: the arena layout (regions unaligned, the stage sized for
+// every staged message of the whole schedule at once, as the steps overlap)
+// and the chunks with their waits (algo::ChunkGraph), both for the
+// SIGNLION_HOST_CHUNK_BYTES read when it was made.
+struct HostPlan {
+  algo::ScratchLayout layout;
+  algo::ChunkGraph graph;
+};
+void makeHostPlan(const algo::Schedule& s, HostPlan* plan);
 
 class ScheduleExecutor {
  public:
@@ -53,13 +59,13 @@ class ScheduleExecutor {
       : net_(net), links_(links), arena_(arena), check_(check), transfers_(net, timeoutMs) {}
 
   // count elements of dt from send (any alignment) -> count results into recv.
-  // The schedule must have been built for numWords(count) blocks, and layout
-  // be hostScratchLayout(s). send may be recv: every pack runs before the
+  // The schedule must have been built for numWords(count) blocks, and plan
+  // made by makeHostPlan(s). send may be recv: every pack runs before the
   // first result is written. The call's header (check.begin) goes before the
   // first message to each peer, and the header from each peer is verified
   // before anything received from it is forwarded.
-  ncclResult_t run(const algo::Schedule& s, const algo::ScratchLayout& layout, const void* send, void* recv,
-                   size_t count, ncclDataType_t dt);
+  ncclResult_t run(const algo::Schedule& s, const HostPlan& plan, const void* send, void* recv, size_t count,
+                   ncclDataType_t dt);
 
  private:
   // Where plane `plane` of `buf` (slot for kVotes) starts; `payloadWidth` is
@@ -94,9 +100,18 @@ class ScheduleExecutor {
   // Cuts the schedule into items_, assigns each staged one its stage space,
   // and adds the headers that travel alone.
   ncclResult_t buildItems();
-  // Whether every item x depends on is done (refreshing sends that completed).
-  bool ready(const Item& x);
+  // Whether everything item k waits for is done.
+  bool ready(size_t k) const { return waiting_[k] == 0; }
+  // Whether an arrived receive's action (add, store) may run: its peer's
+  // header has been verified (plugins may complete a peer's later messages
+  // before its first, and nothing from a peer running another call may be
+  // added, forwarded or written out), and it is ready.
+  bool consumable(size_t k) const { return peerVerified_[(size_t)recvOf(items_[k]).peer] && ready(k); }
+  // Item k may run now (a local, or a consumable arrived receive): queued.
+  void runnable(size_t k);
   void markDone(Item& x);
+  // Peer's header has passed: its receives that arrived meanwhile may run.
+  void verified(int peer);
   // The next bounded piece of work (see the .cc); *more: false when none.
   ncclResult_t work(bool* more);
   ncclResult_t postSend(Item& x);
@@ -133,17 +148,25 @@ class ScheduleExecutor {
   void* recv_ = nullptr;
   int64_t unit_ = 1;  // blocks per piece of pack, decide or unpack work
 
-  // The items, step by step (a step's locals, then its receives, then its
-  // sends), and per step where its items begin and how many are not done.
-  // Capacity kept across calls: a warm communicator does not allocate.
-  std::vector<algo::Chunk> chunks_;
+  // The items, in the plan's chunk order (items_[k] is chunk k), and per item
+  // how many items it still waits for (the plan's waits, counted down as
+  // items are done). Capacity kept across calls: a warm communicator does not
+  // allocate.
+  const algo::ChunkGraph* graph_ = nullptr;
   std::vector<Item> items_;
-  std::vector<size_t> stepBegin_;
-  std::vector<size_t> open_;
-  size_t firstOpen_ = 0;  // steps below are done
+  std::vector<uint32_t> waiting_;
   size_t doneItems_ = 0;
-  size_t scanFrom_ = 0;  // items below are posted or done
-  std::vector<uint8_t> peerBlocked_;  // per peer, during a scan: an earlier message to (from) it waits
+  // Locals and arrived receives that may run, earliest first (a min-heap of
+  // item indices: earlier steps first, as they hold up the most).
+  std::vector<uint32_t> runnable_;
+  // Per peer, its receives and sends in schedule order (the order ncclNet
+  // matches them in; byPeer_ indices into items_): [peerBegin_[2p],
+  // peerBegin_[2p + 1]) receives from p, [peerBegin_[2p + 1], peerBegin_[2p + 2])
+  // sends to p; next_[2p], next_[2p + 1]: the first not posted yet.
+  std::vector<uint32_t> byPeer_;
+  std::vector<size_t> peerBegin_;
+  std::vector<size_t> next_;
+  std::vector<uint8_t> peerVerified_;  // per peer: its call header has come and matched (this call)
   // The pack of the votes into the counter, run a unit at a time when some
   // item first needs its blocks (null: none), and per unit whether it is
   // packed; packPending_: the other packs (items) not done yet.

@@ -27,10 +27,23 @@ class Transfers {
 
   // Forgets the last batch; capacity is kept, so a warm communicator does not
   // allocate here.
-  void clear() { ops_.clear(); }
-  void send(void* comm, void* data, size_t bytes, void* mhandle) {
-    ops_.push_back({true, comm, data, bytes, mhandle, 0, true});
+  void clear() {
+    ops_.clear();
+    sent_.clear();
   }
+  // notify: a cookie that sent() lists once the send completes (kNoNotify: none).
+  static constexpr size_t kNoNotify = ~size_t{0};
+  void send(void* comm, void* data, size_t bytes, void* mhandle, size_t notify = kNoNotify) {
+    ops_.push_back({true, comm, data, bytes, mhandle, notify, true});
+  }
+  // The notify cookies of the sends completed so far, in completion order;
+  // the caller takes them (clearSent), so each is seen once, and an executor
+  // frees a send's blocks without looking at every send in flight.
+  const std::vector<size_t>& sent() const { return sent_; }
+  void clearSent() { sent_.clear(); }
+  // Room for n notifications, so that how many sends complete between two
+  // takes (timing) never makes a warm call allocate.
+  void reserveSent(size_t n) { sent_.reserve(n); }
   // cookie comes back to onRecv when this receive completes. exactSize:
   // a message of another size is an error here; otherwise any size up to
   // `bytes` goes to onRecv, which judges it.
@@ -91,6 +104,7 @@ class Transfers {
   const Net& net_;
   int timeoutMs_;
   std::vector<Op> ops_;
+  std::vector<size_t> sent_;     // notify cookies of completed sends, not taken yet
   std::vector<void*> blocked_;  // comms whose next op could not be posted this pass
   size_t unfinished_ = 0;       // operations not done after the last pass
 };
@@ -130,6 +144,7 @@ ncclResult_t Transfers::run(OnRecv&& onRecv, Work&& work) {
         op.done = true;
         remaining--;
         progress = true;
+        if (op.isSend && op.cookie != kNoNotify) sent_.push_back(op.cookie);
         if (!op.isSend) {
           if (op.exactSize && size != op.bytes) return wrongSize(i, size, onRecv);
           NCCLCHECK(onRecv(op.cookie, size));

@@ -7,12 +7,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/config.h"
+#include "common/param.h"
 #include "common/ranks.h"
 #include "common/warn_capture.h"
 #include "nccl_sign.h"
@@ -174,6 +177,51 @@ std::vector<MismatchCase> mismatchCases() {
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Host, CallMismatch, ::testing::ValuesIn(mismatchCases()), caseName);
+
+// The header from each peer is verified before anything received from it is
+// used, also when the plugin completes a peer's later messages before its
+// first (the one with the header): tests/multirank/late_first_net.cc reports
+// every comm's first receive only after the later ones have come. The last
+// rank passes another datatype of the same width in blocks, so every message
+// has the size the others expect and only the header tells. Small chunks, so
+// a step has many messages from one peer and the later ones could run a
+// whole call on their own: no rank may write any output before it fails
+// (nothing of a call that disagrees is added, forwarded or written out).
+TEST(CallMismatchLateHeader, NothingIsUsedBeforeThePeersHeader) {
+  setenv("SIGNLION_HOST_CHUNK_BYTES", "64", 1);
+  paramResetCache();
+  const size_t count = 64 * 64;
+  for (ncclSignAlgo_t algo : kAlgos) {
+    for (int n : {3, 4}) {
+      std::vector<ncclResult_t> res(n, ncclSuccess);
+      std::vector<int> written(n, 0);
+      std::vector<ncclResult_t> init = runRanks(
+          n,
+          [&](int) {
+            ncclSignConfig_t c = makeConfig(algo);
+            c.netPlugin = SIGNLION_TEST_LATE_FIRST_PLUGIN;
+            c.timeoutMs = 1500;  // the ranks that do not see the difference wait this out
+            return c;
+          },
+          [&](int rank, ncclSignComm_t comm) {
+            std::vector<float> in(count);
+            for (size_t i = 0; i < count; i++) in[i] = (i + rank) % 3 ? 1.0f : -1.0f;
+            std::vector<float> out(count, 7.0f);
+            const ncclDataType_t dt = rank == n - 1 ? ncclBfloat16 : ncclFloat32;
+            res[rank] = ncclSignHostAllReduce(in.data(), out.data(), count, dt, ncclSignMajority, comm);
+            for (float v : out) written[rank] += v != 7.0f;
+          });
+      for (int r = 0; r < n; r++) {
+        ASSERT_EQ(init[r], ncclSuccess) << algoName(algo) << " N " << n << " rank " << r;
+        EXPECT_NE(res[r], ncclSuccess) << algoName(algo) << " N " << n << " rank " << r;
+        EXPECT_EQ(written[r], 0) << algoName(algo) << " N " << n << " rank " << r << " wrote " << written[r]
+                                 << " outputs of a call the ranks disagree on";
+      }
+    }
+  }
+  unsetenv("SIGNLION_HOST_CHUNK_BYTES");
+  paramResetCache();
+}
 
 // Rules and algorithm are the comm's: a rank that set another one fails
 // ncclSignCommInitRank, and so does every other rank, naming the setting.

@@ -5,10 +5,12 @@
 // what its data needs (adds in order, no overwrite of what is still sent).
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "algo/chunk_order.h"
 #include "algo/schedule.h"
+#include "common/config.h"
 
 namespace signlion {
 namespace algo {
@@ -158,6 +160,48 @@ TEST(AlgoChunkOrder, HazardsOnTheSameBlocksAreOrdered) {
     EXPECT_FALSE(chunkWaitsFor(s, recv1, d)); // other blocks
     for (const Chunk& e : decides) EXPECT_FALSE(chunkWaitsFor(s, d, e));  // disjoint pieces
   }
+}
+
+// The graph an executor counts down (buildChunkGraph) is exactly the
+// chunkWaitsFor relation, all pairs checked the slow way: every algorithm,
+// ranks, op, chunk sizes down to 64 B (many chunks per transfer), one rank
+// of each shape. Its lazy pack is cutIntoChunks'.
+TEST(AlgoChunkOrder, GraphIsTheWaitsRelation) {
+  const ncclSignAlgo_t algos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
+                                  ncclSignAlgoFieldSum};
+  for (ncclSignAlgo_t algo : algos)
+    for (int n : {2, 3, 4, 5})
+      for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage})
+        for (int64_t chunkBytes : {int64_t{64}, int64_t{512}, int64_t{1} << 19}) {
+          Schedule s;
+          OpSpec spec;
+          spec.op = op;
+          ASSERT_EQ(buildSchedule(algo, n, n - 1, 96, spec, &s), ncclSuccess);
+          ChunkGraph g;
+          buildChunkGraph(s, chunkBytes, 8, &g);
+          const Cut c = cut(s, chunkBytes, 8);
+          const std::string what = std::string(algoName(algo)) + " N " + std::to_string(n) + " op " +
+                                   std::to_string((int)op) + " chunk " + std::to_string(chunkBytes);
+          ASSERT_EQ(g.chunks.size(), c.chunks.size()) << what;
+          const Local* lazy = g.lazyPackStep < 0 ? nullptr : &s.steps[g.lazyPackStep].locals[g.lazyPackIndex];
+          EXPECT_EQ(lazy, c.lazyPack) << what;
+          ASSERT_EQ(g.waits.size(), g.chunks.size()) << what;
+          ASSERT_EQ(g.succBegin.size(), g.chunks.size() + 1) << what;
+          std::vector<uint32_t> waits(g.chunks.size(), 0);
+          size_t edges = 0;
+          for (size_t y = 0; y < g.chunks.size(); y++) {
+            std::vector<uint8_t> held(g.chunks.size(), 0);
+            for (uint32_t i = g.succBegin[y]; i < g.succBegin[y + 1]; i++) held[g.succ[i]] = 1;
+            for (size_t x = 0; x < g.chunks.size(); x++) {
+              const bool want = x > y && chunkWaitsFor(s, g.chunks[x], g.chunks[y]);
+              ASSERT_EQ(held[x] != 0, want) << what << ": chunk " << x << " on " << y;
+              waits[x] += want;
+              edges += want;
+            }
+          }
+          EXPECT_EQ(waits, g.waits) << what;
+          EXPECT_EQ(g.succ.size(), edges) << what;
+        }
 }
 
 }  // namespace

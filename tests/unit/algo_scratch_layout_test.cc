@@ -104,7 +104,9 @@ TEST(ScratchLayout, RegionsInOrderAlignedAndHoldingEveryPlane) {
 // it is done, so the stage region holds every step's worth at once and no more.
 TEST(ScratchLayout, HostStageHoldsEveryStep) {
   forSchedules([](const Schedule& s, const std::string& what) {
-    const ScratchLayout L = host::hostScratchLayout(s);
+    host::HostPlan plan;
+    host::makeHostPlan(s, &plan);
+    const ScratchLayout& L = plan.layout;
     const int64_t h = (int64_t)host::kHeaderWords;  // 2: the 16-byte CallHeader
     // Staged payloads, plus for every transfer a call header (h words) in
     // front of its first chunk, which is staged with it even when the rest
