@@ -377,6 +377,19 @@ void parkComm(Comm* c) {
 // (after that no callback may touch our slots), else it is parked.
 void destroyComm(Comm* c) {
   if (c->fd >= 0 && (!c->isSend || c->connState >= 2)) heartbeatRemove(c->fd);
+  if (c->worker != nullptr && !c->isSend) {
+    // Setup receives of a connection accept refused (posted once its reply
+    // was out: the connector timed out or closed, or a stranger held the
+    // secret). One no message matched is still in the worker's expected
+    // queue: UCX 1.13's ucp_request_cancel takes it out and completes it
+    // with UCS_ERR_CANCELED at once (its callback runs inside the cancel),
+    // so it is done here and leaves nothing of ours in the worker. Only one
+    // that matched could stay in flight, and only that one taints the
+    // worker below: cancelling first keeps a refusal from replacing the
+    // process's shared worker and from draining in accept().
+    for (Slot& s : c->setup)
+      if (s.ureq != nullptr) ucp_request_cancel(c->worker, s.ureq);
+  }
   if (c->worker != nullptr && (slotsPending(c) || c->warned || c->epStatus != UCS_OK || c->epForced || c->orphans > 0))
     taintWorker(c);
   bool park = false;
@@ -388,8 +401,6 @@ void destroyComm(Comm* c) {
     for (Request& r : c->reqs)
       for (int i = 0; r.used && i < r.n; i++)
         if (r.slots[i].ureq != nullptr) ucp_request_cancel(c->worker, r.slots[i].ureq);
-    for (Slot& s : c->setup)  // a connector that went away before its setup messages came
-      if (s.ureq != nullptr) ucp_request_cancel(c->worker, s.ureq);
     // One still pending was matched and is in its rendezvous with a sender
     // that stopped: UCX tracks its fetch of the data.
     park = slotsPending(c);
