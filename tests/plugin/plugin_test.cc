@@ -1109,6 +1109,53 @@ TEST_P(PluginV11, UcxPeerClosingAfterTheReplyIsRefusedWithoutANewWorker) {
   EXPECT_EQ(PluginLog::workerReplacements().load(), replacedBefore);
 }
 
+// A connector whose connect() returned may close its send comm at once
+// (NCCL's caller may give up on the communicator): accept must still hand
+// out the recv comm, whose receives then learn that the peer closed,
+// rather than refuse a connection the other side already holds. The
+// connector runs in its own thread, as the peer's proxy thread would: its
+// bye (on the out-of-band socket) can reach accept between accept's worker
+// progress and its read of that socket.
+TEST_P(PluginV11, ConnectorClosingRightAfterConnectIsStillAccepted) {
+  Env timeout("SIGNLION_SOCKET_TIMEOUT", "10000");
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* l = nullptr;
+  ASSERT_EQ(net_.listen(dev_, handle, &l), ncclSuccess);
+  const int warnsBefore = PluginLog::warns().load();
+  std::atomic<int> connectRes{-1};
+  std::thread connector([&] {
+    void* s = nullptr;
+    ncclResult_t res = ncclSuccess;
+    int64_t t0 = nowMs();
+    while (s == nullptr && res == ncclSuccess && nowMs() - t0 < kLoopLimitMs) res = net_.connect(dev_, handle, &s);
+    if (s != nullptr) res = net_.closeSend(s);  // at once: its bye follows the last setup message
+    connectRes = s != nullptr ? (int)res : (res == ncclSuccess ? -2 : (int)res);
+  });
+  void* r = nullptr;
+  int64_t start = nowMs();
+  while (r == nullptr && PluginLog::warns().load() == warnsBefore && nowMs() - start < kLoopLimitMs) {
+    ASSERT_EQ(net_.accept(l, &r), ncclSuccess);
+  }
+  connector.join();
+  ASSERT_EQ(connectRes.load(), (int)ncclSuccess) << "connect or closeSend failed: " << PluginLog::lastWarn();
+  ASSERT_NE(r, nullptr) << "accept refused a connection connect() had returned: " << PluginLog::lastWarn();
+  // Its receive ends with the peer's close (an error), not a hang.
+  char buf[64];
+  void* d = buf;
+  size_t cap = sizeof(buf);
+  int tag = 1;
+  void* req = nullptr;
+  ncclResult_t res = ncclSuccess;
+  start = nowMs();
+  while (req == nullptr && res == ncclSuccess && nowMs() - start < kLoopLimitMs)
+    res = net_.irecv(r, 1, &d, &cap, &tag, nullptr, &req);
+  if (res == ncclSuccess && req != nullptr) res = waitReq(req, nullptr, kLoopLimitMs);
+  EXPECT_NE(res, ncclSuccess);
+  EXPECT_NE(res, ncclInternalError) << "the receive neither completed nor failed";
+  net_.closeRecv(r);
+  net_.closeListen(l);
+}
+
 // A peer that passes the handshake but breaks the pairing protocol
 // (socket_pairing.h) gets an error on that comm, never a crash or a hang; an
 // offer naming no comm of ours is dropped and the stream goes on. The wire
