@@ -35,6 +35,9 @@ constexpr uint64_t kCommIdMask = ~0ull << 32;  // a UCP tag: recv comm id (high 
 // Comm ids use 31 bits; with this bit set the high half tags a comm's two
 // setup messages (confirmEndpoint), which no ncclNet tag can then match.
 constexpr uint32_t kSetupIdBit = 1u << 31;
+// How long accept waits, after a connector's bye or death, for its last setup
+// message, which travels on another connection than the bye (ucxAccept).
+constexpr int64_t kSetupGraceMs = 1000;
 
 int64_t timeoutMs() {
   int64_t t = signlionParamSocketTimeoutMs();
@@ -198,6 +201,7 @@ struct Incoming {
   Comm* comm = nullptr;   // made once the hello checked out; sending the reply
   std::vector<char> out;  // reply + worker address
   bool replied = false;   // the reply is out: waiting for the connector's setup messages
+  int64_t goneMs = -1;    // when its socket first said closed or dead, setup message 1 still missing
 };
 
 struct ListenComm : CommHeader {
@@ -377,6 +381,19 @@ void parkComm(Comm* c) {
 // (after that no callback may touch our slots), else it is parked.
 void destroyComm(Comm* c) {
   if (c->fd >= 0 && (!c->isSend || c->connState >= 2)) heartbeatRemove(c->fd);
+  if (c->worker != nullptr && !c->isSend) {
+    // Setup receives of a connection accept refused (posted once its reply
+    // was out: the connector timed out or closed, or a stranger held the
+    // secret). One no message matched is still in the worker's expected
+    // queue: UCX 1.13's ucp_request_cancel takes it out and completes it
+    // with UCS_ERR_CANCELED at once (its callback runs inside the cancel),
+    // so it is done here and leaves nothing of ours in the worker. Only one
+    // that matched could stay in flight, and only that one taints the
+    // worker below: cancelling first keeps a refusal from replacing the
+    // process's shared worker and from draining in accept().
+    for (Slot& s : c->setup)
+      if (s.ureq != nullptr) ucp_request_cancel(c->worker, s.ureq);
+  }
   if (c->worker != nullptr && (slotsPending(c) || c->warned || c->epStatus != UCS_OK || c->epForced || c->orphans > 0))
     taintWorker(c);
   bool park = false;
@@ -388,8 +405,6 @@ void destroyComm(Comm* c) {
     for (Request& r : c->reqs)
       for (int i = 0; r.used && i < r.n; i++)
         if (r.slots[i].ureq != nullptr) ucp_request_cancel(c->worker, r.slots[i].ureq);
-    for (Slot& s : c->setup)  // a connector that went away before its setup messages came
-      if (s.ureq != nullptr) ucp_request_cancel(c->worker, s.ureq);
     // One still pending was matched and is in its rendezvous with a sender
     // that stopped: UCX tracks its fetch of the data.
     park = slotsPending(c);
@@ -650,9 +665,12 @@ void postSetupReceives(Comm* c) {
 }
 
 // Whether both setup messages came (1), not yet (0), or a receive failed
-// (-1). The caller holds workerLock().
-int setupReceived(Comm* c) {
-  ucp_worker_progress(c->worker);
+// (-1). drain: progress until they came or the worker has nothing left to
+// do (bounded), for a connector already gone, whose messages are all in the
+// worker's reach. The caller holds workerLock().
+int setupReceived(Comm* c, bool drain) {
+  for (int i = 0; i < (drain ? 64 : 1) && !(c->setup[0].done && c->setup[1].done); i++)
+    if (ucp_worker_progress(c->worker) == 0 && drain) break;
   for (int i = 0; i < 2; i++)
     if (c->setup[i].done && c->setup[i].status != UCS_OK) return -1;
   return c->setup[0].done && c->setup[1].done ? 1 : 0;
@@ -1045,16 +1063,33 @@ ncclResult_t ucxAccept(void* listenComm, void** recvComm) {
       }
     }
     if (why == nullptr && in.replied) {
+      // The connector's connect() returns once its last setup message
+      // (step 3) is out locally, and its bye or death shows on this socket
+      // only after that: it may close at once, and its comm then exists.
+      // So the socket is read first and the worker progressed after, and a
+      // connector found gone gets its setup messages drained rather than
+      // refused on sight: over shared memory the message is in our FIFO
+      // before the bye is written; over TCP it was in the connector's
+      // kernel before, but travels on another connection than the bye, so
+      // it may still be on the way (loopback's backlog, a retransmission):
+      // it gets kSetupGraceMs after the bye. Without step 1 matched (our
+      // receive 0) its connect() cannot have returned: refused at once.
+      OobWatch::State st = in.comm->oob.poll(now);
       int got;
       {
         std::lock_guard<std::mutex> lk(workerLock());
-        got = setupReceived(in.comm);
+        got = setupReceived(in.comm, st != OobWatch::kAlive);
       }
+      bool gone = got == 0 && st != OobWatch::kAlive;
+      if (gone && in.goneMs < 0) in.goneMs = now;
       if (got < 0)
         why = "its endpoint's setup messages failed";
-      else if (got == 0 && in.comm->oob.poll(now) != OobWatch::kAlive)
+      else if (gone && !in.comm->setup[0].done)
         why = "closed before it confirmed its endpoint";
-      else if (got == 0 && now - in.startMs > timeoutMs())
+      else if (gone) {
+        if (now - in.goneMs > std::min<int64_t>(timeoutMs(), kSetupGraceMs))
+          why = "closed, and its last setup message never came";  // else drained again at the next call
+      } else if (got == 0 && now - in.startMs > timeoutMs())
         why = "did not confirm its endpoint in time";
       ready = got > 0;
     }

@@ -10,6 +10,9 @@
 //     receive, writes <dir>/receiving once 4 MiB are in; recvbig then keeps
 //     testing (the test kills us), recvclose closes the recv comm (an orderly
 //     close), writes <dir>/closed and waits to be killed.
+//   signlion_net_peer --mode connectclose --lib PATH --dir DIR [--count N] [--ifname lo]
+//     N times (default 20): connects to <dir>/listener.handle and closes the
+//     send comm the moment connect returns it. Exit 0 when all N connected.
 //   signlion_net_peer --mode stream --role a|b --ifname IF1,IF2,.. --lib PATH --dir DIR
 //                     [--bytes 1G] [--version 12]
 //     one comm from a to b on the device fused from the listed interfaces
@@ -273,10 +276,43 @@ static int stream(const PeerOptions& opt, size_t bytes) {
   return 0;
 }
 
+static int connectClose(const PeerOptions& opt, int count) {
+  NetDriver net;
+  std::string err;
+  void* lib = openPlugin(opt.lib, &err);
+  if (lib == nullptr || !net.bind(lib, opt.version) || net.init() != ncclSuccess) {
+    fprintf(stderr, "connectclose: cannot load %s: %s\n", opt.lib.c_str(), err.c_str());
+    return 1;
+  }
+  int dev = findDevice(net, opt.ifname);
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  std::ifstream f(opt.dir + "/listener.handle", std::ios::binary);
+  if (dev < 0 || !f.read(handle, sizeof(handle))) return 1;
+  for (int n = 0; n < count; n++) {
+    char h[NCCL_NET_HANDLE_MAXSIZE];  // each connect keeps its state in its own copy
+    memcpy(h, handle, sizeof(h));
+    void* scomm = nullptr;
+    auto start = std::chrono::steady_clock::now();
+    while (scomm == nullptr && std::chrono::steady_clock::now() - start < std::chrono::seconds(30))
+      if (net.connect(dev, h, &scomm) != ncclSuccess) {
+        fprintf(stderr, "connectclose: connect %d failed\n", n);
+        return 1;
+      }
+    if (scomm == nullptr) {
+      fprintf(stderr, "connectclose: connect %d did not finish in 30 s\n", n);
+      return 1;
+    }
+    if (net.closeSend(scomm) != ncclSuccess) return 1;  // at once: the bye follows the last setup message
+  }
+  net.finalize();
+  return 0;
+}
+
 int main(int argc, char** argv) {
   PeerOptions opt;
   std::string mode = "exchange";
   size_t bytes = size_t(1) << 30;
+  int count = 20;
   opt.sizes = {0, 1, 7, 8, 4096, 16383, 16384, 16385, 65536, 131071, 1 << 20, (1 << 20) + 3, 8 << 20};
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
@@ -295,6 +331,8 @@ int main(int argc, char** argv) {
       opt.sizes = parseSizes(v);
     else if (k == "--mode")
       mode = v;
+    else if (k == "--count")
+      count = atoi(v);
     else if (k == "--bytes")
       bytes = parseSizes(v).at(0);
     else {
@@ -309,6 +347,7 @@ int main(int argc, char** argv) {
   if (mode == "sendbig") return sendBig(opt);
   if (mode == "recvbig" || mode == "recvclose") return recvBig(opt, mode == "recvclose");
   if (mode == "stream") return stream(opt, bytes);
+  if (mode == "connectclose") return connectClose(opt, count);
   if (opt.role != "a" && opt.role != "b") {
     fprintf(stderr, "--role a|b is required\n");
     return 2;

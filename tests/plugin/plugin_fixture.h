@@ -64,6 +64,13 @@ struct PluginLog {
     return n;
   }
   static int otherWarns() { return warns().load() - unclaimedWarns().load(); }
+  // INFO lines of the UCX transport replacing its shared worker after a comm
+  // ended uncleanly (ucx_transport.cc, replaceTaintedWorker): every comm the
+  // process makes later uses the new worker, the old one is kept until exit.
+  static std::atomic<int>& workerReplacements() {
+    static std::atomic<int> n{0};
+    return n;
+  }
   static std::mutex& mu() {
     static std::mutex m;
     return m;
@@ -78,6 +85,7 @@ struct PluginLog {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    if (strstr(msg, "new comms use a new UCX worker") != nullptr) workerReplacements()++;
     if (level != NCCL_LOG_WARN) return;
     warns()++;
     if (strstr(msg, "no receive claimed") != nullptr) unclaimedWarns()++;

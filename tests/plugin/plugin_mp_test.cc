@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
@@ -273,6 +276,61 @@ static void receiverEndsMidTransfer(bool orderly) {
 
 TEST(PluginTwoProcess, ReceiverKilledMidTransferIsAnErrorForTheSender) { receiverEndsMidTransfer(false); }
 TEST(PluginTwoProcess, ReceiverClosedMidTransferLetsTheSenderComplete) { receiverEndsMidTransfer(true); }
+
+// Two-process form of PluginV11.ConnectorClosingRightAfterConnectIsStillAccepted
+// (over UCX's shared memory too, which in one process goes through UCX's
+// self transport instead): a peer closes each send comm the moment connect
+// returns it; every one of its connections is accepted, none refused.
+static std::atomic<int> gMpWarns{0};
+static void countingLogger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
+  if (level != NCCL_LOG_WARN) return;
+  gMpWarns++;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "plugin WARN ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+}
+
+TEST(PluginTwoProcess, ConnectorClosingRightAfterConnectIsAcceptedEveryTime) {
+  setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
+  signlion::paramResetCache();
+  std::string err;
+  void* lib = openPlugin(pluginUnderTest(SIGNLION_PLUGIN_PATH), &err);
+  ASSERT_NE(lib, nullptr) << err;
+  NetDriver net;
+  ASSERT_TRUE(net.bind(lib, 11));
+  ASSERT_EQ(net.init(&countingLogger), ncclSuccess);
+  int dev = findDevice(net, "lo");
+  ASSERT_GE(dev, 0);
+  TempDir tmp;
+  const std::string& dir = tmp.path();
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* l = nullptr;
+  ASSERT_EQ(net.listen(dev, handle, &l), ncclSuccess);
+  std::ofstream(dir + "/listener.handle", std::ios::binary).write(handle, sizeof(handle));
+  const int kCount = 40;
+  const int warnsBefore = gMpWarns.load();
+  pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--mode", "connectclose", "--count", std::to_string(kCount), "--lib",
+                       pluginUnderTest(SIGNLION_PLUGIN_PATH), "--dir", dir});
+  ASSERT_GT(child, 0);
+  int accepted = 0;
+  int64_t start = nowMs();
+  while (accepted < kCount && gMpWarns.load() == warnsBefore && nowMs() - start < kLoopLimitMs) {
+    void* r = nullptr;
+    ASSERT_EQ(net.accept(l, &r), ncclSuccess);
+    if (r != nullptr) {
+      accepted++;
+      net.closeRecv(r);
+    }
+  }
+  EXPECT_EQ(accepted, kCount) << "a connection connect() had returned was refused (WARN above)";
+  EXPECT_EQ(reap(child, 30000), 0);
+  net.closeListen(l);
+  net.finalize();
+  dlclose(lib);
+}
 
 // A process forked after the UCX transport's init cannot use UCX (the
 // child's copy of the context has no progress thread and shares the

@@ -1028,6 +1028,134 @@ TEST_P(PluginV11, StrangersAreRefusedAndRealPeersStillConnect) {
   net_.closeListen(l);
 }
 
+// UCX: a peer holding the secret that takes the listener's reply (worker
+// address) and closes without confirming an endpoint is refused, and the
+// refusal leaves the process's shared UCX worker in use: the setup receives
+// accept posted after its reply never matched, so cancelling them is clean
+// (ucp_request_cancel completes an unmatched tag receive at once). Replacing
+// the worker there retired one worker per such peer until exit.
+TEST_P(PluginV11, UcxPeerClosingAfterTheReplyIsRefusedWithoutANewWorker) {
+  if (socketTransport()) GTEST_SKIP() << "UCX handshake";
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* l = nullptr;
+  ASSERT_EQ(net_.listen(dev_, handle, &l), ncclSuccess);
+  // The hello restates plugin/ucx/ucx_transport.cc (wire version 2): magic
+  // "SLUH", version, reserved, the secret (bytes 8..15 of the handle); the
+  // reply: magic, version, reserved, address length, comm id, the address.
+  struct WireHello {
+    uint32_t magic;
+    uint16_t version, reserved;
+    uint64_t secret;
+  };
+  struct WireReply {
+    uint32_t magic;
+    uint16_t version, reserved;
+    uint32_t addrLen, commId;
+  };
+  static_assert(sizeof(WireHello) == 16 && sizeof(WireReply) == 16, "wire layouts");
+  WireHello h{0x534c5548, 2, 0, 0};
+  memcpy(&h.secret, handle + 8, sizeof(h.secret));
+  const int replacedBefore = PluginLog::workerReplacements().load();
+  int fd = rawConnect(handle);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, &h, sizeof(h)), (ssize_t)sizeof(h));
+  // Take the whole reply while accept sends it: accept then has posted its
+  // setup receives for this connection.
+  std::vector<char> in(sizeof(WireReply));
+  size_t got = 0;
+  bool haveHeader = false;
+  void* none = nullptr;
+  int64_t start = nowMs();
+  while (got < in.size() && nowMs() - start < kLoopLimitMs) {
+    ASSERT_EQ(net_.accept(l, &none), ncclSuccess);
+    ASSERT_EQ(none, nullptr);
+    ssize_t n = recv(fd, in.data() + got, in.size() - got, MSG_DONTWAIT);
+    ASSERT_TRUE(n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) << "the listener closed on us";
+    if (n > 0) got += (size_t)n;
+    if (!haveHeader && got == sizeof(WireReply)) {
+      WireReply rep;
+      memcpy(&rep, in.data(), sizeof(rep));
+      ASSERT_EQ(rep.magic, 0x534c5548u);
+      ASSERT_GT(rep.addrLen, 0u);
+      in.resize(sizeof(WireReply) + rep.addrLen);
+      haveHeader = true;
+    }
+  }
+  ASSERT_TRUE(haveHeader && got == in.size()) << "no full reply";
+  const int warnsBefore = PluginLog::warns().load();
+  close(fd);
+  start = nowMs();
+  while (PluginLog::warns().load() == warnsBefore && nowMs() - start < kLoopLimitMs) {
+    ASSERT_EQ(net_.accept(l, &none), ncclSuccess);
+    ASSERT_EQ(none, nullptr) << "a peer that never confirmed its endpoint was accepted";
+  }
+  ASSERT_NE(PluginLog::lastWarn().find("refused a connection"), std::string::npos) << PluginLog::lastWarn();
+  EXPECT_EQ(PluginLog::workerReplacements().load(), replacedBefore)
+      << "refusing a peer whose setup messages never came replaced the shared UCX worker";
+  // The listener goes on: a real peer connects and transfers.
+  void *s = nullptr, *r = nullptr;
+  start = nowMs();
+  while ((s == nullptr || r == nullptr) && nowMs() - start < kLoopLimitMs) {
+    if (!s) ASSERT_EQ(net_.connect(dev_, handle, &s), ncclSuccess);
+    if (!r) ASSERT_EQ(net_.accept(l, &r), ncclSuccess);
+  }
+  ASSERT_NE(s, nullptr);
+  ASSERT_NE(r, nullptr);
+  std::string err;
+  EXPECT_TRUE(transfer(net_, s, r, 100000, 100000, 3, &err)) << err;
+  net_.closeSend(s);
+  net_.closeRecv(r);
+  net_.closeListen(l);
+  EXPECT_EQ(PluginLog::workerReplacements().load(), replacedBefore);
+}
+
+// A connector whose connect() returned may close its send comm at once
+// (NCCL's caller may give up on the communicator): accept must still hand
+// out the recv comm, whose receives then learn that the peer closed,
+// rather than refuse a connection the other side already holds. The
+// connector runs in its own thread, as the peer's proxy thread would: its
+// bye (on the out-of-band socket) can reach accept between accept's worker
+// progress and its read of that socket.
+TEST_P(PluginV11, ConnectorClosingRightAfterConnectIsStillAccepted) {
+  Env timeout("SIGNLION_SOCKET_TIMEOUT", "10000");
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* l = nullptr;
+  ASSERT_EQ(net_.listen(dev_, handle, &l), ncclSuccess);
+  const int warnsBefore = PluginLog::warns().load();
+  std::atomic<int> connectRes{-1};
+  std::thread connector([&] {
+    void* s = nullptr;
+    ncclResult_t res = ncclSuccess;
+    int64_t t0 = nowMs();
+    while (s == nullptr && res == ncclSuccess && nowMs() - t0 < kLoopLimitMs) res = net_.connect(dev_, handle, &s);
+    if (s != nullptr) res = net_.closeSend(s);  // at once: its bye follows the last setup message
+    connectRes = s != nullptr ? (int)res : (res == ncclSuccess ? -2 : (int)res);
+  });
+  void* r = nullptr;
+  int64_t start = nowMs();
+  while (r == nullptr && PluginLog::warns().load() == warnsBefore && nowMs() - start < kLoopLimitMs) {
+    ASSERT_EQ(net_.accept(l, &r), ncclSuccess);
+  }
+  connector.join();
+  ASSERT_EQ(connectRes.load(), (int)ncclSuccess) << "connect or closeSend failed: " << PluginLog::lastWarn();
+  ASSERT_NE(r, nullptr) << "accept refused a connection connect() had returned: " << PluginLog::lastWarn();
+  // Its receive ends with the peer's close (an error), not a hang.
+  char buf[64];
+  void* d = buf;
+  size_t cap = sizeof(buf);
+  int tag = 1;
+  void* req = nullptr;
+  ncclResult_t res = ncclSuccess;
+  start = nowMs();
+  while (req == nullptr && res == ncclSuccess && nowMs() - start < kLoopLimitMs)
+    res = net_.irecv(r, 1, &d, &cap, &tag, nullptr, &req);
+  if (res == ncclSuccess && req != nullptr) res = waitReq(req, nullptr, kLoopLimitMs);
+  EXPECT_NE(res, ncclSuccess);
+  EXPECT_NE(res, ncclInternalError) << "the receive neither completed nor failed";
+  net_.closeRecv(r);
+  net_.closeListen(l);
+}
+
 // A peer that passes the handshake but breaks the pairing protocol
 // (socket_pairing.h) gets an error on that comm, never a crash or a hang; an
 // offer naming no comm of ours is dropped and the stream goes on. The wire
