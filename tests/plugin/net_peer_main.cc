@@ -54,18 +54,30 @@ static std::vector<size_t> parseSizes(const char* s) {
   return out;
 }
 
-static int sendBig(const PeerOptions& opt) {
-  NetDriver net;
+// Loads the plugin under test into net (every mode starts so); false, with
+// a line naming the mode, when it cannot.
+static bool loadPlugin(const PeerOptions& opt, const char* mode, NetDriver* net) {
   std::string err;
   void* lib = openPlugin(opt.lib, &err);
-  if (lib == nullptr || !net.bind(lib, opt.version) || net.init() != ncclSuccess) {
-    fprintf(stderr, "sendbig: cannot load %s: %s\n", opt.lib.c_str(), err.c_str());
-    return 1;
+  if (lib == nullptr || !net->bind(lib, opt.version) || net->init() != ncclSuccess) {
+    fprintf(stderr, "%s: cannot load %s: %s\n", mode, opt.lib.c_str(), err.c_str());
+    return false;
   }
+  return true;
+}
+
+// The listener's handle, written by the test into <dir>/listener.handle.
+static bool readListenerHandle(const PeerOptions& opt, char* handle) {
+  std::ifstream f(opt.dir + "/listener.handle", std::ios::binary);
+  return static_cast<bool>(f.read(handle, NCCL_NET_HANDLE_MAXSIZE));
+}
+
+static int sendBig(const PeerOptions& opt) {
+  NetDriver net;
+  if (!loadPlugin(opt, "sendbig", &net)) return 1;
   int dev = findDevice(net, opt.ifname);
   char handle[NCCL_NET_HANDLE_MAXSIZE];
-  std::ifstream f(opt.dir + "/listener.handle", std::ios::binary);
-  if (dev < 0 || !f.read(handle, sizeof(handle))) return 1;
+  if (dev < 0 || !readListenerHandle(opt, handle)) return 1;
   void* scomm = nullptr;
   for (int i = 0; i < 1000000 && scomm == nullptr; i++)
     if (net.connect(dev, handle, &scomm) != ncclSuccess) return 1;
@@ -88,12 +100,7 @@ static int sendBig(const PeerOptions& opt) {
 
 static int recvBig(const PeerOptions& opt, bool closeEarly) {
   NetDriver net;
-  std::string err;
-  void* lib = openPlugin(opt.lib, &err);
-  if (lib == nullptr || !net.bind(lib, opt.version) || net.init() != ncclSuccess) {
-    fprintf(stderr, "recvbig: cannot load %s: %s\n", opt.lib.c_str(), err.c_str());
-    return 1;
-  }
+  if (!loadPlugin(opt, "recvbig", &net)) return 1;
   int dev = findDevice(net, opt.ifname);
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   void* l = nullptr;
@@ -190,12 +197,7 @@ static int stream(const PeerOptions& opt, size_t bytes) {
   const size_t kMsg = size_t(4) << 20;
   const int kWindow = 8;
   NetDriver net;
-  std::string err;
-  void* lib = openPlugin(opt.lib, &err);
-  if (lib == nullptr || !net.bind(lib, opt.version) || net.init() != ncclSuccess) {
-    fprintf(stderr, "stream: cannot load %s: %s\n", opt.lib.c_str(), err.c_str());
-    return 1;
-  }
+  if (!loadPlugin(opt, "stream", &net)) return 1;
   int dev = fusedDevice(net, opt.ifname, opt.version);
   if (dev < 0) return 1;
   bool sender = opt.role == "a";
@@ -278,16 +280,10 @@ static int stream(const PeerOptions& opt, size_t bytes) {
 
 static int connectClose(const PeerOptions& opt, int count) {
   NetDriver net;
-  std::string err;
-  void* lib = openPlugin(opt.lib, &err);
-  if (lib == nullptr || !net.bind(lib, opt.version) || net.init() != ncclSuccess) {
-    fprintf(stderr, "connectclose: cannot load %s: %s\n", opt.lib.c_str(), err.c_str());
-    return 1;
-  }
+  if (!loadPlugin(opt, "connectclose", &net)) return 1;
   int dev = findDevice(net, opt.ifname);
   char handle[NCCL_NET_HANDLE_MAXSIZE];
-  std::ifstream f(opt.dir + "/listener.handle", std::ios::binary);
-  if (dev < 0 || !f.read(handle, sizeof(handle))) return 1;
+  if (dev < 0 || !readListenerHandle(opt, handle)) return 1;
   for (int n = 0; n < count; n++) {
     char h[NCCL_NET_HANDLE_MAXSIZE];  // each connect keeps its state in its own copy
     memcpy(h, handle, sizeof(h));
