@@ -19,6 +19,9 @@
 # BEFORE=path/to/another/plugin_perf: also that build's UCX transport, as
 # "ucx-before" in the same rotation (before/after figures of a change).
 # RAW=path: also keep every round's figure there (lines: link impl metric bytes value).
+# PIN="0 1": each server on CPU 0 and each client on CPU 1 (taskset), for
+# every contender alike (loopback's figures otherwise depend on where the
+# scheduler puts the two busy-polling processes).
 # UCX_NET_DEVICES and SIGNLION_SOCKET_IFNAME are set to the link's interface;
 # other UCX_* variables pass to all. Exit: 0, or 1 when a run failed.
 set -euo pipefail
@@ -56,6 +59,12 @@ pair() {
   cli=("$@")
   [[ -n $nss ]] && pres=(ip netns exec "$nss")
   [[ -n $nsc ]] && prec=(ip netns exec "$nsc")
+  # PIN="S C": the server on CPU S, the client on CPU C (taskset), every contender alike.
+  if [[ -n ${PIN:-} ]]; then
+    local cpus=($PIN)
+    srv=(taskset -c "${cpus[0]}" "${srv[@]}")
+    cli=(taskset -c "${cpus[1]}" "${cli[@]}")
+  fi
   "${pres[@]}" env UCX_NET_DEVICES="$SRV_IF" SIGNLION_SOCKET_IFNAME="=$SRV_IF" timeout 300 "${srv[@]}" >"$DIR/server.log" 2>&1 &
   PIDS=($!)
   sleep 0.3
@@ -167,7 +176,7 @@ report() {  # link
     }' "$RESULTS"
 }
 
-echo "# $(date -u +%FT%TZ) $(uname -r), $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg); UCX_TLS=$UCX_TLS, $(ucx_info -v | head -1)"
+echo "# $(date -u +%FT%TZ) $(uname -r), $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg); UCX_TLS=$UCX_TLS${PIN:+, PIN=$PIN}, $(ucx_info -v | head -1)"
 : >"$RESULTS"
 for link in $LINKS; do
   case $link in

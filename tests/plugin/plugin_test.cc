@@ -1096,8 +1096,12 @@ TEST_P(PluginV11, UcxPeerClosingAfterTheReplyIsRefusedWithoutANewWorker) {
   void *s = nullptr, *r = nullptr;
   start = nowMs();
   while ((s == nullptr || r == nullptr) && nowMs() - start < kLoopLimitMs) {
-    if (!s) ASSERT_EQ(net_.connect(dev_, handle, &s), ncclSuccess);
-    if (!r) ASSERT_EQ(net_.accept(l, &r), ncclSuccess);
+    if (!s) {
+      ASSERT_EQ(net_.connect(dev_, handle, &s), ncclSuccess);
+    }
+    if (!r) {
+      ASSERT_EQ(net_.accept(l, &r), ncclSuccess);
+    }
   }
   ASSERT_NE(s, nullptr);
   ASSERT_NE(r, nullptr);

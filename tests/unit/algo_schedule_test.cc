@@ -573,8 +573,9 @@ TEST(AlgoSchedule, ResultWrittenOnceAfterPacks) {
           ASSERT_EQ(buildSchedule(a, n, r, nb, OpSpec(), &s), ncclSuccess);
           const std::string what = std::string(algoName(a)) + " N=" + std::to_string(n) + " rank " + std::to_string(r) +
                                    " nblocks " + std::to_string(nb);
-          if (a != ncclSignAlgoFieldSum && n > 1 && nb >= n)
+          if (a != ncclSignAlgoFieldSum && n > 1 && nb >= n) {
             EXPECT_TRUE(deferrablePack(s, 0) != nullptr || deferrablePack(s, 1) != nullptr) << what;
+          }
           if (n == 1 || nb == 0) continue;
           EXPECT_TRUE(resultWrittenOnceAfterPacks(s)) << what;
           Schedule twice = s;

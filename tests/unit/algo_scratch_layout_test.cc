@@ -138,7 +138,9 @@ TEST(ScratchLayout, HostStageHoldsEveryStep) {
     auto at = [&](int slot, int plane) { return L.plane(base, s, Buffer::kVotes, slot, plane, 1) - base; };
     for (int slot = 1; slot < s.voteSlots; slot++)
       EXPECT_GE(at(slot, 0) - h, at(slot - 1, s.counters - 1) + s.nblocks) << what;
-    if (s.voteSlots > 0) EXPECT_GE(L.fields - h, at(s.voteSlots - 1, s.counters - 1) + s.nblocks) << what;
+    if (s.voteSlots > 0) {
+      EXPECT_GE(L.fields - h, at(s.voteSlots - 1, s.counters - 1) + s.nblocks) << what;
+    }
     EXPECT_EQ(L.counter, packed.counter) << what;
     EXPECT_EQ(L.fieldPlanes, packed.fieldPlanes) << what;
     EXPECT_EQ(L.words, packed.words) << what;

@@ -621,7 +621,9 @@ TEST(NcclExecutorOnCpu, HierarchicalOverNodeLayouts) {
       EXPECT_EQ(releaseNodeGroups(&l.second), ncclSuccess);
     }
     const algo::Topology* over = nodes.known() ? &nodes : nullptr;
-    if (over != nullptr) EXPECT_EQ(over->node, topo.node);
+    if (over != nullptr) {
+      EXPECT_EQ(over->node, topo.node);
+    }
     for (size_t count : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{20011}})
       for (const Spec& sp : kSpecs) {
         variant++;
