@@ -995,19 +995,12 @@ TEST_P(PluginV11, StrangersAreRefusedAndRealPeersStillConnect) {
   // The real peer connects while the silent stranger still holds its socket.
   char good[NCCL_NET_HANDLE_MAXSIZE];
   memcpy(good, handle, sizeof(good));
-  void *s = nullptr, *r = nullptr;
-  start = nowMs();
-  while ((s == nullptr || r == nullptr) && nowMs() - start < kLoopLimitMs) {
-    if (!s) {
-      ASSERT_EQ(net_.connect(dev_, good, &s), ncclSuccess);
-    }
-    if (!r) {
-      ASSERT_EQ(net_.accept(l, &r), ncclSuccess);
-    }
-  }
-  ASSERT_NE(s, nullptr);
-  ASSERT_NE(r, nullptr);
+  void* s = nullptr;
+  std::vector<void*> recvs;
   std::string err;
+  char* goodHandle = good;
+  ASSERT_EQ(connectAccept(net_, dev_, l, 1, &goodHandle, &s, &recvs, &err), ncclSuccess) << err;
+  void* r = recvs[0];
   EXPECT_TRUE(transfer(net_, s, r, 200000, 200000, 9, &err)) << err;
   // A refused sender that connect returned learns it from test (connection
   // reset), not a hang.
@@ -1093,19 +1086,12 @@ TEST_P(PluginV11, UcxPeerClosingAfterTheReplyIsRefusedWithoutANewWorker) {
   EXPECT_EQ(PluginLog::workerReplacements().load(), replacedBefore)
       << "refusing a peer whose setup messages never came replaced the shared UCX worker";
   // The listener goes on: a real peer connects and transfers.
-  void *s = nullptr, *r = nullptr;
-  start = nowMs();
-  while ((s == nullptr || r == nullptr) && nowMs() - start < kLoopLimitMs) {
-    if (!s) {
-      ASSERT_EQ(net_.connect(dev_, handle, &s), ncclSuccess);
-    }
-    if (!r) {
-      ASSERT_EQ(net_.accept(l, &r), ncclSuccess);
-    }
-  }
-  ASSERT_NE(s, nullptr);
-  ASSERT_NE(r, nullptr);
+  void* s = nullptr;
+  std::vector<void*> recvs;
   std::string err;
+  char* realHandle = handle;
+  ASSERT_EQ(connectAccept(net_, dev_, l, 1, &realHandle, &s, &recvs, &err), ncclSuccess) << err;
+  void* r = recvs[0];
   EXPECT_TRUE(transfer(net_, s, r, 100000, 100000, 3, &err)) << err;
   net_.closeSend(s);
   net_.closeRecv(r);
