@@ -87,6 +87,7 @@ bool commSharesControl(void* comm) {
 }
 
 void commWait(void* comm, int timeoutMs) { socketCommWait(comm, timeoutMs); }
+void commWaitAny(void* const* comms, size_t n, int timeoutMs) { socketCommWaitAny(comms, n, timeoutMs); }
 
 }  // namespace net
 }  // namespace signlion

@@ -8,6 +8,7 @@
 // the plugin.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "net_v10.h"
@@ -45,6 +46,8 @@ bool commSharesControl(void* comm);
 // Sleeps up to timeoutMs until a send or recv comm's control stream is ready
 // (bytes to read, room to write), so a host-side caller need not spin on test().
 void commWait(void* comm, int timeoutMs);
+// The same for n comms: returns as soon as any of them is ready.
+void commWaitAny(void* const* comms, size_t n, int timeoutMs);
 
 }  // namespace net
 }  // namespace signlion

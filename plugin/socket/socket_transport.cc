@@ -1689,34 +1689,67 @@ ncclResult_t socketTest(void* request, int* done, int* sizes) {
   return ncclSuccess;
 }
 
-void socketCommWait(void* comm, int timeoutMs) {
+namespace {
+
+// The most descriptors one commWaitAny call watches: on the stack, so a warm
+// caller never allocates. Comms past it are not watched (a 1 ms wait then
+// may sleep through their news: slower, never wrong). A comm needs two plus
+// its busy data streams: 512 covers an all-gather at N = 16 with 16 streams.
+constexpr size_t kMaxWaitFds = 512;
+
+struct WaitSet {
+  pollfd fds[kMaxWaitFds];
+  bool isWake[kMaxWaitFds];
+  size_t n = 0;
+};
+
+// Adds what one comm waits on to `w` (its wakeFd first); false when the comm
+// has something to do at once, so the caller must not sleep at all.
+bool addWaitFds(void* comm, WaitSet* w) {
   Comm* c = asComm(comm, kCommRecv);
   if (c == nullptr) c = asComm(comm, kCommSend);
-  if (c == nullptr) return;
+  if (c == nullptr) return true;
   // Headers and inline payloads arrive on ctrlFd (a send waits for room to
   // write there); helpers signal data-stream completions on wakeFd; a stream
   // with queued tasks wakes the caller directly, so it can move the bytes
   // itself in test() without waiting for a helper's hand-off.
   if (!c->isSend && c->matcher.anyPosted() && c->stageTail - c->stageHead >= kWireMsgBytes &&
       c->stageTail - c->stageHead >= wireHeaderBytes(c->stage.data() + c->stageHead))
-    return;                                                   // parse first
-  if (c->peerClosed.load(std::memory_order_acquire)) return;  // sends complete at once
-  pollfd p[2 + kSocketMaxStreams];
-  nfds_t n = 0;
-  p[n++] = {c->wakeFd, POLLIN, 0};
-  if (!c->isSend || !c->ctrlQueue.empty()) p[n++] = {c->ctrlFd, (short)(c->isSend ? POLLOUT : POLLIN), 0};
+    return false;                                                   // parse first
+  if (c->peerClosed.load(std::memory_order_acquire)) return false;  // sends complete at once
+  if (w->n + 2 > kMaxWaitFds) return true;
+  auto add = [&](int fd, short events, bool wake) {
+    w->fds[w->n] = {fd, events, 0};
+    w->isWake[w->n++] = wake;
+  };
+  const short dir = c->isSend ? POLLOUT : POLLIN;
+  add(c->wakeFd, POLLIN, true);
+  if (!c->isSend || !c->ctrlQueue.empty()) add(c->ctrlFd, dir, false);
   for (Stream& st : c->streams) {
-    if (st.queued.load(std::memory_order_acquire) == 0) continue;
+    if (st.queued.load(std::memory_order_acquire) == 0 || w->n == kMaxWaitFds) continue;
     // A helper in the middle of moving this stream's bytes keeps it readable
     // or writable; test() would only fail its try_lock. Leave the stream to
     // the helper then (its completion signals wakeFd) rather than spin.
     if (!st.ioMu.try_lock()) continue;
     st.ioMu.unlock();
-    p[n++] = {st.fd, (short)(c->isSend ? POLLOUT : POLLIN), 0};
+    add(st.fd, dir, false);
   }
-  if (poll(p, n, timeoutMs) > 0 && (p[0].revents & POLLIN)) {
+  return true;
+}
+
+}  // namespace
+
+void socketCommWait(void* comm, int timeoutMs) { socketCommWaitAny(&comm, 1, timeoutMs); }
+
+void socketCommWaitAny(void* const* comms, size_t n, int timeoutMs) {
+  WaitSet w;
+  for (size_t i = 0; i < n; i++)
+    if (!addWaitFds(comms[i], &w)) return;
+  if (w.n == 0 || poll(w.fds, w.n, timeoutMs) <= 0) return;
+  for (size_t i = 0; i < w.n; i++) {
+    if (!w.isWake[i] || !(w.fds[i].revents & POLLIN)) continue;
     uint64_t drained;
-    (void)!read(c->wakeFd, &drained, sizeof(drained));
+    (void)!read(w.fds[i].fd, &drained, sizeof(drained));
   }
 }
 

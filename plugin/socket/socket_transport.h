@@ -110,6 +110,10 @@ ncclResult_t socketTest(void* request, int* done, int* sizes);
 // room to write) or a helper completed a task. Lets
 // a host-side caller sleep instead of spinning on test(); never required.
 void socketCommWait(void* comm, int timeoutMs);
+// The same for several comms at once: returns when any of them has something
+// for test() to do (a caller with transfers on many comms, such as the host
+// executor, must not sleep on one while another's message has arrived).
+void socketCommWaitAny(void* const* comms, size_t n, int timeoutMs);
 ncclResult_t socketCloseSend(void* sendComm);
 ncclResult_t socketCloseRecv(void* recvComm);
 ncclResult_t socketCloseListen(void* listenComm);

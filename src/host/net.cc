@@ -147,6 +147,14 @@ void Net::wait(void* comm, int timeoutMs) const {
   }
 }
 
+void Net::waitAny(void* const* comms, size_t n, int timeoutMs) const {
+  if (ours_) {
+    net::commWaitAny(comms, n, timeoutMs);
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 bool Net::wireBytes(void* comm, uint64_t* sent, uint64_t* received) const {
   return ours_ && net::commBytes(comm, sent, received);
 }

@@ -4,6 +4,7 @@
 // executor talks to nothing but the ncclNet interface.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -35,6 +36,8 @@ class Net {
   // Sleeps up to timeoutMs until `comm` may have progressed (signlion's
   // transport can say; for another plugin this is a short sleep).
   void wait(void* comm, int timeoutMs) const;
+  // The same for n comms: returns when any of them may have progressed.
+  void waitAny(void* const* comms, size_t n, int timeoutMs) const;
   // Bytes on the wire of one of our comms; false for another plugin's.
   bool wireBytes(void* comm, uint64_t* sent, uint64_t* received) const;
 

@@ -9,6 +9,7 @@
 // never a hang.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -106,6 +107,7 @@ class Transfers {
   std::vector<Op> ops_;
   std::vector<size_t> sent_;     // notify cookies of completed sends, not taken yet
   std::vector<void*> blocked_;  // comms whose next op could not be posted this pass
+  std::vector<void*> waitOn_;   // comms with an operation posted and not complete, this pass
   size_t unfinished_ = 0;       // operations not done after the last pass
 };
 
@@ -120,7 +122,10 @@ ncclResult_t Transfers::run(OnRecv&& onRecv, Work&& work) {
     bool progress = false;
     size_t remaining = 0;
     blocked_.clear();
-    void* waitOn = nullptr;
+    // Sized before any wait, so a warm call allocates nothing here (work may
+    // append operations: then once more, as ops_ itself grew).
+    if (waitOn_.capacity() < ops_.size()) waitOn_.reserve(ops_.size());
+    waitOn_.clear();
     // By index: work (below, between passes) may append operations, never here.
     for (size_t i = 0; i < ops_.size(); i++) {
       Op& op = ops_[i];
@@ -149,8 +154,8 @@ ncclResult_t Transfers::run(OnRecv&& onRecv, Work&& work) {
           if (op.exactSize && size != op.bytes) return wrongSize(i, size, onRecv);
           NCCLCHECK(onRecv(op.cookie, size));
         }
-      } else if (waitOn == nullptr) {
-        waitOn = op.comm;
+      } else if (std::find(waitOn_.begin(), waitOn_.end(), op.comm) == waitOn_.end()) {
+        waitOn_.push_back(op.comm);
       }
     }
     unfinished_ = remaining;
@@ -169,8 +174,11 @@ ncclResult_t Transfers::run(OnRecv&& onRecv, Work&& work) {
       WARN("host transfers: no progress for %d ms with %zu of %zu operations pending (peer dead or stalled?)",
            timeoutMs_, remaining, ops_.size());
       return ncclRemoteError;
-    } else if (now - lastProgress > kSpinUs && waitOn != nullptr) {
-      net_.wait(waitOn, 1);
+    } else if (now - lastProgress > kSpinUs && !waitOn_.empty()) {
+      // Every comm with an operation in flight: the first to have news wakes
+      // the thread (sleeping on one comm while another's message has arrived
+      // cost up to the whole 1 ms a step).
+      net_.waitAny(waitOn_.data(), waitOn_.size(), 1);
     }
   }
   return ncclSuccess;

@@ -856,6 +856,60 @@ TEST_P(PluginV11, HelpersCompleteTransfersNobodyTests) {
   }
 }
 
+// A caller with receives on several comms sleeps on all of them: the message
+// that arrives on the second wakes it, long before the wait's bound (sleeping
+// on the first comm alone would sit the whole bound out).
+TEST_P(PluginV11, CommWaitAnyWakesForAnyComm) {
+  SKIP_UNLESS_SOCKET_TRANSPORT();
+  void *s1, *r1, *s2, *r2;
+  pair(&s1, &r1);
+  pair(&s2, &r2);
+  char in = 42, out1 = 0, out2 = 0;
+  void *req1 = nullptr, *req2 = nullptr, *sreq = nullptr;
+  void* d1 = &out1;
+  void* d2 = &out2;
+  size_t cap = 1;
+  int tag = 1;
+  ASSERT_EQ(net_.irecv(r1, 1, &d1, &cap, &tag, nullptr, &req1), ncclSuccess);
+  ASSERT_EQ(net_.irecv(r2, 1, &d2, &cap, &tag, nullptr, &req2), ncclSuccess);
+  ASSERT_NE(req1, nullptr);
+  ASSERT_NE(req2, nullptr);
+  int done = 0, got = -1;
+  ASSERT_EQ(net_.test(req2, &done, &got), ncclSuccess);  // nothing sent yet
+  ASSERT_EQ(done, 0);
+  ASSERT_EQ(net_.isend(s2, &in, 1, 1, nullptr, &sreq), ncclSuccess);
+  ASSERT_NE(sreq, nullptr);
+  void* comms[] = {r1, r2};
+  constexpr int kBoundMs = 20000;
+  const int64_t start = nowMs();
+  for (int i = 0; i < 100 && !done; i++) {  // a wake-up may be spurious; each test() may finish it
+    signlion::net::commWaitAny(comms, 2, kBoundMs);
+    ASSERT_EQ(net_.test(req2, &done, &got), ncclSuccess);
+    if (nowMs() - start > kBoundMs / 2) break;
+  }
+  EXPECT_LT(nowMs() - start, kBoundMs / 2) << "slept on the idle comm";
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(out2, 42);
+  int sdone = 0;
+  for (int64_t t0 = nowMs(); !sdone && nowMs() - t0 < kLoopLimitMs;) ASSERT_EQ(net_.test(sreq, &sdone, nullptr), ncclSuccess);
+  // r1's receive is still posted: complete it so the comms close cleanly.
+  sreq = nullptr;
+  ASSERT_EQ(net_.isend(s1, &in, 1, 1, nullptr, &sreq), ncclSuccess);
+  ASSERT_NE(sreq, nullptr);
+  int rdone = 0;
+  sdone = 0;
+  for (int64_t t0 = nowMs(); !(rdone && sdone) && nowMs() - t0 < kLoopLimitMs;) {
+    if (!rdone) ASSERT_EQ(net_.test(req1, &rdone, &got), ncclSuccess);
+    if (!sdone) ASSERT_EQ(net_.test(sreq, &sdone, nullptr), ncclSuccess);
+  }
+  EXPECT_EQ(rdone, 1);
+  EXPECT_EQ(out1, 42);
+  net_.closeSend(s1);
+  net_.closeRecv(r1);
+  net_.closeSend(s2);
+  net_.closeRecv(r2);
+}
+
 TEST_P(PluginV11, ByteCountersCountPayloadAndHeaders) {
   SKIP_UNLESS_SOCKET_TRANSPORT();
   void *s, *r;
