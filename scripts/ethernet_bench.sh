@@ -12,6 +12,10 @@
 #   RANKS="4 8" RATES="1gbit 10gbit" MINB=1M MAXB=256M FACTOR=4 ITERS=2 WARMUP=1
 #   CONTENDERS="sign-auto sign-ring sign-hd sign-allgather fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"
 #   RUN_TIMEOUT=600 (seconds per contender run)
+#   POINT_BYTES=<bytes, K/M/G>: each size runs on its own, every contender in
+#     turn before the next size, with max(ITERS, POINT_BYTES / size) calls
+#     (small sizes get as many calls as large ones get bytes: two calls of a
+#     1 MiB message are noise). Unset: one sweep MINB..MAXB per contender.
 #   BASELINE=<build dir>: every contender runs again right after with that
 #     build's sign_allreduce_perf, as "<name>@base" (A B A B ... when a
 #     contender is listed several times); scripts/star_summary.py prints the
@@ -76,6 +80,8 @@ contender_args() {  # name nranks -> prints "ENV... -- ARGS..." or nothing when 
 # its own (SIGNLION_HOSTID; they share hostname and boot id) whose link runs at
 # the tbf rate (SIGNLION_COST_BETA_MBPS, MB/s), as a user would set them.
 rate_mbps() { local b; b=$(echo "$1" | sed 's/gbit/000000000/; s/mbit/000000/'); echo $((b / 8000000)); }
+to_bytes() { local v=${1%[KMGkmg]}; case ${1: -1} in K|k) echo $((v << 10)) ;; M|m) echo $((v << 20)) ;; G|g) echo $((v << 30)) ;; *) echo "$1" ;; esac; }
+sizes() { local b e; b=$(to_bytes "$MINB"); e=$(to_bytes "$MAXB"); while ((b <= e)); do echo "$b"; b=$((b * FACTOR)); done; }
 half() { local v=$1 s=${1//[0-9]/}; v=${v%[KMGkmg]}; case $s in M|m) echo "$((v * 512))K" ;; G|g) echo "$((v * 512))M" ;; K|k) echo "$((v * 512))" ;; *) echo $((v / 2)) ;; esac; }
 
 run_contender() {  # name nranks rate [perf label transport]
@@ -89,7 +95,7 @@ run_contender() {  # name nranks rate [perf label transport]
     args="$args --net-plugin $UCX_PLUGIN"
     envs="$envs UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-$STAR_IF} UCX_WARN_UNUSED_ENV_VARS=n"
   fi
-  log=$OUT/logs/n$n-$rate-$label.txt
+  log=$OUT/logs/n$n-$rate-$label${POINT:+-$POINT}.txt
   local common=(-f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c 1 -T 120)
   echo "== N=$n $rate $label ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
   if [[ $name == mpi-* ]]; then
@@ -136,10 +142,24 @@ for n in $RANKS; do
   ip -n "$STAR_HUB" addr add 198.18.0.254/24 dev br0
   for rate in $RATES; do
     netns_star_rate "$rate"
-    for c in $CONTENDERS; do
-      for t in $TRANSPORTS; do
-        run_contender "$c" "$n" "$rate" "$PERF" "$c" "$t"
-        [[ -n $BASE_PERF ]] && run_contender "$c" "$n" "$rate" "$BASE_PERF" "$c@base" "$t"
+    if [[ -z ${POINT_BYTES:-} ]]; then
+      for c in $CONTENDERS; do
+        for t in $TRANSPORTS; do
+          run_contender "$c" "$n" "$rate" "$PERF" "$c" "$t"
+          [[ -n $BASE_PERF ]] && run_contender "$c" "$n" "$rate" "$BASE_PERF" "$c@base" "$t"
+        done
+      done
+      continue
+    fi
+    for size in $(sizes); do
+      iters=$(( ($(to_bytes "$POINT_BYTES") + size - 1) / size ))
+      ((iters < ITERS)) && iters=$ITERS
+      for c in $CONTENDERS; do
+        for t in $TRANSPORTS; do
+          POINT=$size MINB=$size MAXB=$size ITERS=$iters run_contender "$c" "$n" "$rate" "$PERF" "$c" "$t"
+          [[ -n $BASE_PERF ]] && POINT=$size MINB=$size MAXB=$size ITERS=$iters \
+            run_contender "$c" "$n" "$rate" "$BASE_PERF" "$c@base" "$t"
+        done
       done
     done
   done
