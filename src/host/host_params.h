@@ -23,7 +23,7 @@ int64_t hostChunkBytes();
 
 // Elements per segment: longer messages run as several whole all-reduces, so
 // scratch memory stays bounded whatever the count.
-SIGNLION_PARAM(HostSegment, "HOST_SEGMENT", 16 << 20)
+SIGNLION_PARAM(HostSegment, "HOST_SEGMENT", 32 << 20)
 namespace signlion {
 namespace host {
 // The segment the sign all-reduce runs: SIGNLION_HOST_SEGMENT in whole blocks
