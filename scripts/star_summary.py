@@ -6,8 +6,10 @@ under test and, with BASELINE, with the baseline build: "<name>@base").
   star_summary.py ethernet ethernet.csv
     per (N, rate, size): each sign contender's wall time against its wire time
     (the most bytes a rank put on the wire / the link rate), auto against
-    every forced algorithm of the same build, and each contender against the
-    baseline build.
+    every forced algorithm of the same build, the choice (auto's runs pooled
+    with those of the forced algorithm whose schedule it ran, identified by
+    identical wire bytes, against the other forced ones), and each contender
+    against the baseline build.
   star_summary.py cluster cluster.csv
     per size: hier against the best flat algorithm (ring, halving-doubling),
     wall time and inter-node bytes per node, per build.
@@ -41,11 +43,11 @@ def load(path, key_fields, time_field):
             k = tuple(row[x] for x in key_fields) + (name, build)
             times[k].append(float(row[time_field]))
             extra[k] = row
-    return {k: (statistics.median(v), len(v)) for k, v in times.items()}, extra
+    return {k: (statistics.median(v), len(v)) for k, v in times.items()}, extra, times
 
 
 def ethernet(path):
-    med, rows = load(path, ("nranks", "rate", "bytes"), "time_us")
+    med, rows, runs = load(path, ("nranks", "rate", "bytes"), "time_us")
     groups = defaultdict(dict)  # (n, rate, bytes, build) -> name -> (ms, reps)
     for (n, rate, size, name, build), (us, reps) in med.items():
         groups[(n, rate, size, build)][name] = (us / 1e3, reps)
@@ -72,6 +74,7 @@ def ethernet(path):
                 print("auto %s: sign-auto%s %.1f ms; %s; best forced %s: auto %.3fx, within 5%%: %s"
                       % (head, via, auto, parts, best, auto / forced[best],
                          "yes" if auto <= 1.05 * forced[best] else "NO"))
+                choice(head, n, rate, size, build, via, forced, rows, runs)
         for name in sorted(g):
             if name.endswith("+ucx") and name[:-4] in g:
                 print("ucx %s: %s %.1f ms over UCX, %.1f ms over sockets: UCX %.2fx the socket time"
@@ -86,8 +89,30 @@ def ethernet(path):
                       % (n, rate, size, name, ms, base[name][0], base[name][0] / ms))
 
 
+def choice(head, n, rate, size, build, via, forced, rows, runs):
+    """Auto runs the schedule of the forced algorithm whose wire bytes it
+    matches exactly (the benchmark's byte counters): its runs and that
+    algorithm's are runs of one schedule, so their pooled median judges the
+    choice against the other forced algorithms with twice the samples."""
+    wire = lambda c: rows[(n, rate, size, c, build)]["wire_bytes_per_rank"]  # noqa: E731
+    mine = wire("sign-auto" + via)
+    if mine in ("", "N/A", "0"):
+        return
+    same = [k for k in forced if wire(k) == mine]
+    if len(same) != 1:
+        return
+    chosen = same[0]
+    pooled = statistics.median(runs[(n, rate, size, "sign-auto" + via, build)] + runs[(n, rate, size, chosen, build)])
+    times = dict(forced)
+    times[chosen] = pooled / 1e3
+    best = min(times, key=times.get)
+    print("choice %s: auto runs %s's schedule (same wire bytes); pooled median %.1f ms; best %s %.1f ms: "
+          "%.3fx, within 5%%: %s" % (head, chosen, times[chosen], best, times[best], times[chosen] / times[best],
+                                      "yes" if times[chosen] <= 1.05 * times[best] else "NO"))
+
+
 def cluster(path):
-    med, rows = load(path, ("bytes",), "time_us")
+    med, rows, _ = load(path, ("bytes",), "time_us")
     builds = sorted({k[-1] for k in med})
     sizes = sorted({int(k[0]) for k in med})
     for build in builds:
