@@ -1692,15 +1692,17 @@ ncclResult_t socketTest(void* request, int* done, int* sizes) {
 namespace {
 
 // The most descriptors one commWaitAny call watches: on the stack, so a warm
-// caller never allocates. Comms past it are not watched (a 1 ms wait then
-// may sleep through their news: slower, never wrong). A comm needs two plus
-// its busy data streams: 512 covers an all-gather at N = 16 with 16 streams.
-constexpr size_t kMaxWaitFds = 512;
+// caller never allocates. A comm needs its wake-up descriptor, its control
+// socket and its busy data streams: 1024 covers an all-gather at N = 16 (30
+// comms) with 32 streams each. Comms past it are not watched, and the wait is
+// then cut to 1 ms (slower, never a missed wake-up for longer than that).
+constexpr size_t kMaxWaitFds = 1024;
 
 struct WaitSet {
   pollfd fds[kMaxWaitFds];
   bool isWake[kMaxWaitFds];
   size_t n = 0;
+  bool full = false;  // a comm, or some of its streams, did not fit
 };
 
 // Adds what one comm waits on to `w` (its wakeFd first); false when the comm
@@ -1717,16 +1719,23 @@ bool addWaitFds(void* comm, WaitSet* w) {
       c->stageTail - c->stageHead >= wireHeaderBytes(c->stage.data() + c->stageHead))
     return false;                                                   // parse first
   if (c->peerClosed.load(std::memory_order_acquire)) return false;  // sends complete at once
-  if (w->n + 2 > kMaxWaitFds) return true;
   auto add = [&](int fd, short events, bool wake) {
+    if (w->n == kMaxWaitFds) {
+      w->full = true;
+      return;
+    }
     w->fds[w->n] = {fd, events, 0};
     w->isWake[w->n++] = wake;
   };
   const short dir = c->isSend ? POLLOUT : POLLIN;
   add(c->wakeFd, POLLIN, true);
-  if (!c->isSend || !c->ctrlQueue.empty()) add(c->ctrlFd, dir, false);
+  // A receiver reads its control socket only while a receive is posted or a
+  // message is being taken in (progressRecvCtrl leaves a header that no
+  // receive claims in the socket): watching it otherwise would wake the
+  // caller at once on every pass, for nothing.
+  if (c->isSend ? !c->ctrlQueue.empty() : (c->matcher.anyPosted() || c->rxActive)) add(c->ctrlFd, dir, false);
   for (Stream& st : c->streams) {
-    if (st.queued.load(std::memory_order_acquire) == 0 || w->n == kMaxWaitFds) continue;
+    if (st.queued.load(std::memory_order_acquire) == 0) continue;
     // A helper in the middle of moving this stream's bytes keeps it readable
     // or writable; test() would only fail its try_lock. Leave the stream to
     // the helper then (its completion signals wakeFd) rather than spin.
@@ -1745,6 +1754,7 @@ void socketCommWaitAny(void* const* comms, size_t n, int timeoutMs) {
   WaitSet w;
   for (size_t i = 0; i < n; i++)
     if (!addWaitFds(comms[i], &w)) return;
+  if (w.full && timeoutMs > 1) timeoutMs = 1;
   if (w.n == 0 || poll(w.fds, w.n, timeoutMs) <= 0) return;
   for (size_t i = 0; i < w.n; i++) {
     if (!w.isWake[i] || !(w.fds[i].revents & POLLIN)) continue;

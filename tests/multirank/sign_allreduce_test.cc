@@ -224,7 +224,8 @@ TEST(SignAllReduceHierarchicalRules, ZeroAndTieRules) {
   }
 }
 
-// Large counts, including one that needs several segments and a partial block.
+// Large counts, with a partial block (one segment each at the default
+// SIGNLION_HOST_SEGMENT; SignAllReduceSegments below cuts messages into many).
 TEST(SignAllReduceLarge, MillionsOfElements) {
   struct Case {
     ncclSignAlgo_t algo;
@@ -242,6 +243,36 @@ TEST(SignAllReduceLarge, MillionsOfElements) {
                 std::string(algoName(c.algo)) + " count " + std::to_string(c.count));
     });
   }
+}
+
+// Messages longer than SIGNLION_HOST_SEGMENT run as several whole schedules
+// (src/host/sign_allreduce.cc): each segment's call header carries its index,
+// the arena is reused from one to the next, the last one is short. 4096
+// elements per segment (64 blocks) and counts around its multiples, every
+// flat algorithm, odd and even N, both ops, in and out of place.
+TEST(SignAllReduceSegments, SeveralSegmentsGetTheReference) {
+  setenv("SIGNLION_HOST_SEGMENT", "4096", 1);
+  paramResetCache();
+  const size_t counts[] = {4095, 4096, 4097, 3 * 4096 + 7, 5 * 4096};
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather}) {
+    for (int n : {3, 4, 5}) {
+      withRanks(n, makeConfig(algo), [&](int rank, ncclSignComm_t comm) {
+        uint32_t seed = 900;
+        for (size_t count : counts) {
+          std::vector<Bytes> in = test::randomVoteInputs(n, count, ncclFloat32, seed++);
+          for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+            Bytes want = test::referenceOutput(in, count, ncclFloat32, op, ncclSignZeroPositive, ncclSignTieZero);
+            for (bool inPlace : {false, true})
+              checkCall(rank, comm, in, want, count, ncclFloat32, op, inPlace,
+                        std::string(algoName(algo)) + " N=" + std::to_string(n) + " count " + std::to_string(count) +
+                            (op == ncclSignAverage ? " average" : " majority") + (inPlace ? " in place" : ""));
+          }
+        }
+      });
+    }
+  }
+  unsetenv("SIGNLION_HOST_SEGMENT");
+  paramResetCache();
 }
 
 // The executor's compute/transfer overlap (src/host/schedule_executor.h: the

@@ -877,10 +877,15 @@ TEST_P(PluginV11, CommWaitAnyWakesForAnyComm) {
   int done = 0, got = -1;
   ASSERT_EQ(net_.test(req2, &done, &got), ncclSuccess);  // nothing sent yet
   ASSERT_EQ(done, 0);
+  void* comms[] = {r1, r2};
+  // With nothing sent it does sleep (a wait that returned at once would make
+  // the caller spin): most of 200 ms, allowing a spurious wake-up or two.
+  const int64_t idleStart = nowMs();
+  for (int i = 0; i < 3 && nowMs() - idleStart < 150; i++) signlion::net::commWaitAny(comms, 2, 200);
+  EXPECT_GE(nowMs() - idleStart, 150) << "returned at once with nothing to do";
   ASSERT_EQ(net_.isend(s2, &in, 1, 1, nullptr, &sreq), ncclSuccess);
   ASSERT_NE(sreq, nullptr);
-  void* comms[] = {r1, r2};
-  constexpr int kBoundMs = 20000;
+  constexpr int kBoundMs = 5000;
   const int64_t start = nowMs();
   for (int i = 0; i < 100 && !done; i++) {  // a wake-up may be spurious; each test() may finish it
     signlion::net::commWaitAny(comms, 2, kBoundMs);
