@@ -110,7 +110,10 @@ class TagMatcher {
   }
   // Forgets kept message i (delivered or dropped); later ones move up.
   void release(size_t i) {
-    for (size_t j = i + 1; j < nkept_; j++) kept_[j - 1] = kept_[j];
+    // nkept_ never passes kMaxKept (keep() refuses); saying so here lets the
+    // compiler see the loop stays inside kept_ (gcc's -Warray-bounds did not).
+    const size_t n = nkept_ < kMaxKept ? nkept_ : kMaxKept;
+    for (size_t j = i + 1; j < n; j++) kept_[j - 1] = kept_[j];
     nkept_--;
   }
 
