@@ -5,7 +5,13 @@
 #include <cstdint>
 
 #include "algo/schedule.h"
+#include "common/param.h"
 #include "nccl_sign.h"
+
+// The network link's bandwidth the host communicator's model assumes, MB/s
+// (bytes per microsecond); here because the host executor's chunk size also
+// follows it (host::hostChunkBytes).
+SIGNLION_PARAM(CostBetaMBps, "COST_BETA_MBPS", 1250)
 
 namespace signlion {
 namespace algo {

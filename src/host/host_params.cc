@@ -1,5 +1,7 @@
 #include "host/host_params.h"
 
+#include "algo/cost_model.h"
+
 #include <atomic>
 
 namespace signlion {
@@ -7,7 +9,13 @@ namespace host {
 
 int64_t hostChunkBytes() {
   static std::atomic<bool> warned{false};
-  return paramClamp(signlionParamHostChunkBytes(), 64, int64_t{1} << 30, "HOST_CHUNK_BYTES", &warned);
+  const int64_t set = signlionParamHostChunkBytes();
+  if (set != 0) return paramClamp(set, 64, int64_t{1} << 30, "HOST_CHUNK_BYTES", &warned);
+  const int64_t beta = signlionParamCostBetaMBps();  // a value <= 0 is WARNed by the cost model
+  const int64_t perMs = (beta > 0 ? beta : 1250) * 1000;
+  int64_t chunk = 128 << 10;
+  while (chunk < (512 << 10) && 2 * chunk <= perMs) chunk *= 2;
+  return chunk;
 }
 
 }  // namespace host

@@ -8,15 +8,21 @@
 
 // Payload bytes per message when a transfer is cut into chunks: a received
 // chunk is reduced while the next ones are on the wire, and forwarded by the
-// next step while the rest of its step is. 512K, not 1M: with 16M-element
-// segments halving-doubling's steps are 1-2 MiB, so 1M chunks left nothing
-// to overlap (docs/PERFORMANCE_ethernet.md, "Halving-doubling's idle link").
-SIGNLION_PARAM(HostChunkBytes, "HOST_CHUNK_BYTES", 512 << 10)
+// next step while the rest of its step is. 0 (the default): sized to the
+// link, see hostChunkBytes.
+SIGNLION_PARAM(HostChunkBytes, "HOST_CHUNK_BYTES", 0)
 namespace signlion {
 namespace host {
 // The chunk size the executors use: SIGNLION_HOST_CHUNK_BYTES within
 // [64 B, 1 GiB] (ncclNet reports sizes as int; the plugins cap messages
-// there), a WARN naming the variable when it had to be clamped.
+// there), a WARN naming the variable when it had to be clamped. Unset (0):
+// about a millisecond of the link, SIGNLION_COST_BETA_MBPS x 1000 bytes, as a
+// power of two in [128K, 512K]: 512K at the default 1250 MB/s (10 Gbit/s),
+// 128K at 1 Gbit/s. A chunk is what the next step waits for: on a slow link
+// 512K chunks left halving-doubling's steps of a 16 MiB message in one
+// piece each, run one after the other; on a fast one the ranks are CPU-bound
+// and smaller chunks only add messages (docs/PERFORMANCE_ethernet.md).
+// Ranks compare the result at init (SIGNLION_HOST_CHUNK_BYTES).
 int64_t hostChunkBytes();
 }  // namespace host
 }  // namespace signlion

@@ -150,3 +150,25 @@ TEST(ScratchLayout, HostStageHoldsEveryStep) {
 }  // namespace
 }  // namespace algo
 }  // namespace signlion
+
+// The host chunk follows the link unless set: about a millisecond of
+// SIGNLION_COST_BETA_MBPS as a power of two in [128K, 512K]; an explicit
+// SIGNLION_HOST_CHUNK_BYTES wins (clamped to [64 B, 1 GiB]).
+TEST(HostParams, ChunkFollowsTheLink) {
+  struct Case {
+    const char* chunk;  // nullptr: unset
+    const char* beta;
+    int64_t want;
+  };
+  for (Case c : {Case{nullptr, nullptr, 512 << 10}, Case{nullptr, "1250", 512 << 10}, Case{nullptr, "125", 128 << 10},
+                 Case{nullptr, "312", 256 << 10}, Case{nullptr, "12500", 512 << 10}, Case{nullptr, "12", 128 << 10},
+                 Case{"4096", "125", 4096}, Case{"1M", "125", 1 << 20}, Case{"8", nullptr, 64}}) {
+    if (c.chunk) setenv("SIGNLION_HOST_CHUNK_BYTES", c.chunk, 1); else unsetenv("SIGNLION_HOST_CHUNK_BYTES");
+    if (c.beta) setenv("SIGNLION_COST_BETA_MBPS", c.beta, 1); else unsetenv("SIGNLION_COST_BETA_MBPS");
+    signlion::paramResetCache();
+    EXPECT_EQ(signlion::host::hostChunkBytes(), c.want) << (c.chunk ? c.chunk : "unset") << " " << (c.beta ? c.beta : "unset");
+  }
+  unsetenv("SIGNLION_HOST_CHUNK_BYTES");
+  unsetenv("SIGNLION_COST_BETA_MBPS");
+  signlion::paramResetCache();
+}
