@@ -11,8 +11,10 @@ int64_t hostChunkBytes() {
   static std::atomic<bool> warned{false};
   const int64_t set = signlionParamHostChunkBytes();
   if (set != 0) return paramClamp(set, 64, int64_t{1} << 30, "HOST_CHUNK_BYTES", &warned);
-  const int64_t beta = signlionParamCostBetaMBps();  // a value <= 0 is WARNed by the cost model
-  const int64_t perMs = (beta > 0 ? beta : 1250) * 1000;
+  // A beta <= 0 is WARNed by the cost model, which keeps its default: so does this.
+  const int64_t mbps = signlionParamCostBetaMBps();
+  const double beta = mbps > 0 ? (double)mbps : algo::CostParams().betaBytesPerUs;
+  const double perMs = beta * 1000;
   int64_t chunk = 128 << 10;
   while (chunk < (512 << 10) && 2 * chunk <= perMs) chunk *= 2;
   return chunk;

@@ -139,13 +139,7 @@ Net::~Net() {
   if (dl_ != nullptr) releasePlugin(dl_);
 }
 
-void Net::wait(void* comm, int timeoutMs) const {
-  if (ours_) {
-    net::commWait(comm, timeoutMs);
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
+void Net::wait(void* comm, int timeoutMs) const { waitAny(&comm, 1, timeoutMs); }
 
 void Net::waitAny(void* const* comms, size_t n, int timeoutMs) const {
   if (ours_) {

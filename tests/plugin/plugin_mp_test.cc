@@ -128,6 +128,14 @@ static void openWithShortTimeout(void** lib, NetDriver* net, int* dev) {
   ASSERT_GE(*dev, 0);
 }
 
+// Listens on dev and writes the handle to <dir>/listener.handle, where the
+// peer process (net_peer_main's modes) reads it.
+static void listenAndPublish(NetDriver* net, int dev, const std::string& dir, void** listenComm) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  ASSERT_EQ(net->listen(dev, handle, listenComm), ncclSuccess);
+  ASSERT_TRUE(std::ofstream(dir + "/listener.handle", std::ios::binary).write(handle, sizeof(handle)));
+}
+
 // Undoes openWithShortTimeout.
 static void closeShortTimeout(void* lib, NetDriver* net) {
   net->finalize();
@@ -147,10 +155,9 @@ static void peerFailsMidTransfer(int sig) {
   if (::testing::Test::HasFatalFailure()) return;
   TempDir tmp;
   const std::string& dir = tmp.path();
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
   void* l = nullptr;
-  ASSERT_EQ(net.listen(dev, handle, &l), ncclSuccess);
-  std::ofstream(dir + "/listener.handle", std::ios::binary).write(handle, sizeof(handle));
+  listenAndPublish(&net, dev, dir, &l);
+  if (::testing::Test::HasFatalFailure()) return;
   pid_t child = spawn(
       {SIGNLION_NET_PEER_PATH, "--mode", "sendbig", "--lib", pluginUnderTest(SIGNLION_PLUGIN_PATH), "--dir", dir});
   ASSERT_GT(child, 0);
@@ -306,10 +313,9 @@ TEST(PluginTwoProcess, ConnectorClosingRightAfterConnectIsAcceptedEveryTime) {
   ASSERT_GE(dev, 0);
   TempDir tmp;
   const std::string& dir = tmp.path();
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
   void* l = nullptr;
-  ASSERT_EQ(net.listen(dev, handle, &l), ncclSuccess);
-  std::ofstream(dir + "/listener.handle", std::ios::binary).write(handle, sizeof(handle));
+  listenAndPublish(&net, dev, dir, &l);
+  if (::testing::Test::HasFatalFailure()) return;
   const int kCount = 40;
   const int warnsBefore = gMpWarns.load();
   pid_t child = spawn({SIGNLION_NET_PEER_PATH, "--mode", "connectclose", "--count", std::to_string(kCount), "--lib",
