@@ -3,7 +3,8 @@
 # one tbf-limited veth link per node to a bridge), PER ranks per node as
 # processes inside each namespace (ranks of a node reach each other over the
 # namespace's loopback; SIGNLION_HOSTID=node<i> tells the communicator which
-# ranks share a node). Rank r runs on node r / PER. Every contender runs on the
+# ranks share a node; SIGNLION_COST_BETA_MBPS tells the cost model and the
+# host chunk size the node link's rate). Rank r runs on node r / PER. Every contender runs on the
 # same namespaces in one run: the hierarchical sign all-reduce, the flat ones,
 # the fp32 ring sum. Writes OUT/cluster.csv (one row per contender and size,
 # with the socket transport's byte counters: the most any rank sent and the
@@ -14,6 +15,10 @@
 # Environment (defaults: the run of docs/PERFORMANCE_ethernet.md, "Emulated cluster"):
 #   NODES=2 PER=4 RATE=1gbit MINB=16M MAXB=256M FACTOR=4 ITERS=1 WARMUP=1 CHECK=1
 #   CONTENDERS="sign-hier sign-hd sign-ring sign-auto fp32-sum" RUN_TIMEOUT=900
+#   SIGN_DTYPE=float: the input of the sign contenders (float, half, bfloat16,
+#     int8; -b/-e are bytes of it). The wire carries the same bits per element
+#     whatever it is; int8 reads and writes a quarter of fp32's bytes, which
+#     shows the algorithms with less of the CPU's share on a small machine.
 #   BASELINE=<build dir>: every contender runs again right after with that
 #     build's sign_allreduce_perf, as "<name>@base"; the summary then gives
 #     medians per build (scripts/star_summary.py).
@@ -27,6 +32,8 @@ NODES=${NODES:-2} PER=${PER:-4} RATE=${RATE:-1gbit}
 MINB=${MINB:-16M} MAXB=${MAXB:-256M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-1} WARMUP=${WARMUP:-1} CHECK=${CHECK:-1}
 CONTENDERS=${CONTENDERS:-"sign-hier sign-hd sign-ring sign-auto fp32-sum"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
+SIGN_DTYPE=${SIGN_DTYPE:-float}
+case $SIGN_DTYPE in float|half|bfloat16|int8) ;; *) echo "SIGN_DTYPE=$SIGN_DTYPE: not float, half, bfloat16 or int8" >&2; exit 2 ;; esac
 BASELINE=${BASELINE:-}
 source "$HERE/netns_lib.sh"
 source "$HERE/star_bench_lib.sh"
@@ -38,13 +45,13 @@ if [[ -n $BASELINE ]]; then
 fi
 
 contender_args() {  # name -> perf arguments
-  local b=(-b "$MINB" -e "$MAXB")
+  local b=(-b "$MINB" -e "$MAXB") s=(-o mavo -d "$SIGN_DTYPE")
   case $1 in
-    sign-hier) echo "-o mavo -A hier ${b[*]}" ;;
-    sign-hd) echo "-o mavo -A hd ${b[*]}" ;;
-    sign-ring) echo "-o mavo -A ring ${b[*]}" ;;
-    sign-allgather) echo "-o mavo -A allgather ${b[*]}" ;;
-    sign-auto) echo "-o mavo -A auto ${b[*]}" ;;
+    sign-hier) echo "${s[*]} -A hier ${b[*]}" ;;
+    sign-hd) echo "${s[*]} -A hd ${b[*]}" ;;
+    sign-ring) echo "${s[*]} -A ring ${b[*]}" ;;
+    sign-allgather) echo "${s[*]} -A allgather ${b[*]}" ;;
+    sign-auto) echo "${s[*]} -A auto ${b[*]}" ;;
     fp32-sum) echo "-o sum -d float ${b[*]}" ;;
     *) echo "unknown contender $1" >&2; return 1 ;;
   esac
@@ -64,7 +71,7 @@ run_contender() {  # name [perf label]
   for ((r = N - 1; r >= 0; r--)); do
     node=$((r / PER))
     ip netns exec "${STAR_NS[$node]}" env SIGNLION_SOCKET_IFNAME="=$STAR_IF" SIGNLION_HOSTID="node$node" \
-      timeout "$RUN_TIMEOUT" "$perf" --rank "$r" --nranks "$N" --id-file "$idf" $args \
+      SIGNLION_COST_BETA_MBPS="$(rate_mbps "$RATE")" timeout "$RUN_TIMEOUT" "$perf" --rank "$r" --nranks "$N" --id-file "$idf" $args \
       -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c "$CHECK" -T 300 \
       >"$([[ $r == 0 ]] && echo "$log" || echo "$WORK/rank$r.log")" 2>&1 &
     PIDS+=($!)

@@ -83,7 +83,6 @@ contender_args() {  # name nranks -> prints "ENV... -- ARGS..." or nothing when 
 # What the cost model is told about the links: each namespace is a node of
 # its own (SIGNLION_HOSTID; they share hostname and boot id) whose link runs at
 # the tbf rate (SIGNLION_COST_BETA_MBPS, MB/s), as a user would set them.
-rate_mbps() { local b; b=$(echo "$1" | sed 's/gbit/000000000/; s/mbit/000000/'); echo $((b / 8000000)); }
 to_bytes() { local v=${1%[KMGkmg]}; case ${1: -1} in K|k) echo $((v << 10)) ;; M|m) echo $((v << 20)) ;; G|g) echo $((v << 30)) ;; *) echo "$1" ;; esac; }
 sizes() { local b e; b=$(to_bytes "$MINB"); e=$(to_bytes "$MAXB"); while ((b <= e)); do echo "$b"; b=$((b * FACTOR)); done; }
 half() { local v=$1 s=${1//[0-9]/}; v=${v%[KMGkmg]}; case $s in M|m) echo "$((v * 512))K" ;; G|g) echo "$((v * 512))M" ;; K|k) echo "$((v * 512))" ;; *) echo $((v / 2)) ;; esac; }

@@ -5,6 +5,9 @@
 #       OUT/logs and WORK (an empty temporary folder), sets PIDS=(); on exit,
 #       interrupt or failure kills every pid left in PIDS, deletes the star
 #       and WORK.
+#   rate_mbps RATE -> a tbf rate (1gbit, 100mbit) in MB/s, what
+#       SIGNLION_COST_BETA_MBPS takes: the benchmarks tell the cost model (and
+#       the host executor's chunk size) the link, as a user would.
 
 star_bench_cleanup() {
   local p
@@ -21,3 +24,5 @@ star_bench_begin() {
   trap star_bench_cleanup EXIT
   trap 'exit 130' INT TERM
 }
+
+rate_mbps() { local b; b=$(echo "$1" | sed 's/gbit/000000000/; s/mbit/000000/'); echo $((b / 8000000)); }
