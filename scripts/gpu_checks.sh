@@ -24,6 +24,10 @@
 #   nccl-tests    nccl-tests' all_reduce_perf (sources in .gpu-carry/nccl-tests,
 #                 Open MPI from .gpu-carry/wheels), our plugin vs NCCL's socket
 #                 transport, same flags, same run
+#   cluster       no GPU needed, but a core per rank: scripts/cluster_bench.sh (2
+#                 namespaces as nodes x 4 ranks, 1 Gbit/s node links, 256 MiB of
+#                 fp32), the hierarchical sign all-reduce against the flat ones;
+#                 skips when namespaces cannot be made (not root, no ip/tc)
 #
 # OUT_DIR receives summary.txt (a line per step: name, PASS/FAIL/SKIP,
 # seconds, a note), figures.txt (the tables the steps measured) and
@@ -42,10 +46,11 @@
 # toolkit's NCCL if it has one, else PyTorch's nvidia-nccl package),
 # GPU_TEST_JOBS=4 (ctest -j), MEMCHECK_FILTER, RACECHECK_FILTER,
 # NCCL_MEMCHECK_FILTER (gtest filters), PERF_ARGS, NCCL_TESTS_ARGS,
-# LION_PARAMS=100000000, LION_WORLDS="2 4", LION_TIMEOUT=120 (seconds per world).
+# LION_PARAMS=100000000, LION_WORLDS="2 4", LION_TIMEOUT=120 (seconds per world),
+# CLUSTER_ENV, CLUSTER_CONTENDERS (the cluster step's cluster_bench.sh settings).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_STEPS="env build gpu-tests nccl-plugin kernel-bench perf memcheck lion-step nccl-tests"
+ALL_STEPS="env build gpu-tests nccl-plugin kernel-bench perf memcheck lion-step nccl-tests cluster"
 BUILD=$(realpath -m "${BUILD:-build-gpu}")
 JOBS=${JOBS:-$(nproc)}
 CARRY=$(realpath -m "${CARRY:-.gpu-carry}")
@@ -61,7 +66,7 @@ default_timeout() {
   case $1 in
     env) echo 60 ;; build) echo 480 ;; gpu-tests) echo 540 ;; memcheck) echo 420 ;;
     kernel-bench) echo 180 ;; perf) echo 300 ;; nccl-plugin) echo 180 ;; nccl-tests) echo 420 ;;
-    lion-step) echo 300 ;; *) echo 300 ;;
+    lion-step) echo 300 ;; cluster) echo 300 ;; *) echo 300 ;;
   esac
 }
 
@@ -289,6 +294,21 @@ step_lion_step() {
       || { rc=1; note "world $w failed"; }
   done
   [ $rc -eq 0 ] || fail "lion_step_bench"
+}
+
+# The hierarchical algorithm's wall-time target (docs/PERFORMANCE_ethernet.md,
+# "Emulated cluster") needs a core per rank: eight ranks on a 2-core machine
+# spend the time packing and unpacking whatever the algorithm.
+step_cluster() {
+  need_build
+  local rc=0
+  echo "## scripts/cluster_bench.sh ${CLUSTER_ENV:-RATE=1gbit MINB=256M MAXB=256M ITERS=2}, $(nproc) cores" | figure
+  env ${CLUSTER_ENV:-RATE=1gbit MINB=256M MAXB=256M ITERS=2} RUN_TIMEOUT=200 \
+    CONTENDERS="${CLUSTER_CONTENDERS:-sign-hier sign-ring sign-hd sign-hier sign-ring sign-hd}" \
+    bash scripts/cluster_bench.sh "$BUILD" "$LOGS/cluster" >"$LOGS/cluster.out" 2>&1 || rc=$?
+  grep -E '^summary|^FAILED|^SKIP' "$LOGS/cluster.out" | figure
+  [ $rc -eq 77 ] && skip "$(grep -o 'SKIP: .*' "$LOGS/cluster.out" | head -1)"
+  [ $rc -eq 0 ] || fail "cluster_bench exited with $rc"
 }
 
 # ---- driver ------------------------------------------------------------------------
