@@ -174,6 +174,29 @@ ncclResult_t CallCheck::checkRing(Transfers& t, const Links& links, const CallSi
 
 namespace {
 
+// The compared cost parameters (communicator.cc's order), each named by its
+// variable and shown in its units (the model keeps microseconds).
+struct CostParamName {
+  const char* env;
+  double scale;  // variable's units per model unit
+};
+constexpr CostParamName kCostParamNames[kCompareCostParams] = {
+    {"SIGNLION_COST_ALPHA_NS", 1e3},       {"SIGNLION_COST_BETA_MBPS", 1},       {"SIGNLION_COST_GAMMA_PS", 1e6},
+    {"SIGNLION_COST_INTRA_ALPHA_NS", 1e3}, {"SIGNLION_COST_INTRA_BETA_MBPS", 1}, {"SIGNLION_COST_PACK_PS", 1e6},
+    {"SIGNLION_COST_DECIDE_PS", 1e6}};
+
+int firstCostDifference(const double* a, const double* b) {
+  for (int i = 0; i < kCompareCostParams; i++)
+    if (a[i] != b[i]) return i;
+  return -1;
+}
+
+std::string costParamText(double modelValue, double scale) {
+  char buf[64];
+  snprintf(buf, sizeof(buf), "%.10g", modelValue * scale);
+  return buf;
+}
+
 // The settings every rank must share, as one row of the init-time table.
 struct Settings {
   int32_t algorithm, zeroRule, tieRule, pad;
@@ -193,7 +216,7 @@ ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& conf
   me.algorithm = config.algorithm;
   me.zeroRule = config.zeroRule;
   me.tieRule = config.tieRule;
-  me.segment = signlionParamHostSegment();
+  me.segment = (int64_t)hostSegmentElements();
   me.chunkBytes = hostChunkBytes();
   for (int i = 0; i < kCompareCostParams; i++) me.costParams[i] = costParams[i];
   me.hostHash = algo::hostIdHash(config.hostId);
@@ -222,21 +245,18 @@ ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& conf
       a = tieRuleName(o.tieRule);
       b = tieRuleName(r0.tieRule);
     } else if (o.segment != r0.segment) {
-      what = "SIGNLION_HOST_SEGMENT";
+      what = "SIGNLION_HOST_SEGMENT (elements, in whole blocks of 64)";
       a = num((uint64_t)o.segment);
       b = num((uint64_t)r0.segment);
+    } else if (int i = firstCostDifference(o.costParams, r0.costParams); i >= 0) {
+      // Before the chunk, which follows SIGNLION_COST_BETA_MBPS when unset.
+      what = kCostParamNames[i].env;
+      a = costParamText(o.costParams[i], kCostParamNames[i].scale);
+      b = costParamText(r0.costParams[i], kCostParamNames[i].scale);
     } else if (o.chunkBytes != r0.chunkBytes) {
-      what = "SIGNLION_HOST_CHUNK_BYTES";
+      what = "SIGNLION_HOST_CHUNK_BYTES (or, where it is unset, the chunk SIGNLION_COST_BETA_MBPS gives)";
       a = num((uint64_t)o.chunkBytes);
       b = num((uint64_t)r0.chunkBytes);
-    } else if (memcmp(o.costParams, r0.costParams, sizeof(o.costParams)) != 0) {
-      what =
-          "cost model (SIGNLION_COST_ALPHA_NS, _BETA_MBPS, _GAMMA_PS, _INTRA_ALPHA_NS, _INTRA_BETA_MBPS, _PACK_PS, "
-          "_DECIDE_PS)";
-      for (int i = 0; i < kCompareCostParams; i++) {
-        a += (i ? "/" : "") + std::to_string(o.costParams[i]);
-        b += (i ? "/" : "") + std::to_string(r0.costParams[i]);
-      }
     }
     if (what != nullptr) {
       WARN("%s: rank %d set %s %s, rank 0 set %s: every rank must set the same (seen by rank %d)", kFn, r, what,

@@ -1,6 +1,7 @@
 #include "host/host_params.h"
 
 #include "algo/cost_model.h"
+#include "common/checks.h"
 
 #include <atomic>
 
@@ -18,6 +19,21 @@ int64_t hostChunkBytes() {
   int64_t chunk = 128 << 10;
   while (chunk < (512 << 10) && 2 * chunk <= perMs) chunk *= 2;
   return chunk;
+}
+
+size_t hostSegmentElements() {
+  // The epoch of the last value warned about: one WARN per value read (a
+  // test, or a process that resets the cache, hears about a new bad one).
+  static std::atomic<uint64_t> warnedEpoch{~0ull};
+  int64_t v = signlionParamHostSegment();
+  if (v < 64) {
+    const uint64_t epoch = gParamEpoch.load(std::memory_order_acquire);
+    if (warnedEpoch.exchange(epoch) != epoch)
+      WARN("SIGNLION_HOST_SEGMENT=%lld is less than one block of 64 elements; using the default %lld", (long long)v,
+           (long long)kDefaultHostSegment);
+    v = kDefaultHostSegment;
+  }
+  return (size_t)(v / 64 * 64);
 }
 
 }  // namespace host

@@ -29,11 +29,19 @@ int64_t hostChunkBytes();
 
 // Elements per segment: longer messages run as several whole all-reduces, so
 // scratch memory stays bounded whatever the count.
-SIGNLION_PARAM(HostSegment, "HOST_SEGMENT", 32 << 20)
 namespace signlion {
 namespace host {
-// The segment the sign all-reduce runs: SIGNLION_HOST_SEGMENT in whole blocks
-// of 64 elements, at least one, so every segment but the last is a multiple of 64.
-inline size_t hostSegmentElements() { return (size_t)std::max<int64_t>(64, signlionParamHostSegment()) / 64 * 64; }
+constexpr int64_t kDefaultHostSegment = int64_t{32} << 20;
+}  // namespace host
+}  // namespace signlion
+SIGNLION_PARAM(HostSegment, "HOST_SEGMENT", ::signlion::host::kDefaultHostSegment)
+namespace signlion {
+namespace host {
+// The segment the sign all-reduce runs: SIGNLION_HOST_SEGMENT rounded down to
+// whole blocks of 64 elements, so every segment but the last is a multiple of
+// 64. Less than one block (0, negative) is no segment: a WARN naming the
+// variable (once per value read), and the default. Ranks compare the result
+// at init.
+size_t hostSegmentElements();
 }  // namespace host
 }  // namespace signlion

@@ -134,7 +134,7 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostSumAl
   h.count = count;
   h.kind = (uint8_t)signlion::CallKind::kSumAllReduce;
   h.datatype = (uint8_t)datatype;
-  size_t segment = (size_t)std::max<int64_t>(1, signlionParamHostSegment());
+  const size_t segment = signlion::host::hostSegmentElements();
   h.segment = segment;
   ncclResult_t res = ncclSuccess;
   if (count == 0) {  // no data: the headers still go round, so a disagreement is an error everywhere

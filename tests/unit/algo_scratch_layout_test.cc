@@ -11,6 +11,7 @@
 #include "algo/schedule.h"
 #include "algo/scratch_layout.h"
 #include "common/config.h"
+#include "common/warn_capture.h"
 #include "host/host_params.h"
 #include "host/schedule_executor.h"
 
@@ -154,6 +155,30 @@ TEST(ScratchLayout, HostStageHoldsEveryStep) {
 // The host chunk follows the link unless set: about a millisecond of
 // SIGNLION_COST_BETA_MBPS as a power of two in [128K, 512K]; an explicit
 // SIGNLION_HOST_CHUNK_BYTES wins (clamped to [64 B, 1 GiB]).
+// Less than one block is no segment: a WARN naming the variable and the
+// default (it used to become 64 elements silently: a 256 KiB call ran ~700x
+// slower). Otherwise whole blocks, rounded down.
+TEST(HostParams, SegmentBelowOneBlockWarnsAndKeepsTheDefault) {
+  struct Case {
+    const char* set;  // nullptr: unset
+    size_t want;
+    bool warns;
+  };
+  const size_t deflt = (size_t)signlion::host::kDefaultHostSegment;
+  for (Case c : {Case{nullptr, deflt, false}, Case{"0", deflt, true}, Case{"-1", deflt, true}, Case{"63", deflt, true},
+                 Case{"-5G", deflt, true}, Case{"64", 64, false}, Case{"100", 64, false}, Case{"4096", 4096, false},
+                 Case{"1M", 1 << 20, false}}) {
+    if (c.set) setenv("SIGNLION_HOST_SEGMENT", c.set, 1); else unsetenv("SIGNLION_HOST_SEGMENT");
+    signlion::paramResetCache();
+    signlion::test::WarnCapture warns;
+    EXPECT_EQ(signlion::host::hostSegmentElements(), c.want) << (c.set ? c.set : "unset");
+    EXPECT_EQ(signlion::host::hostSegmentElements(), c.want) << (c.set ? c.set : "unset");
+    EXPECT_EQ(warns.countContaining("SIGNLION_HOST_SEGMENT"), c.warns ? 1 : 0) << (c.set ? c.set : "unset");
+  }
+  unsetenv("SIGNLION_HOST_SEGMENT");
+  signlion::paramResetCache();
+}
+
 TEST(HostParams, ChunkFollowsTheLink) {
   struct Case {
     const char* chunk;  // nullptr: unset
