@@ -45,6 +45,7 @@
 #endif
 
 #include "bits/bits.h"
+#include "common/config.h"
 #include "nccl_sign.h"
 #include "perf_inputs.h"
 #include "perf_report.h"
@@ -155,7 +156,9 @@ void usage(const char* argv0) {
       "[-I,--per_iter_timing <0/1> per-iteration timing: i_min, i_max, i_p99, i_cv%% columns (default: 0)]\n\t"
       "[-K,--per_iter_skip <count> leading iterations left out of the -I statistics (default: 0)]\n\t"
       "[-A,--algo <auto/ring/hd/allgather/fieldsum/hier>]\n\t"
-      "[--rank <r> --nranks <n> --id-file <path>] (one rank per process, started by hand)\n\t"
+      "[--rank <r> --nranks <n> --id-file <path>] (one rank per process, started by hand: rank 0 writes the\n\t"
+      "   unique id to <path> and removes it once every rank has joined; the others wait for it. A file left\n\t"
+      "   by a run that was killed points at that run: delete it before starting the ranks)\n\t"
       "[--net-plugin <name or path>] host mode: the ncclNet carrying the traffic (config.netPlugin), e.g.\n\t"
       "         signlion-ucx for libnccl-net-signlion-ucx.so (default: the built-in socket transport)\n\t"
       "[--nccl] GPU mode: ncclSignAllReduce on device buffers and NCCL communicators, -t x -g ranks as\n\t"
@@ -419,16 +422,26 @@ int parseOptions(int argc, char** argv, Options* o) {
   return 0;
 }
 
-ncclSignAlgo_t algoFromName(const std::string& s, bool* ok) {
-  *ok = true;
-  if (s == "auto") return ncclSignAlgoAuto;
-  if (s == "ring") return ncclSignAlgoRing;
-  if (s == "hd" || s == "halving_doubling") return ncclSignAlgoHalvingDoubling;
-  if (s == "allgather") return ncclSignAlgoAllGather;
-  if (s == "fieldsum") return ncclSignAlgoFieldSum;
-  if (s == "hier" || s == "hierarchical") return ncclSignAlgoHierarchical;
-  *ok = false;
-  return ncclSignAlgoAuto;
+// -A as the library reads algorithm names (any case). SIGNLION_ALGO, set to
+// an algorithm other than auto, forces it over -A (resolveConfig, as
+// NCCL_ALGO does): o->algo becomes the name of what runs, and o->algoNote
+// says where it came from, for the header and the JSON. A SIGNLION_ALGO the
+// library rejects is left to fail the communicator's init.
+bool resolveAlgo(Options* o, ncclSignAlgo_t* requested) {
+  if (!signlion::parseAlgoName(o->algo.c_str(), requested)) return false;
+  const std::string asked = signlion::algoName(*requested);
+  const char* env = getenv("SIGNLION_ALGO");
+  ncclSignAlgo_t forced;
+  o->algo = asked;
+  o->algoNote.clear();
+  if (env == nullptr) return true;
+  o->algoNote = std::string(" (SIGNLION_ALGO=") + env;
+  if (strcasecmp(env, "auto") != 0 && signlion::parseAlgoName(env, &forced)) {
+    o->algo = signlion::algoName(forced);
+    if (forced != *requested) o->algoNote += ", over -A " + asked;
+  }
+  o->algoNote += ")";
+  return true;
 }
 
 // ---- the world: processes x threads ----------------------------------------------
@@ -710,11 +723,10 @@ void printHeader(RankCtx& ctx) {
   for (const std::string& note : signlion::perf::notApplicableNotes(o, true)) PRINT("# note: %s\n", note.c_str());
   int version = 0;
   ncclSignGetVersion(&version);
-  const char* env = getenv("SIGNLION_ALGO");
   const char* bits = getenv("SIGNLION_FIELD_BITS");
-  PRINT("# signlion %d.%d.%d host communicator: %d ranks (%d %s x %d threads), algorithm %s%s%s%s%s\n", version / 10000,
+  PRINT("# signlion %d.%d.%d host communicator: %d ranks (%d %s x %d threads), algorithm %s%s%s\n", version / 10000,
         version / 100 % 100, version % 100, w.nranks(), w.nProcs, w.mpi ? "MPI processes" : "processes",
-        o.ranksPerProcess(), o.algo.c_str(), env ? " (SIGNLION_ALGO=" : "", env ? env : "", env ? ")" : "",
+        o.ranksPerProcess(), o.algo.c_str(), o.algoNote.c_str(),
         bits ? (std::string(", SIGNLION_FIELD_BITS=") + bits).c_str() : "");
   PRINT("#\n# Using devices\n");
   // One line per rank, gathered: pid and host name (32 characters).
@@ -763,9 +775,17 @@ int rankMain(World* w, int thread, RankCtx* out) {
   ncclResult_t res = ncclSignCommInitRank(&ctx.comm, w->nranks(), w->id, ctx.rank, &w->config);
   if (res != ncclSuccess) {
     fprintf(stderr, "sign_allreduce_perf: rank %d: ncclSignCommInitRank: %s\n", ctx.rank, ncclSignGetErrorString(res));
+    if (!w->opt.idFile.empty() && w->proc != 0 && (res == ncclRemoteError || res == ncclSystemError))
+      fprintf(stderr,
+              "sign_allreduce_perf: rank %d: (if %s was left from an earlier run, this rank read that run's id before "
+              "rank 0 wrote this one's: delete the file and start the ranks again)\n",
+              ctx.rank, w->opt.idFile.c_str());
     w->failures++;
     return 1;
   }
+  // Every rank has joined (the init returns once all have checked in with
+  // the root): the id file has served, and a later run must not find it.
+  if (!w->opt.idFile.empty() && w->proc == 0 && thread == 0) unlink(w->opt.idFile.c_str());
   size_t bytes = bufferBytes(w->opt);
   std::unique_ptr<char, decltype(&free)> send((char*)aligned_alloc(64, bytes), free);
   std::unique_ptr<char, decltype(&free)> recv((char*)aligned_alloc(64, bytes), free);
@@ -846,12 +866,12 @@ int main(int argc, char** argv) {
   if (rc != 0) return rc < 0 ? 0 : rc;
   Options& o = w.opt;
 
-  bool ok;
-  w.config.algorithm = algoFromName(o.algo, &ok);
-  if (!ok) {
+  ncclSignAlgo_t requested;
+  if (!resolveAlgo(&o, &requested)) {
     fprintf(stderr, "-A %s: not one of auto, ring, hd, allgather, fieldsum, hier\n", o.algo.c_str());
     return 2;
   }
+  w.config.algorithm = requested;
   if (o.nccl && !o.netPlugin.empty()) {
     fprintf(stderr, "--net-plugin: host mode only (with --nccl, NCCL_NET_PLUGIN picks NCCL's network)\n");
     return 2;
@@ -911,6 +931,14 @@ int main(int argc, char** argv) {
   if (w.mpi) MPI_Bcast(&w.id, sizeof(w.id), MPI_BYTE, 0, MPI_COMM_WORLD);
 #endif
   if (!o.idFile.empty() && !shareIdThroughFile(&w)) return 1;
+  // Rank 0 also removes the id file when its init failed (e.g. a rank never
+  // came): the next run starts clean.
+  struct IdFileRemover {
+    const std::string* path;
+    ~IdFileRemover() {
+      if (path != nullptr) unlink(path->c_str());
+    }
+  } removeIdFile{!o.idFile.empty() && w.proc == 0 ? &o.idFile : nullptr};
 
   if (w.proc == 0 && !w.json.open(o.outputFile, o, "host", -1)) return 2;
   std::vector<RankCtx> ranks(o.ranksPerProcess());

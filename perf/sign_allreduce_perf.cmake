@@ -54,6 +54,12 @@ if(SIGNLION_BUILD_TESTS AND EXISTS "${SIGNLION_PYTHON}")
            COMMAND ${SIGNLION_PYTHON} ${PROJECT_SOURCE_DIR}/tests/perf/sign_allreduce_perf_flags_test.py
                    $<TARGET_FILE:sign_allreduce_perf>)
   set_tests_properties(perf.sign_allreduce_perf_flags PROPERTIES LABELS multirank TIMEOUT 600)
+  # Ranks as processes whose environments differ: init fails on every rank,
+  # naming the variable (tests/perf/settings_agree_test.py).
+  add_test(NAME perf.settings_agree
+           COMMAND ${SIGNLION_PYTHON} ${PROJECT_SOURCE_DIR}/tests/perf/settings_agree_test.py
+                   $<TARGET_FILE:sign_allreduce_perf>)
+  set_tests_properties(perf.settings_agree PROPERTIES LABELS multirank TIMEOUT 300)
 endif()
 
 # The GPU mode, small and checked: 2 ranks on the machine's GPUs (sharing one:

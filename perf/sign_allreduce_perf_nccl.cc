@@ -423,7 +423,6 @@ class Bench {
     int version = 0, ncclVersion = 0;
     ncclSignGetVersion(&version);
     ncclGetVersion(&ncclVersion);
-    const char* env = getenv("SIGNLION_ALGO");
     printf("%s", runHeader(o_, 1, 1, o_.graphLaunches, "CUDA event timing").c_str());
     if (o_.streamNull) printf("# Using the legacy default CUDA stream (-y 1)\n");
     if (o_.localRegister == 2)
@@ -431,9 +430,9 @@ class Bench {
     else if (o_.localRegister == 1)
       printf("# Buffers registered with ncclCommRegister (-R 1)\n");
     for (const std::string& note : notApplicableNotes(o_, false)) printf("# note: %s\n", note.c_str());
-    printf("# signlion %d.%d.%d ncclSignAllReduce on NCCL %d.%d.%d: %d ranks (processes), algorithm %s%s%s%s\n",
+    printf("# signlion %d.%d.%d ncclSignAllReduce on NCCL %d.%d.%d: %d ranks (processes), algorithm %s%s\n",
            version / 10000, version / 100 % 100, version % 100, ncclVersion / 10000, ncclVersion / 100 % 100,
-           ncclVersion % 100, n_, o_.algo.c_str(), env ? " (SIGNLION_ALGO=" : "", env ? env : "", env ? ")" : "");
+           ncclVersion % 100, n_, o_.algo.c_str(), o_.algoNote.c_str());
     printf(
         "# NCCL's ncclAllReduce (sum) of the same element count in fp32 and bf16 on the same communicators;\n"
         "# x fp32, x bf16: its time over ncclSignAllReduce's out-of-place time (> 1: the sign all-reduce is "

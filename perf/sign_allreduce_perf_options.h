@@ -36,6 +36,9 @@ struct Options {
   bool given[128] = {};                     // which short flags the command line named
   std::vector<std::string> args;            // the whole command line (-J writes it)
   std::string op = "mavo", type = "float", algo = "auto";
+  // What the header adds after the algorithm: SIGNLION_ALGO, and the -A it
+  // overrode (main() sets algo to the name of what runs).
+  std::string algoNote;
   // Processes started by hand.
   int rank = -1, nranks = 0;
   std::string idFile;

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 BIN = sys.argv[1]
 BASE = ["-t", "2", "-b", "8", "-e", "512", "-f", "8", "-n", "2", "-w", "1"]  # sizes 8, 64, 512
@@ -144,6 +145,30 @@ for a in range(4):
     check("-a %d" % a, BASE + ["-a", str(a)])
 for algo in ("ring", "hd", "allgather", "fieldsum"):
     check("-A %s" % algo, BASE + ["-A", algo], lambda t, algo=algo: expect("algorithm " + algo in t["text"], algo))
+check("-A HD (any case)", BASE + ["-A", "HD"], lambda t: expect("algorithm hd" in t["text"], t["text"][:400]))
+
+
+def env_forces_algorithm():
+    """SIGNLION_ALGO forces its algorithm over -A (as NCCL_ALGO does): the header and the JSON name what runs (they
+    named -A's), and say where it came from."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "o.json")
+        args = BASE + ["-A", "ring", "-J", path]
+        p = subprocess.run([BIN] + args, env=dict(ENV, SIGNLION_ALGO="hier"), capture_output=True, text=True,
+                           timeout=120)
+        expect(p.returncode == 0, p.stdout + p.stderr)
+        expect("algorithm hier (SIGNLION_ALGO=hier, over -A ring)" in p.stdout, p.stdout[:600])
+        with open(path) as f:
+            cfg = json.load(f)["config"]
+        expect(cfg["algorithm"] == "hier", cfg["algorithm"])
+    print("ok   %-28s %s" % ("SIGNLION_ALGO over -A", "SIGNLION_ALGO=hier -A ring -J"))
+
+
+try:
+    env_forces_algorithm()
+except Exception as e:
+    failures.append("SIGNLION_ALGO over -A")
+    print("FAIL %-28s\n     %s" % ("SIGNLION_ALGO over -A", e))
 check("-C 1 (cputime)", BASE + ["-C", "1"],
       lambda t: (expect("cputime" in t["columns"] and "time" not in t["columns"], t["columns"]), note_about("-C")(t)))
 check("-S 1 (timestamps)", BASE + ["-S", "1"],
@@ -238,20 +263,36 @@ with tempfile.TemporaryDirectory() as tmp:
         common = ["-b", "8", "-e", "64", "-f", "8", "-n", "3", "-w", "1", "-I", "1", "--nranks", "2",
                   "--id-file", idf]
         args0 = common + ["--rank", "0", "-J", jpath]
-        procs = [subprocess.Popen([BIN] + (args0 if r == 0 else common + ["--rank", "1"]), env=ENV,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
-        outs = []
-        try:
-            for p in procs:
-                outs.append(p.communicate(timeout=120))
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-        for p, (out, err) in zip(procs, outs):
-            expect(p.returncode == 0, "rank exit %s: %s%s" % (p.returncode, out, err))
+
+        def launch(rank_one_first):
+            order = (1, 0) if rank_one_first else (0, 1)
+            procs = {}
+            for r in order:
+                procs[r] = subprocess.Popen([BIN] + (args0 if r == 0 else common + ["--rank", "1"]), env=ENV,
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                if rank_one_first:
+                    time.sleep(0.5)  # rank 1 looks for the id file before rank 0 has written this run's
+            outs = []
+            try:
+                for r in (0, 1):
+                    outs.append(procs[r].communicate(timeout=120))
+            finally:
+                for p in procs.values():
+                    if p.poll() is None:
+                        p.kill()
+            for r, (out, err) in zip((0, 1), outs):
+                expect(procs[r].returncode == 0, "rank %d exit %s: %s%s" % (r, procs[r].returncode, out, err))
+            # Rank 0 removes the id file once every rank has joined.
+            expect(not os.path.exists(idf), "%s left after the run" % idf)
+            return outs
+
+        outs = launch(False)
         t = parse(outs[0][0])
         verify_json_file(jpath, t, args0, 3, per_iter=True, processes=2)
+        # Again with the same path, rank 1 started first: it must wait for this
+        # run's id, not read the last run's (it used to: connection refused,
+        # and rank 0 timed out waiting for it).
+        launch(True)
         print("ok   %-28s %s" % ("-J -I 1, 2 processes", " ".join(args0)))
     try:
         two_processes()
