@@ -219,8 +219,16 @@ ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, uns
   ARGCHECK((available & kAllAlgorithms) != 0, fn, "available", "0x%x names no algorithm", available);
   NCCLCHECK(checkOpSpec(spec, fn));
   if (requested != ncclSignAlgoAuto) {
-    ARGCHECK(available & algoBit(requested), fn, "requested", "%s is forced but not available here (mask 0x%x)",
-             algoName(requested), available);
+    if (!(available & algoBit(requested))) {
+      std::string names;
+      for (int a = ncclSignAlgoRing; a < ncclSignNumAlgos; a++)
+        if (available & algoBit((ncclSignAlgo_t)a))
+          names += std::string(names.empty() ? "" : ", ") + algoName((ncclSignAlgo_t)a);
+      WARN("%s: invalid argument 'requested': %s is forced (config->algorithm or SIGNLION_ALGO) but this communicator "
+           "cannot run it (it can run: %s; its init said why)",
+           fn, algoName(requested), names.c_str());
+      return ncclInvalidArgument;
+    }
     INFO(kSubsysAlgo, "nranks %d count %llu: %s (forced)", nranks, (unsigned long long)count, algoName(requested));
     *chosen = requested;
     return ncclSuccess;

@@ -245,6 +245,13 @@ TEST(AlgoCostModel, ForcedAlgorithmIsRespected) {
   EXPECT_EQ(chooseAlgorithm(4, 100, OpSpec(), algoBit(ncclSignAlgoRing), ncclSignAlgoFieldSum, m, &out),
             ncclInvalidArgument);
   EXPECT_EQ(w.count(), 1);
+  // The WARN names what the communicator can run, not a bit mask.
+  EXPECT_EQ(chooseAlgorithm(4, 100, OpSpec(), kAllAlgorithms & ~algoBit(ncclSignAlgoHierarchical),
+                            ncclSignAlgoHierarchical, m, &out),
+            ncclInvalidArgument);
+  EXPECT_EQ(w.countContaining("hier is forced"), 1);
+  EXPECT_EQ(w.countContaining("it can run: ring, hd, allgather, fieldsum;"), 1) << w.lines().back();
+  EXPECT_EQ(w.countContaining("mask"), 0);
 }
 
 TEST(AlgoCostModel, BadInputsAreInvalidArguments) {
