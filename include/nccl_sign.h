@@ -225,8 +225,9 @@ ncclResult_t ncclSignCommGetAsyncError(ncclSignComm_t comm, ncclResult_t* asyncE
 ncclResult_t ncclSignCommGetWireBytes(const ncclSignComm_t comm, uint64_t* sentBytes, uint64_t* recvBytes);
 
 /* The part of ncclSignCommGetWireBytes that went to and came from ranks on
- * other nodes (host identities traded at init: config.hostId,
- * SIGNLION_HOSTID, else hostname and boot id), and *node, this rank's node:
+ * other nodes (host identities traded at init: config.hostId, else
+ * SIGNLION_HOSTID, else NCCL_HOSTID, else hostname and boot id), and *node,
+ * this rank's node:
  * 0, 1, ... in the order of each node's lowest rank. What a node's NIC
  * carries is the sum of these over the node's ranks.
  * Errors: ncclInvalidArgument (a bad comm, a NULL pointer). */

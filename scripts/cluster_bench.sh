@@ -14,6 +14,7 @@
 #   scripts/cluster_bench.sh [BUILD_DIR] [OUT_DIR]            (root)
 # Environment (defaults: the run of docs/PERFORMANCE_ethernet.md, "Emulated cluster"):
 #   NODES=2 PER=4 RATE=1gbit MINB=16M MAXB=256M FACTOR=4 ITERS=1 WARMUP=1 CHECK=1
+#     (PER at most 16 for sign-hier, the hierarchical algorithm's node limit)
 #   CONTENDERS="sign-hier sign-hd sign-ring sign-auto fp32-sum" RUN_TIMEOUT=900
 #   SIGN_DTYPE=float: the input of the sign contenders (float, half, bfloat16,
 #     int8; -b/-e are bytes of it). The wire carries the same bits per element
@@ -37,6 +38,13 @@ case $SIGN_DTYPE in float|half|bfloat16|int8) ;; *) echo "SIGN_DTYPE=$SIGN_DTYPE
 BASELINE=${BASELINE:-}
 source "$HERE/netns_lib.sh"
 source "$HERE/star_bench_lib.sh"
+star_bench_check_sizes MINB MAXB
+for v in NODES PER ITERS; do
+  [[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} >= 1)) || { echo "$v=${!v}: an integer >= 1" >&2; exit 2; }
+done
+# The hierarchical algorithm groups at most 16 ranks per node (a larger node
+# fails its calls with ncclInvalidArgument; the flat contenders still run).
+((PER <= 16)) || echo "PER=$PER: more than 16 ranks per node: sign-hier cannot run there" >&2
 star_bench_begin "$PERF" "$OUT" cluster
 BASE_PERF=""
 if [[ -n $BASELINE ]]; then

@@ -37,10 +37,6 @@ RATES=${RATES:-"1gbit 10gbit"}
 MINB=${MINB:-1M} MAXB=${MAXB:-256M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-2} WARMUP=${WARMUP:-1}
 CONTENDERS=${CONTENDERS:-"sign-auto sign-ring sign-hd sign-allgather fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
-for v in MINB MAXB ${POINT_BYTES:+POINT_BYTES}; do
-  [[ ${!v} =~ ^[0-9]+[KMGkmg]?$ ]] || { echo "$v=${!v}: a byte count with an optional K, M or G" >&2; exit 2; }
-done
-[[ $FACTOR =~ ^[0-9]+$ ]] && ((FACTOR >= 2)) || { echo "FACTOR=$FACTOR: an integer >= 2" >&2; exit 2; }
 BASELINE=${BASELINE:-}
 TRANSPORTS=${TRANSPORTS:-socket}
 UCX_PLUGIN=$BUILD/lib/libnccl-net-signlion-ucx.so
@@ -53,6 +49,7 @@ for t in $TRANSPORTS; do
 done
 source "$HERE/netns_lib.sh"
 source "$HERE/star_bench_lib.sh"
+star_bench_check_sizes MINB MAXB ${POINT_BYTES:+POINT_BYTES}
 star_bench_begin "$PERF" "$OUT" eth
 BASE_PERF=""
 if [[ -n $BASELINE ]]; then

@@ -5,6 +5,8 @@
 #       OUT/logs and WORK (an empty temporary folder), sets PIDS=(); on exit,
 #       interrupt or failure kills every pid left in PIDS, deletes the star
 #       and WORK.
+#   star_bench_check_sizes VAR... -> exits 2 unless each named variable is a
+#       byte count with an optional K, M or G, and FACTOR an integer >= 2.
 #   rate_mbps RATE -> a tbf rate (1gbit, 100mbit) in MB/s, what
 #       SIGNLION_COST_BETA_MBPS takes: the benchmarks tell the cost model (and
 #       the host executor's chunk size) the link, as a user would.
@@ -26,3 +28,11 @@ star_bench_begin() {
 }
 
 rate_mbps() { local b; b=$(echo "$1" | sed 's/gbit/000000000/; s/mbit/000000/'); echo $((b / 8000000)); }
+
+star_bench_check_sizes() {
+  local v
+  for v in "$@"; do
+    [[ ${!v} =~ ^[0-9]+[KMGkmg]?$ ]] || { echo "$v=${!v}: a byte count with an optional K, M or G" >&2; exit 2; }
+  done
+  [[ $FACTOR =~ ^[0-9]+$ ]] && ((FACTOR >= 2)) || { echo "FACTOR=$FACTOR: an integer >= 2" >&2; exit 2; }
+}
