@@ -38,7 +38,7 @@ class UniqueId(ctypes.Structure):
 class Config(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
                 ("algorithm", ctypes.c_int), ("zeroRule", ctypes.c_int), ("tieRule", ctypes.c_int),
-                ("timeoutMs", ctypes.c_int), ("netPlugin", ctypes.c_char_p)]
+                ("timeoutMs", ctypes.c_int), ("netPlugin", ctypes.c_char_p), ("hostId", ctypes.c_char_p)]
 
 
 class LionConfig(ctypes.Structure):
@@ -195,11 +195,15 @@ def get_unique_id():
 class Comm:
     """A host communicator (ncclSignComm_t) over CPU buffers."""
 
-    def __init__(self, nranks, unique_id, rank, zero_rule="positive", tie_rule="zero", algorithm=0, timeout_ms=0):
+    def __init__(self, nranks, unique_id, rank, zero_rule="positive", tie_rule="zero", algorithm=0, timeout_ms=0,
+                 host_id=None):
+        """host_id (str or bytes): this rank's node for the hierarchical algorithm and the cost model
+        (config.hostId: ranks with equal ids share a node); None: SIGNLION_HOSTID, else NCCL_HOSTID, else
+        hostname and boot id. Set it per rank where ranks of one process should act as several nodes."""
         unique_id = bytes(unique_id)
         if len(unique_id) != UNIQUE_ID_BYTES:
             raise ValueError("unique_id must be %d bytes (from get_unique_id), not %d" % (UNIQUE_ID_BYTES, len(unique_id)))
-        cfg = _config(zero_rule, tie_rule, algorithm, timeout_ms)
+        cfg = _config(zero_rule, tie_rule, algorithm, timeout_ms, host_id)
         uid = UniqueId()
         ctypes.memmove(ctypes.byref(uid), unique_id, UNIQUE_ID_BYTES)
         self.handle = ctypes.c_void_p()
@@ -231,6 +235,13 @@ class Comm:
         _check("ncclSignCommGetWireBytes", self.handle, ctypes.byref(s), ctypes.byref(r))
         return s.value, r.value
 
+    def inter_node_wire_bytes(self):
+        """(node, sent, received): this rank's node (0, 1, ... in the order of each node's lowest rank) and
+        the part of wire_bytes() that went to and came from ranks of other nodes."""
+        node, s, r = ctypes.c_int(), ctypes.c_uint64(), ctypes.c_uint64()
+        _check("ncclSignCommGetInterNodeWireBytes", self.handle, ctypes.byref(node), ctypes.byref(s), ctypes.byref(r))
+        return node.value, s.value, r.value
+
     def sign_all_reduce(self, send_ptr, recv_ptr, count, datatype, op=MAJORITY):
         """The sign all-reduce on host buffers given by address."""
         _check("ncclSignHostAllReduce", send_ptr, recv_ptr, count, datatype, op, self.handle)
@@ -239,20 +250,27 @@ class Comm:
         _check("ncclSignHostSumAllReduce", send_ptr, recv_ptr, count, datatype, self.handle)
 
 
-def _config(zero_rule="positive", tie_rule="zero", algorithm=0, timeout_ms=0):
+def _config(zero_rule="positive", tie_rule="zero", algorithm=0, timeout_ms=0, host_id=None):
     if zero_rule not in ZERO_RULES:
         raise ValueError("zero_rule must be one of %s, not %r" % (sorted(ZERO_RULES), zero_rule))
     if tie_rule not in TIE_RULES:
         raise ValueError("tie_rule must be one of %s, not %r" % (sorted(TIE_RULES), tie_rule))
+    if host_id is not None:
+        if isinstance(host_id, str):
+            host_id = host_id.encode()
+        if not isinstance(host_id, bytes) or not host_id or b"\0" in host_id:
+            raise ValueError("host_id must be a non-empty str or bytes without NUL, not %r" % (host_id,))
+    # The library copies hostId during the call that takes the config.
     return Config(ctypes.sizeof(Config), _CONFIG_MAGIC, version_code(), algorithm, ZERO_RULES[zero_rule],
-                  TIE_RULES[tie_rule], timeout_ms, None)
+                  TIE_RULES[tie_rule], timeout_ms, None, host_id)
 
 
-def nccl_comm_set_config(nccl_comm, zero_rule="positive", tie_rule="zero", algorithm=0):
+def nccl_comm_set_config(nccl_comm, zero_rule="positive", tie_rule="zero", algorithm=0, host_id=None):
     """ncclSignCommSetConfig: the vote rules and algorithm of the sign all-reduce on an
-    ncclComm_t (given as an integer address), for every rank and every user of that comm."""
+    ncclComm_t (given as an integer address), for every rank and every user of that comm;
+    host_id as for Comm (read by the comm's first ncclSignAllReduce)."""
     _require_device_support()
-    cfg = _config(zero_rule, tie_rule, algorithm)
+    cfg = _config(zero_rule, tie_rule, algorithm, host_id=host_id)
     _check("ncclSignCommSetConfig", ctypes.c_void_p(nccl_comm), ctypes.byref(cfg))
 
 

@@ -200,6 +200,44 @@ class DistributedLionTorch(unittest.TestCase):
             capi.Comm(1, b"short", 0)
         with self.assertRaises(ValueError):
             capi.Comm(1, capi.get_unique_id(), 0, zero_rule="sideways")
+        with self.assertRaises(ValueError):
+            capi.Comm(1, capi.get_unique_id(), 0, host_id="")
+
+    def test_comm_host_id_groups_ranks(self):
+        """capi.Comm(host_id=...): five ranks as threads of this process act as two nodes (a, a, b, b, a),
+        the hierarchical algorithm runs over them bit for bit against the majority vote, and each rank
+        reports its node and bytes to the other node."""
+        import threading
+        from signlion import capi
+        n, count, ids = 5, 10007, ["a", "a", "b", "b", "a"]
+        uid = capi.get_unique_id()
+        g = torch.Generator().manual_seed(7)
+        inputs = [torch.randn(count, generator=g) for _ in range(n)]
+        outputs = [torch.full((count,), 9.0) for _ in range(n)]
+        nodes, errors = [None] * n, []
+
+        def rank_main(r):
+            try:
+                comm = capi.Comm(n, uid, r, algorithm=5, timeout_ms=30000, host_id=ids[r])  # 5: hier
+                comm.sign_all_reduce(inputs[r].data_ptr(), outputs[r].data_ptr(), count, capi.FLOAT32)
+                nodes[r] = comm.inter_node_wire_bytes()
+                comm.destroy()
+            except Exception as e:  # reported below
+                errors.append("rank %d: %r" % (r, e))
+
+        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertEqual(errors, [])
+        votes = sum(torch.where(x < 0, -1, 1) for x in inputs)  # zero rule "positive"; n odd: no tie
+        want = torch.sign(votes).float()
+        for r in range(n):
+            self.assertTrue(torch.equal(outputs[r], want), "rank %d" % r)
+        self.assertEqual([x[0] for x in nodes], [0, 0, 1, 1, 0])
+        for node in (0, 1):  # a node's leaders carry its counters (a rank past the smaller node's size leads none)
+            self.assertGreater(sum(x[1] for x in nodes if x[0] == node), 0, "node %d sent nothing across" % node)
 
 
 
