@@ -434,7 +434,7 @@ bool resolveAlgo(Options* o, ncclSignAlgo_t* requested) {
   ncclSignAlgo_t forced;
   o->algo = asked;
   o->algoNote.clear();
-  if (env == nullptr) return true;
+  if (env == nullptr || *env == '\0') return true;  // empty is unset, as the library reads it
   o->algoNote = std::string(" (SIGNLION_ALGO=") + env;
   if (strcasecmp(env, "auto") != 0 && signlion::parseAlgoName(env, &forced)) {
     o->algo = signlion::algoName(forced);
@@ -467,6 +467,17 @@ bool isMainRank(const World& w, int thread) { return w.proc == 0 && thread == 0;
       printf(__VA_ARGS__);                    \
     }                                         \
   } while (0)
+
+// Removes the id file if it still holds `id`: one written by a later run at
+// the same path (a launcher that did not wait for this one) is left alone.
+void removeIdFileIfOurs(const std::string& path, const ncclSignUniqueId& id) {
+  ncclSignUniqueId there;
+  FILE* f = fopen(path.c_str(), "rb");
+  if (f == nullptr) return;
+  bool ours = fread(&there, sizeof(there), 1, f) == 1 && memcmp(&there, &id, sizeof(id)) == 0;
+  fclose(f);
+  if (ours) unlink(path.c_str());
+}
 
 // Rank 0 (of processes started by hand) publishes the id; the others wait.
 bool shareIdThroughFile(World* w) {
@@ -785,7 +796,7 @@ int rankMain(World* w, int thread, RankCtx* out) {
   }
   // Every rank has joined (the init returns once all have checked in with
   // the root): the id file has served, and a later run must not find it.
-  if (!w->opt.idFile.empty() && w->proc == 0 && thread == 0) unlink(w->opt.idFile.c_str());
+  if (!w->opt.idFile.empty() && w->proc == 0 && thread == 0) removeIdFileIfOurs(w->opt.idFile, w->id);
   size_t bytes = bufferBytes(w->opt);
   std::unique_ptr<char, decltype(&free)> send((char*)aligned_alloc(64, bytes), free);
   std::unique_ptr<char, decltype(&free)> recv((char*)aligned_alloc(64, bytes), free);
@@ -935,10 +946,11 @@ int main(int argc, char** argv) {
   // came): the next run starts clean.
   struct IdFileRemover {
     const std::string* path;
+    const ncclSignUniqueId* id;
     ~IdFileRemover() {
-      if (path != nullptr) unlink(path->c_str());
+      if (path != nullptr) removeIdFileIfOurs(*path, *id);
     }
-  } removeIdFile{!o.idFile.empty() && w.proc == 0 ? &o.idFile : nullptr};
+  } removeIdFile{!o.idFile.empty() && w.proc == 0 ? &o.idFile : nullptr, &w.id};
 
   if (w.proc == 0 && !w.json.open(o.outputFile, o, "host", -1)) return 2;
   std::vector<RankCtx> ranks(o.ranksPerProcess());

@@ -39,6 +39,7 @@ BASELINE=${BASELINE:-}
 source "$HERE/netns_lib.sh"
 source "$HERE/star_bench_lib.sh"
 star_bench_check_sizes MINB MAXB
+star_bench_check_rates RATE "$RATE"
 for v in NODES PER ITERS; do
   [[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} >= 1)) || { echo "$v=${!v}: an integer >= 1" >&2; exit 2; }
 done
@@ -74,7 +75,8 @@ run_contender() {  # name [perf label]
   local name=$1 perf=${2:-$PERF} label=${3:-$1} args log r node rc=0 idf=$WORK/id.$1
   args=$(contender_args "$name") || { FAILED+=("$name (unknown)"); return 0; }
   log=$OUT/logs/$NODES"x"$PER-$RATE-$label.txt
-  echo "== $NODES nodes x $PER ranks, $RATE per node link: $label ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
+  [[ $name == sign-* ]] && log=$OUT/logs/$NODES"x"$PER-$RATE-$label-$SIGN_DTYPE.txt
+  echo "== $NODES nodes x $PER ranks, $RATE per node link: $label$([[ $name == sign-* ]] && echo " ($SIGN_DTYPE votes)") ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
   rm -f "$idf"; PIDS=()
   for ((r = N - 1; r >= 0; r--)); do
     node=$((r / PER))
@@ -110,7 +112,7 @@ echo "# done $(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg)"
 # hier against the best flat sign algorithm (ring, hd) at each size, from the
 # figures above (medians over repeated contenders, per build): bytes per node
 # to other nodes and out-of-place wall time.
-python3 "$HERE/star_summary.py" cluster "$CSV"
+python3 "$HERE/star_summary.py" cluster "$CSV" || FAILED+=("the summary (scripts/star_summary.py exited $?)")
 echo "csv: $CSV ($(($(wc -l <"$CSV") - 1)) rows)"
 for f in "${FAILED[@]}"; do echo "FAILED: $f"; done
 ((${#FAILED[@]} == 0))

@@ -50,6 +50,7 @@ done
 source "$HERE/netns_lib.sh"
 source "$HERE/star_bench_lib.sh"
 star_bench_check_sizes MINB MAXB ${POINT_BYTES:+POINT_BYTES}
+star_bench_check_rates RATES $RATES
 star_bench_begin "$PERF" "$OUT" eth
 BASE_PERF=""
 if [[ -n $BASELINE ]]; then

@@ -8,6 +8,8 @@
 #   netns_rate RATE    -> changes the tbf rate on both ends
 #   netns_down         -> deletes everything (safe to call twice; use in a trap)
 #   netns_second_link RATE, netns_link_down NS IF: see below
+#   netns_rate_bits RATE -> RATE (digits then gbit or mbit: 1gbit, 100mbit) in
+#                         bits per second; returns 1 (and prints nothing) otherwise
 
 NS_A="sl$$a"; NS_B="sl$$b"
 IF_A="sla$$"; IF_B="slb$$"
@@ -30,10 +32,18 @@ netns_down() {
   ip netns del "$NS_B" 2>/dev/null || true
 }
 
+netns_rate_bits() {
+  case $1 in
+    *[0-9]gbit) [[ ${1%gbit} =~ ^[0-9]+$ ]] && echo $(( ${1%gbit} * 1000000000 )) ;;
+    *[0-9]mbit) [[ ${1%mbit} =~ ^[0-9]+$ ]] && echo $(( ${1%mbit} * 1000000 )) ;;
+    *) return 1 ;;
+  esac
+}
+
 # tbf needs a bucket of at least one timer tick of traffic; 2 ms worth is safe.
 _netns_tbf() {  # ns ifname rate verb
   local bits burst
-  bits=$(echo "$3" | sed 's/gbit/000000000/; s/mbit/000000/')
+  bits=$(netns_rate_bits "$3") || { NETNS_WHY="rate '$3': digits then gbit or mbit"; return 1; }
   burst=$(( bits / 8 / 500 ))
   (( burst < 65536 )) && burst=65536
   ip netns exec "$1" tc qdisc "$4" dev "$2" root tbf rate "$3" burst "$burst" latency 20ms

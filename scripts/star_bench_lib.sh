@@ -7,6 +7,7 @@
 #       and WORK.
 #   star_bench_check_sizes VAR... -> exits 2 unless each named variable is a
 #       byte count with an optional K, M or G, and FACTOR an integer >= 2.
+#   star_bench_check_rates NAME RATE... -> exits 2 unless each is a tbf rate.
 #   rate_mbps RATE -> a tbf rate (1gbit, 100mbit) in MB/s, what
 #       SIGNLION_COST_BETA_MBPS takes: the benchmarks tell the cost model (and
 #       the host executor's chunk size) the link, as a user would.
@@ -27,7 +28,7 @@ star_bench_begin() {
   trap 'exit 130' INT TERM
 }
 
-rate_mbps() { local b; b=$(echo "$1" | sed 's/gbit/000000000/; s/mbit/000000/'); echo $((b / 8000000)); }
+rate_mbps() { local b; b=$(netns_rate_bits "$1") && echo $((b / 8000000)); }
 
 star_bench_check_sizes() {
   local v
@@ -35,4 +36,12 @@ star_bench_check_sizes() {
     [[ ${!v} =~ ^[0-9]+[KMGkmg]?$ ]] || { echo "$v=${!v}: a byte count with an optional K, M or G" >&2; exit 2; }
   done
   [[ $FACTOR =~ ^[0-9]+$ ]] && ((FACTOR >= 2)) || { echo "FACTOR=$FACTOR: an integer >= 2" >&2; exit 2; }
+}
+
+star_bench_check_rates() {  # NAME RATE...: exits 2 unless every RATE is a tbf rate netns_rate_bits reads
+  local name=$1 r
+  shift
+  for r in "$@"; do
+    netns_rate_bits "$r" >/dev/null || { echo "$name: '$r' is not a rate (digits then gbit or mbit)" >&2; exit 2; }
+  done
 }

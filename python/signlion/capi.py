@@ -258,8 +258,10 @@ def _config(zero_rule="positive", tie_rule="zero", algorithm=0, timeout_ms=0, ho
     if host_id is not None:
         if isinstance(host_id, str):
             host_id = host_id.encode()
-        if not isinstance(host_id, bytes) or not host_id or b"\0" in host_id:
-            raise ValueError("host_id must be a non-empty str or bytes without NUL, not %r" % (host_id,))
+        if not isinstance(host_id, bytes):
+            raise TypeError("host_id must be a str or bytes, not %s" % type(host_id).__name__)
+        if not host_id or b"\0" in host_id:
+            raise ValueError("host_id must be non-empty and without NUL, not %r" % (host_id,))
     # The library copies hostId during the call that takes the config.
     return Config(ctypes.sizeof(Config), _CONFIG_MAGIC, version_code(), algorithm, ZERO_RULES[zero_rule],
                   TIE_RULES[tie_rule], timeout_ms, None, host_id)

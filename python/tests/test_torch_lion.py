@@ -202,6 +202,8 @@ class DistributedLionTorch(unittest.TestCase):
             capi.Comm(1, capi.get_unique_id(), 0, zero_rule="sideways")
         with self.assertRaises(ValueError):
             capi.Comm(1, capi.get_unique_id(), 0, host_id="")
+        with self.assertRaises(TypeError):
+            capi.Comm(1, capi.get_unique_id(), 0, host_id=3)
 
     def test_comm_host_id_groups_ranks(self):
         """capi.Comm(host_id=...): five ranks as threads of this process act as two nodes (a, a, b, b, a),
@@ -225,11 +227,12 @@ class DistributedLionTorch(unittest.TestCase):
             except Exception as e:  # reported below
                 errors.append("rank %d: %r" % (r, e))
 
-        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(n)]
+        threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in range(n)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(60)
+        self.assertFalse(any(t.is_alive() for t in threads), "a rank did not finish in 60 s")
         self.assertEqual(errors, [])
         votes = sum(torch.where(x < 0, -1, 1) for x in inputs)  # zero rule "positive"; n odd: no tie
         want = torch.sign(votes).float()

@@ -225,7 +225,7 @@ ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, uns
         if (available & algoBit((ncclSignAlgo_t)a))
           names += std::string(names.empty() ? "" : ", ") + algoName((ncclSignAlgo_t)a);
       WARN("%s: invalid argument 'requested': %s is forced (config->algorithm or SIGNLION_ALGO) but this communicator "
-           "cannot run it (it can run: %s; its init said why)",
+           "cannot run it (it can run: %s; the communicator's init said why)",
            fn, algoName(requested), names.c_str());
       return ncclInvalidArgument;
     }

@@ -56,10 +56,11 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
                                            cp.decideUsPerElement};
   NCCLCHECK(checkSettingsAgree(*comm->bootstrap, comm->config, cost, &comm->topology));
   comm->hierNodeRanks = hierarchicalNodeRanks(comm->topology, nranks, comm->config.algorithm);
-  if (comm->config.algorithm == ncclSignAlgoHierarchical && comm->hierNodeRanks == 0 && rank == 0)
-    WARN("ncclSignCommInitRank: the hierarchical algorithm is forced (config->algorithm or SIGNLION_ALGO), but a "
-         "node of this communicator has more than %d ranks (%s): its calls will fail with ncclInvalidArgument",
-         kMaxHierNodeRanks, comm->topology.describe(nranks).c_str());
+  if (comm->config.algorithm == ncclSignAlgoHierarchical && comm->hierNodeRanks == 0)
+    WARN("ncclSignCommInitRank: rank %d: the hierarchical algorithm is forced (config->algorithm or SIGNLION_ALGO), "
+         "but a node of this communicator has more than %d ranks (%s): its sign all-reduce calls will fail with "
+         "ncclInvalidArgument",
+         rank, kMaxHierNodeRanks, comm->topology.describe(nranks).c_str());
   NCCLCHECK(comm->links.connect(*comm->net, *comm->bootstrap,
                                 schedulePeers(nranks, rank, comm->topology, comm->hierNodeRanks > 0),
                                 comm->config.timeoutMs, comm->hierNodeRanks));

@@ -1,7 +1,6 @@
 // The host communicator's tunables, declared once (docs/PARAMETERS.md).
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 
 #include "common/param.h"

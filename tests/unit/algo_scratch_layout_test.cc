@@ -152,12 +152,9 @@ TEST(ScratchLayout, HostStageHoldsEveryStep) {
 }  // namespace algo
 }  // namespace signlion
 
-// The host chunk follows the link unless set: about a millisecond of
-// SIGNLION_COST_BETA_MBPS as a power of two in [128K, 512K]; an explicit
-// SIGNLION_HOST_CHUNK_BYTES wins (clamped to [64 B, 1 GiB]).
 // Less than one block is no segment: a WARN naming the variable and the
-// default (it used to become 64 elements silently: a 256 KiB call ran ~700x
-// slower). Otherwise whole blocks, rounded down.
+// default (it used to become 64 elements silently: a call of 289000 bytes ran
+// ~700x slower). Otherwise whole blocks, rounded down.
 TEST(HostParams, SegmentBelowOneBlockWarnsAndKeepsTheDefault) {
   struct Case {
     const char* set;  // nullptr: unset
@@ -179,6 +176,9 @@ TEST(HostParams, SegmentBelowOneBlockWarnsAndKeepsTheDefault) {
   signlion::paramResetCache();
 }
 
+// The host chunk follows the link unless set: about a millisecond of
+// SIGNLION_COST_BETA_MBPS as a power of two in [128K, 512K]; an explicit
+// SIGNLION_HOST_CHUNK_BYTES wins (clamped to [64 B, 1 GiB]).
 TEST(HostParams, ChunkFollowsTheLink) {
   struct Case {
     const char* chunk;  // nullptr: unset
