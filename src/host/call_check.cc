@@ -174,16 +174,22 @@ ncclResult_t CallCheck::checkRing(Transfers& t, const Links& links, const CallSi
 
 namespace {
 
-// The compared cost parameters (communicator.cc's order), each named by its
-// variable and shown in its units (the model keeps microseconds).
+// The compared cost parameters, each named by its variable and shown in its
+// units (the model keeps microseconds).
 struct CostParamName {
+  double algo::CostParams::*field;
   const char* env;
   double scale;  // variable's units per model unit
 };
-constexpr CostParamName kCostParamNames[kCompareCostParams] = {
-    {"SIGNLION_COST_ALPHA_NS", 1e3},       {"SIGNLION_COST_BETA_MBPS", 1},       {"SIGNLION_COST_GAMMA_PS", 1e6},
-    {"SIGNLION_COST_INTRA_ALPHA_NS", 1e3}, {"SIGNLION_COST_INTRA_BETA_MBPS", 1}, {"SIGNLION_COST_PACK_PS", 1e6},
-    {"SIGNLION_COST_DECIDE_PS", 1e6}};
+constexpr CostParamName kCostParamNames[] = {
+    {&algo::CostParams::alphaUs, "SIGNLION_COST_ALPHA_NS", 1e3},
+    {&algo::CostParams::betaBytesPerUs, "SIGNLION_COST_BETA_MBPS", 1},
+    {&algo::CostParams::gammaUsPerPlane, "SIGNLION_COST_GAMMA_PS", 1e6},
+    {&algo::CostParams::intraAlphaUs, "SIGNLION_COST_INTRA_ALPHA_NS", 1e3},
+    {&algo::CostParams::intraBetaBytesPerUs, "SIGNLION_COST_INTRA_BETA_MBPS", 1},
+    {&algo::CostParams::packUsPerElement, "SIGNLION_COST_PACK_PS", 1e6},
+    {&algo::CostParams::decideUsPerElement, "SIGNLION_COST_DECIDE_PS", 1e6}};
+constexpr int kCompareCostParams = (int)(sizeof(kCostParamNames) / sizeof(kCostParamNames[0]));
 
 int firstCostDifference(const double* a, const double* b) {
   for (int i = 0; i < kCompareCostParams; i++)
@@ -207,8 +213,8 @@ struct Settings {
 
 }  // namespace
 
-ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config,
-                                const double costParams[kCompareCostParams], algo::Topology* topology) {
+ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config, const algo::CostParams& cost,
+                                algo::Topology* topology) {
   const int nranks = bootstrap.nranks(), rank = bootstrap.rank();
   std::vector<Settings> table(nranks);
   Settings& me = table[rank];
@@ -218,7 +224,7 @@ ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& conf
   me.tieRule = config.tieRule;
   me.segment = (int64_t)hostSegmentElements();
   me.chunkBytes = hostChunkBytes();
-  for (int i = 0; i < kCompareCostParams; i++) me.costParams[i] = costParams[i];
+  for (int i = 0; i < kCompareCostParams; i++) me.costParams[i] = cost.*kCostParamNames[i].field;
   me.hostHash = algo::hostIdHash(config.hostId);
   NCCLCHECK(bootstrap.allGather(table.data(), sizeof(Settings)));
   std::vector<uint64_t> hashes;

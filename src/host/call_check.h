@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "algo/cost_model.h"
 #include "algo/topology.h"
 #include "common/call_signature.h"
 #include "common/config.h"
@@ -119,9 +120,8 @@ class CallCheck {
 // on every rank, with a WARN naming the setting and both values, when any
 // differs. The same exchange carries each rank's host identity (hashed, not
 // compared): *topology comes back with every rank's node.
-constexpr int kCompareCostParams = 7;
-ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config,
-                                const double costParams[kCompareCostParams], algo::Topology* topology);
+ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config, const algo::CostParams& cost,
+                                algo::Topology* topology);
 
 }  // namespace host
 }  // namespace signlion

@@ -50,11 +50,7 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
   // What the executor overlaps and how it cuts messages (both compared
   // across ranks by the call check's settings).
   comm->costModel.setHostExecutor(hostChunkBytes(), (int64_t)hostSegmentElements());
-  const algo::CostParams& cp = comm->costModel.params();
-  const double cost[kCompareCostParams] = {cp.alphaUs,           cp.betaBytesPerUs,      cp.gammaUsPerPlane,
-                                           cp.intraAlphaUs,      cp.intraBetaBytesPerUs, cp.packUsPerElement,
-                                           cp.decideUsPerElement};
-  NCCLCHECK(checkSettingsAgree(*comm->bootstrap, comm->config, cost, &comm->topology));
+  NCCLCHECK(checkSettingsAgree(*comm->bootstrap, comm->config, comm->costModel.params(), &comm->topology));
   comm->hierNodeRanks = hierarchicalNodeRanks(comm->topology, nranks, comm->config.algorithm);
   if (comm->config.algorithm == ncclSignAlgoHierarchical && comm->hierNodeRanks == 0)
     WARN("ncclSignCommInitRank: rank %d: the hierarchical algorithm is forced (config->algorithm or SIGNLION_ALGO), "
