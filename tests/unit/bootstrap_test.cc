@@ -62,6 +62,18 @@ int countFds() {
   return n;
 }
 
+// The descriptor count once it is back to `before`, or after 2 s: a thread
+// that has done its work may still be exiting, and a sanitizer runtime may
+// hold a descriptor of its own for a moment (the missing-rank test once
+// counted one more under ASan in a full CI run; 30 runs of it alone did
+// not). A leak stays, and still fails.
+int fdsSettledTo(int before) {
+  int n = countFds();
+  for (int64_t end = nowMs() + 2000; n != before && nowMs() < end; n = countFds())
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return n;
+}
+
 // Runs fn(rank) on nranks threads and joins them.
 void onRanks(int nranks, const std::function<void(int)>& fn) {
   std::vector<std::thread> threads;
@@ -142,7 +154,7 @@ TEST_F(BootstrapTest, RepeatedCreateOnFreshIdsLeaksNoDescriptors) {
     checkBarrier(b);
   }
   ASSERT_TRUE(waitRootsDone(5000));
-  EXPECT_EQ(countFds(), before);
+  EXPECT_EQ(fdsSettledTo(before), before);
 }
 
 TEST_F(BootstrapTest, SizeMismatchIsAnError) {
@@ -233,7 +245,7 @@ TEST_F(BootstrapTest, MissingRankMakesTheOthersFailWithinTheTimeout) {
     EXPECT_LT(took[r], kShortMs + 2000) << "rank " << r;
   }
   ASSERT_TRUE(waitRootsDone(5000));
-  EXPECT_EQ(countFds(), fdsBefore);  // failed joins and the expired root close what they opened
+  EXPECT_EQ(fdsSettledTo(fdsBefore), fdsBefore);  // failed joins and the expired root close what they opened
 }
 
 TEST_F(BootstrapTest, DestroyedPeerMakesTheOthersFailFast) {
