@@ -74,9 +74,10 @@ N=$((NODES * PER))
 run_contender() {  # name [perf label]
   local name=$1 perf=${2:-$PERF} label=${3:-$1} args log r node rc=0 idf=$WORK/id.$1
   args=$(contender_args "$name") || { FAILED+=("$name (unknown)"); return 0; }
-  log=$OUT/logs/$NODES"x"$PER-$RATE-$label.txt
-  [[ $name == sign-* ]] && log=$OUT/logs/$NODES"x"$PER-$RATE-$label-$SIGN_DTYPE.txt
-  echo "== $NODES nodes x $PER ranks, $RATE per node link: $label$([[ $name == sign-* ]] && echo " ($SIGN_DTYPE votes)") ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
+  local dt=""  # the sign contenders' input type, named in their log and header line
+  [[ $name == sign-* ]] && dt=$SIGN_DTYPE
+  log=$OUT/logs/$NODES"x"$PER-$RATE-$label${dt:+-$dt}.txt
+  echo "== $NODES nodes x $PER ranks, $RATE per node link: $label${dt:+ ($dt votes)} ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
   rm -f "$idf"; PIDS=()
   for ((r = N - 1; r >= 0; r--)); do
     node=$((r / PER))
