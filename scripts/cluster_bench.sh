@@ -79,6 +79,7 @@ run_contender() {  # name [perf label]
   log=$OUT/logs/$NODES"x"$PER-$RATE-$label${dt:+-$dt}.txt
   echo "== $NODES nodes x $PER ranks, $RATE per node link: $label${dt:+ ($dt votes)} ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
   rm -f "$idf"; PIDS=()
+  star_drops_mark
   for ((r = N - 1; r >= 0; r--)); do
     node=$((r / PER))
     ip netns exec "${STAR_NS[$node]}" env SIGNLION_SOCKET_IFNAME="=$STAR_IF" SIGNLION_HOSTID="node$node" \
@@ -89,6 +90,7 @@ run_contender() {  # name [perf label]
   done
   for p in "${PIDS[@]}"; do wait "$p" || rc=$?; done
   PIDS=()
+  star_drops_note "$log" "$label"
   if ((rc != 0)); then
     FAILED+=("$label (exit $rc, $log)")
     tail -5 "$log"

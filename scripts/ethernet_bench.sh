@@ -99,6 +99,7 @@ run_contender() {  # name nranks rate [perf label transport]
   log=$OUT/logs/n$n-$rate-$label${POINT:+-$POINT}.txt
   local common=(-f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c 1 -T 120)
   echo "== N=$n $rate $label ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
+  star_drops_mark
   if [[ $name == mpi-* ]]; then
     if ! command -v mpirun >/dev/null; then SKIPPED+=("$name (no mpirun)"); return 0; fi
     # mpirun runs in the hub namespace; each rank enters its namespace
@@ -120,6 +121,7 @@ run_contender() {  # name nranks rate [perf label transport]
     for p in "${PIDS[@]}"; do wait "$p" || rc=$?; done
     PIDS=()
   fi
+  star_drops_note "$log" "$label"
   if ((rc != 0)); then
     if [[ $name == fieldsum-* ]] && grep -q "fieldsum is forced" "$log" "$WORK"/rank*.log 2>/dev/null; then
       SKIPPED+=("$name (the host communicator has no fieldsum)")

@@ -1,7 +1,8 @@
 # Emulated Ethernet for tests and benchmarks: two network namespaces joined by
 # a veth pair, each end rate-limited by tc tbf. Source this file; names carry
 # the caller's pid so parallel runs do not collide. Addresses: 198.18.0.0/15
-# (RFC 2544 benchmarking range), private to the namespaces.
+# (RFC 2544 benchmarking range), private to the namespaces. Every tbf queue
+# holds NETNS_TBF_LATENCY of its rate (default 20ms); a full one drops.
 #
 #   netns_up RATE      -> sets NS_A NS_B IF_A IF_B ADDR_A ADDR_B; returns 1 if
 #                         namespaces cannot be made (NETNS_WHY says why)
@@ -46,7 +47,7 @@ _netns_tbf() {  # ns ifname rate verb
   bits=$(netns_rate_bits "$3") || { NETNS_WHY="rate '$3': digits then gbit or mbit"; return 1; }
   burst=$(( bits / 8 / 500 ))
   (( burst < 65536 )) && burst=65536
-  ip netns exec "$1" tc qdisc "$4" dev "$2" root tbf rate "$3" burst "$burst" latency 20ms
+  ip netns exec "$1" tc qdisc "$4" dev "$2" root tbf rate "$3" burst "$burst" latency "${NETNS_TBF_LATENCY:-20ms}"
 }
 
 netns_up() {
@@ -110,6 +111,9 @@ netns_link_down() {
 #                           STAR_NET; returns 1 if it cannot (NETNS_WHY says why)
 #   netns_star_rate RATE -> changes the tbf rate on every link
 #   netns_star_down      -> deletes everything (safe to call twice; use in a trap)
+#   netns_star_drops     -> packets the star's tbf queues dropped so far, all
+#                           links and both directions summed (a full queue
+#                           drops: TCP then backs off, and the link idles)
 
 STAR_HUB="sl$$hub"; STAR_IF=slv0; STAR_NET=198.18.0.0/24
 STAR_NS=(); STAR_ADDR=()
@@ -147,6 +151,18 @@ netns_star_up() {
     _netns_tbf "$ns" "$STAR_IF" "$rate" add && _netns_tbf "$STAR_HUB" "p$i" "$rate" add ||
       { NETNS_WHY="tc tbf unavailable"; netns_star_down; return 1; }
   done
+}
+
+_netns_qdisc_drops() {  # ns ifname: packets its qdiscs dropped ("Sent ... (dropped N, ...")
+  ip netns exec "$1" tc -s qdisc show dev "$2" | awk '/dropped/ { sub(",", "", $7); n += $7 } END { print n + 0 }'
+}
+
+netns_star_drops() {
+  local i sum=0
+  for ((i = 0; i < ${#STAR_NS[@]}; i++)); do
+    sum=$((sum + $(_netns_qdisc_drops "${STAR_NS[$i]}" "$STAR_IF") + $(_netns_qdisc_drops "$STAR_HUB" "p$i")))
+  done
+  echo "$sum"
 }
 
 netns_star_rate() {

@@ -8,6 +8,10 @@
 #   star_bench_check_sizes VAR... -> exits 2 unless each named variable is a
 #       byte count with an optional K, M or G, and FACTOR an integer >= 2.
 #   star_bench_check_rates NAME RATE... -> exits 2 unless each is a tbf rate.
+#   star_drops_mark; star_drops_note LOG LABEL -> appends to LOG how many
+#       packets the star's tbf queues dropped since the mark (netns_star_drops):
+#       many TCP streams through one link overflow its queue, and a lost
+#       packet stalls its stream until TCP resends it.
 #   rate_mbps RATE -> a tbf rate (1gbit, 100mbit) in MB/s, what
 #       SIGNLION_COST_BETA_MBPS takes: the benchmarks tell the cost model (and
 #       the host executor's chunk size) the link, as a user would.
@@ -26,6 +30,11 @@ star_bench_begin() {
   PIDS=()
   trap star_bench_cleanup EXIT
   trap 'exit 130' INT TERM
+}
+
+star_drops_mark() { STAR_DROPS0=$(netns_star_drops); }
+star_drops_note() {  # LOG LABEL
+  echo "# packets the links' tbf queues dropped during $2: $(($(netns_star_drops) - STAR_DROPS0))" >>"$1"
 }
 
 rate_mbps() { local b; b=$(netns_rate_bits "$1") && echo $((b / 8000000)); }
