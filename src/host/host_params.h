@@ -44,3 +44,9 @@ namespace host {
 size_t hostSegmentElements();
 }  // namespace host
 }  // namespace signlion
+
+// 1 (the default): while a segment waits on the wire, the executor packs the
+// next segment's votes (ScheduleExecutor, Segments), whose first messages
+// then need no pack, only a copy; 0: each segment packs its own. Local:
+// ranks may differ (nothing on the wire changes).
+SIGNLION_PARAM(HostPackAhead, "HOST_PACK_AHEAD", 1)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <functional>
 
 #include "bits/fields.h"
@@ -142,9 +143,68 @@ void ScheduleExecutor::ensurePacked(int64_t b, int64_t e) {
     if (packed_[(size_t)u]) continue;
     algo::Local unit = *lazyPack_;
     unit.range = algo::Range{u * unit_, std::min(s_->nblocks, (u + 1) * unit_)};
-    runLocal(unit);  // a pack cannot fail
+    if (aheadUsable_ && (size_t)u < ahead_.units) {
+      // Packed ahead by the previous segment's run: the same bits, copied.
+      const int64_t nb = s_->nblocks, len = unit.range.size();
+      for (int c = 0; c < s_->counters; c++)
+        memcpy(counter_ + (int64_t)c * s_->counterWidth * nb + unit.range.begin,
+               ahead_.words.get() + (int64_t)c * nb + unit.range.begin, (size_t)len * 8);
+      unitsCopiedFromAhead_++;
+    } else {
+      runLocal(unit);  // a pack cannot fail
+    }
     packed_[(size_t)u] = 1;
   }
+}
+
+bool ScheduleExecutor::aheadMatches(const Segments* seg) const {
+  return seg != nullptr && ahead_.valid && ahead_.id == seg->self && ahead_.send == send_ && ahead_.count == count_ &&
+         ahead_.dt == dt_ && ahead_.zeroRule == s_->spec.zeroRule && ahead_.planes == s_->counters &&
+         ahead_.nblocks == s_->nblocks &&
+         ahead_.unit == unit_ && lazyPack_ != nullptr && lazyPack_->dst == Buffer::kCounter;
+}
+
+void ScheduleExecutor::beginAhead() {
+  aheadUsable_ = false;
+  ahead_.valid = false;
+  // Only for a schedule that packs into its counter lazily (ring, hd, hier):
+  // the next segment's is then the same kind, and copies what is packed.
+  if (signlionParamHostPackAhead() == 0 || segs_.nextSend == nullptr || lazyPack_ == nullptr ||
+      lazyPack_->dst != Buffer::kCounter)
+    return;
+  const int64_t nb = std::max<int64_t>(1, algo::blocksForCount(segs_.nextCount));
+  const int planes = bits::votePlanes(s_->spec.zeroRule);  // what the pack writes
+  const size_t words = (size_t)(planes * nb);
+  if (words > ahead_.capacity) {
+    // Optional: without the memory, segments pack their own votes.
+    ahead_.words.reset(new (std::nothrow) uint64_t[words]);
+    ahead_.capacity = ahead_.words ? words : 0;
+    if (!ahead_.words) return;
+  }
+  SegmentId id = segs_.self;
+  id.part++;
+  ahead_.id = id;
+  ahead_.send = segs_.nextSend;
+  ahead_.count = segs_.nextCount;
+  ahead_.dt = dt_;
+  ahead_.zeroRule = s_->spec.zeroRule;
+  ahead_.planes = planes;
+  ahead_.nblocks = nb;
+  ahead_.unit = unit_;
+  ahead_.units = 0;
+  ahead_.valid = true;
+}
+
+void ScheduleExecutor::packAheadUnit() {
+  const int64_t b = (int64_t)ahead_.units * ahead_.unit, nb = ahead_.nblocks;
+  const size_t first = (size_t)b * bits::kBlockElems;
+  if (first < ahead_.count) {
+    const size_t n = std::min(ahead_.count - first, (size_t)std::min(ahead_.unit, nb - b) * bits::kBlockElems);
+    k_->pack(static_cast<const char*>(ahead_.send) + first * bits::typeSize(ahead_.dt), ahead_.dt, n,
+             ahead_.zeroRule, ahead_.words.get() + b, (size_t)nb);
+  }
+  ahead_.units++;
+  unitsPackedAhead_++;
 }
 
 void ScheduleExecutor::unpackRange(int64_t b, int64_t len) {
@@ -454,12 +514,21 @@ ncclResult_t ScheduleExecutor::work(bool* more) {
     unpackPiece();
     return ncclSuccess;
   }
+  // Last, and only while transfers are in flight: the next segment's votes
+  // (this run's packs are done: ahead_ is free).
+  if (packsDone() && !transfers_.allDone()) {
+    if (aheadUsable_) beginAhead();  // this run read ahead_ for its packs, and is done with them
+    if (aheadPending() && ahead_.units < aheadUnitCap_) {
+      packAheadUnit();
+      return ncclSuccess;
+    }
+  }
   *more = false;
   return ncclSuccess;
 }
 
 ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const HostPlan& plan, const void* send, void* recv,
-                                   size_t count, ncclDataType_t dt) {
+                                   size_t count, ncclDataType_t dt, const Segments* segments) {
   const algo::ScratchLayout& layout = plan.layout;
   s_ = &s;
   layout_ = &layout;
@@ -487,6 +556,20 @@ ncclResult_t ScheduleExecutor::run(const algo::Schedule& s, const HostPlan& plan
   transfers_.clear();
   peerVerified_.assign((size_t)s.nranks, 0);
   NCCLCHECK(buildItems());
+  // Packing ahead reads the next segment's input while this one's output is
+  // written: not when the two overlap (recv a shifted send; in place, the
+  // next segment's input lies past this one's output).
+  segs_ = Segments{};
+  if (segments != nullptr) {
+    segs_ = *segments;
+    // As addresses: the two may be unrelated objects.
+    const uintptr_t next = reinterpret_cast<uintptr_t>(segments->nextSend);
+    const uintptr_t out = reinterpret_cast<uintptr_t>(recv);
+    const size_t esize = bits::typeSize(dt);
+    if (next != 0 && next < out + count * esize && out < next + segments->nextCount * esize) segs_.nextSend = nullptr;
+  }
+  aheadUsable_ = aheadMatches(segments);
+  if (!aheadUsable_) beginAhead();  // what ahead_ held is for no run to come
   NCCLCHECK(transfers_.run([this](size_t cookie, size_t bytes) { return onRecv(cookie, bytes); },
                            [this](bool* more) { return work(more); }));
   for (Item& x : items_)

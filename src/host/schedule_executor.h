@@ -22,11 +22,13 @@
 // it travels; the result is unpacked into the output a piece at a time as
 // soon as a range is final, while transfers run. The order of writes that
 // makes in-place calls safe is kept: every pack is done before the first
-// output element is written.
+// output element is written. Between segments of a long call, the next
+// segment's votes are packed while this one waits on the wire (Segments).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "algo/chunk_order.h"
@@ -53,6 +55,25 @@ struct HostPlan {
 };
 void makeHostPlan(const algo::Schedule& s, HostPlan* plan);
 
+// A long call runs as segments, one schedule each (sign_allreduce.cc). While
+// a segment waits on the wire its rank's CPU is mostly idle, and the next
+// segment would begin by packing its votes while its links idle: so the
+// executor packs the next segment's votes ahead, a unit at a time when it
+// has nothing else to do, and the next run copies them into its counter
+// instead of packing (the same bits). `self` names the segment being run;
+// nextSend/nextCount are the input of the one after it in the same call
+// (nextSend null: none). SIGNLION_HOST_PACK_AHEAD=0 turns it off.
+struct SegmentId {
+  uint64_t call = 0;  // the communicator's call sequence number
+  uint32_t part = 0;  // the segment's index in the call
+  bool operator==(const SegmentId& o) const { return call == o.call && part == o.part; }
+};
+struct Segments {
+  SegmentId self;
+  const void* nextSend = nullptr;
+  size_t nextCount = 0;
+};
+
 class ScheduleExecutor {
  public:
   ScheduleExecutor(const Net& net, const Links& links, Arena& arena, CallCheck& check, int timeoutMs)
@@ -65,7 +86,15 @@ class ScheduleExecutor {
   // first message to each peer, and the header from each peer is verified
   // before anything received from it is forwarded.
   ncclResult_t run(const algo::Schedule& s, const HostPlan& plan, const void* send, void* recv, size_t count,
-                   ncclDataType_t dt);
+                   ncclDataType_t dt, const Segments* segments = nullptr);
+
+  // Units (of packing work) of votes packed ahead for a next segment, and of
+  // those the next segment copied instead of packing; since construction.
+  uint64_t unitsPackedAhead() const { return unitsPackedAhead_; }
+  uint64_t unitsCopiedFromAhead() const { return unitsCopiedFromAhead_; }
+  // Tests: pack at most `units` units of a next segment ahead, so that one
+  // segment both copies units and packs the rest.
+  void capUnitsPackedAheadForTesting(size_t units) { aheadUnitCap_ = units; }
 
  private:
   // Where plane `plane` of `buf` (slot for kVotes) starts; `payloadWidth` is
@@ -120,6 +149,34 @@ class ScheduleExecutor {
   // Runs the lazy pack over the units that cover blocks [b, e).
   void ensurePacked(int64_t b, int64_t e);
   bool packsDone() const { return packPending_ == 0 && (lazyPack_ == nullptr || packRest_ >= packed_.size()); }
+  // The next segment's votes packed ahead (Segments): countersPerValue
+  // planes of `nblocks` words, its first `units` units (unit_ blocks each)
+  // packed. Capacity kept (words grows only): bounded by one segment's votes,
+  // so a warm communicator does not allocate.
+  struct Ahead {
+    std::unique_ptr<uint64_t[]> words;
+    size_t capacity = 0;
+    bool valid = false;  // holds (part of) the votes of segment `id`
+    SegmentId id;
+    const void* send = nullptr;
+    size_t count = 0;
+    ncclDataType_t dt = ncclFloat32;
+    ncclSignZeroRule_t zeroRule = ncclSignZeroPositive;
+    int planes = 1;  // bits::votePlanes(zeroRule): the run copying them needs one per counter
+    int64_t nblocks = 0, unit = 0;
+    size_t units = 0;
+  };
+  // Whether this run's lazy pack may copy from ahead_ (it was packed for it).
+  bool aheadMatches(const Segments* seg) const;
+  // Starts packing the next segment ahead into ahead_ (this run no longer reads it).
+  void beginAhead();
+  // Packs the next unit of the next segment ahead.
+  void packAheadUnit();
+  // Whether units of the next segment are left to pack ahead.
+  bool aheadPending() const {
+    return !aheadUsable_ && ahead_.valid && (int64_t)ahead_.units * ahead_.unit < ahead_.nblocks;
+  }
+
   // Writes the output elements of blocks [b, b + len) from the result planes.
   void unpackRange(int64_t b, int64_t len);
   // Unpacks the next piece of the unpack queue (not empty).
@@ -179,6 +236,15 @@ class ScheduleExecutor {
   bool unpackEarly_ = false;
   std::vector<algo::Range> unpackQueue_;
   size_t unpackHead_ = 0;
+  // The segment being run and the input of the one after it (nextSend null:
+  // none, or it overlaps this run's output, so it is not packed ahead); the
+  // votes packed ahead; aheadUsable_: ahead_ holds this run's own votes (packed
+  // during the run before), units below ahead_.units are copied, not packed.
+  Segments segs_;
+  Ahead ahead_;
+  bool aheadUsable_ = false;
+  size_t aheadUnitCap_ = SIZE_MAX;
+  uint64_t unitsPackedAhead_ = 0, unitsCopiedFromAhead_ = 0;
 };
 
 }  // namespace host

@@ -49,8 +49,15 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostAllRe
     h.part = (uint32_t)(done / segment);
     h.algorithm = (uint8_t)e->schedule.algo;
     c->check.begin(h);
+    // The next segment's votes are packed while this one waits on the wire.
+    signlion::host::Segments segs;
+    segs.self = signlion::host::SegmentId{h.seq, h.part};
+    if (done + n < count) {
+      segs.nextSend = static_cast<const char*>(sendbuff) + (done + n) * esize;
+      segs.nextCount = std::min(segment, count - done - n);
+    }
     res = c->executor->run(e->schedule, e->extra, static_cast<const char*>(sendbuff) + done * esize,
-                           static_cast<char*>(recvbuff) + done * esize, n, datatype);
+                           static_cast<char*>(recvbuff) + done * esize, n, datatype, &segs);
     done += n;
   } while (done < count && res == ncclSuccess);
   return signlion::host::callEnd(c, res);

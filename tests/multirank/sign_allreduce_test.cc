@@ -26,6 +26,7 @@
 #include "common/ranks.h"
 #include "common/vote_inputs.h"
 #include "common/warn_capture.h"
+#include "host/communicator.h"
 #include "nccl_sign.h"
 
 namespace signlion {
@@ -271,6 +272,78 @@ TEST(SignAllReduceSegments, SeveralSegmentsGetTheReference) {
       });
     }
   }
+  unsetenv("SIGNLION_HOST_SEGMENT");
+  paramResetCache();
+}
+
+// A segment's votes packed ahead while the segment before it waits on the
+// wire (ScheduleExecutor, Segments), then copied instead of packed: rank 0
+// starts each call 20 ms late, so the others wait on it with receives posted
+// and pack their next segments. Small chunks (256 B: 32-block units) make
+// two units per 4096-element segment; with at most one unit packed ahead a
+// segment copies its first and packs its second. Ring, halving-doubling and
+// hier (nodes of 2 and 3), both zero rules (one and two counters), every
+// dtype and op, in and out of place; counts whose second segment is short
+// (100 elements: a partial block) or whose last is. The ranks that waited
+// must have copied units packed ahead; with SIGNLION_HOST_PACK_AHEAD=0 none
+// is packed ahead.
+TEST(SignAllReduceSegments, VotesPackedAheadGetTheReference) {
+  setenv("SIGNLION_HOST_SEGMENT", "4096", 1);
+  setenv("SIGNLION_HOST_CHUNK_BYTES", "256", 1);
+  const size_t counts[] = {4096 + 100, 4 * 4096 + 100, 3 * 4096};
+  const Layout twoNodes{{0, 0, 1, 1, 1}};
+  struct Variant {
+    bool ahead;
+    size_t cap;  // units of a segment packed ahead at most
+  };
+  for (Variant v : {Variant{true, SIZE_MAX}, Variant{true, 1}, Variant{false, SIZE_MAX}}) {
+    setenv("SIGNLION_HOST_PACK_AHEAD", v.ahead ? "1" : "0", 1);
+    paramResetCache();
+    for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoHierarchical}) {
+      for (ncclSignZeroRule_t zero : {ncclSignZeroPositive, ncclSignZeroAbstain}) {
+        const int n = 5;
+        const std::string what = std::string(algoName(algo)) + " zero=" + std::to_string(zero) +
+                                 (v.ahead ? "" : " SIGNLION_HOST_PACK_AHEAD=0") +
+                                 (v.cap == 1 ? " one unit ahead" : "");
+        withRanks(
+            n,
+            [&](int r) {
+              ncclSignConfig_t c = hierConfig(twoNodes, r, zero);
+              c.algorithm = algo;
+              return c;
+            },
+            [&](int rank, ncclSignComm_t comm) {
+              host::ScheduleExecutor& x = *comm->executor;
+              x.capUnitsPackedAheadForTesting(v.cap);
+              uint32_t seed = 1200;
+              for (size_t count : counts) {
+                for (ncclDataType_t dt : kTypes) {
+                  std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, seed++);
+                  for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+                    if (op == ncclSignAverage && dt == ncclInt8) continue;
+                    Bytes want = test::referenceOutput(in, count, dt, op, zero, ncclSignTieZero);
+                    for (bool inPlace : {false, true}) {
+                      if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                      checkCall(rank, comm, in, want, count, dt, op, inPlace,
+                                what + " count " + std::to_string(count) + " " + bits::typeName(dt) +
+                                    (op ? " avg" : " maj") + (inPlace ? " in place" : ""));
+                    }
+                  }
+                }
+              }
+              if (!v.ahead) {
+                EXPECT_EQ(x.unitsPackedAhead(), 0u) << what << " rank " << rank;
+              } else if (rank != 0) {
+                // 42 calls of 2-5 segments each, every one begun with this rank waiting.
+                EXPECT_GT(x.unitsCopiedFromAhead(), 0u) << what << " rank " << rank;
+              }
+              EXPECT_LE(x.unitsCopiedFromAhead(), x.unitsPackedAhead()) << what << " rank " << rank;
+            });
+      }
+    }
+  }
+  unsetenv("SIGNLION_HOST_PACK_AHEAD");
+  unsetenv("SIGNLION_HOST_CHUNK_BYTES");
   unsetenv("SIGNLION_HOST_SEGMENT");
   paramResetCache();
 }
