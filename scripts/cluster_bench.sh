@@ -9,7 +9,7 @@
 # the fp32 ring sum. Writes OUT/cluster.csv (one row per contender and size,
 # with the socket transport's byte counters: the most any rank sent and the
 # most any node sent to other nodes, per call), every rank-0 table under
-# OUT/logs, and a summary of hier against the best flat algorithm. Deletes
+# OUT/logs (each with the packets the links dropped), and a summary of hier against the best flat algorithm. Deletes
 # every namespace it made, also on failure or interrupt.
 #   scripts/cluster_bench.sh [BUILD_DIR] [OUT_DIR]            (root)
 # Environment (defaults: the run of docs/PERFORMANCE_ethernet.md, "Emulated cluster"):

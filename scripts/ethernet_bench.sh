@@ -3,7 +3,8 @@
 # namespaces joined by tbf-limited veth pairs to a bridge (netns_lib.sh's
 # star), one rank per namespace, for fp32 inputs of MINB..MAXB. Writes
 # OUT/ethernet.csv, OUT/ethernet.png (time vs size, one line per contender;
-# needs python3-matplotlib) and every rank-0 table under OUT/logs. Deletes
+# needs python3-matplotlib) and every rank-0 table under OUT/logs (each with
+# the packets the links dropped during it). Deletes
 # every namespace it made, also on failure or interrupt. Each rank gets
 # SIGNLION_HOSTID=ns<r> (a namespace is a node) and SIGNLION_COST_BETA_MBPS of
 # its link's rate, so auto's cost model sees the emulated network.
