@@ -58,6 +58,29 @@ void checkCall(int rank, ncclSignComm_t comm, const std::vector<Bytes>& inputs, 
   ASSERT_EQ(at, std::string::npos) << what << " rank " << rank << " first bad byte " << at;
 }
 
+// Every dtype and op of each count, in and out of place, against the
+// reference under `zero` (ties to zero); inputs from seed, seed + 1, ... (the
+// same on every rank). beforeCall, if set, runs before each call.
+void checkEveryTypeAndOp(int rank, ncclSignComm_t comm, int n, const std::vector<size_t>& counts,
+                         ncclSignZeroRule_t zero, uint32_t seed, const std::string& what,
+                         const std::function<void()>& beforeCall = nullptr) {
+  for (size_t count : counts) {
+    for (ncclDataType_t dt : kTypes) {
+      std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, seed++);
+      for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+        if (op == ncclSignAverage && dt == ncclInt8) continue;
+        Bytes want = test::referenceOutput(in, count, dt, op, zero, ncclSignTieZero);
+        for (bool inPlace : {false, true}) {
+          if (beforeCall) beforeCall();
+          checkCall(rank, comm, in, want, count, dt, op, inPlace,
+                    what + " count " + std::to_string(count) + " " + bits::typeName(dt) + (op ? " avg" : " maj") +
+                        (inPlace ? " in place" : ""));
+        }
+      }
+    }
+  }
+}
+
 struct MatrixCase {
   ncclSignAlgo_t algo;
   int nranks;
@@ -72,24 +95,9 @@ class SignAllReduceMatrix : public ::testing::TestWithParam<MatrixCase> {};
 // Every count, dtype, op, in and out of place, on one warm communicator.
 TEST_P(SignAllReduceMatrix, EveryRankGetsTheReference) {
   const MatrixCase mc = GetParam();
-  const size_t counts[] = {0, 1, 63, 64, 65, 4097};
+  const std::vector<size_t> counts = {0, 1, 63, 64, 65, 4097};
   withRanks(mc.nranks, makeConfig(mc.algo), [&](int rank, ncclSignComm_t comm) {
-    uint32_t seed = 100;
-    for (size_t count : counts) {
-      for (ncclDataType_t dt : kTypes) {
-        // Every thread makes the same inputs from the same seed.
-        std::vector<Bytes> in = test::randomVoteInputs(mc.nranks, count, dt, seed++);
-        for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
-          if (op == ncclSignAverage && dt == ncclInt8) continue;
-          Bytes want = test::referenceOutput(in, count, dt, op, ncclSignZeroPositive, ncclSignTieZero);
-          for (bool inPlace : {false, true}) {
-            checkCall(rank, comm, in, want, count, dt, op, inPlace,
-                      "count " + std::to_string(count) + " " + bits::typeName(dt) + (op ? " avg" : " maj") +
-                          (inPlace ? " in-place" : ""));
-          }
-        }
-      }
-    }
+    checkEveryTypeAndOp(rank, comm, mc.nranks, counts, ncclSignZeroPositive, 100, "");
   });
 }
 
@@ -178,30 +186,24 @@ ncclSignConfig_t hierConfig(const Layout& l, int rank, ncclSignZeroRule_t zero =
   c.hostId = kIds[l.node[rank]];
   return c;
 }
+// The same nodes, another algorithm (a flat one runs over them too).
+ncclSignConfig_t nodesConfig(const Layout& l, int rank, ncclSignAlgo_t algo,
+                             ncclSignZeroRule_t zero = ncclSignZeroPositive) {
+  ncclSignConfig_t c = hierConfig(l, rank, zero);
+  c.algorithm = algo;
+  return c;
+}
 
 class SignAllReduceHierarchical : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(SignAllReduceHierarchical, EveryRankGetsTheReference) {
   const Layout l = GetParam();
   const int n = (int)l.node.size();
-  const size_t counts[] = {0, 1, 63, 64, 65, 4097, 100003};
+  const std::vector<size_t> counts = {0, 1, 63, 64, 65, 4097, 100003};
   withRanks(
       n, [&](int r) { return hierConfig(l, r); },
       [&](int rank, ncclSignComm_t comm) {
-        uint32_t seed = 300;
-        for (size_t count : counts) {
-          for (ncclDataType_t dt : kTypes) {
-            std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, seed++);
-            for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
-              if (op == ncclSignAverage && dt == ncclInt8) continue;
-              Bytes want = test::referenceOutput(in, count, dt, op, ncclSignZeroPositive, ncclSignTieZero);
-              for (bool inPlace : {false, true})
-                checkCall(rank, comm, in, want, count, dt, op, inPlace,
-                          l.name() + " count " + std::to_string(count) + " " + bits::typeName(dt) +
-                              (op ? " avg" : " maj") + (inPlace ? " in-place" : ""));
-            }
-          }
-        }
+        checkEveryTypeAndOp(rank, comm, n, counts, ncclSignZeroPositive, 300, l.name());
       });
 }
 INSTANTIATE_TEST_SUITE_P(Host, SignAllReduceHierarchical, ::testing::ValuesIn(hierLayouts()),
@@ -290,7 +292,7 @@ TEST(SignAllReduceSegments, SeveralSegmentsGetTheReference) {
 TEST(SignAllReduceSegments, VotesPackedAheadGetTheReference) {
   setenv("SIGNLION_HOST_SEGMENT", "4096", 1);
   setenv("SIGNLION_HOST_CHUNK_BYTES", "256", 1);
-  const size_t counts[] = {4096 + 100, 4 * 4096 + 100, 3 * 4096};
+  const std::vector<size_t> counts = {4096 + 100, 4 * 4096 + 100, 3 * 4096};
   const Layout twoNodes{{0, 0, 1, 1, 1}};
   struct Variant {
     bool ahead;
@@ -306,31 +308,13 @@ TEST(SignAllReduceSegments, VotesPackedAheadGetTheReference) {
                                  (v.ahead ? "" : " SIGNLION_HOST_PACK_AHEAD=0") +
                                  (v.cap == 1 ? " one unit ahead" : "");
         withRanks(
-            n,
-            [&](int r) {
-              ncclSignConfig_t c = hierConfig(twoNodes, r, zero);
-              c.algorithm = algo;
-              return c;
-            },
+            n, [&](int r) { return nodesConfig(twoNodes, r, algo, zero); },
             [&](int rank, ncclSignComm_t comm) {
               host::ScheduleExecutor& x = *comm->executor;
               x.capUnitsPackedAheadForTesting(v.cap);
-              uint32_t seed = 1200;
-              for (size_t count : counts) {
-                for (ncclDataType_t dt : kTypes) {
-                  std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, seed++);
-                  for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
-                    if (op == ncclSignAverage && dt == ncclInt8) continue;
-                    Bytes want = test::referenceOutput(in, count, dt, op, zero, ncclSignTieZero);
-                    for (bool inPlace : {false, true}) {
-                      if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-                      checkCall(rank, comm, in, want, count, dt, op, inPlace,
-                                what + " count " + std::to_string(count) + " " + bits::typeName(dt) +
-                                    (op ? " avg" : " maj") + (inPlace ? " in place" : ""));
-                    }
-                  }
-                }
-              }
+              checkEveryTypeAndOp(rank, comm, n, counts, zero, 1200, what, [rank] {
+                if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+              });
               if (!v.ahead) {
                 EXPECT_EQ(x.unitsPackedAhead(), 0u) << what << " rank " << rank;
               } else if (rank != 0) {
@@ -375,33 +359,15 @@ TEST_P(SignAllReduceOverlap, SmallChunksGetTheReference) {
   } else {
     for (int n : {1, 2, 3, 4, 5, 8}) layouts.push_back(Layout{std::vector<int>(n, 0)});
   }
-  const size_t counts[] = {0, 1, 65, 2047, 2049, 20003};
+  const std::vector<size_t> counts = {0, 1, 65, 2047, 2049, 20003};
   for (const Layout& l : layouts) {
     const int n = (int)l.node.size();
     for (ncclSignZeroRule_t zero : {ncclSignZeroPositive, ncclSignZeroAbstain}) {
       withRanks(
-          n,
-          [&](int r) {
-            ncclSignConfig_t c = hierConfig(l, r, zero);
-            c.algorithm = algo;
-            return c;
-          },
+          n, [&](int r) { return nodesConfig(l, r, algo, zero); },
           [&](int rank, ncclSignComm_t comm) {
-            uint32_t seed = 500;
-            for (size_t count : counts) {
-              for (ncclDataType_t dt : kTypes) {
-                std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, seed++);
-                for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
-                  if (op == ncclSignAverage && dt == ncclInt8) continue;
-                  Bytes want = test::referenceOutput(in, count, dt, op, zero, ncclSignTieZero);
-                  for (bool inPlace : {false, true})
-                    checkCall(rank, comm, in, want, count, dt, op, inPlace,
-                              std::string(algoName(algo)) + " " + l.name() + " zero=" + std::to_string(zero) +
-                                  " count " + std::to_string(count) + " " + bits::typeName(dt) +
-                                  (op ? " avg" : " maj") + (inPlace ? " in-place" : ""));
-                }
-              }
-            }
+            checkEveryTypeAndOp(rank, comm, n, counts, zero, 500,
+                                std::string(algoName(algo)) + " " + l.name() + " zero=" + std::to_string(zero));
           });
     }
   }
@@ -451,11 +417,7 @@ TEST(SignAllReduceWire, InterNodeBytesMatchTheSchedule) {
   for (ncclSignAlgo_t algo : {ncclSignAlgoHierarchical, ncclSignAlgoRing, ncclSignAlgoHalvingDoubling}) {
     withRanks(
         n,
-        [&](int r) {
-          ncclSignConfig_t c = hierConfig(l, r);
-          c.algorithm = algo;
-          return c;
-        },
+        [&](int r) { return nodesConfig(l, r, algo); },
         [&](int rank, ncclSignComm_t comm) {
           Bytes out(count * 4);
           uint64_t s0, r0, s1, r1, all0, all1, unused;
