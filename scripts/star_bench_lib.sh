@@ -1,7 +1,8 @@
 # What the benchmarks over netns_lib.sh's star share (ethernet_bench.sh,
 # cluster_bench.sh). Source after netns_lib.sh.
 #
-#   star_bench_begin PERF OUT TAG -> exits 2 unless PERF is executable; makes
+#   star_bench_begin PERF OUT TAG -> exits 2 unless PERF is executable (and
+#       NETNS_TBF_LATENCY, if set, a time such as 20ms); makes
 #       OUT/logs and WORK (an empty temporary folder), sets PIDS=(); on exit,
 #       interrupt or failure kills every pid left in PIDS, deletes the star
 #       and WORK.
@@ -25,6 +26,8 @@ star_bench_cleanup() {
 
 star_bench_begin() {
   [[ -x $1 ]] || { echo "no $1: build the target sign_allreduce_perf first" >&2; exit 2; }
+  [[ ${NETNS_TBF_LATENCY:-20ms} =~ ^[0-9]+(us|ms|s)$ ]] ||
+    { echo "NETNS_TBF_LATENCY=$NETNS_TBF_LATENCY: a time such as 20ms (us, ms or s)" >&2; exit 2; }
   mkdir -p "$2/logs"
   WORK=$(mktemp -d "/tmp/signlion-$3-XXXXXX")
   PIDS=()
