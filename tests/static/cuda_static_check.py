@@ -446,13 +446,20 @@ def check_sass(args, tools):
         print("CMAKE_CUDA_ARCHITECTURES=%s: not a list of numbers, the architectures are not compared" % args.archs)
         want = (set(elf), set(ptx_list))
     real, virtual = want
+
+    def by_arch(archs):
+        return sorted(archs, key=arch_order)
+
     if set(elf) != real:
         problems.append("SASS for %s, CMAKE_CUDA_ARCHITECTURES=%s asks for %s" %
-                        (sorted(elf), args.archs, sorted(real)))
+                        (by_arch(elf), args.archs, by_arch(real)))
     if set(ptx_list) != virtual:
         problems.append("PTX for %s, CMAKE_CUDA_ARCHITECTURES=%s asks for %s" %
-                        (sorted("compute_" + a[3:] for a in ptx_list), args.archs,
-                         sorted("compute_" + a[3:] for a in virtual)))
+                        (["compute_" + a[3:] for a in by_arch(ptx_list)], args.archs,
+                         ["compute_" + a[3:] for a in by_arch(virtual)]))
+    # An architecture missing altogether is said once, above; below, each
+    # kernel on the architectures the library has.
+    real, virtual = real & set(elf), virtual & set(ptx_list)
     counts = set(elf.values()) | set(ptx_list.values())
     if len(counts) > 1:  # each .cu object carries one image per architecture
         problems.append("the objects do not all carry every architecture: %s %s" % (dict(elf), dict(ptx_list)))
@@ -470,7 +477,7 @@ def check_sass(args, tools):
         for arch in sorted(virtual):
             if ("compute_" + arch[3:], fn) not in ptx:
                 problems.append("%s has no PTX for compute_%s" % (short_name(plain[fn]), arch[3:]))
-    for (arch, fn), code in sorted(sass.items()):
+    for (arch, fn), code in sorted(sass.items(), key=lambda kv: (arch_order(kv[0][0]), kv[0][1])):
         local = collections.Counter(i.split()[0] for i in code if LOCAL_MEMORY_SASS.match(i))
         if local:
             problems.append("%s on %s loads or stores local memory: %s" %
