@@ -9,7 +9,7 @@
 # They read the library with cuobjdump and nvdisasm (the toolkit's, or the
 # nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm Python packages that
 # scripts/setup.sh installs). Skipped (77), with the reason, in a build without
-# CUDA or where the tools are missing. About 8 CPU-seconds each (the SASS of
+# CUDA or where the tools are missing. About 11 CPU-seconds each (the SASS of
 # 60 kernels on three architectures).
 find_package(Python3 COMPONENTS Interpreter QUIET)
 if(Python3_Interpreter_FOUND)
