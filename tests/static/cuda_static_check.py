@@ -129,7 +129,8 @@ def find_tool(name, cuda_bin, site_dirs):
     if cuda_bin:
         candidates.append(os.path.join(cuda_bin, name))
     for d in site_dirs:
-        # nvidia-cuda-<tool> 13.x wheels: nvidia/cu13/bin; 12.x: nvidia/cuda_<tool>/bin
+        # nvidia-cuda-<tool> 13.x wheels: nvidia/cu13/bin; nvidia/cuda_<tool>/bin is the layout
+        # of NVIDIA's -cu12 wheels (not tried here: the registry offers 13.2 and later)
         candidates.append(os.path.join(d, "nvidia", "cu13", "bin", name))
         candidates.append(os.path.join(d, "nvidia", "cuda_" + name, "bin", name))
     on_path = shutil.which(name)
