@@ -41,8 +41,12 @@ fi
 # interpreter that has Debian's python3-torch (the python tests' SIGNLION_PYTHON).
 # --no-deps: they must not replace Debian's torch with a registry build.
 # lion-pytorch: python.api.loads_a_lion_pytorch_state_dict loads its state dict.
+# nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm: the static.cuda_* tests read the
+# kernels' SASS and resource usage with them (the toolkit here lacks both;
+# cuobjdump runs nvdisasm for SASS). 13.5 reads CUDA 13.0's sm_80,
+# sm_90 and sm_100 objects; about 6 MiB.
 PY=/usr/bin/python3
-PIP_PACKAGES=(lion-pytorch==0.2.5)
+PIP_PACKAGES=(lion-pytorch==0.2.5 nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37)
 for spec in "${PIP_PACKAGES[@]}"; do
   name=${spec%%==*}
   want=${spec#*==}
