@@ -138,7 +138,11 @@ step_build() {
   local archs=${CUDA_ARCHS:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')}
   local nccl; nccl=$(build_nccl_home)
   local py; py=$(command -v python3 || echo /usr/bin/python3)
+  # SIGNLION_PTXAS_WERROR=OFF: the CPU build already makes spills and local memory errors
+  # (and the static.cuda_* tests check the library); another ptxas here may warn about
+  # something else, which must not stop the GPU checks.
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSIGNLION_ENABLE_CUDA=ON \
+    -DSIGNLION_PTXAS_WERROR=OFF \
     -DCMAKE_CUDA_ARCHITECTURES="$archs" -DCMAKE_PREFIX_PATH="$CARRY/prefix" \
     -DNCCL_HOME="$nccl" -DSIGNLION_PYTHON="$py" ${CMAKE_ARGS:-} || fail "cmake configure"
   grep -q '^SIGNLION_PYTHON:FILEPATH=' "$BUILD/CMakeCache.txt" || fail "SIGNLION_PYTHON not set"
