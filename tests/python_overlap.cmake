@@ -11,3 +11,11 @@ foreach(_case matches_reference_world2 matches_reference_world3 options_on_vs_of
   set_tests_properties(python.overlap.${_case} PROPERTIES LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${_signlion_py_env}")
 endforeach()
+foreach(_case matches_reference_world2 matches_reference_world3 matches_reference_world4 subgroup_world3
+              errors_world2 needs_a_process_group ddp_hook_world2 ddp_hook_world3)
+  add_test(NAME python.collectives.${_case}
+           COMMAND ${SIGNLION_PYTHON} ${PROJECT_SOURCE_DIR}/python/tests/test_torch_collectives.py
+                   SignAllReduce.test_${_case})
+  set_tests_properties(python.collectives.${_case} PROPERTIES LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${_signlion_py_env}")
+endforeach()

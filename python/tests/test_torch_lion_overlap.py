@@ -57,20 +57,20 @@ if HAVE_TORCH:
             return gh, ctx.g, None, None, None
 
 
-def make_params():
+def make_params(device="cpu"):
     """Parameters of three dtypes (bucket layouts differ by cap), all small."""
     torch.manual_seed(0)
     shapes = [((5, 7), torch.float32), ((13,), torch.float32), ((3, 3), torch.bfloat16), ((64,), torch.float32),
               ((4, 4), torch.float16), ((11,), torch.bfloat16), ((6, 6), torch.float32), ((9,), torch.float32)]
-    return [torch.nn.Parameter(torch.randn(s).to(dt)) for s, dt in shapes]
+    return [torch.nn.Parameter(torch.randn(s).to(dt).to(device)) for s, dt in shapes]
 
 
 def backward_with(params, grads, used, delay=0.0, log=None):
     """One backward giving params[i] the gradient grads[i] where used[i] (else no gradient)."""
-    h = torch.zeros(())
+    h = torch.zeros((), device=params[0].device)
     for i, (p, g) in enumerate(zip(params, grads)):
         if used[i]:
-            h = Inject.apply(h, p, g.to(p.dtype), delay if i == 0 else 0.0, log)
+            h = Inject.apply(h, p, g.to(device=p.device, dtype=p.dtype), delay if i == 0 else 0.0, log)
     h.backward()
 
 
