@@ -6,7 +6,7 @@ gradient hooks), CPU tensors, gloo process groups of 2 and 3 spawned ranks:
     parameter unused everywhere, one with a gradient on some ranks only, zero_grad with
     set_to_none True and False, an lr change, a closure, add_param_group, and a state_dict
     round trip in the middle; master_weights, momentum_average_every, skip_nonfinite and
-    maximize on vs off;
+    maximize on vs off; a state saved with one bucket cap continues exactly under another;
  2. gradient accumulation: 3 backward passes (2 inside no_sync()) equal overlap=False's plain
     accumulation; without no_sync() the second backward raises a clear RuntimeError and
     step() still completes on every rank (nothing hangs);
@@ -195,6 +195,40 @@ def check_options_on_vs_off(rank, world):
                 opt.close()
 
 
+def check_state_across_layouts(rank, world):
+    """A state saved with one bucket cap loads into an optimizer with another: momenta, master
+    copies and the counters (momentum averaging every 3 steps, a step count) continue exactly."""
+    from signlion.torch import DistributedLion
+    kw = dict(lr=LR, weight_decay=WD, aggregation="mavo", master_weights=True, momentum_average_every=3)
+    used = [True] * 8
+
+    def run(params, opt, steps):
+        for s in steps:
+            backward_with(params, grads_of(rank, s, [p.shape for p in params]), used)
+            opt.step()
+            opt.zero_grad()
+
+    straight = make_params()
+    opt = DistributedLion(straight, bucket_cap_mb=1e-5, **kw)
+    run(straight, opt, range(5))
+    first = make_params()
+    opt1 = DistributedLion(first, bucket_cap_mb=1e-5, **kw)
+    run(first, opt1, range(2))
+    saved = opt1.state_dict()
+    opt1.close()
+    opt2 = DistributedLion(first, bucket_cap_mb=float("inf"), **kw)
+    assert len(opt2.bucket_layout()) == 3
+    opt2.load_state_dict(saved)
+    assert opt2.step_counts() == (2, 0), opt2.step_counts()
+    run(first, opt2, range(2, 5))
+    for i, (a, b) in enumerate(zip(straight, first)):
+        assert torch.equal(a.detach(), b.detach()), "parameter %d differs after the load" % i
+    sa, sb = opt.state_dict()["state"], opt2.state_dict()["state"]
+    assert all(torch.equal(sa[i][k], sb[i][k]) for i in sa for k in sa[i]), "states differ after the load"
+    opt.close()
+    opt2.close()
+
+
 def check_accumulation(rank, world):
     from signlion.torch import DistributedLion
     results = []
@@ -301,6 +335,9 @@ class Overlap(unittest.TestCase):
 
     def test_options_on_vs_off_world2(self):
         run_ranks(2, "check_options_on_vs_off")
+
+    def test_state_across_layouts_world2(self):
+        run_ranks(2, "check_state_across_layouts")
 
     def test_accumulation_world2(self):
         run_ranks(2, "check_accumulation")
