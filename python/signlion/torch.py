@@ -930,9 +930,9 @@ class DistributedLion(torch.optim.Optimizer):
             if blob.numel() not in (_STATE_HEADER_BYTES + 4 * n, _STATE_HEADER_BYTES + 8 * n):
                 raise ValueError("signlion: a saved state of %d bytes for %d parameters: not a Lion state of this "
                                  "library" % (blob.numel(), n))
-            momentum = blob[_STATE_HEADER_BYTES:_STATE_HEADER_BYTES + 4 * n].view(torch.float32)
-            master = blob[_STATE_HEADER_BYTES + 4 * n:].view(torch.float32) if blob.numel() > _STATE_HEADER_BYTES + 4 * n \
-                else None
+            end = _STATE_HEADER_BYTES + 4 * n
+            momentum = blob[_STATE_HEADER_BYTES:end].view(torch.float32)
+            master = blob[end:].view(torch.float32) if blob.numel() > end else None
             offset = 0
             for p in ps:
                 st = {"exp_avg": momentum[offset:offset + p.numel()].view(p.shape)}
