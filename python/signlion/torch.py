@@ -368,6 +368,8 @@ class DistributedLion(torch.optim.Optimizer):
       - a bucket's gradients are read when it starts, during backward: clipping, unscaling or
         any other change of .grad between backward() and step() has no effect on it; use
         overlap=False for that;
+      - every backward outside no_sync() that completes a bucket steps it, whether step()
+        follows or not (inspect gradients inside no_sync());
       - the learning rate and other hyper-parameters are read when a bucket starts (after the
         previous step(), so schedulers work as usual);
       - gradient accumulation over several backward passes needs `with opt.no_sync():` around
