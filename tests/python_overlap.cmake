@@ -13,8 +13,8 @@ endfunction()
 
 signlion_python_tests(overlap test_torch_lion_overlap.py Overlap
                       matches_reference_world2 matches_reference_world3 options_on_vs_off_world2
-                      state_across_layouts_world2 accumulation_world2 accumulation_world3 overlaps_backward_world2
+                      state_across_layouts_world2 accumulation_world2 overlaps_backward_world2
                       failed_background_step_is_raised arguments_checked)
 signlion_python_tests(collectives test_torch_collectives.py SignAllReduce
-                      matches_reference_world2 matches_reference_world4 subgroup_world3 errors_world2
+                      matches_reference_and_errors_world2 matches_reference_world4 subgroup_world3
                       needs_a_process_group ddp_hook_world2 ddp_hook_world3)

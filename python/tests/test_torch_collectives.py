@@ -120,6 +120,11 @@ def check_subgroup(rank, world):
     assert torch.equal(t, want)
 
 
+def check_sign_all_reduce_and_errors(rank, world):
+    check_sign_all_reduce(rank, world)
+    check_errors(rank, world)
+
+
 def check_errors(rank, world):
     from signlion.torch import sign_all_reduce
     bad = [
@@ -183,8 +188,8 @@ def run_ranks(world, scenario):
 
 @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
 class SignAllReduce(unittest.TestCase):
-    def test_matches_reference_world2(self):
-        run_ranks(2, "check_sign_all_reduce")
+    def test_matches_reference_and_errors_world2(self):
+        run_ranks(2, "check_sign_all_reduce_and_errors")
 
     def test_matches_reference_world3(self):
         run_ranks(3, "check_sign_all_reduce")
@@ -194,9 +199,6 @@ class SignAllReduce(unittest.TestCase):
 
     def test_subgroup_world3(self):
         run_ranks(3, "check_subgroup")
-
-    def test_errors_world2(self):
-        run_ranks(2, "check_errors")
 
     def test_needs_a_process_group(self):
         from signlion.torch import sign_all_reduce

@@ -342,9 +342,6 @@ class Overlap(unittest.TestCase):
     def test_accumulation_world2(self):
         run_ranks(2, "check_accumulation")
 
-    def test_accumulation_world3(self):
-        run_ranks(3, "check_accumulation")
-
     def test_overlaps_backward_world2(self):
         run_ranks(2, "check_overlaps_backward")
 
