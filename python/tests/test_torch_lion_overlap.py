@@ -313,8 +313,13 @@ def check_overlaps_backward(rank, world):
     opt.zero_grad()
     used[3] = False
     backward_with(params, grads_of(rank, 1, [p.shape for p in params]), used)
-    opt.step()
     held = [i for i, b in enumerate(layout) if 3 in b["params"]][0]
+    # Between backward and step(): state_dict() waits for the buckets in flight (the host
+    # communicator is then free for this thread) and shows their steps done.
+    headers = opt.state_dict()["signlion"]["buckets"]
+    assert ("done", held - 1, True) in [e[:3] for e in log], log
+    assert len(headers) == len(layout)
+    opt.step()
     assert 0 < held < len(layout) - 1, layout
     launches = [e[:3] for e in log if e[0] == "launch"]
     assert launches == [("launch", b, b < held) for b in range(len(layout))], launches
