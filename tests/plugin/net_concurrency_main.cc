@@ -58,6 +58,7 @@ namespace {
 struct Options {
   std::string lib, dir, role, ifname = "lo";
   int version = 11, threads = 4, comms = 3, rounds = 10;
+  int weights[3] = {6, 2, 2};  // --fates normal,sender-aborts,receiver-aborts (out of their sum)
   uint64_t seed = 0;
   bool seedGiven = false;
   int64_t roundLimitMs = 20000, limitMs = 120000;
@@ -109,11 +110,11 @@ struct Plan {
 };
 
 // sender: the sending process's role ('a' or 'b').
-Plan planFor(uint64_t seed, char sender, int thread, int round, int comm) {
-  uint64_t h = mix(mix(mix(mix(seed, (uint64_t)sender), (uint64_t)thread), (uint64_t)round), (uint64_t)comm);
+Plan planFor(const Options& o, char sender, int thread, int round, int comm) {
+  uint64_t h = mix(mix(mix(mix(o.seed, (uint64_t)sender), (uint64_t)thread), (uint64_t)round), (uint64_t)comm);
   Plan p{};
-  int f = (int)(h % 10);
-  p.fate = f < 6 ? kNormal : f < 8 ? kSenderAborts : kReceiverAborts;
+  int f = (int)(h % (uint64_t)(o.weights[0] + o.weights[1] + o.weights[2]));
+  p.fate = f < o.weights[0] ? kNormal : f < o.weights[0] + o.weights[1] ? kSenderAborts : kReceiverAborts;
   p.msgs = 1 + (int)((h >> 8) % kMaxMsgs);
   p.sendsBeforeClose = (int)((h >> 16) % (p.msgs + 1));
   p.recvsBeforeClose = (int)((h >> 24) % (p.msgs + 1));
@@ -172,7 +173,7 @@ class ThreadRun {
           a->comm = i;
           a->startMs = nowMs();
           memcpy(a->handle, peerHandle_, sizeof(a->handle));
-          a->plan = planFor(o_.seed, o_.role[0], t_, round, i);
+          a->plan = planFor(o_, o_.role[0], t_, round, i);
           actors_.push_back(std::move(a));
         }
         round++;
@@ -364,7 +365,7 @@ class ThreadRun {
         fail(o_, "thread %d: a second comm said it was round %u comm %u", t_, h.round, h.comm);
       a.round = (int)h.round;
       a.comm = (int)h.comm;
-      a.plan = planFor(o_.seed, peerRole(), t_, a.round, a.comm);
+      a.plan = planFor(o_, peerRole(), t_, a.round, a.comm);
       a.buf.assign(kMaxMsgs * kSlot, 0);
       check(net_.regMr(a.c, a.buf.data(), a.buf.size(), &a.mr), a, "regMr");
       a.state = 1;
@@ -541,13 +542,15 @@ int runBoth(Options o, const char* self) {
     if (pids[i] == 0) {
       char seed[32];
       snprintf(seed, sizeof(seed), "0x%" PRIx64, o.seed);
+      std::string fates = std::to_string(o.weights[0]) + "," + std::to_string(o.weights[1]) + "," +
+                          std::to_string(o.weights[2]);
       std::vector<std::string> args = {self,
                                        "--lib", o.lib, "--dir", o.dir, "--role", roles[i], "--seed", seed,
                                        "--threads", std::to_string(o.threads), "--comms", std::to_string(o.comms),
                                        "--rounds", std::to_string(o.rounds), "--ifname", o.ifname,
                                        "--version", std::to_string(o.version),
                                        "--round-limit-ms", std::to_string(o.roundLimitMs),
-                                       "--limit-ms", std::to_string(o.limitMs)};
+                                       "--limit-ms", std::to_string(o.limitMs), "--fates", fates};
       std::vector<char*> argv;
       for (auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
       argv.push_back(nullptr);
@@ -605,13 +608,16 @@ int main(int argc, char** argv) {
     else if (k == "--rounds") o.rounds = atoi(v.c_str());
     else if (k == "--seed") o.seed = strtoull(v.c_str(), nullptr, 0), o.seedGiven = true;
     else if (k == "--round-limit-ms") o.roundLimitMs = atoll(v.c_str());
+    else if (k == "--fates" && sscanf(v.c_str(), "%d,%d,%d", &o.weights[0], &o.weights[1], &o.weights[2]) == 3) {
+    }
     else if (k == "--limit-ms") o.limitMs = atoll(v.c_str());
     else {
       fprintf(stderr, "net_concurrency: unknown argument %s\n", k.c_str());
       return 2;
     }
   }
-  if (o.lib.empty() || o.threads < 1 || o.threads > 64 || o.comms < 1 || o.comms > 64 || o.rounds < 1 ||
+  if (o.lib.empty() || o.weights[0] < 0 || o.weights[1] < 0 || o.weights[2] < 0 ||
+      o.weights[0] + o.weights[1] + o.weights[2] < 1 || o.threads < 1 || o.threads > 64 || o.comms < 1 || o.comms > 64 || o.rounds < 1 ||
       o.version < 8 || o.version > 12 || (!o.role.empty() && o.role != "a" && o.role != "b")) {
     fprintf(stderr, "usage: %s --lib PATH [--threads 1..64] [--comms 1..64] [--rounds N] [--seed S] "
             "[--round-limit-ms MS] [--limit-ms MS] [--ifname lo] [--version 8..12]\n", argv[0]);
