@@ -5,6 +5,10 @@
 # run (printed; replay with --seed). Labels: "plugin" (the main pass and
 # ThreadSanitizer's) and "concurrency" (the AddressSanitizer pass of
 # scripts/run_tests.sh takes that label too).
+# The defects it found, each in its smallest deterministic form, in the
+# in-process suite (so once per transport, as every plugin test).
+target_sources(signlion_plugin_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/comm_independence_test.cc)
+
 add_executable(signlion_net_concurrency net_concurrency_main.cc)
 target_link_libraries(signlion_net_concurrency PRIVATE signlion_net_harness)
 add_dependencies(signlion_net_concurrency nccl-net-signlion)
@@ -42,6 +46,14 @@ if(TARGET nccl-net-signlion-ucx AND SIGNLION_TEST_UCX)
       list(APPEND _env "UCX_MEM_EVENTS=no" "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/ucx_lsan.supp")
     endif()
     set_tests_properties(plugin.concurrency.ucx_${_name} PROPERTIES LABELS ${_label} TIMEOUT 150
+                         ENVIRONMENT "${_env}")
+    # One thread, one comm each way per round, half of them aborted by the
+    # sender: endpoints of opposite directions between the two processes
+    # (which UCX pairs when one worker both sends and receives).
+    add_test(NAME plugin.concurrency.ucx_${_name}.opposite_directions
+             COMMAND signlion_net_concurrency --lib $<TARGET_FILE:nccl-net-signlion-ucx> --threads 1 --comms 1
+                     --rounds 20 --fates 1,1,0 --seed 1 --round-limit-ms 20000 --limit-ms 60000)
+    set_tests_properties(plugin.concurrency.ucx_${_name}.opposite_directions PROPERTIES LABELS ${_label} TIMEOUT 90
                          ENVIRONMENT "${_env}")
   endwhile()
 endif()
