@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "common/checks.h"
@@ -182,6 +183,7 @@ struct Comm : CommHeader {
   bool everSent = false;         // an isend was called: closeSend flushes what it left
   int orphans = 0;               // sends discardSends reported done while UCX still holds them
   bool warned = false;
+  bool byeSent = false;  // closeRecv says bye before it waits for its matched receives
   RequestTable<Request, NCCL_NET_MAX_REQUESTS> reqs;
   std::mutex mrMu;
   std::unordered_set<MemRegion*> mrs;
@@ -460,7 +462,7 @@ void destroyComm(Comm* c) {
     }
   }
   if (c->worker != nullptr && c->isSend) park = slotsPending(c) || c->orphans > 0;
-  OobWatch::sayBye(c->fd);
+  if (!c->byeSent) OobWatch::sayBye(c->fd);
   closeFd(&c->fd);
   {
     std::lock_guard<std::mutex> lk(c->mrMu);
@@ -477,6 +479,63 @@ void destroyComm(Comm* c) {
   }
   c->magic = 0;
   delete c;
+}
+
+// A comm closed with requests in flight: UCX may still write into the
+// caller's receive buffers (a receive matched, its rendezvous under way) or
+// read its send buffers (shared memory: sends the receiver has not taken,
+// which no force close can cut short), and the caller frees them once close
+// returns: a late write corrupted the heap, a late read delivered garbage
+// reported as received. So close waits until UCX is done with them:
+//   - recv comm: its unmatched receives are cancelled (done at once), the
+//     bye goes out first, so the sender cuts its sends short or completes
+//     them; a matched receive whose sender closed (said bye) first gets
+//     kSettleIdleMs without finishing: the sender's close force-closed its
+//     endpoint before its bye (TCP: nothing more comes) or its data is in
+//     shared memory (the copy is ours and finishes inside that time);
+//   - send comm without peer error handling (shared memory): until the
+//     receiver took the sends, or closed (its comm id is then never posted
+//     again: nothing will fetch them) or died;
+// and in both until the peer died, at most SIGNLION_SOCKET_TIMEOUT. The
+// process lock is taken for one progress step at a time, so the other
+// comms' calls go on meanwhile (this comm's own calls are over: the caller
+// is closing it). Only a comm still busy after that is parked (destroyComm).
+void waitForCallerBuffers(Comm* c) {
+  {
+    std::lock_guard<std::mutex> lk(workerLock());
+    if (c->worker == nullptr || !slotsPending(c)) return;
+    if (c->isSend && !c->epNoErrHandling) return;  // the force close in destroyComm cancels them
+    if (!c->isSend) {
+      for (Request& r : c->reqs)
+        for (int i = 0; r.used && i < r.n; i++)
+          if (!r.slots[i].done && r.slots[i].ureq != nullptr) ucp_request_cancel(c->worker, r.slots[i].ureq);
+      if (!slotsPending(c)) return;
+      OobWatch::sayBye(c->fd);
+      c->byeSent = true;
+    }
+  }
+  constexpr int64_t kSettleIdleMs = 200;
+  int64_t start = monotonicMs(), lastMove = start;
+  int left = -1;
+  while (monotonicMs() - start < timeoutMs()) {
+    {
+      std::lock_guard<std::mutex> lk(workerLock());
+      for (int i = 0; i < 16 && progress(c) != 0; i++) {
+      }
+      int n = 0;
+      for (Request& r : c->reqs)
+        for (int i = 0; r.used && i < r.n; i++) n += r.slots[i].done ? 0 : 1;
+      n += setupInFlight(c);
+      if (n == 0) return;
+      int64_t now = monotonicMs();
+      if (n != left) lastMove = now;
+      left = n;
+      OobWatch::State st = checkPeer(c, false);
+      if (st == OobWatch::kDead || (c->isSend && st == OobWatch::kClosed)) return;
+      if (st == OobWatch::kClosed && now - lastMove > kSettleIdleMs) return;
+    }
+    std::this_thread::yield();
+  }
 }
 
 void destroyCommLocked(Comm* c) {
@@ -1390,6 +1449,7 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
 ncclResult_t ucxCloseSend(void* sendComm) {
   Comm* c = asComm(sendComm, kCommSend);
   ARGCHECK(c != nullptr, "closeSend", "sendComm", "%p is not a send comm", sendComm);
+  waitForCallerBuffers(c);
   std::lock_guard<std::mutex> lk(workerLock());
   bool busy = false;
   for (Request& r : c->reqs)
@@ -1405,12 +1465,16 @@ ncclResult_t ucxCloseSend(void* sendComm) {
 ncclResult_t ucxCloseRecv(void* recvComm) {
   Comm* c = asComm(recvComm, kCommRecv);
   ARGCHECK(c != nullptr, "closeRecv", "recvComm", "%p is not a recv comm", recvComm);
+  {
+    std::lock_guard<std::mutex> lk(workerLock());
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h m = ucp_tag_probe_nb(c->worker, ucpTag(c->commId, 0), kCommIdMask, 0, &info);
+    if (m != nullptr)
+      WARN("NET/signlion-ucx: recv comm %p closed with a message of %zu bytes for tag %d that no receive claimed",
+           (void*)c, info.length, (int)(uint32_t)info.sender_tag);
+  }
+  waitForCallerBuffers(c);
   std::lock_guard<std::mutex> lk(workerLock());
-  ucp_tag_recv_info_t info;
-  ucp_tag_message_h m = ucp_tag_probe_nb(c->worker, ucpTag(c->commId, 0), kCommIdMask, 0, &info);
-  if (m != nullptr)
-    WARN("NET/signlion-ucx: recv comm %p closed with a message of %zu bytes for tag %d that no receive claimed",
-         (void*)c, info.length, (int)(uint32_t)info.sender_tag);
   destroyComm(c);
   return ncclSuccess;
 }
