@@ -17,7 +17,12 @@
 //   - receiver aborts: the receiver posts some receives and closes with them
 //     in flight, the sender tests its sends until each ended or a while.
 // Every payload that is reported received is checked byte for byte and by
-// size, also on aborted comms. Any failure on a normal comm, or any close
+// size, also on aborted comms. Outside the transport, the receiver tells the
+// sender by a file in --dir that it has the hello and, on a normal comm,
+// every message: a sender closes a normal comm only then, as NCCL closes
+// only once its peers are done (a sender's close may cut off what its
+// receiver has not read yet), and waits for the hello before it aborts, so
+// that the receiver knows the comm's fate. Any failure on a normal comm, or any close
 // that does not return success, fails the run: what one comm does never
 // affects another. Rounds and the whole run are bounded in time.
 //
