@@ -350,22 +350,24 @@ bool slotsPending(Comm* c) {
   return false;
 }
 
+// How many of c's requests (setup messages included) are in flight.
+int slotsInFlight(Comm* c) {
+  int n = setupInFlight(c);
+  for (Request& r : c->reqs)
+    for (int i = 0; r.used && i < r.n; i++) n += r.slots[i].done ? 0 : 1;
+  return n;
+}
+
 // Progresses the worker until none of c's requests is in flight, limitMs at
 // most, or idleMs without one finishing. The caller holds workerLock().
 bool drainSlots(Comm* c, int64_t limitMs, int64_t idleMs) {
   int64_t start = monotonicMs(), lastMove = start;
-  auto count = [c] {
-    int n = setupInFlight(c);
-    for (Request& r : c->reqs)
-      for (int i = 0; r.used && i < r.n; i++) n += r.slots[i].done ? 0 : 1;
-    return n;
-  };
-  int left = count();
+  int left = slotsInFlight(c);
   while (left > 0) {
     int64_t now = monotonicMs();
     if (now - start >= limitMs || now - lastMove >= idleMs) break;
     progress(c);
-    int n = count();
+    int n = slotsInFlight(c);
     if (n < left) lastMove = monotonicMs();
     left = n;
   }
@@ -522,10 +524,7 @@ void waitForCallerBuffers(Comm* c) {
       std::lock_guard<std::mutex> lk(workerLock());
       for (int i = 0; i < 16 && progress(c) != 0; i++) {
       }
-      int n = 0;
-      for (Request& r : c->reqs)
-        for (int i = 0; r.used && i < r.n; i++) n += r.slots[i].done ? 0 : 1;
-      n += setupInFlight(c);
+      int n = slotsInFlight(c);
       if (n == 0) return;
       int64_t now = monotonicMs();
       if (n != left) lastMove = now;
