@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds signlion and runs every test: the full CTest suite (unit, multirank,
-# plugin, netns; gpu tests skip without a device), then the unit and multirank tests again
+# plugin, netns; gpu tests skip without a device), then the unit, multirank and concurrency tests again
 # under AddressSanitizer + UndefinedBehaviorSanitizer, then the multirank and plugin tests
 # under ThreadSanitizer (host only). README command (2).
 set -euo pipefail
@@ -33,9 +33,9 @@ cmake -S . -B "$BUILD_SAN" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIGNLION_SANITIZE
   -DSIGNLION_ENABLE_CUDA=OFF -DSIGNLION_BUILD_PERF=OFF
 cmake --build "$BUILD_SAN" -j "$JOBS"
 
-echo "== ctest ($BUILD_SAN, labels unit and multirank) =="
+echo "== ctest ($BUILD_SAN, labels unit, multirank and concurrency) =="
 (cd "$BUILD_SAN" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --output-on-failure -j "$JOBS" -L "unit|multirank" --timeout 900) 2>&1 | tee "$LOGDIR/san.log" || rc=1
+  ctest --output-on-failure -j "$JOBS" -L "unit|multirank|concurrency" --timeout 900) 2>&1 | tee "$LOGDIR/san.log" || rc=1
 
 # Ranks as threads and the transport's helper threads: every data race is a
 # failure (TSan exits 66 on a report). The netns test runs in the main pass.

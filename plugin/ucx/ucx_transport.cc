@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "common/checks.h"
@@ -82,22 +83,34 @@ struct Global {
   bool ready = false;
   pid_t pid = 0;  // the process that made the context (a forked child inherits a copy it cannot use)
   ucp_context_h context = nullptr;
-  // One UCP worker for every comm of the process, made at init and kept
-  // until exit (as the context). Two processes that talk both ways then
-  // share one UCX connection pair instead of one per comm, and one
-  // progress call moves every comm: a worker per comm cost 1.5x of plain
-  // UCP's 8-byte latency (perf/ucp_layout_perf). Recv comms are told apart
-  // by the high 32 bits of the UCP tag (their id, sent in the reply).
-  ucp_worker_h worker = nullptr;
+  // Two UCP workers shared by every comm of the process, made at init and
+  // kept until exit (as the context): workers[kSendSide] holds every send
+  // comm's endpoint, workers[kRecvSide] every recv comm's receives and is
+  // the worker whose address accept() hands out. A worker per comm cost
+  // 1.5x of plain UCP's 8-byte latency (perf/ucp_layout_perf); a single
+  // worker for both sides is not safe: UCX pairs an endpoint a worker
+  // creates from a worker address with the endpoint the remote worker
+  // creates towards it with the same sequence number (its "endpoint
+  // matching", ucp_ep_match), making them one connection, and between two
+  // processes that both connect to each other that merged a send comm of
+  // one direction with an unrelated send comm of the other: closing one
+  // (the force close of an abort) failed the other's sends ("Endpoint
+  // timeout") and cancelled receives matched from it ("Request canceled"),
+  // in other threads' comms. The receiving worker never creates an
+  // endpoint itself, so no endpoint of ours is ever matched with another.
+  // Recv comms are told apart by the high 32 bits of the UCP tag (their
+  // id, sent in the reply).
+  ucp_worker_h workers[2] = {nullptr, nullptr};
   std::mutex workerMu;  // held by whoever calls into a worker
   uint32_t nextCommId = 1;
   // Set when a comm ends uncleanly (closed with requests in flight, its
-  // peer lost, an endpoint failed): comms made later get a fresh worker.
-  // UCX 1.13 carries the failure of a force-closed or failed endpoint over
-  // to new endpoints between the same two workers (a new comm between two
-  // survivors of an abort failed with "Endpoint timeout"). The old worker
-  // stays with the comms that hold it, and is kept until exit.
-  bool workerTainted = false;
+  // peer lost, an endpoint failed): comms of that side made later get a
+  // fresh worker. UCX 1.13 carries the failure of a force-closed or failed
+  // endpoint over to new endpoints between the same two workers (a new
+  // comm between two survivors of an abort failed with "Endpoint
+  // timeout"). The old worker stays with the comms that hold it, and is
+  // kept until exit.
+  bool workerTainted[2] = {false, false};
   std::vector<ucp_worker_h> retired;  // replaced workers, reachable until exit
   std::vector<SocketDevice> devs;
 };
@@ -107,6 +120,8 @@ Global& global() {
 }
 
 const char* ucsStr(ucs_status_t s) { return ucs_status_string(s); }
+
+constexpr int kRecvSide = 0, kSendSide = 1;
 
 ucs_status_t newWorker(ucp_worker_h* w) {
   ucp_worker_params_t wp;
@@ -168,6 +183,7 @@ struct Comm : CommHeader {
   bool everSent = false;         // an isend was called: closeSend flushes what it left
   int orphans = 0;               // sends discardSends reported done while UCX still holds them
   bool warned = false;
+  bool byeSent = false;  // closeRecv says bye before it waits for its matched receives
   RequestTable<Request, NCCL_NET_MAX_REQUESTS> reqs;
   std::mutex mrMu;
   std::unordered_set<MemRegion*> mrs;
@@ -211,30 +227,32 @@ struct ListenComm : CommHeader {
   std::vector<Incoming> incoming;
 };
 
-// Replaces a tainted worker (Global::workerTainted) by a fresh one; false
-// when none can be made. The caller holds workerLock().
-bool replaceTaintedWorker() {
+// Replaces a side's tainted worker (Global::workerTainted) by a fresh one;
+// false when none can be made. The caller holds workerLock().
+bool replaceTaintedWorker(int side) {
   Global& g = global();
-  if (!g.workerTainted) return true;
+  if (!g.workerTainted[side]) return true;
   ucp_worker_h w = nullptr;
   ucs_status_t s = newWorker(&w);
   if (s != UCS_OK) {
     WARN("NET/signlion-ucx: ucp_worker_create: %s", ucsStr(s));
     return false;
   }
-  INFO(kSubsysNet, "NET/signlion-ucx: a comm ended uncleanly: new comms use a new UCX worker");
-  g.retired.push_back(g.worker);  // it stays with its comms until exit
-  g.worker = w;
-  g.workerTainted = false;
+  INFO(kSubsysNet, "NET/signlion-ucx: a %s comm ended uncleanly: new ones use a new UCX worker",
+       side == kSendSide ? "send" : "recv");
+  g.retired.push_back(g.workers[side]);  // it stays with its comms until exit
+  g.workers[side] = w;
+  g.workerTainted[side] = false;
   return true;
 }
 
-// A new comm's share of the worker; a recv comm gets its id (never 0, the
-// id of no comm). The caller holds workerLock().
+// A new comm's share of its side's worker; a recv comm gets its id (never
+// 0, the id of no comm). The caller holds workerLock().
 bool attachWorker(Comm* c) {
   Global& g = global();
-  if (!replaceTaintedWorker()) return false;
-  c->worker = g.worker;
+  int side = c->isSend ? kSendSide : kRecvSide;
+  if (!replaceTaintedWorker(side)) return false;
+  c->worker = g.workers[side];
   if (!c->isSend) {
     c->commId = g.nextCommId++;
     if (g.nextCommId & kSetupIdBit) g.nextCommId = 1;  // 31 bits (kSetupIdBit), never 0
@@ -247,9 +265,23 @@ bool attachWorker(Comm* c) {
 // inside a later call that the caller may expect to leave none behind (a
 // connect abandoned by finalize). The caller holds workerLock().
 void taintWorker(Comm* c) {
-  if (c->worker != global().worker) return;
-  global().workerTainted = true;
-  (void)replaceTaintedWorker();  // retried at the next attach if it failed
+  int side = c->isSend ? kSendSide : kRecvSide;
+  if (c->worker != global().workers[side]) return;
+  global().workerTainted[side] = true;
+  (void)replaceTaintedWorker(side);  // retried at the next attach if it failed
+}
+
+// One progress call on the comm's worker and on the other side's current
+// worker: a peer in this process holds its end there (a flush waits for
+// its acknowledgement, a receive for its rendezvous reply), and a caller
+// that waits on one comm moves every other comm of the process, as with
+// one worker. Returns the events processed. The caller holds workerLock().
+unsigned progress(Comm* c) {
+  const Global& g = global();
+  ucp_worker_h other = g.workers[c->isSend ? kRecvSide : kSendSide];
+  unsigned n = ucp_worker_progress(c->worker);
+  if (other != nullptr && other != c->worker) n += ucp_worker_progress(other);
+  return n;
 }
 
 Comm* asComm(void* p, CommKind kind) {
@@ -272,7 +304,7 @@ ucs_status_t waitUcx(Comm* c, void* req, int64_t limitMs) {
   int64_t start = monotonicMs();
   ucs_status_t s;
   while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS && monotonicMs() - start < limitMs)
-    ucp_worker_progress(c->worker);
+    progress(c);
   ucp_request_free(req);  // released now, or by UCX once it completes (worker destroy at the latest)
   return s;
 }
@@ -299,7 +331,7 @@ void flushBeforeBye(Comm* c) {
   int64_t start = monotonicMs(), limit = std::min<int64_t>(timeoutMs(), 2000);
   while (ucp_request_check_status(req) == UCS_INPROGRESS && monotonicMs() - start < limit &&
          checkPeer(c, false) == OobWatch::kAlive)
-    ucp_worker_progress(c->worker);
+    progress(c);
   ucp_request_free(req);  // released now, or by UCX once it completes (the force close in destroyComm)
 }
 
@@ -318,22 +350,24 @@ bool slotsPending(Comm* c) {
   return false;
 }
 
+// How many of c's requests (setup messages included) are in flight.
+int slotsInFlight(Comm* c) {
+  int n = setupInFlight(c);
+  for (Request& r : c->reqs)
+    for (int i = 0; r.used && i < r.n; i++) n += r.slots[i].done ? 0 : 1;
+  return n;
+}
+
 // Progresses the worker until none of c's requests is in flight, limitMs at
 // most, or idleMs without one finishing. The caller holds workerLock().
 bool drainSlots(Comm* c, int64_t limitMs, int64_t idleMs) {
   int64_t start = monotonicMs(), lastMove = start;
-  auto count = [c] {
-    int n = setupInFlight(c);
-    for (Request& r : c->reqs)
-      for (int i = 0; r.used && i < r.n; i++) n += r.slots[i].done ? 0 : 1;
-    return n;
-  };
-  int left = count();
+  int left = slotsInFlight(c);
   while (left > 0) {
     int64_t now = monotonicMs();
     if (now - start >= limitMs || now - lastMove >= idleMs) break;
-    ucp_worker_progress(c->worker);
-    int n = count();
+    progress(c);
+    int n = slotsInFlight(c);
     if (n < left) lastMove = monotonicMs();
     left = n;
   }
@@ -430,7 +464,7 @@ void destroyComm(Comm* c) {
     }
   }
   if (c->worker != nullptr && c->isSend) park = slotsPending(c) || c->orphans > 0;
-  OobWatch::sayBye(c->fd);
+  if (!c->byeSent) OobWatch::sayBye(c->fd);
   closeFd(&c->fd);
   {
     std::lock_guard<std::mutex> lk(c->mrMu);
@@ -447,6 +481,60 @@ void destroyComm(Comm* c) {
   }
   c->magic = 0;
   delete c;
+}
+
+// A comm closed with requests in flight: UCX may still write into the
+// caller's receive buffers (a receive matched, its rendezvous under way) or
+// read its send buffers (shared memory: sends the receiver has not taken,
+// which no force close can cut short), and the caller frees them once close
+// returns: a late write corrupted the heap, a late read delivered garbage
+// reported as received. So close waits until UCX is done with them:
+//   - recv comm: its unmatched receives are cancelled (done at once), the
+//     bye goes out first, so the sender cuts its sends short or completes
+//     them; a matched receive whose sender closed (said bye) first gets
+//     kSettleIdleMs without finishing: the sender's close force-closed its
+//     endpoint before its bye (TCP: nothing more comes) or its data is in
+//     shared memory (the copy is ours and finishes inside that time);
+//   - send comm without peer error handling (shared memory): until the
+//     receiver took the sends, or closed (its comm id is then never posted
+//     again: nothing will fetch them) or died;
+// and in both until the peer died, at most SIGNLION_SOCKET_TIMEOUT. The
+// process lock is taken for one progress step at a time, so the other
+// comms' calls go on meanwhile (this comm's own calls are over: the caller
+// is closing it). Only a comm still busy after that is parked (destroyComm).
+void waitForCallerBuffers(Comm* c) {
+  {
+    std::lock_guard<std::mutex> lk(workerLock());
+    if (c->worker == nullptr || !slotsPending(c)) return;
+    if (c->isSend && !c->epNoErrHandling) return;  // the force close in destroyComm cancels them
+    if (!c->isSend) {
+      for (Request& r : c->reqs)
+        for (int i = 0; r.used && i < r.n; i++)
+          if (!r.slots[i].done && r.slots[i].ureq != nullptr) ucp_request_cancel(c->worker, r.slots[i].ureq);
+      if (!slotsPending(c)) return;
+      OobWatch::sayBye(c->fd);
+      c->byeSent = true;
+    }
+  }
+  constexpr int64_t kSettleIdleMs = 200;
+  int64_t start = monotonicMs(), lastMove = start;
+  int left = -1;
+  while (monotonicMs() - start < timeoutMs()) {
+    {
+      std::lock_guard<std::mutex> lk(workerLock());
+      for (int i = 0; i < 16 && progress(c) != 0; i++) {
+      }
+      int n = slotsInFlight(c);
+      if (n == 0) return;
+      int64_t now = monotonicMs();
+      if (n != left) lastMove = now;
+      left = n;
+      OobWatch::State st = checkPeer(c, false);
+      if (st == OobWatch::kDead || (c->isSend && st == OobWatch::kClosed)) return;
+      if (st == OobWatch::kClosed && now - lastMove > kSettleIdleMs) return;
+    }
+    std::this_thread::yield();
+  }
 }
 
 void destroyCommLocked(Comm* c) {
@@ -477,8 +565,16 @@ void recvDone(void* ureq, ucs_status_t status, const ucp_tag_recv_info_t* info, 
   finishSlot(s, status, status == UCS_OK ? info->length : 0);
 }
 
-// What a returned UCX pointer means for a slot just posted.
+// What a returned UCX pointer means for a slot just posted (the caller
+// zeroed it before the call). With UCP_OP_ATTR_FLAG_NO_IMM_CMPL (irecv) a
+// receive whose message is already here completes inside the call: its
+// callback runs, frees the request and marks the slot done, and the call
+// still returns the request's pointer. That pointer is not ours any more
+// (UCX hands the memory to the next request, possibly another comm's): a
+// slot keeps a UCX request only while it is not done, or a later cancel
+// (close with requests in flight) would cancel someone else's request.
 void startSlot(Slot* s, ucs_status_ptr_t p, size_t immediateLength) {
+  if (s->done) return;
   if (p == nullptr)
     finishSlot(s, UCS_OK, immediateLength);
   else if (UCS_PTR_IS_ERR(p))
@@ -620,7 +716,7 @@ ncclResult_t confirmEndpoint(Comm* c, bool* ready) {
     *ready = true;
     return ncclSuccess;
   }
-  ucp_worker_progress(c->worker);
+  progress(c);
   for (int i = 0; i < 3; i++) {
     Slot* s = &c->setup[i];
     if (!c->setupPosted[i]) {
@@ -670,7 +766,7 @@ void postSetupReceives(Comm* c) {
 // worker's reach. The caller holds workerLock().
 int setupReceived(Comm* c, bool drain) {
   for (int i = 0; i < (drain ? 64 : 1) && !(c->setup[0].done && c->setup[1].done); i++)
-    if (ucp_worker_progress(c->worker) == 0 && drain) break;
+    if (progress(c) == 0 && drain) break;
   for (int i = 0; i < 2; i++)
     if (c->setup[i].done && c->setup[i].status != UCS_OK) return -1;
   return c->setup[0].done && c->setup[1].done ? 1 : 0;
@@ -819,13 +915,16 @@ ncclResult_t ucxInit(LogSink logger) {
     WARN("NET/signlion-ucx: ucp_init: %s (UCX_TLS=%s)", ucsStr(s), getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
     return ncclSystemError;
   }
-  s = newWorker(&g.worker);
-  if (s != UCS_OK) {
-    WARN("NET/signlion-ucx: ucp_worker_create: %s", ucsStr(s));
-    ucp_cleanup(g.context);
-    g.context = nullptr;
-    g.worker = nullptr;
-    return ncclSystemError;
+  for (ucp_worker_h& w : g.workers) {
+    s = newWorker(&w);
+    if (s != UCS_OK) {
+      WARN("NET/signlion-ucx: ucp_worker_create: %s", ucsStr(s));
+      if (g.workers[kRecvSide] != nullptr) ucp_worker_destroy(g.workers[kRecvSide]);
+      ucp_cleanup(g.context);
+      g.context = nullptr;
+      g.workers[kRecvSide] = g.workers[kSendSide] = nullptr;
+      return ncclSystemError;
+    }
   }
   g.devs = findSocketDevices(kUcxMaxDevs);
   if (g.devs.empty()) {
@@ -1276,7 +1375,7 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
   };
   if ((r->pending = pendingNow()) > 0) {
     unsigned moved = 0;
-    for (int i = 0; i < 4 && (moved = ucp_worker_progress(c->worker)) != 0; i++) {
+    for (int i = 0; i < 4 && (moved = progress(c)) != 0; i++) {
     }
     r->pending = pendingNow();
   }
@@ -1287,7 +1386,7 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
       discardSends(c);  // completes them (cancelled): their data is discarded
       r->pending = pendingNow();
     } else if (st == OobWatch::kClosed) {
-      for (int i = 0; i < 64 && ucp_worker_progress(c->worker) != 0; i++) {
+      for (int i = 0; i < 64 && progress(c) != 0; i++) {
       }
       if ((r->pending = pendingNow()) > 0)
         return peerLost(c, "peer closed its send comm with our receive still waiting for a message");
@@ -1349,6 +1448,7 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
 ncclResult_t ucxCloseSend(void* sendComm) {
   Comm* c = asComm(sendComm, kCommSend);
   ARGCHECK(c != nullptr, "closeSend", "sendComm", "%p is not a send comm", sendComm);
+  waitForCallerBuffers(c);
   std::lock_guard<std::mutex> lk(workerLock());
   bool busy = false;
   for (Request& r : c->reqs)
@@ -1364,12 +1464,16 @@ ncclResult_t ucxCloseSend(void* sendComm) {
 ncclResult_t ucxCloseRecv(void* recvComm) {
   Comm* c = asComm(recvComm, kCommRecv);
   ARGCHECK(c != nullptr, "closeRecv", "recvComm", "%p is not a recv comm", recvComm);
+  {
+    std::lock_guard<std::mutex> lk(workerLock());
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h m = ucp_tag_probe_nb(c->worker, ucpTag(c->commId, 0), kCommIdMask, 0, &info);
+    if (m != nullptr)
+      WARN("NET/signlion-ucx: recv comm %p closed with a message of %zu bytes for tag %d that no receive claimed",
+           (void*)c, info.length, (int)(uint32_t)info.sender_tag);
+  }
+  waitForCallerBuffers(c);
   std::lock_guard<std::mutex> lk(workerLock());
-  ucp_tag_recv_info_t info;
-  ucp_tag_message_h m = ucp_tag_probe_nb(c->worker, ucpTag(c->commId, 0), kCommIdMask, 0, &info);
-  if (m != nullptr)
-    WARN("NET/signlion-ucx: recv comm %p closed with a message of %zu bytes for tag %d that no receive claimed",
-         (void*)c, info.length, (int)(uint32_t)info.sender_tag);
   destroyComm(c);
   return ncclSuccess;
 }

@@ -3,13 +3,18 @@
 // Design (docs/PLUGIN.md, "UCX transport"):
 //   - one UCP context per process (created by the first init, kept until
 //     exit: UCX's own threads must never outlive its code);
-//   - one UCP worker per process, shared by every comm (one UCX connection
-//     pair between two processes, one progress call moves every comm; a
-//     worker per comm cost 1.5x of plain UCP's 8-byte latency); every call
-//     into it holds one process-wide mutex; after a comm ends uncleanly,
-//     comms made later get a fresh worker (ucx_transport.cc, Global);
-//   - the send comm holds the only endpoint, to the process's worker on the
-//     recv side, made from the worker address the acceptor returns over the
+//   - two UCP workers per process, shared by every comm: the sending one
+//     holds every send comm's endpoint, the receiving one every recv comm's
+//     receives (one worker for both let UCX's endpoint matching join send
+//     comms of opposite directions into one connection); each progress step
+//     moves both, so one call moves every comm; every call into a worker
+//     holds one process-wide mutex; after a comm ends uncleanly, comms of
+//     its side made later get a fresh worker (ucx_transport.cc, Global);
+//   - a close with requests in flight returns once UCX is done with the
+//     caller's buffers (waitForCallerBuffers; docs/PLUGIN.md, "Concurrency
+//     and teardown");
+//   - the send comm holds the only endpoint, to the receiving worker of the
+//     recv side's process, made from the worker address the acceptor returns over the
 //     TCP connection the listen handle points at (magic, version and random
 //     secret checked there, as in the socket transport), with the recv
 //     comm's 32-bit id; that connection stays open as the comm's out-of-band
