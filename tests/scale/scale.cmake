@@ -17,12 +17,3 @@ add_test(NAME scale.host_communicator_32_rank_processes
          COMMAND signlion_rank_resources --nranks 32 --algos ring,hd,allgather,fieldsum,hier,auto --check-bounds)
 set_tests_properties(scale.host_communicator_32_rank_processes PROPERTIES LABELS scale TIMEOUT 600)
 
-# sign_allreduce_perf across two network-namespace "nodes" x 2 ranks, started
-# by mpirun (one orted per node) and by srun's variables set by hand
-# (scripts/mpirun_netns_test.sh; skips without root, namespaces or MPI).
-if(TARGET sign_allreduce_perf)
-  add_test(NAME netns.mpirun_two_nodes_two_ranks
-           COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/mpirun_netns_test.sh $<TARGET_FILE:sign_allreduce_perf>)
-  set_tests_properties(netns.mpirun_two_nodes_two_ranks PROPERTIES LABELS "scale;netns" SKIP_RETURN_CODE 77
-                       TIMEOUT 900)
-endif()
