@@ -51,6 +51,7 @@
 #include "common/config.h"
 #include "common/vote_inputs.h"
 #include "nccl_sign.h"
+#include "scale/schedule_sim.h"
 
 namespace {
 
@@ -143,31 +144,25 @@ signlion::algo::Topology topologyOf(int nranks, int nodeRanks) {
   return t;
 }
 
-// The ranks `rank`'s schedules of `algo` (every algorithm for auto) talk to,
-// plus the ring neighbours of the sum all-reduce.
+// How many ranks `rank`'s schedules talk to: those of `algo` (of every
+// algorithm auto may pick, for auto) and the ring's, whose neighbours the sum
+// all-reduce uses.
 int schedulePeerCount(ncclSignAlgo_t algo, int nranks, int rank, const signlion::algo::Topology& topo) {
+  // Auto has the hierarchical algorithm only over several nodes; forced, it
+  // runs over one node too.
+  const bool severalNodes = topo.known() && topo.node.back() > 0;
+  std::vector<ncclSignAlgo_t> used{ncclSignAlgoRing, algo};
+  if (algo == ncclSignAlgoAuto) {
+    used = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum};
+    if (severalNodes) used.push_back(ncclSignAlgoHierarchical);
+  }
   std::set<int> peers;
-  if (nranks > 1) {
-    peers.insert((rank + 1) % nranks);
-    peers.insert((rank + nranks - 1) % nranks);
-  }
-  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum,
-                           ncclSignAlgoHierarchical}) {
-    if (algo != ncclSignAlgoAuto && a != algo) continue;
-    // Auto has the hierarchical algorithm only over several nodes; forced,
-    // it runs over one node too.
-    const bool severalNodes = topo.known() && topo.node.back() > 0;
-    if (a == ncclSignAlgoHierarchical && !(topo.known() && (severalNodes || algo == a))) continue;
+  for (ncclSignAlgo_t a : used) {
     signlion::algo::Schedule s;
-    if (signlion::algo::buildSchedule(a, nranks, rank, 4 * (int64_t)nranks, signlion::algo::OpSpec{}, &s, &topo) !=
-        ncclSuccess)
-      continue;
-    for (const auto& st : s.steps) {
-      for (const auto& x : st.sends) peers.insert(x.peer);
-      for (const auto& x : st.recvs) peers.insert(x.peer);
-    }
+    const bool built = signlion::algo::buildSchedule(a, nranks, rank, 4 * (int64_t)nranks, signlion::algo::OpSpec{},
+                                                     &s, topo.known() ? &topo : nullptr) == ncclSuccess;
+    if (built) signlion::test::addSchedulePeers(s, &peers);
   }
-  peers.erase(rank);
   return (int)peers.size();
 }
 

@@ -11,7 +11,7 @@ set_tests_properties(scale.schedules_simulated_to_1024_ranks PROPERTIES LABELS s
 # The host communicator with N rank processes on loopback: every algorithm
 # forced in turn, bit for bit against the reference, each rank's sockets and
 # threads within what its schedule's peers need (signlion_rank_resources).
-add_executable(signlion_rank_resources scale/rank_resources_main.cc)
+add_executable(signlion_rank_resources scale/rank_resources_main.cc scale/schedule_sim.cc)
 target_link_libraries(signlion_rank_resources PRIVATE signlion_host signlion_test_common)
 add_test(NAME scale.host_communicator_32_rank_processes
          COMMAND signlion_rank_resources --nranks 32 --algos ring,hd,allgather,fieldsum,hier,auto --check-bounds)

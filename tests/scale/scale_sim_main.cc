@@ -183,14 +183,11 @@ bool wireCost(const SimCase& c, int64_t nblocks, Wire* out) {
     algo::Schedule s;
     if (algo::buildSchedule(c.algo, c.nranks, r, nblocks, c.spec, &s, topo) != ncclSuccess) return false;
     std::set<int> peers;
+    addSchedulePeers(s, &peers);
     double inter = 0;
-    for (const algo::Step& st : s.steps) {
-      for (const algo::Send& x : st.sends) {
-        peers.insert(x.peer);
+    for (const algo::Step& st : s.steps)
+      for (const algo::Send& x : st.sends)
         if (topo && !topo->sameNode(r, x.peer)) inter += (double)x.bytes();
-      }
-      for (const algo::Recv& x : st.recvs) peers.insert(x.peer);
-    }
     const double bits = 8.0 * (double)s.bytesSent() / elems;
     sum += bits;
     out->maxBits = std::max(out->maxBits, bits);

@@ -301,5 +301,12 @@ bool scheduleBytesSent(const SimCase& c, int64_t nblocks, std::vector<uint64_t>*
   return true;
 }
 
+void addSchedulePeers(const algo::Schedule& s, std::set<int>* peers) {
+  for (const algo::Step& st : s.steps) {
+    for (const algo::Send& x : st.sends) peers->insert(x.peer);
+    for (const algo::Recv& x : st.recvs) peers->insert(x.peer);
+  }
+}
+
 }  // namespace test
 }  // namespace signlion

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,9 @@ SimOutcome simulateSchedules(const SimCase& c, const std::vector<const void*>& i
 // scratch would not fit N ranks in one process. Built one rank at a time.
 // Returns false (error set) when a schedule cannot be built.
 bool scheduleBytesSent(const SimCase& c, int64_t nblocks, std::vector<uint64_t>* perRank, std::string* error);
+
+// Adds the ranks s sends to or receives from to *peers.
+void addSchedulePeers(const algo::Schedule& s, std::set<int>* peers);
 
 }  // namespace test
 }  // namespace signlion
