@@ -13,7 +13,8 @@
 //
 // Options: --max-n N (default 4096), --max-nodes M (default 512),
 // --quick (fewer rank counts and a quarter of the memory: the CTest subset),
-// --no-check (skip part 1), --no-table (skip part 2). Exit status 1 on any mismatch.
+// --algo A (part 1 for one algorithm only), --no-check (skip part 1),
+// --no-table (skip part 2). Exit status 1 on any mismatch.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -266,6 +267,7 @@ int main(int argc, char** argv) {
   using namespace signlion::test;
   int maxN = 4096, maxNodes = 512;
   bool table = true, check = true;
+  ncclSignAlgo_t only = ncclSignAlgoAuto;  // --algo: one algorithm's checks only
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--max-n") && i + 1 < argc) {
       maxN = atoi(argv[++i]);
@@ -273,12 +275,17 @@ int main(int argc, char** argv) {
       maxNodes = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--quick")) {
       quick = true;
+    } else if (!strcmp(argv[i], "--algo") && i + 1 < argc) {
+      if (!signlion::parseAlgoName(argv[++i], &only) || only == ncclSignAlgoAuto) {
+        fprintf(stderr, "--algo %s: one of ring, hd, allgather, fieldsum, hier\n", argv[i]);
+        return 2;
+      }
     } else if (!strcmp(argv[i], "--no-check")) {
       check = false;
     } else if (!strcmp(argv[i], "--no-table")) {
       table = false;
     } else {
-      fprintf(stderr, "usage: %s [--max-n N] [--max-nodes M] [--quick] [--no-check] [--no-table]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--max-n N] [--max-nodes M] [--quick] [--algo A] [--no-check] [--no-table]\n", argv[0]);
       return 2;
     }
   }
@@ -289,11 +296,11 @@ int main(int argc, char** argv) {
   if (check) printf("## Bit for bit against the reference (CPU kernels: %s)\n\n", signlion::bits::kernels().name);
   for (ncclSignAlgo_t a : kFlat)
     for (int n : kRankCounts)
-      if (check && inRange(n, maxN)) checkFlat(a, n);
+      if (check && inRange(n, maxN) && (only == ncclSignAlgoAuto || only == a)) checkFlat(a, n);
   // Hierarchical: equal nodes of 8 and 4, and one layout of unequal nodes.
   for (int per : {8, 4})
     for (int nodes : {8, 16, 64, 128, 512}) {
-      if (!check || nodes > maxNodes) continue;
+      if (!check || nodes > maxNodes || (only != ncclSignAlgoAuto && only != ncclSignAlgoHierarchical)) continue;
       SimCase c;
       c.algo = ncclSignAlgoHierarchical;
       c.nranks = nodes * per;
@@ -306,7 +313,7 @@ int main(int argc, char** argv) {
       c.dt = ncclBfloat16;
       checkCase(c, 11u * (uint32_t)c.nranks + (uint32_t)per, label.c_str());
     }
-  if (check) {
+  if (check && (only == ncclSignAlgoAuto || only == ncclSignAlgoHierarchical)) {
     std::vector<int> sizes;  // nodes of 1..8 ranks, 37 of them
     for (int i = 0; i < 37; i++) sizes.push_back(1 + (i * 5) % 8);
     SimCase c;

@@ -48,30 +48,29 @@ class Simulation {
 
   bool build(SimOutcome* out) {
     ranks_.resize((size_t)c_.nranks);
-    const int64_t nblocks = algo::blocksForCount(c_.count);
-    const algo::Topology* topo = c_.topo.known() ? &c_.topo : nullptr;
+    int64_t total = 0;  // non-empty steps of all ranks
     for (int r = 0; r < c_.nranks; r++) {
       SimRank& rk = ranks_[(size_t)r];
       algo::Schedule s;
-      if (algo::buildSchedule(c_.algo, c_.nranks, r, nblocks, c_.spec, &s, topo) != ncclSuccess)
-        return fail(out, "rank " + std::to_string(r) + ": buildSchedule failed");
-      if (r == 0) out->steps = (int)s.steps.size();
-      if ((int)s.steps.size() != out->steps)
-        return fail(out, "rank " + std::to_string(r) + " has " + std::to_string(s.steps.size()) + " steps, rank 0 " +
-                             std::to_string(out->steps));
+      if (!buildRank(r, &s, out)) return false;
       rk.declared = (uint64_t)s.bytesSent();
-      std::vector<algo::Step> all = std::move(s.steps);
-      s.steps.clear();
-      for (size_t i = 0; i < all.size(); i++) {
-        if (all[i].locals.empty() && all[i].sends.empty() && all[i].recvs.empty()) continue;
-        rk.stepIndex.push_back((uint32_t)i);
-        rk.steps.push_back(std::move(all[i]));
-      }
+      const int64_t kept = keep(rk, &s, 0, s.steps.size());
+      total += kept;
+      if (total > kMaxKeptSteps) windowed_ = true;
+      if (windowed_) rk.steps.clear(), rk.stepIndex.clear();
       rk.header = std::move(s);
       rk.layout = algo::layoutScratch(rk.header, 0, 1);
       rk.base.reset(new uint64_t[(size_t)std::max<int64_t>(1, rk.layout.words)]());
       rk.input = static_cast<const uint8_t*>(inputs_[(size_t)r]);
       out->scratchBytes += (size_t)rk.layout.bytes();
+    }
+    if (windowed_) {
+      for (SimRank& rk : ranks_) rk.steps.clear(), rk.stepIndex.clear();
+      // Steps run a window at a time, each window's built again for it:
+      // about kMaxKeptSteps non-empty steps held at once.
+      window_ = (int)std::max<int64_t>(1, (int64_t)out->steps * kMaxKeptSteps / std::max<int64_t>(1, total));
+    } else {
+      window_ = std::max(1, out->steps);
     }
     return true;
   }
@@ -79,6 +78,7 @@ class Simulation {
   bool run(SimOutcome* out) {
     k_ = &bits::kernels();
     for (int i = 0; i < out->steps; i++) {
+      if (windowed_ && i % window_ == 0 && !load(i, std::min(out->steps, i + window_), out)) return false;
       for (SimRank& rk : ranks_)
         if (const algo::Step* st = rk.at((size_t)i))
           for (const algo::Local& l : st->locals) runLocal(rk, l);
@@ -144,6 +144,48 @@ class Simulation {
   }
 
  private:
+  // Non-empty steps the simulation holds at once (a Step with its transfers
+  // is about 250 bytes): past this, it runs window by window.
+  static constexpr int64_t kMaxKeptSteps = int64_t{1} << 21;
+
+  // Rank r's schedule, checked to have as many steps as rank 0's.
+  bool buildRank(int r, algo::Schedule* s, SimOutcome* out) {
+    const algo::Topology* topo = c_.topo.known() ? &c_.topo : nullptr;
+    if (algo::buildSchedule(c_.algo, c_.nranks, r, algo::blocksForCount(c_.count), c_.spec, s, topo) != ncclSuccess)
+      return fail(out, "rank " + std::to_string(r) + ": buildSchedule failed");
+    if (r == 0) out->steps = (int)s->steps.size();
+    if ((int)s->steps.size() != out->steps)
+      return fail(out, "rank " + std::to_string(r) + " has " + std::to_string(s->steps.size()) + " steps, rank 0 " +
+                           std::to_string(out->steps));
+    return true;
+  }
+
+  // Moves the non-empty steps of s with index in [lo, hi) into rk (from its
+  // first), leaving s without steps; returns how many there were.
+  static int64_t keep(SimRank& rk, algo::Schedule* s, size_t lo, size_t hi) {
+    std::vector<algo::Step> all = std::move(s->steps);
+    s->steps.clear();
+    rk.steps.clear();
+    rk.stepIndex.clear();
+    rk.cursor = 0;
+    for (size_t i = lo; i < hi && i < all.size(); i++) {
+      if (all[i].locals.empty() && all[i].sends.empty() && all[i].recvs.empty()) continue;
+      rk.stepIndex.push_back((uint32_t)i);
+      rk.steps.push_back(std::move(all[i]));
+    }
+    return (int64_t)rk.steps.size();
+  }
+
+  // Every rank's steps [lo, hi), its schedule built again.
+  bool load(int lo, int hi, SimOutcome* out) {
+    for (int r = 0; r < c_.nranks; r++) {
+      algo::Schedule s;
+      if (!buildRank(r, &s, out)) return false;
+      keep(ranks_[(size_t)r], &s, (size_t)lo, (size_t)hi);
+    }
+    return true;
+  }
+
   static uint64_t key(int to, int from) { return (uint64_t)(uint32_t)to << 32 | (uint32_t)from; }
   static std::string where(int step, int rank) {
     return "step " + std::to_string(step) + ", rank " + std::to_string(rank);
@@ -266,6 +308,8 @@ class Simulation {
   std::vector<uint64_t> pool_;
   std::vector<Message> msgs_;
   std::unordered_map<uint64_t, size_t> next_;
+  bool windowed_ = false;
+  int window_ = 1;  // steps per window
 };
 
 }  // namespace
