@@ -71,17 +71,17 @@ struct Options {
 struct Record {
   int rank;
   int algo;
-  int ok;             // init and every call succeeded
-  int wrong;          // calls whose output differed from the reference
+  int ok;     // init and every call succeeded
+  int wrong;  // calls whose output differed from the reference
   int calls;
   double initMs;
-  int sockets;        // with the comm up
+  int sockets;  // with the comm up
   int threads;
   long rssKb;        // private memory of the rank process (smaps_rollup), comm up
-  int socketsAfter;   // after destroy
-  int peers;          // what the schedules need
+  int socketsAfter;  // after destroy
+  int peers;         // what the schedules need
   int socketBound, threadBound;
-  int chosen;         // auto: the algorithm the model picked for the largest count (-1 unknown)
+  int chosen;  // auto: the algorithm the model picked for the largest count (-1 unknown)
 };
 
 int64_t nowUs() {
@@ -159,8 +159,8 @@ int schedulePeerCount(ncclSignAlgo_t algo, int nranks, int rank, const signlion:
   std::set<int> peers;
   for (ncclSignAlgo_t a : used) {
     signlion::algo::Schedule s;
-    const bool built = signlion::algo::buildSchedule(a, nranks, rank, 4 * (int64_t)nranks, signlion::algo::OpSpec{},
-                                                     &s, topo.known() ? &topo : nullptr) == ncclSuccess;
+    const bool built = signlion::algo::buildSchedule(a, nranks, rank, 4 * (int64_t)nranks, signlion::algo::OpSpec{}, &s,
+                                                     topo.known() ? &topo : nullptr) == ncclSuccess;
     if (built) signlion::test::addSchedulePeers(s, &peers);
   }
   return (int)peers.size();
@@ -314,8 +314,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.algos.empty())
-    o.algos = {ncclSignAlgoAuto, ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-               ncclSignAlgoFieldSum, ncclSignAlgoHierarchical};
+    o.algos = {ncclSignAlgoAuto,      ncclSignAlgoRing,     ncclSignAlgoHalvingDoubling,
+               ncclSignAlgoAllGather, ncclSignAlgoFieldSum, ncclSignAlgoHierarchical};
   // Loopback only: the ranks and the root listen there.
   setenv("SIGNLION_SOCKET_IFNAME", "lo", 0);
 
@@ -395,13 +395,13 @@ int main(int argc, char** argv) {
     fprintf(stderr, "signlion_rank_resources: %d rank process(es) failed\n", exitBad);
     return 1;
   }
-  if (!o.markdown) printf("# N=%d, host ids node<r/%d>; per algorithm the largest figure over ranks\n", o.nranks, o.nodeRanks);
+  if (!o.markdown)
+    printf("# N=%d, host ids node<r/%d>; per algorithm the largest figure over ranks\n", o.nranks, o.nodeRanks);
   int total = 0;
   for (size_t k = 0; k < o.algos.size(); k++) {
     const Record& w = worst[k];
-    printf("| %d | %s | %d | %d | %d | %.1f | %.0f | %d/%d | %s |\n", o.nranks, signlion::algoName(o.algos[k]),
-           w.peers, w.sockets, w.threads, w.rssKb / 1024.0, w.initMs, wrong[k], w.calls * o.nranks,
-           bad[k] ? "FAIL" : "ok");
+    printf("| %d | %s | %d | %d | %d | %.1f | %.0f | %d/%d | %s |\n", o.nranks, signlion::algoName(o.algos[k]), w.peers,
+           w.sockets, w.threads, w.rssKb / 1024.0, w.initMs, wrong[k], w.calls * o.nranks, bad[k] ? "FAIL" : "ok");
     total += bad[k];
   }
   return total ? 1 : 0;

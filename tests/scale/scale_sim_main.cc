@@ -107,14 +107,14 @@ void checkCase(SimCase c, uint32_t seed, const char* label) {
   const bool ok = o.ok && wrong == 0;
   if (!ok) failures++;
   printf("%-5s %-9s N=%-5d %-12s %-8s %-4s count=%-7zu steps=%-5d msgs=%-9lld scratch=%6.1f MiB %6.2f s  %s\n",
-         ok ? "ok" : "FAIL", algoName(c.algo), c.nranks, label,
-         c.spec.op == ncclSignAverage ? "average" : "majority", c.spec.zeroRule == ncclSignZeroAbstain ? "tern" : "bin",
-         c.count, o.steps, (long long)o.messages, o.scratchBytes / 1048576.0, o.seconds,
-         !o.ok ? o.error.c_str()
-               : wrong ? ("ranks wrong: " + std::to_string(wrong) + ", first rank " + std::to_string(firstRank) +
-                          " at byte " + std::to_string(firstByte))
-                             .c_str()
-                       : "");
+         ok ? "ok" : "FAIL", algoName(c.algo), c.nranks, label, c.spec.op == ncclSignAverage ? "average" : "majority",
+         c.spec.zeroRule == ncclSignZeroAbstain ? "tern" : "bin", c.count, o.steps, (long long)o.messages,
+         o.scratchBytes / 1048576.0, o.seconds,
+         !o.ok   ? o.error.c_str()
+         : wrong ? ("ranks wrong: " + std::to_string(wrong) + ", first rank " + std::to_string(firstRank) +
+                    " at byte " + std::to_string(firstByte))
+                       .c_str()
+                 : "");
   fflush(stdout);
 }
 
@@ -231,8 +231,9 @@ void wireTable(int maxN, int maxNodes) {
       fflush(stdout);
     }
   printf("\n## Hierarchical: bits per element per rank, and inter-node bits per element per node\n\n");
-  printf("| nodes x ranks | blocks | per rank mean | per rank max | inter-node, busiest node | flat hd inter-node |"
-         " flat ring inter-node | most peers of a rank |\n");
+  printf(
+      "| nodes x ranks | blocks | per rank mean | per rank max | inter-node, busiest node | flat hd inter-node |"
+      " flat ring inter-node | most peers of a rank |\n");
   printf("|---|---|---|---|---|---|---|---|\n");
   for (int per : {4, 8})
     for (int nodes : {8, 16, 64, 128, 512}) {
@@ -285,7 +286,8 @@ int main(int argc, char** argv) {
     } else if (!strcmp(argv[i], "--no-table")) {
       table = false;
     } else {
-      fprintf(stderr, "usage: %s [--max-n N] [--max-nodes M] [--quick] [--algo A] [--no-check] [--no-table]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--max-n N] [--max-nodes M] [--quick] [--algo A] [--no-check] [--no-table]\n",
+              argv[0]);
       return 2;
     }
   }

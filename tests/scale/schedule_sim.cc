@@ -239,13 +239,13 @@ class Simulation {
         for (int c = 0; c < s.counters; c++) {
           uint64_t* acc = counter + (int64_t)c * s.counterWidth * nb + b;
           for (int v = 0; v < s.voteSlots; v++)
-            k_->add(acc, v == 0 ? 0 : bits::widthFor((uint64_t)v), (size_t)nb, rk.plane(Buffer::kVotes, v, c, 1) + b,
-                    1, (size_t)nb, acc, bits::widthFor((uint64_t)v + 1), (size_t)nb, (size_t)len);
+            k_->add(acc, v == 0 ? 0 : bits::widthFor((uint64_t)v), (size_t)nb, rk.plane(Buffer::kVotes, v, c, 1) + b, 1,
+                    (size_t)nb, acc, bits::widthFor((uint64_t)v + 1), (size_t)nb, (size_t)len);
         }
         return;
       case algo::LocalOp::kPackFields:
-        bits::packFields(*k_, rk.input, c_.dt, c_.count, s.spec.zeroRule, s.fieldBits,
-                         rk.base.get() + rk.layout.fields, (size_t)s.fieldWords);
+        bits::packFields(*k_, rk.input, c_.dt, c_.count, s.spec.zeroRule, s.fieldBits, rk.base.get() + rk.layout.fields,
+                         (size_t)s.fieldWords);
         return;
       case algo::LocalOp::kDecide: {
         if (len <= 0) return;
