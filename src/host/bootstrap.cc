@@ -31,7 +31,7 @@ constexpr uint32_t kIdMagic = 0x534c4249;     // "SLBI"
 constexpr uint32_t kHelloMagic = 0x534c4248;  // "SLBH"
 constexpr uint32_t kTableMagic = 0x534c4254;  // "SLBT"
 constexpr uint32_t kOpMagic = 0x534c424f;     // "SLBO"
-constexpr uint16_t kWireVersion = 1;
+constexpr uint16_t kWireVersion = 2;  // 2: the root sends each rank its successor's address, not the table
 constexpr int kMaxRanks = 1 << 20;
 constexpr size_t kMaxPending = 1024;       // unproven connections held by one listener
 constexpr int64_t kHelloTimeoutMs = 10000;  // a connection must say hello within this
@@ -63,7 +63,10 @@ struct Hello {
   SocketAddress addr;  // rank -> root: where this rank listens
 };
 
-// Root -> rank, followed by nranks SocketAddress.
+// Root -> rank, followed by one SocketAddress: where rank+1 listens. That is
+// all a rank needs to join the ring, so the root sends O(N) bytes in all and
+// no rank holds an N-entry table (the whole table to every rank was N^2:
+// 470 MB from the root at N = 4096).
 struct TableHeader {
   uint32_t magic;
   int32_t nranks;
@@ -78,6 +81,7 @@ struct OpHeader {
 };
 
 std::atomic<int> gRootsRunning{0};
+std::atomic<uint64_t> gRootBytesSent{0};
 
 // An owned descriptor.
 class UniqueFd {
@@ -358,7 +362,7 @@ class Root {
       if (gate.step((int)std::min<int64_t>(left, kPollSliceMs), &extra, &arrived) != ncclSuccess) return;
       for (size_t i = 0; i < extra.size(); i++) {
         if (extra[i].revents == 0) continue;
-        WARN("bootstrap: root: rank %d left before the table was sent", extraRank[i]);
+        WARN("bootstrap: root: rank %d left before its successor's address was sent", extraRank[i]);
         conns[extraRank[i]].reset();
         joined--;
       }
@@ -384,15 +388,19 @@ class Root {
         }
       }
     }
-    std::vector<char> table(sizeof(TableHeader) + nranks * sizeof(SocketAddress));
-    TableHeader th{kTableMagic, nranks};
-    memcpy(table.data(), &th, sizeof(th));
-    memcpy(table.data() + sizeof(th), addrs.data(), nranks * sizeof(SocketAddress));
     for (int r = 0; r < nranks; r++) {
+      struct {
+        TableHeader th;
+        SocketAddress next;
+      } msg;
+      memset(&msg, 0, sizeof(msg));
+      msg.th = TableHeader{kTableMagic, nranks};
+      msg.next = addrs[(r + 1) % nranks];
       std::string peer = "rank " + std::to_string(r);
-      (void)transfer(conns[r].get(), table.data(), table.size(), -1, nullptr, 0, deadline_, -1, peer.c_str());
+      if (transfer(conns[r].get(), &msg, sizeof(msg), -1, nullptr, 0, deadline_, -1, peer.c_str()) == ncclSuccess)
+        gRootBytesSent += sizeof(msg);
     }
-    INFO(kSubsysBootstrap, "bootstrap: root: sent the table to %d ranks", nranks);
+    INFO(kSubsysBootstrap, "bootstrap: root: sent %d ranks their successors' addresses", nranks);
   }
 
  private:
@@ -403,12 +411,12 @@ class Root {
 };
 
 // Ring set-up on the joining side: a proven stream to rank+1 and one from rank-1.
-ncclResult_t connectRing(int listenFd, const std::vector<SocketAddress>& table, int rank, int nranks,
-                         uint64_t secret, int64_t deadline, UniqueFd* next, UniqueFd* prev) {
+ncclResult_t connectRing(int listenFd, const SocketAddress& nextAddr, int rank, int nranks, uint64_t secret,
+                         int64_t deadline, UniqueFd* next, UniqueFd* prev) {
   int nextRank = (rank + 1) % nranks, prevRank = (rank + nranks - 1) % nranks;
   std::string nextName = "rank " + std::to_string(nextRank), prevName = "rank " + std::to_string(prevRank);
   // Connecting needs only the peer's listen backlog, which exists since it checked in.
-  NCCLCHECK(connectTo(table[nextRank], deadline, nextName.c_str(), next));
+  NCCLCHECK(connectTo(nextAddr, deadline, nextName.c_str(), next));
   Hello mine = makeHello(kHelloRing, secret, rank, nranks, nullptr);
   NCCLCHECK(transfer(next->get(), &mine, sizeof(mine), -1, nullptr, 0, deadline, -1, nextName.c_str()));
 
@@ -439,7 +447,7 @@ ncclResult_t connectRing(int listenFd, const std::vector<SocketAddress>& table, 
   if (why == nullptr && (theirs.rank != nextRank || theirs.nranks != nranks)) why = "wrong rank";
   if (why != nullptr) {
     WARN("bootstrap: rank %d: %s at %s did not acknowledge: %s", rank, nextName.c_str(),
-         net::addressString(table[nextRank]).c_str(), why);
+         net::addressString(nextAddr).c_str(), why);
     return ncclRemoteError;
   }
   return ncclSuccess;
@@ -474,6 +482,7 @@ void bootstrapWriteId(const BootstrapId& id, ncclSignUniqueId* out) {
 }
 
 int bootstrapRootsRunning() { return gRootsRunning.load(); }
+uint64_t bootstrapRootBytesSent() { return gRootBytesSent.load(); }
 
 ncclResult_t bootstrapCreateRoot(ncclSignUniqueId* id, int timeoutMs) {
   ARGCHECK(id != nullptr, "bootstrapCreateRoot", "id", "NULL");
@@ -531,8 +540,8 @@ ncclResult_t Bootstrap::create(const ncclSignUniqueId& id, int rank, int nranks,
   if (!net::listenOnFreePort(listenAddress(), 128, &fd, &me)) return ncclSystemError;
   UniqueFd listen(fd);
 
-  // Check in with the root; the answer is the address table.
-  std::vector<SocketAddress> table(nranks);
+  // Check in with the root; the answer is where rank+1 listens.
+  SocketAddress nextAddr;
   {
     UniqueFd root;
     NCCLCHECK(connectTo(bid.root, deadline, "the root", &root));
@@ -540,12 +549,11 @@ ncclResult_t Bootstrap::create(const ncclSignUniqueId& id, int rank, int nranks,
     TableHeader th{};
     NCCLCHECK(transfer(root.get(), &h, sizeof(h), root.get(), &th, sizeof(th), deadline, -1, "the root"));
     if (th.magic != kTableMagic || th.nranks != nranks) {
-      WARN("bootstrap: rank %d: bad table from the root (magic 0x%x, nranks %d, expected %d)", rank, th.magic,
+      WARN("bootstrap: rank %d: bad answer from the root (magic 0x%x, nranks %d, expected %d)", rank, th.magic,
            th.nranks, nranks);
       return ncclRemoteError;
     }
-    NCCLCHECK(transfer(-1, nullptr, 0, root.get(), table.data(), nranks * sizeof(SocketAddress), deadline, -1,
-                       "the root"));
+    NCCLCHECK(transfer(-1, nullptr, 0, root.get(), &nextAddr, sizeof(nextAddr), deadline, -1, "the root"));
   }
   std::unique_ptr<Bootstrap> b(new Bootstrap(rank, nranks, timeoutMs, bid.secret));
   b->wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -555,7 +563,7 @@ ncclResult_t Bootstrap::create(const ncclSignUniqueId& id, int rank, int nranks,
   }
   if (nranks > 1) {
     UniqueFd next, prev;
-    NCCLCHECK(connectRing(listen.get(), table, rank, nranks, bid.secret, deadline, &next, &prev));
+    NCCLCHECK(connectRing(listen.get(), nextAddr, rank, nranks, bid.secret, deadline, &next, &prev));
     b->nextFd_ = next.release();
     b->prevFd_ = prev.release();
   }

@@ -5,8 +5,8 @@
 // version, the root's address and port, a random 64-bit secret) and starts the
 // root rendezvous, a detached thread. Each rank then calls Bootstrap::create
 // with that id: it listens on its own socket, checks in with the root (hello:
-// magic, secret, rank, nranks, its address), receives the table of every
-// rank's address, and connects a ring: a stream to rank+1 and one accepted
+// magic, secret, rank, nranks, its address), receives the address of
+// rank+1 (nothing else: O(1) bytes per rank, O(N) at the root), and connects a ring: a stream to rank+1 and one accepted
 // from rank-1, each proven by the secret and the sender's rank, each
 // acknowledged by the other side. allGather and barrier run over that ring.
 //
@@ -36,8 +36,8 @@ namespace host {
 // first valid hello), checks each hello (magic, secret, rank in range and
 // unique, same nranks), drops strangers (garbage, wrong secret, slow talkers)
 // with a WARN without disturbing the real ranks, sends every rank the address
-// table, and exits. It also exits after timeoutMs, closing everything so that
-// waiting ranks see an error. The root listens on the first device the socket
+// of its successor (rank+1), and exits. It also exits after timeoutMs,
+// closing everything so that waiting ranks see an error. The root listens on the first device the socket
 // transport selects, or on loopback if there is none.
 ncclResult_t bootstrapCreateRoot(ncclSignUniqueId* id, int timeoutMs);
 
@@ -59,10 +59,14 @@ void bootstrapWriteId(const BootstrapId& id, ncclSignUniqueId* out);
 // before counting descriptors).
 int bootstrapRootsRunning();
 
+// Bytes the root rendezvous threads of this process have sent to ranks, in
+// all (tests: O(N) per communicator, not the N^2 of a table to every rank).
+uint64_t bootstrapRootBytesSent();
+
 class Bootstrap {
  public:
   // Joins: opens this rank's own listen socket, checks in with the root, gets
-  // the address table, then connects the ring. Every wait is bounded by
+  // the address of rank+1, then connects the ring. Every wait is bounded by
   // timeoutMs (which also bounds each later allGather / barrier).
   // nranks == 1 still checks in with the root (so the root sees its
   // communicator complete and exits at once) but opens no ring.

@@ -58,7 +58,8 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
          "ncclInvalidArgument",
          rank, kMaxHierNodeRanks, comm->topology.describe(nranks).c_str());
   NCCLCHECK(comm->links.connect(*comm->net, *comm->bootstrap,
-                                schedulePeers(nranks, rank, comm->topology, comm->hierNodeRanks > 0),
+                                schedulePeers(nranks, rank, comm->topology, comm->hierNodeRanks > 0,
+                                              comm->config.algorithm),
                                 comm->config.timeoutMs, comm->hierNodeRanks));
   NCCLCHECK(comm->check.init(*comm->net, comm->links, rank, nranks));
   comm->executor.reset(new ScheduleExecutor(*comm->net, comm->links, comm->arena, comm->check, comm->config.timeoutMs));

@@ -44,7 +44,8 @@ int hierarchicalNodeRanks(const algo::Topology& topo, int nranks, ncclSignAlgo_t
   return nodes.size() > 1 || configured == ncclSignAlgoHierarchical ? (int)largest : 0;
 }
 
-std::vector<int> schedulePeers(int nranks, int rank, const algo::Topology& topo, bool withHier) {
+std::vector<int> schedulePeers(int nranks, int rank, const algo::Topology& topo, bool withHier,
+                               ncclSignAlgo_t configured) {
   std::set<int> peers;
   if (nranks > 1) {
     peers.insert((rank + 1) % nranks);
@@ -57,6 +58,7 @@ std::vector<int> schedulePeers(int nranks, int rank, const algo::Topology& topo,
   for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum,
                            ncclSignAlgoHierarchical}) {
     algo::Schedule s;
+    if (configured != ncclSignAlgoAuto && a != configured) continue;
     if (algo::settingsConflict(a, nranks).name != nullptr) continue;
     if (a == ncclSignAlgoHierarchical && !withHier) continue;
     if (algo::buildSchedule(a, nranks, rank, 4 * (int64_t)nranks, algo::OpSpec{}, &s, &topo) != ncclSuccess) continue;

@@ -37,10 +37,14 @@ class Links {
   std::vector<int> peers_;
 };
 
-// The peers the sign all-reduce schedules of `rank` use (every algorithm;
-// the hierarchical one, over `topo`, only when withHier), plus the ring
-// neighbours of the sum all-reduce.
-std::vector<int> schedulePeers(int nranks, int rank, const algo::Topology& topo, bool withHier);
+// The peers the sign all-reduce schedules of `rank` use, plus the ring
+// neighbours of the sum all-reduce: with `configured` Auto, every algorithm's
+// (the hierarchical one, over `topo`, only when withHier), since the cost
+// model may pick any; with an algorithm forced (config or SIGNLION_ALGO),
+// that one's only, since no call runs another: a forced ring connects 2
+// peers, not halving-doubling's log2 N partners as well.
+std::vector<int> schedulePeers(int nranks, int rank, const algo::Topology& topo, bool withHier,
+                               ncclSignAlgo_t configured = ncclSignAlgoAuto);
 
 // The hierarchical algorithm talks to every rank of its node: its links are
 // made only where it can be of use and the handle table stays small.

@@ -1,0 +1,108 @@
+// scale_predict: the cost model's predicted time per call (src/algo/cost_model.h,
+// the host executor's overlap and segments as the communicator sets them) for
+// every algorithm and for a plain ring all-reduce of fp32 and bf16, as CSV on
+// stdout, with what auto picks. SIGNLION_HOST_SEGMENT and _CHUNK_BYTES apply
+// as in a communicator.
+//
+//   scale_predict cluster   64M fp32 elements, N = 64..4096, links of 10, 25,
+//                           100 and 400 Gbit/s, flat (one rank per node) and
+//                           8 ranks per node
+//   scale_predict star      the points docs/ethernet.csv measured on the
+//                           emulated star (N = 4 and 8, 1 and 10 Gbit/s,
+//                           1 MiB..256 MiB of fp32), with the star's settings
+//                           (every rank its own node, SIGNLION_COST_BETA_MBPS
+//                           of the tbf rate), to compare with the measurements
+//
+// The ring all-reduce rows are the alpha-beta ring of NCCL and of signlion's
+// ncclSignHostSumAllReduce: 2(N-1) steps of alpha + (bytes/N)/beta, the
+// bytes crossing each node's link once per step whatever its rank count
+// (a ring enters and leaves a node once), no compute term. Every other row
+// is CostModel::predict. The model's parameters are the defaults
+// (docs/ALGORITHMS.md, "Choosing") unless the SIGNLION_COST_* variables say
+// otherwise; beta is set per row from the link rate.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "algo/cost_model.h"
+#include "algo/topology.h"
+#include "common/config.h"
+#include "common/param.h"
+#include "host/host_params.h"
+
+namespace {
+
+using signlion::algo::CostModel;
+using signlion::algo::CostParams;
+using signlion::algo::Topology;
+
+constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
+                                     ncclSignAlgoFieldSum, ncclSignAlgoHierarchical};
+
+double ringAllReduceUs(const CostParams& p, int nranks, double bytes) {
+  if (nranks < 2) return 0;
+  return 2.0 * (nranks - 1) * (p.alphaUs + bytes / nranks / p.betaBytesPerUs);
+}
+
+Topology nodesOf(int nranks, int perNode) {
+  Topology t;
+  if (perNode <= 1) return t;  // every rank its own node: the flat model
+  for (int r = 0; r < nranks; r++) t.node.push_back(r / perNode);
+  return t;
+}
+
+// One row per contender: algorithm, predicted us (or "-" when it cannot run
+// there), and auto's pick.
+void rows(const char* tag, int nranks, int perNode, double gbit, uint64_t count, double betaMBps) {
+  // As a communicator whose SIGNLION_COST_BETA_MBPS is the link's: the
+  // model reads it, and the host chunk follows it (host::hostChunkBytes).
+  setenv("SIGNLION_COST_BETA_MBPS", std::to_string((long long)betaMBps).c_str(), 1);
+  signlion::paramResetCache();
+  CostModel model;
+  model.setHostExecutor(signlion::host::hostChunkBytes(), (int64_t)signlion::host::hostSegmentElements());
+  const CostParams& p = model.params();
+  const Topology topo = nodesOf(nranks, perNode);
+  const Topology* t = topo.known() ? &topo : nullptr;
+  signlion::algo::OpSpec spec;
+  unsigned available = signlion::algo::kAllAlgorithms;
+  if (perNode <= 1) available &= ~signlion::algo::algoBit(ncclSignAlgoHierarchical);
+  ncclSignAlgo_t chosen = ncclSignAlgoAuto;
+  if (signlion::algo::chooseAlgorithm(nranks, count, spec, available, ncclSignAlgoAuto, model, &chosen, t) !=
+      ncclSuccess)
+    chosen = ncclSignAlgoAuto;
+  for (ncclSignAlgo_t a : kAlgos) {
+    if (!(available & signlion::algo::algoBit(a))) continue;
+    double us = 0;
+    if (model.predict(a, nranks, count, spec, &us, t) != ncclSuccess) continue;
+    printf("%s,%d,%d,%g,%llu,sign-%s,%.1f,%s\n", tag, nranks, perNode, gbit, (unsigned long long)count,
+           signlion::algoName(a), us, signlion::algoName(chosen));
+  }
+  printf("%s,%d,%d,%g,%llu,fp32-ring,%.1f,%s\n", tag, nranks, perNode, gbit, (unsigned long long)count,
+         ringAllReduceUs(p, nranks, 4.0 * (double)count), signlion::algoName(chosen));
+  printf("%s,%d,%d,%g,%llu,bf16-ring,%.1f,%s\n", tag, nranks, perNode, gbit, (unsigned long long)count,
+         ringAllReduceUs(p, nranks, 2.0 * (double)count), signlion::algoName(chosen));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string what = argc > 1 ? argv[1] : "";
+  if (what != "cluster" && what != "star") {
+    fprintf(stderr, "usage: %s cluster|star   (CSV on stdout)\n", argv[0]);
+    return 2;
+  }
+  printf("grid,nranks,ranks_per_node,gbit,count,contender,predicted_us,auto_picks\n");
+  if (what == "cluster") {
+    for (int perNode : {1, 8})
+      for (double gbit : {10.0, 25.0, 100.0, 400.0})
+        for (int n = 64; n <= 4096; n *= 2) rows("cluster", n, perNode, gbit, 64ull << 20, gbit * 125.0);
+  } else {
+    for (int n : {4, 8})
+      for (double gbit : {1.0, 10.0})
+        for (uint64_t bytes = 1ull << 20; bytes <= 256ull << 20; bytes *= 4)
+          rows("star", n, 1, gbit, bytes / 4, gbit * 125.0);
+  }
+  return 0;
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# sign_allreduce_perf across two "nodes" (network namespaces of this machine
+# on a bridge, veth links limited by tc tbf, 198.18.0.0/24), two ranks each,
+# launched the two ways a cluster user launches it (docs/SCALE.md):
+#  1. mpirun -H node0:2,node1:2: mpirun runs outside the nodes and starts one
+#     orted per node through its remote-launch agent (here
+#     scripts/netns_ssh_agent.sh, which enters the namespace where ssh would
+#     log in), the orteds start the ranks; the hierarchical, ring and auto
+#     algorithms, every call checked (-c 1: "#wrong" 0 and the footer's OK);
+#  2. srun's mapping without Slurm: each task started in its node with the
+#     variables srun sets (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
+#     SLURM_NODEID, SLURMD_NODENAME) through scripts/slurm_rank.sh, the id
+#     shared through a file.
+# Both must see 2 nodes x 2 ranks (the INFO line of ncclSignCommInitRank) and
+# run over the namespaces' interface only (SIGNLION_SOCKET_IFNAME==slv0).
+#   mpirun_netns_test.sh PATH/TO/sign_allreduce_perf
+# Exit 0 pass, 1 fail, 77 skip (not root, no namespaces, no mpirun, or a
+# sign_allreduce_perf built without MPI).
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+PERF=${1:?usage: $0 PATH/TO/sign_allreduce_perf}
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root for network namespaces"
+command -v ip >/dev/null || skip "no ip(8)"
+command -v mpirun >/dev/null || skip "no mpirun (openmpi-bin)"
+[ -x "$PERF" ] || { echo "FAIL: $PERF is not executable"; exit 1; }
+ldd "$PERF" | grep -q libmpi || skip "$PERF was built without MPI"
+
+# shellcheck source=netns_lib.sh
+source "$HERE/netns_lib.sh"
+DIR=$(mktemp -d)
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  netns_star_down
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+netns_star_up 2 10gbit || skip "namespaces unavailable: $NETNS_WHY"
+# mpirun's own address on the bridge: the orteds call back to it.
+ip -n "$STAR_HUB" addr add 198.18.0.254/24 dev br0 || { echo "FAIL: address on the bridge"; exit 1; }
+NODE0=${STAR_NS[0]} NODE1=${STAR_NS[1]}
+ARGS=(-b 4K -e 1M -f 16 -n 2 -w 1 -c 1 -T 60)
+failures=0
+
+# Checks one run's log (rank 0's table): $1 what ran, $2 the log, $3 its exit status.
+check_log() {
+  local what=$1 log=$2 rc=$3 why=""
+  if [ "$rc" != 0 ]; then why="exit status $rc"
+  elif ! grep -q "Out of bounds values : 0 OK" "$log"; then why="no '# Out of bounds values : 0 OK'"
+  elif awk '$1 ~ /^[0-9]+$/ && ($9 != 0 || $13 != 0) { bad = 1 } END { exit !bad }' "$log"; then why="#wrong not 0"
+  elif ! grep -q "2 nodes x 2" "$log"; then why="the communicator did not see 2 nodes x 2"
+  fi
+  if [ -n "$why" ]; then
+    echo "FAIL: $what: $why"
+    tail -30 "$log"
+    failures=$((failures + 1))
+  else
+    echo "ok: $what"
+    grep -E '^ +[0-9]+ ' "$log" | tail -2
+  fi
+}
+
+# 1. mpirun, one orted per node through the agent.
+for algo in hier ring auto; do
+  log="$DIR/mpirun_$algo.log"
+  timeout 180 ip netns exec "$STAR_HUB" mpirun --allow-run-as-root --oversubscribe \
+    --mca plm_rsh_agent "$HERE/netns_ssh_agent.sh" --mca plm_rsh_no_tree_spawn 1 --mca routed direct \
+    --mca oob_tcp_if_include "$STAR_NET" --mca btl self,tcp --mca btl_tcp_if_include "$STAR_NET" \
+    -H "$NODE0:2,$NODE1:2" -np 4 \
+    -x SIGNLION_SOCKET_IFNAME="=$STAR_IF" -x SIGNLION_DEBUG=INFO -x SIGNLION_DEBUG_SUBSYS=INIT \
+    "$PERF" "${ARGS[@]}" -A "$algo" >"$log" 2>&1
+  check_log "mpirun -H $NODE0:2,$NODE1:2 -np 4, -A $algo" "$log" $?
+done
+
+# 2. srun's variables by hand, one process per task in its node.
+id="$DIR/slurm.id"
+for ((r = 0; r < 4; r++)); do
+  node=$((r / 2))
+  ip netns exec "${STAR_NS[$node]}" env SLURM_PROCID=$r SLURM_NTASKS=4 SLURM_LOCALID=$((r % 2)) \
+    SLURM_NODEID=$node SLURM_NNODES=2 SLURMD_NODENAME="${STAR_NS[$node]}" SLURM_JOB_ID=1 \
+    SIGNLION_SOCKET_IFNAME="=$STAR_IF" SIGNLION_DEBUG=INFO SIGNLION_DEBUG_SUBSYS=INIT \
+    timeout 180 "$HERE/slurm_rank.sh" "$id" "$PERF" "${ARGS[@]}" -A hier >"$DIR/slurm_$r.log" 2>&1 &
+  PIDS+=($!)
+done
+rc=0
+for p in "${PIDS[@]}"; do wait "$p" || rc=$?; done
+PIDS=()
+# Rank 0 prints the table; every rank logs its INFO line.
+cat "$DIR"/slurm_[123].log >>"$DIR/slurm_0.log"
+check_log "srun's variables (SLURM_PROCID/NTASKS/NODEID, SLURMD_NODENAME) through slurm_rank.sh, -A hier" \
+  "$DIR/slurm_0.log" "$rc"
+
+[ "$failures" = 0 ] && echo "PASS" && exit 0
+echo "FAIL: $failures run(s)"
+exit 1
