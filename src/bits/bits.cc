@@ -33,7 +33,7 @@ size_t typeSize(ncclDataType_t dt) {
   }
 }
 
-const char* typeName(ncclDataType_t dt) {
+const char* typeName(int dt) {
   switch (dt) {
     case ncclInt8: return "int8";
     case ncclUint8: return "uint8";

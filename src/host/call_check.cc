@@ -254,8 +254,8 @@ ncclResult_t compareSettingsRows(const void* rows, int nranks, int rank, algo::T
     std::string a, b;
     if (o.algorithm != r0.algorithm) {
       what = "algorithm (config->algorithm or SIGNLION_ALGO)";
-      a = algoName((ncclSignAlgo_t)o.algorithm);
-      b = algoName((ncclSignAlgo_t)r0.algorithm);
+      a = algoName(o.algorithm);
+      b = algoName(r0.algorithm);
     } else if (o.zeroRule != r0.zeroRule) {
       what = "zero rule (config->zeroRule)";
       a = zeroRuleName(o.zeroRule);
