@@ -55,10 +55,18 @@ Listener& listener() {
   return l;
 }
 
+// A connection that is reset at close (SO_LINGER 0) rather than left in
+// TIME_WAIT: tens of thousands of inputs would use up the ephemeral ports.
 int connectRaw(const SocketAddress& to) {
   int fd = socket(to.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) abort();
+  linger lg{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
   socklen_t len = to.sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-  if (fd < 0 || connect(fd, &to.sa, len) != 0) abort();
+  if (connect(fd, &to.sa, len) != 0) {
+    perror("fuzz_socket_stream: connect");
+    abort();
+  }
   return fd;
 }
 
@@ -135,8 +143,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (!failed) socketCommWait(comm, 2);
   }
-  socketCloseRecv(comm);
-  close(fds[0]);
+  close(fds[0]);  // the peer goes first, with a reset: no TIME_WAIT at either end
   close(fds[1]);
+  socketCloseRecv(comm);
   return 0;
 }

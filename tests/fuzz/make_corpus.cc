@@ -12,6 +12,7 @@
 
 #include "host/bootstrap_wire.h"
 #include "host/call_check.h"
+#include "lion/lion_state.h"
 #include "socket/socket_wire.h"
 #include "ucx/ucx_wire.h"
 
@@ -207,6 +208,30 @@ void ucxSeeds() {
   write("fuzz_ucx_wire", "reply", rb);
 }
 
+// A saved state of 3 fp32 elements without a master copy; the harness reads
+// the optimizer's shape (count, datatype, aggregation, master) from its first
+// 16 bytes, then the buffer.
+void lionSeeds() {
+  lion::LionStateShape shape;
+  shape.datatype = ncclFloat32;
+  shape.aggregation = 0;
+  shape.count = 3;
+  shape.hasMaster = false;
+  for (int master = 0; master < 2; master++) {
+    shape.hasMaster = master != 0;
+    Blob b;
+    append(&b, uint32_t{(uint32_t)shape.count});
+    append(&b, shape.datatype);
+    append(&b, shape.aggregation);
+    append(&b, uint32_t{shape.hasMaster ? 1u : 0u});
+    lion::LionStateHeader h{lion::LionStateHeader::kMagic, lion::LionStateHeader::kVersion, shape.datatype,
+                            shape.aggregation, shape.count, 10, 1, shape.hasMaster ? 1u : 0u, 1};
+    append(&b, h);
+    for (uint64_t i = 0; i < shape.count * (shape.hasMaster ? 2 : 1); i++) append(&b, 0.5f * (float)i);
+    write("fuzz_lion_state", master ? "state_master" : "state", b);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -219,5 +244,6 @@ int main(int argc, char** argv) {
   callCheckSeeds();
   socketSeeds();
   ucxSeeds();
+  lionSeeds();
   return 0;
 }
