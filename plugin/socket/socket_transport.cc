@@ -27,6 +27,7 @@
 #include "net_common.h"
 #include "transport/fixed_queue.h"
 #include "transport/request_table.h"
+#include "transport/connect_registry.h"
 #include "transport/tag_matcher.h"
 #include "socket/socket_device_table.h"
 #include "socket/socket_devices.h"
@@ -549,7 +550,14 @@ void unlistPending(Comm* c) {
   c->pending = nullptr;
 }
 
+// Send comms whose connect is in progress (connect_registry.h).
+ConnectRegistry& connectsInProgress() {
+  static ConnectRegistry r;
+  return r;
+}
+
 void destroyComm(Comm* c) {
+  connectsInProgress().remove(c);
   c->closing.store(true, std::memory_order_release);
   unlistPending(c);
   pairUnregister(&c->link);
@@ -1140,6 +1148,9 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
   ARGCHECK(deviceNics(dev, &local), "connect", "dev", "%d is not a device", dev);
 
   Comm* c = static_cast<Comm*>(h->connecting);
+  ARGCHECK(c == nullptr || connectsInProgress().contains(c), "connect", "handle",
+           "its connector-private bytes hold %p, no connect of this process (a handle from a peer must come "
+           "unchanged from its listen)", h->connecting);
   if (c == nullptr) {
     c = newComm(true);
     if (c == nullptr) return ncclSystemError;
@@ -1185,6 +1196,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
       }
     }
     setConnecting(c);
+    connectsInProgress().add(c);
     if (pending != nullptr) {
       std::lock_guard<std::mutex> lk(pending->mu);
       pending->comms.insert(c);
@@ -1246,6 +1258,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
   setConnecting(nullptr);
   uint64_t connId = cs->hello[0].connId;
   c->connecting.reset();
+  connectsInProgress().remove(c);
   unlistPending(c);
   ncclResult_t res = startHelpers(c, (int)signlionParamNthreads());
   if (res != ncclSuccess) {

@@ -18,6 +18,7 @@
 #include "socket/socket_params.h"
 #include "socket/socket_stream.h"
 #include "socket/socket_transport.h"  // CommHeader: byte counters readable by commBytes()
+#include "transport/connect_registry.h"
 #include "transport/request_table.h"
 #include "ucx/ucx_liveness.h"
 #include "ucx/ucx_wire.h"
@@ -352,7 +353,14 @@ void parkComm(Comm* c) {
 // Every UCX resource of a comm; the caller holds workerLock(). The comm's
 // memory goes only once no request of ours is in flight in the worker
 // (after that no callback may touch our slots), else it is parked.
+// Send comms whose connect is in progress (connect_registry.h).
+ConnectRegistry& connectsInProgress() {
+  static ConnectRegistry r;
+  return r;
+}
+
 void destroyComm(Comm* c) {
+  connectsInProgress().remove(c);
   if (c->fd >= 0 && (!c->isSend || c->connState >= 2)) heartbeatRemove(c->fd);
   if (c->worker != nullptr && !c->isSend) {
     // Setup receives of a connection accept refused (posted once its reply
@@ -897,6 +905,10 @@ ncclResult_t ucxConnect(int dev, int trafficClass, void* handle, void** sendComm
     memcpy(static_cast<char*>(handle) + offsetof(ListenHandle, connecting), &p, sizeof(p));
   };
   Comm* c = static_cast<Comm*>(h.connecting);
+  ARGCHECK(c == nullptr || connectsInProgress().contains(c), "connect", "handle",
+           "its connector-private bytes hold %p, no connect of this process in progress (a handle whose connection "
+           "finished, or one from a peer that did not come unchanged from its listen)",
+           h.connecting);
   if (c == nullptr) {
     c = new Comm();
     c->magic = kCommMagic;
@@ -929,6 +941,7 @@ ncclResult_t ucxConnect(int dev, int trafficClass, void* handle, void** sendComm
       c->pending = pending;
     }
     setConnecting(c);
+    connectsInProgress().add(c);
   }
   ARGCHECK(c->magic == kCommMagic && c->kind == kCommSend && c->connState < 5, "connect", "handle",
            "its connection already finished (reuse of a handle)");
@@ -940,6 +953,7 @@ ncclResult_t ucxConnect(int dev, int trafficClass, void* handle, void** sendComm
   }
   if (res != ncclSuccess || ready) {
     setConnecting(nullptr);
+    connectsInProgress().remove(c);
     if (c->pending != nullptr) {
       std::lock_guard<std::mutex> lk(c->pending->mu);
       c->pending->comms.erase(c);

@@ -1,7 +1,9 @@
 // The host communicator's per-call check (src/host/call_check.h): the 16-byte
 // header at the front of a call's first message from a peer, checked against
 // this rank's own signature (also taken from the input: any call a rank may
-// make), and the settings table every rank sends at ncclSignCommInitRank.
+// make), a whole signature as the NCCL path's check gathers it
+// (src/nccl/call_agreement.h), and the settings table every rank sends at
+// ncclSignCommInitRank.
 #include <vector>
 
 #include "algo/topology.h"
@@ -28,6 +30,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       CallSignature back;
       if (!own.decode(mine, 0, &back)) __builtin_trap();
     }
+  }
+  {  // ncclSignAllReduce under SIGNLION_CHECK=1 compares whole signatures from the peers' table
+    fuzz::Bytes in(data, size);
+    CallSignature mine = in.take<CallSignature>();
+    CallSignature theirs = in.take<CallSignature>();
+    (void)compareSignatures(theirs, mine, "fuzz");
   }
   {
     fuzz::Bytes in(data, size);
