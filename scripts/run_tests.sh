@@ -70,7 +70,7 @@ for seeds in tests/fuzz/corpus/*/; do
        -max_len=4096 -print_final_stats=1 -artifact_prefix="$BUILD_FUZZ/fuzz-artifacts/$target-" \
        "$BUILD_FUZZ/fuzz-corpus/$target" "$seeds" > "$LOGDIR/fuzz-$target.log" 2>&1; then
     fuzz_passed=$((fuzz_passed + 1))
-    grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units)' "$LOGDIR/fuzz-$target.log" || true
+    grep -E '^#[0-9]+[[:space:]]+DONE|^stat::number_of_executed_units' "$LOGDIR/fuzz-$target.log" || true
   else
     fuzz_failed=$((fuzz_failed + 1))
     rc=1
