@@ -10,7 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -63,8 +65,18 @@ int connectRaw(const SocketAddress& to) {
   linger lg{1, 0};
   setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
   socklen_t len = to.sa.sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-  if (connect(fd, &to.sa, len) != 0) {
-    perror("fuzz_socket_stream: connect");
+  // libFuzzer's -timeout alarm interrupts system calls: an interrupted
+  // connect goes on in the background, and is waited for here.
+  int err = connect(fd, &to.sa, len) == 0 ? 0 : errno;
+  if (err == EINTR) {
+    pollfd p{fd, POLLOUT, 0};
+    while (poll(&p, 1, 1000) < 0 && errno == EINTR) {
+    }
+    socklen_t el = sizeof(err);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
+  }
+  if (err != 0) {
+    fprintf(stderr, "fuzz_socket_stream: connect: %s\n", strerror(err));
     abort();
   }
   return fd;
@@ -74,6 +86,7 @@ void writeAll(int fd, const void* p, size_t n) {
   const char* c = static_cast<const char*>(p);
   while (n > 0) {
     ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return;  // the comm closed its end: what is left is not read
     c += k;
     n -= (size_t)k;
