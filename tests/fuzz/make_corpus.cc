@@ -115,10 +115,14 @@ CallSignature signature() {
 
 void callCheckSeeds() {
   CallSignature mine = signature();
-  for (int variant = 0; variant < 3; variant++) {
+  for (int variant = 0; variant < 5; variant++) {
     CallSignature theirs = mine;
     if (variant == 1) theirs.count = 999;  // a disagreement
     if (variant == 2) theirs.seq = 8;      // a rank a call ahead
+    // Fields no enum holds (found by this target: an invalid enum load when
+    // naming the difference); kept as seeds so the fuzz step replays them.
+    if (variant == 3) theirs.algorithm = 15;
+    if (variant == 4) theirs.datatype = 15;
     Blob b;
     append(&b, mine);
     append(&b, uint32_t{128});                                // payload bytes due
@@ -130,6 +134,9 @@ void callCheckSeeds() {
   Blob rows = {3, 1};
   rows.resize(2 + 4 * host::settingsRowBytes(), 0);
   write("fuzz_call_check", "settings_4ranks", rows);
+  int32_t unknownAlgo = 128;  // rank 1's row: an algorithm no ncclSignAlgo_t holds
+  memcpy(rows.data() + 2 + host::settingsRowBytes(), &unknownAlgo, sizeof(unknownAlgo));
+  write("fuzz_call_check", "settings_unknown_algorithm", rows);
 }
 
 void socketSeeds() {
