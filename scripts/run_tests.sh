@@ -2,13 +2,16 @@
 # Builds signlion and runs every test: the full CTest suite (unit, multirank,
 # plugin, netns; gpu tests skip without a device), then the unit, multirank and concurrency tests again
 # under AddressSanitizer + UndefinedBehaviorSanitizer, then the multirank and plugin tests
-# under ThreadSanitizer (host only). README command (2).
+# under ThreadSanitizer (host only), then a short run of every fuzz target
+# (tests/fuzz, docs/FUZZING.md). README command (2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 BUILD=${BUILD:-build}
 BUILD_SAN=${BUILD_SAN:-build-asan}
 BUILD_TSAN=${BUILD_TSAN:-build-tsan}
+BUILD_FUZZ=${BUILD_FUZZ:-build-fuzz}
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}  # per target
 LOGDIR=$(mktemp -d)
 trap 'rm -rf "$LOGDIR"' EXIT
 
@@ -48,6 +51,33 @@ echo "== ctest ($BUILD_TSAN, labels multirank and plugin) =="
 (cd "$BUILD_TSAN" && TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" \
   ctest --output-on-failure -j "$JOBS" -L "multirank|plugin" -LE netns --timeout 900) 2>&1 | tee "$LOGDIR/tsan.log" || rc=1
 
+# Every parser of a peer's bytes under libFuzzer (clang): each target starts
+# from its seed corpus (tests/fuzz/corpus/<target>, read only) and runs
+# FUZZ_SECONDS; a crash, leak, sanitizer report, input slower than 10 s or
+# 2 GiB of memory fails it. What it finds is kept under $BUILD_FUZZ, never in
+# the tree.
+echo "== build ($BUILD_FUZZ: fuzz targets, clang) =="
+CC=clang CXX=clang++ cmake -S . -B "$BUILD_FUZZ" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIGNLION_BUILD_FUZZERS=ON \
+  -DSIGNLION_ENABLE_CUDA=OFF -DSIGNLION_BUILD_PERF=OFF -DSIGNLION_BUILD_TESTS=OFF
+cmake --build "$BUILD_FUZZ" -j "$JOBS" --target signlion_fuzzers
+
+fuzz_passed=0 fuzz_failed=0
+for seeds in tests/fuzz/corpus/*/; do
+  target=$(basename "$seeds")
+  echo "== fuzz $target (${FUZZ_SECONDS} s) =="
+  mkdir -p "$BUILD_FUZZ/fuzz-corpus/$target" "$BUILD_FUZZ/fuzz-artifacts"
+  if "$BUILD_FUZZ/tests/fuzz/$target" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=10 \
+       -max_len=4096 -print_final_stats=1 -artifact_prefix="$BUILD_FUZZ/fuzz-artifacts/$target-" \
+       "$BUILD_FUZZ/fuzz-corpus/$target" "$seeds" > "$LOGDIR/fuzz-$target.log" 2>&1; then
+    fuzz_passed=$((fuzz_passed + 1))
+    grep -E '^#[0-9]+[[:space:]]+DONE|^stat::number_of_executed_units' "$LOGDIR/fuzz-$target.log" || true
+  else
+    fuzz_failed=$((fuzz_failed + 1))
+    rc=1
+    tail -n 60 "$LOGDIR/fuzz-$target.log"
+  fi
+done
+
 read -r p1 f1 s1 < <(summarize "$LOGDIR/main.log")
 read -r p2 f2 s2 < <(summarize "$LOGDIR/san.log")
 read -r p3 f3 s3 < <(summarize "$LOGDIR/tsan.log")
@@ -56,4 +86,5 @@ echo "ctest ($BUILD): $p1 passed, $f1 failed, $s1 skipped"
 echo "ctest ($BUILD_SAN): $p2 passed, $f2 failed, $s2 skipped"
 echo "ctest ($BUILD_TSAN): $p3 passed, $f3 failed, $s3 skipped"
 echo "total: $((p1 + p2 + p3)) passed, $((f1 + f2 + f3)) failed, $((s1 + s2 + s3)) skipped"
+echo "fuzz ($BUILD_FUZZ): $fuzz_passed targets passed, $fuzz_failed failed (${FUZZ_SECONDS} s each)"
 exit $rc

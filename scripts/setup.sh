@@ -5,6 +5,8 @@
 # CUDA 13 and NCCL come preinstalled under /usr/local/cuda and are optional.
 # ninja-build: the README's builds use -G Ninja, and the wheel's CMake build
 # (scikit-build-core) uses it instead of fetching ninja from the registry.
+# clang, libclang-rt-14-dev: the fuzz targets (tests/fuzz) need clang and its
+# libFuzzer and sanitizer runtimes, which clang only recommends.
 set -euo pipefail
 
 PACKAGES=(
@@ -16,6 +18,7 @@ PACKAGES=(
   python3-matplotlib
   dataset-fashion-mnist
   python3-torch python3-sklearn python3-numpy python3-pip python3-venv python3-setuptools
+  clang libclang-rt-14-dev
 )
 
 missing=()

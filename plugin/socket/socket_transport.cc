@@ -27,29 +27,24 @@
 #include "net_common.h"
 #include "transport/fixed_queue.h"
 #include "transport/request_table.h"
+#include "transport/connect_registry.h"
 #include "transport/tag_matcher.h"
 #include "socket/socket_device_table.h"
 #include "socket/socket_devices.h"
 #include "socket/socket_pairing.h"
 #include "socket/socket_params.h"
 #include "socket/socket_stream.h"
+#include "socket/socket_wire.h"
 
 namespace signlion {
 namespace net {
 namespace {
 
-constexpr uint32_t kHandleMagic = 0x534c4e48;  // "SLNH"
-// 2: instance ids, control-socket pairing; 3: a handle lists 1..4 interfaces;
-// 4: 8-byte message headers (WireMsg)
-constexpr uint16_t kWireVersion = 4;
 constexpr uint32_t kMrMagic = 0x534c4d52;      // "SLMR"
 constexpr int kPollMs = 50;                    // helper wake-up period, bounds close latency
 constexpr size_t kCallerOnlyMax = 512 * 1024;  // payloads up to this are moved by the caller (enqueueStreams)
 constexpr size_t kMaxPendingAccepts = 256;
 constexpr size_t kStageBytes = 64 * 1024;  // recv comm staging buffer for the control stream
-// SIGNLION_SOCKET_INLINE's cap: no sender inlines more, so a larger inline
-// header is a protocol error (a receiver would size an early buffer by it).
-constexpr size_t kMaxInline = 1 << 20;
 constexpr size_t kDirectRead = 4096;  // inline remainder read straight into the user buffer
 constexpr int kCtrlRounds = 1024;     // parse/read steps per progress call (fairness bound)
 // Messages a recv comm keeps after reading their header: arrived before any
@@ -70,140 +65,20 @@ int64_t timeoutMs() {
   return t > 0 ? t : 30000;
 }
 
-// ---- Wire formats -----------------------------------------------------------
+// Wire formats: socket_wire.h.
+using Hello = SocketHello;
+using ListenHandle = SocketListenHandle;
+using MsgHeader = SocketMsgHeader;
+constexpr uint32_t kHandleMagic = kSocketHandleMagic;
+constexpr uint16_t kWireVersion = kSocketWireVersion;
+constexpr size_t kMaxInline = kSocketMaxInline;
 
-// One listening address in a handle, compact (a SocketAddress is 28 bytes).
-struct HandleNic {
-  uint16_t family;  // AF_INET or AF_INET6
-  uint16_t port;    // network order
-  uint8_t ip[16];   // IPv4 in the first 4 bytes
-};
-
-// What listen() writes into NCCL's handle: one address per interface of the
-// device (a fused device has several). The tail after `nics` is private to
-// the connecting side (NCCL hands the same handle back on every connect call).
-struct ListenHandle {
-  uint32_t magic;
-  uint16_t version;
-  uint8_t nnics;
-  uint8_t reserved;
-  uint64_t secret;
-  uint64_t instance;  // the listener's localInstance(): who the connector reaches
-  HandleNic nics[kSocketMaxFusedNics];
-  // connector-private
-  void* connecting;
-};
-static_assert(sizeof(ListenHandle) <= 128, "handle must fit NCCL_NET_HANDLE_MAXSIZE");
-
-HandleNic toHandleNic(const SocketAddress& a) {
-  HandleNic n{};
-  n.family = a.sa.sa_family;
-  if (a.sa.sa_family == AF_INET) {
-    n.port = a.sin.sin_port;
-    memcpy(n.ip, &a.sin.sin_addr, 4);
-  } else {
-    n.port = a.sin6.sin6_port;
-    memcpy(n.ip, &a.sin6.sin6_addr, 16);
-  }
-  return n;
-}
-
-// False for a family we do not speak.
-bool fromHandleNic(const HandleNic& n, SocketAddress* a) {
-  memset(a, 0, sizeof(*a));
-  if (n.family == AF_INET) {
-    a->sin.sin_family = AF_INET;
-    a->sin.sin_port = n.port;
-    memcpy(&a->sin.sin_addr, n.ip, 4);
-    return true;
-  }
-  if (n.family == AF_INET6) {
-    a->sin6.sin6_family = AF_INET6;
-    a->sin6.sin6_port = n.port;
-    memcpy(&a->sin6.sin6_addr, n.ip, 16);
-    return true;
-  }
-  return false;
-}
-
-// First bytes on every stream of a new connection.
-struct Hello {
-  uint32_t magic;
-  uint16_t version;
-  uint8_t kind;   // 0: control, 1: data
-  uint8_t index;  // data stream index
-  uint32_t nsocks;
-  uint32_t chunkSize;
-  uint64_t secret;
-  uint64_t connId;
-  uint64_t instance;  // the connector's localInstance()
-};
-static_assert(sizeof(Hello) == 40, "hello layout");
-
-// One per message on the control stream; also the two pairing headers
-// (socket_pairing.h), which are no message: no tag, no sequence number. This
-// is the decoded form; on the wire (WireMsg) a message header is 8 bytes and
-// a pairing header 16.
-struct MsgHeader {
-  int32_t tag;
-  uint32_t flags;  // kMsgInline, or one of kMsgPair / kMsgSwitch
-  uint64_t size;   // kMsgPair: connId of the receiver's process's send comm invited to move here
-};
-constexpr uint32_t kMsgInline = 1;
-constexpr uint32_t kMsgPair = 2;    // offer: the named send comm may move onto this connection
-constexpr uint32_t kMsgSwitch = 4;  // marker: the sender moved; read the pinned connection from here on
-
-// A header on the wire: the tag, then one word. A message's word is its size
-// (at most kSocketMaxMessage = 2^30, 31 bits) with kWireInline set when the
-// payload follows inline (at most kMaxInline, so bit 30 is clear). A pairing
-// header sets both top bits (kWireControl), its flags in the low bits, and
-// is followed by 8 bytes: the offer's connId (0 for the marker). Eight bytes
-// per message rather than 16: on a small call (a sign all-reduce of a few
-// thousand parameters sends messages of a few hundred bytes) the framing is a
-// visible part of what goes on the wire.
-struct WireMsg {
-  int32_t tag;
-  uint32_t word;
-};
-static_assert(sizeof(WireMsg) == 8, "message header layout");
-constexpr uint32_t kWireInline = 1u << 31;
-constexpr uint32_t kWireControl = 3u << 30;
-constexpr size_t kWireMsgBytes = sizeof(WireMsg);
-constexpr size_t kWirePairBytes = sizeof(WireMsg) + sizeof(uint64_t);
-static_assert(kSocketMaxMessage < kWireInline && kMaxInline < (1u << 30), "sizes fit the header word");
-
-// Writes h's wire form into out (room for kWirePairBytes); returns its length.
-size_t encodeHeader(const MsgHeader& h, char* out) {
-  const bool pairing = (h.flags & (kMsgPair | kMsgSwitch)) != 0;
-  WireMsg w{h.tag,
-            pairing ? kWireControl | h.flags : (uint32_t)h.size | ((h.flags & kMsgInline) != 0 ? kWireInline : 0u)};
-  memcpy(out, &w, sizeof(w));
-  if (!pairing) return kWireMsgBytes;
-  memcpy(out + sizeof(w), &h.size, sizeof(h.size));
-  return kWirePairBytes;
-}
-
-// The length of the wire header that starts at `in` (at least kWireMsgBytes
-// available); once that many are there, decodeHeader reads it.
-size_t wireHeaderBytes(const char* in) {
-  WireMsg w;
-  memcpy(&w, in, sizeof(w));
-  return (w.word & kWireControl) == kWireControl ? kWirePairBytes : kWireMsgBytes;
-}
-MsgHeader decodeHeader(const char* in) {
-  WireMsg w;
-  memcpy(&w, in, sizeof(w));
-  MsgHeader h{w.tag, 0, 0};
-  if ((w.word & kWireControl) == kWireControl) {
-    h.flags = w.word & ~kWireControl;  // handlePairHeader judges them
-    memcpy(&h.size, in + sizeof(w), sizeof(h.size));
-  } else if (w.word & kWireInline) {
-    h.flags = kMsgInline;
-    h.size = w.word & ~kWireInline;
-  } else {
-    h.size = w.word;
-  }
-  return h;
+// Whether a whole header is staged at `in` (avail bytes).
+bool headerStaged(const char* in, size_t avail) {
+  SocketMsgHeader h;
+  size_t len;
+  const char* why;
+  return parseCtrlHeader(in, avail, &h, &len, &why) != CtrlHeader::kNeedMore;
 }
 
 // ---- Comms ------------------------------------------------------------------
@@ -675,7 +550,14 @@ void unlistPending(Comm* c) {
   c->pending = nullptr;
 }
 
+// Send comms whose connect is in progress (connect_registry.h).
+ConnectRegistry& connectsInProgress() {
+  static ConnectRegistry r;
+  return r;
+}
+
 void destroyComm(Comm* c) {
+  connectsInProgress().remove(c);
   c->closing.store(true, std::memory_order_release);
   unlistPending(c);
   pairUnregister(&c->link);
@@ -1007,14 +889,7 @@ void deliverKept(Comm* c) {
 // (transport/tag_matcher.h), or kept until one is posted. Returns 1 when
 // taken, 0 when it must wait unread (no room to keep it), -1 after an error.
 int takeHeader(Comm* c, const MsgHeader& hdr) {
-  bool isInline = (hdr.flags & kMsgInline) != 0;
-  if (isInline && hdr.size > kMaxInline) {
-    char what[128];
-    snprintf(what, sizeof(what), "protocol error: inline message of %llu bytes (tag %d), more than any sender inlines",
-             (unsigned long long)hdr.size, hdr.tag);
-    setError(c, ncclRemoteError, what);
-    return -1;
-  }
+  bool isInline = (hdr.flags & kMsgInline) != 0;  // its size was checked by parseCtrlHeader
   // A claimed spread message behind a kept one is kept too: needs room first.
   if (c->matcher.keptFull() && !isInline && c->keptSpread > 0) return 0;
   Request* r = nullptr;
@@ -1066,14 +941,9 @@ const Matcher::Kept* oldestUnclaimed(Comm* c) {
   return nullptr;
 }
 
-// A pairing header read on the control stream (socket_pairing.h). Returns
-// false after recording a protocol error.
+// A pairing header (socket_pairing.h: kPair or kSwitch from parseCtrlHeader) read on the control
+// stream. Returns false after recording a protocol error.
 bool handlePairHeader(Comm* c, const MsgHeader& hdr) {
-  if (hdr.tag != 0 || (hdr.flags != kMsgPair && hdr.flags != kMsgSwitch) ||
-      (hdr.flags == kMsgSwitch && hdr.size != 0)) {
-    setError(c, ncclRemoteError, "protocol error: malformed pairing header");
-    return false;
-  }
   if (hdr.flags == kMsgPair) {
     pairAcceptOffer(&c->link, hdr.size);
     return true;
@@ -1139,6 +1009,9 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
   for (int round = 0; round < kCtrlRounds && c->error.load(std::memory_order_relaxed) == ncclSuccess; round++) {
     size_t avail = c->stageTail - c->stageHead;
     const char* head = c->stage.data() + c->stageHead;
+    MsgHeader hdr;
+    size_t hlen = 0;
+    const char* why = nullptr;
     if (c->rxActive) {
       size_t k = std::min(avail, c->rxSize - c->rxOff);
       if (k > 0) memcpy(c->rxDst + c->rxOff, head, k);
@@ -1157,10 +1030,15 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
         c->rxOff += (size_t)n;
         continue;
       }
-    } else if (avail >= kWireMsgBytes && avail >= wireHeaderBytes(head)) {
-      const size_t hlen = wireHeaderBytes(head);
-      MsgHeader hdr = decodeHeader(head);
-      if (hdr.flags & ~kMsgInline) {  // not a message: pairing (or malformed)
+    } else if (CtrlHeader kind = parseCtrlHeader(head, avail, &hdr, &hlen, &why); kind != CtrlHeader::kNeedMore) {
+      if (kind == CtrlHeader::kMalformed) {
+        char what[160];
+        snprintf(what, sizeof(what), "protocol error: %s (tag %d, flags %u, size %llu)", why, hdr.tag, hdr.flags,
+                 (unsigned long long)hdr.size);
+        setError(c, ncclRemoteError, what);
+        return;
+      }
+      if (kind != CtrlHeader::kMessage) {  // pairing
         c->stageHead += hlen;
         if (!handlePairHeader(c, hdr)) return;
         continue;
@@ -1186,7 +1064,7 @@ void progressRecvCtrl(Comm* c, bool readSocket) {
   }
   size_t avail = c->stageTail - c->stageHead;
   bool partial =
-      c->rxActive || (avail > 0 && (avail < kWireMsgBytes || avail < wireHeaderBytes(c->stage.data() + c->stageHead)));
+      c->rxActive || (avail > 0 && !headerStaged(c->stage.data() + c->stageHead, avail));
   if (ctrlStalled(c, partial, moved))
     setError(c, ncclRemoteError, "control stream stalled mid-message longer than SIGNLION_SOCKET_TIMEOUT");
   if (c->error.load(std::memory_order_relaxed) == ncclSuccess) unclaimedStuck(c, took || moved);
@@ -1258,24 +1136,21 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
   *sendComm = nullptr;
   // NCCL's handle buffer has no alignment promise: read it by copy, and write
   // back only the connector-private pointer, also by copy.
-  ListenHandle hv;
-  memcpy(&hv, handle, sizeof(hv));
-  const ListenHandle* h = &hv;
+  SocketParsedHandle parsed;
+  NCCLCHECK(socketParseHandle(handle, &parsed));
+  const ListenHandle* h = &parsed.raw;
+  const SocketAddress* remote = parsed.remote;
   auto setConnecting = [handle](Comm* comm) {
     void* p = comm;
     memcpy(static_cast<char*>(handle) + offsetof(ListenHandle, connecting), &p, sizeof(p));
   };
-  ARGCHECK(h->magic == kHandleMagic, "connect", "handle", "bad magic 0x%x (not a signlion handle)", h->magic);
-  ARGCHECK(h->version == kWireVersion, "connect", "handle", "version %u, expected %u", h->version, kWireVersion);
   NicSet local;
   ARGCHECK(deviceNics(dev, &local), "connect", "dev", "%d is not a device", dev);
-  ARGCHECK(h->nnics >= 1 && h->nnics <= kSocketMaxFusedNics, "connect", "handle", "%u interfaces", h->nnics);
-  SocketAddress remote[kSocketMaxFusedNics];
-  for (int i = 0; i < h->nnics; i++)
-    ARGCHECK(fromHandleNic(h->nics[i], &remote[i]), "connect", "handle", "address family %d of interface %d",
-             (int)h->nics[i].family, i);
 
   Comm* c = static_cast<Comm*>(h->connecting);
+  ARGCHECK(c == nullptr || connectsInProgress().contains(c), "connect", "handle",
+           "its connector-private bytes hold %p, no connect of this process (a handle from a peer must come "
+           "unchanged from its listen)", h->connecting);
   if (c == nullptr) {
     c = newComm(true);
     if (c == nullptr) return ncclSystemError;
@@ -1321,6 +1196,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
       }
     }
     setConnecting(c);
+    connectsInProgress().add(c);
     if (pending != nullptr) {
       std::lock_guard<std::mutex> lk(pending->mu);
       pending->comms.insert(c);
@@ -1382,6 +1258,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
   setConnecting(nullptr);
   uint64_t connId = cs->hello[0].connId;
   c->connecting.reset();
+  connectsInProgress().remove(c);
   unlistPending(c);
   ncclResult_t res = startHelpers(c, (int)signlionParamNthreads());
   if (res != ncclSuccess) {
@@ -1468,16 +1345,8 @@ ncclResult_t socketAccept(void* listenComm, void** recvComm) {
       why = "handshake timed out";
     else if (p->off == sizeof(Hello)) {
       const Hello& he = p->hello;
-      if (he.magic != kHandleMagic)
-        why = "bad magic";
-      else if (he.version != kWireVersion)
-        why = "wrong protocol version";
-      else if (he.secret != l->secret)
-        why = "wrong secret";
-      else if (he.kind > 1 || he.nsocks < 1 || he.nsocks > (uint32_t)kSocketMaxStreams || he.index >= he.nsocks ||
-               he.chunkSize < 4096)
-        why = "malformed hello";
-      else {
+      why = socketHelloProblem(he, l->secret);
+      if (why == nullptr) {
         ConnGroup* g = nullptr;
         for (ConnGroup& x : l->groups)
           if (x.connId == he.connId) g = &x;
@@ -1715,8 +1584,8 @@ bool addWaitFds(void* comm, WaitSet* w) {
   // write there); helpers signal data-stream completions on wakeFd; a stream
   // with queued tasks wakes the caller directly, so it can move the bytes
   // itself in test() without waiting for a helper's hand-off.
-  if (!c->isSend && c->matcher.anyPosted() && c->stageTail - c->stageHead >= kWireMsgBytes &&
-      c->stageTail - c->stageHead >= wireHeaderBytes(c->stage.data() + c->stageHead))
+  if (!c->isSend && c->matcher.anyPosted() &&
+      headerStaged(c->stage.data() + c->stageHead, c->stageTail - c->stageHead))
     return false;                                                   // parse first
   if (c->peerClosed.load(std::memory_order_acquire)) return false;  // sends complete at once
   auto add = [&](int fd, short events, bool wake) {

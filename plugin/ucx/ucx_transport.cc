@@ -19,23 +19,22 @@
 #include "socket/socket_params.h"
 #include "socket/socket_stream.h"
 #include "socket/socket_transport.h"  // CommHeader: byte counters readable by commBytes()
+#include "transport/connect_registry.h"
 #include "transport/request_table.h"
 #include "ucx/ucx_liveness.h"
+#include "ucx/ucx_wire.h"
 
 namespace signlion {
 namespace net {
 namespace {
 
-constexpr uint32_t kHandleMagic = 0x534c5548;    // "SLUH": a UCX handle (the socket one is "SLNH")
-constexpr uint16_t kWireVersion = 2;             // 2: the reply carries the recv comm's id
+constexpr uint32_t kHandleMagic = kUcxHandleMagic;
+constexpr uint16_t kWireVersion = kUcxWireVersion;
 constexpr uint32_t kMrMagic = 0x534c554d;        // "SLUM"
-constexpr uint32_t kMaxWorkerAddress = 1 << 16;  // refuse larger replies
 constexpr size_t kMaxPendingAccepts = 256;
 constexpr uint64_t kFullTagMask = ~0ull;
 constexpr uint64_t kCommIdMask = ~0ull << 32;  // a UCP tag: recv comm id (high 32 bits), ncclNet tag (low)
-// Comm ids use 31 bits; with this bit set the high half tags a comm's two
-// setup messages (confirmEndpoint), which no ncclNet tag can then match.
-constexpr uint32_t kSetupIdBit = 1u << 31;
+constexpr uint32_t kSetupIdBit = kUcxSetupIdBit;  // the setup messages' tags (confirmEndpoint)
 // How long accept waits, after a connector's bye or death, for its last setup
 // message, which travels on another connection than the bye (ucxAccept).
 constexpr int64_t kSetupGraceMs = 1000;
@@ -45,36 +44,11 @@ int64_t timeoutMs() {
   return t > 0 ? t : 30000;
 }
 
-// ---- Wire formats (the setup connection) ---------------------------------------
+// ---- Wire formats (the setup connection): ucx_wire.h ----------------------------
 
-// Magic, version, secret and the setup address (family, port, IPv4 address)
-// sit at the socket handle's offsets (0, 4, 8, 24, 26, 28), so tools that
-// read one read the other.
-struct ListenHandle {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t reserved;
-  uint64_t secret;
-  uint64_t reserved2;  // the socket handle's instance id
-  SocketAddress addr;
-  void* connecting;  // connector-private: the half-made send comm
-};
-static_assert(sizeof(ListenHandle) <= NCCL_NET_HANDLE_MAXSIZE, "handle must fit");
-static_assert(offsetof(ListenHandle, addr) == 24, "address where the socket handle has its first one");
-
-struct Hello {  // connector -> listener
-  uint32_t magic;
-  uint16_t version;
-  uint16_t reserved;
-  uint64_t secret;
-};
-struct Reply {  // listener -> connector, then addrLen bytes of worker address
-  uint32_t magic;
-  uint16_t version;
-  uint16_t reserved;
-  uint32_t addrLen;
-  uint32_t commId;  // the recv comm's id: the high 32 bits of every UCP tag sent to it
-};
+using ListenHandle = UcxListenHandle;
+using Hello = UcxHello;
+using Reply = UcxReply;
 
 // ---- Process-wide state ------------------------------------------------------
 
@@ -413,7 +387,14 @@ void parkComm(Comm* c) {
 // Every UCX resource of a comm; the caller holds workerLock(). The comm's
 // memory goes only once no request of ours is in flight in the worker
 // (after that no callback may touch our slots), else it is parked.
+// Send comms whose connect is in progress (connect_registry.h).
+ConnectRegistry& connectsInProgress() {
+  static ConnectRegistry r;
+  return r;
+}
+
 void destroyComm(Comm* c) {
+  connectsInProgress().remove(c);
   if (c->fd >= 0 && (!c->isSend || c->connState >= 2)) heartbeatRemove(c->fd);
   if (c->worker != nullptr && !c->isSend) {
     // Setup receives of a connection accept refused (posted once its reply
@@ -828,10 +809,9 @@ ncclResult_t connectSteps(Comm* c, bool* ready) {
     int r = moveBytes(c->fd, false, (char*)&c->reply, sizeof(c->reply), &c->off);
     if (r < 0) return peerLost(c, "the listener refused the connection (wrong handle or secret?)");
     if (r == 0) return ncclSuccess;
-    if (c->reply.magic != kHandleMagic || c->reply.version != kWireVersion || c->reply.addrLen == 0 ||
-        c->reply.addrLen > kMaxWorkerAddress) {
-      WARN("NET/signlion-ucx: connect: malformed reply (magic 0x%x, version %u, address of %u bytes)", c->reply.magic,
-           c->reply.version, c->reply.addrLen);
+    if (const char* why = ucxReplyProblem(c->reply)) {
+      WARN("NET/signlion-ucx: connect: malformed reply: %s (magic 0x%x, version %u, address of %u bytes)", why,
+           c->reply.magic, c->reply.version, c->reply.addrLen);
       return ncclRemoteError;
     }
     c->peerAddr.resize(c->reply.addrLen);
@@ -1016,18 +996,18 @@ ncclResult_t ucxConnect(int dev, int trafficClass, void* handle, void** sendComm
   ARGCHECK(sendComm != nullptr, "connect", "sendComm", "NULL");
   *sendComm = nullptr;
   ListenHandle h;
-  memcpy(&h, handle, sizeof(h));  // NCCL's handle buffer has no alignment promise
-  ARGCHECK(h.magic == kHandleMagic, "connect", "handle", "bad magic 0x%x (not a signlion-ucx handle)", h.magic);
-  ARGCHECK(h.version == kWireVersion, "connect", "handle", "version %u, expected %u", h.version, kWireVersion);
+  NCCLCHECK(ucxParseHandle(handle, &h));
   SocketAddress unused;
   ARGCHECK(deviceAddress(dev, &unused), "connect", "dev", "%d is not a device", dev);
-  ARGCHECK(h.addr.sa.sa_family == AF_INET || h.addr.sa.sa_family == AF_INET6, "connect", "handle", "address family %d",
-           (int)h.addr.sa.sa_family);
   auto setConnecting = [handle](Comm* comm) {
     void* p = comm;
     memcpy(static_cast<char*>(handle) + offsetof(ListenHandle, connecting), &p, sizeof(p));
   };
   Comm* c = static_cast<Comm*>(h.connecting);
+  ARGCHECK(c == nullptr || connectsInProgress().contains(c), "connect", "handle",
+           "its connector-private bytes hold %p, no connect of this process in progress (a handle whose connection "
+           "finished, or one from a peer that did not come unchanged from its listen)",
+           h.connecting);
   if (c == nullptr) {
     c = new Comm();
     c->magic = kCommMagic;
@@ -1060,6 +1040,7 @@ ncclResult_t ucxConnect(int dev, int trafficClass, void* handle, void** sendComm
       c->pending = pending;
     }
     setConnecting(c);
+    connectsInProgress().add(c);
   }
   ARGCHECK(c->magic == kCommMagic && c->kind == kCommSend && c->connState < 5, "connect", "handle",
            "its connection already finished (reuse of a handle)");
@@ -1071,6 +1052,7 @@ ncclResult_t ucxConnect(int dev, int trafficClass, void* handle, void** sendComm
   }
   if (res != ncclSuccess || ready) {
     setConnecting(nullptr);
+    connectsInProgress().remove(c);
     if (c->pending != nullptr) {
       std::lock_guard<std::mutex> lk(c->pending->mu);
       c->pending->comms.erase(c);
@@ -1122,13 +1104,8 @@ ncclResult_t ucxAccept(void* listenComm, void** recvComm) {
       else if (r == 0 && now - in.startMs > timeoutMs())
         why = "sent no hello in time";
       else if (r > 0) {
-        if (in.hello.magic != kHandleMagic)
-          why = "bad magic";
-        else if (in.hello.version != kWireVersion)
-          why = "wrong version";
-        else if (in.hello.secret != l->secret)
-          why = "wrong secret";
-        else {
+        why = ucxHelloProblem(in.hello, l->secret);
+        if (why == nullptr) {
           Comm* c = new Comm();
           c->magic = kCommMagic;
           c->kind = kCommRecv;

@@ -3,6 +3,9 @@
 #include "bits/bits.h"
 
 #include <strings.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <string>
@@ -30,7 +33,7 @@ size_t typeSize(ncclDataType_t dt) {
   }
 }
 
-const char* typeName(ncclDataType_t dt) {
+const char* typeName(int dt) {
   switch (dt) {
     case ncclInt8: return "int8";
     case ncclUint8: return "uint8";
@@ -49,9 +52,16 @@ const char* typeName(ncclDataType_t dt) {
 #if defined(__x86_64__)
 const Kernels& avx2KernelsUnchecked();  // kernels_avx2.cc
 
+// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does
+// not know "f16c".
+bool cpuHasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+
 const Kernels* avx2Kernels() {
   __builtin_cpu_init();
-  bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  bool ok = __builtin_cpu_supports("avx2") && cpuHasF16c();
   return ok ? &avx2KernelsUnchecked() : nullptr;
 }
 #else

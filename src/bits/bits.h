@@ -51,7 +51,9 @@ constexpr int majorityPlanes(int nranks, ncclSignZeroRule_t zero, ncclSignTieRul
 // Datatypes a vote can be read from / a result written to.
 bool isVoteType(ncclDataType_t dt);
 size_t typeSize(ncclDataType_t dt);
-const char* typeName(ncclDataType_t dt);
+// "unknown" for any other value (an int: a peer's message may carry a value
+// that is no ncclDataType_t).
+const char* typeName(int dt);
 
 // The datatype/op/rules check every sign collective runs at entry: a vote
 // type, an op in range, and a float type for ncclSignAverage. Logs a WARN

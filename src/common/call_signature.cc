@@ -56,13 +56,11 @@ ncclResult_t compareSignatures(const CallSignature& o, const CallSignature& m, c
   auto num = [](uint64_t v) { return std::to_string(v); };
   differs("collective", o.kind != m.kind, kindName(o.kind), kindName(m.kind));
   differs("count", o.count != m.count, num(o.count), num(m.count));
-  differs("datatype", o.datatype != m.datatype, bits::typeName((ncclDataType_t)o.datatype),
-          bits::typeName((ncclDataType_t)m.datatype));
+  differs("datatype", o.datatype != m.datatype, bits::typeName(o.datatype), bits::typeName(m.datatype));
   differs("op", o.op != m.op, opName(o.op), opName(m.op));
   differs("zero rule", o.zeroRule != m.zeroRule, zeroRuleName(o.zeroRule), zeroRuleName(m.zeroRule));
   differs("tie rule", o.tieRule != m.tieRule, tieRuleName(o.tieRule), tieRuleName(m.tieRule));
-  differs("algorithm", o.algorithm != m.algorithm, algoName((ncclSignAlgo_t)o.algorithm),
-          algoName((ncclSignAlgo_t)m.algorithm));
+  differs("algorithm", o.algorithm != m.algorithm, algoName(o.algorithm), algoName(m.algorithm));
   differs("segment size", o.segment != m.segment, num(o.segment), num(m.segment));
   differs("segment index", o.part != m.part, num(o.part), num(m.part));
   WARN("%s: call %" PRIu64 ": rank %d passed %s %s, rank %d passed %s: every rank must pass the same %s", fn, m.seq,

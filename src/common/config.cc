@@ -38,9 +38,9 @@ bool parseAlgoName(const char* name, ncclSignAlgo_t* algo) {
   return false;
 }
 
-const char* algoName(ncclSignAlgo_t algo) {
+const char* algoName(int algo) {
   for (const auto& a : kAlgoNames)
-    if (a.algo == algo) return a.name;
+    if ((int)a.algo == algo) return a.name;
   return "unknown";
 }
 

@@ -24,7 +24,9 @@ constexpr bool headerVersionCompatible(unsigned v) { return v / 100 == NCCL_SIGN
 // Parses an algorithm name as accepted by SIGNLION_ALGO ("auto", "ring", "hd"
 // or "halving_doubling", "allgather", "fieldsum", "hier" or "hierarchical"). Returns false if unknown.
 bool parseAlgoName(const char* name, ncclSignAlgo_t* algo);
-const char* algoName(ncclSignAlgo_t algo);
+// The name of an algorithm; "unknown" for any other value (an int: a peer's
+// message may carry a value that is no ncclSignAlgo_t).
+const char* algoName(int algo);
 
 // config may be NULL (all defaults). `caller` names the API call in WARN lines.
 ncclResult_t resolveConfig(const ncclSignConfig_t* config, const char* caller, ResolvedConfig* out);

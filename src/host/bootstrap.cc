@@ -27,58 +27,13 @@ using net::SocketAddress;
 
 namespace {
 
-constexpr uint32_t kIdMagic = 0x534c4249;     // "SLBI"
-constexpr uint32_t kHelloMagic = 0x534c4248;  // "SLBH"
-constexpr uint32_t kTableMagic = 0x534c4254;  // "SLBT"
-constexpr uint32_t kOpMagic = 0x534c424f;     // "SLBO"
-constexpr uint16_t kWireVersion = 2;  // 2: the root sends each rank its successor's address, not the table
-constexpr int kMaxRanks = 1 << 20;
+using Hello = BootstrapHello;
+using TableHeader = BootstrapTableHeader;
+using OpHeader = BootstrapOpHeader;
 constexpr size_t kMaxPending = 1024;       // unproven connections held by one listener
 constexpr int64_t kHelloTimeoutMs = 10000;  // a connection must say hello within this
 constexpr int kPollSliceMs = 100;           // longest single poll: bounds reaction to expiries
 constexpr int kMaxConnectAttempts = 1000;   // refused connects retried (with back-off) before the deadline
-
-enum HelloKind : uint16_t { kHelloRoot = 1, kHelloRing = 2, kHelloRingAck = 3 };
-enum OpKind : uint32_t { kOpAllGather = 1, kOpBarrier = 2 };
-
-// What the 128-byte unique id holds.
-struct IdWire {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t reserved;
-  uint64_t secret;
-  SocketAddress root;
-};
-static_assert(sizeof(IdWire) <= NCCL_SIGN_UNIQUE_ID_BYTES, "id must fit ncclSignUniqueId");
-
-// First bytes on every bootstrap connection: rank -> root, rank -> rank+1,
-// and back from rank+1 as the acknowledgement.
-struct Hello {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t kind;
-  uint64_t secret;
-  int32_t rank;
-  int32_t nranks;
-  SocketAddress addr;  // rank -> root: where this rank listens
-};
-
-// Root -> rank, followed by one SocketAddress: where rank+1 listens. That is
-// all a rank needs to join the ring, so the root sends O(N) bytes in all and
-// no rank holds an N-entry table (the whole table to every rank was N^2:
-// 470 MB from the root at N = 4096).
-struct TableHeader {
-  uint32_t magic;
-  int32_t nranks;
-};
-
-// Sent to both ring neighbours before the payload of each operation, so that
-// ranks calling different operations or sizes fail instead of desynchronising.
-struct OpHeader {
-  uint32_t magic;
-  uint32_t kind;
-  uint64_t bytes;
-};
 
 std::atomic<int> gRootsRunning{0};
 std::atomic<uint64_t> gRootBytesSent{0};
@@ -220,27 +175,14 @@ ncclResult_t connectTo(const SocketAddress& to, int64_t deadline, const char* pe
 Hello makeHello(uint16_t kind, uint64_t secret, int rank, int nranks, const SocketAddress* addr) {
   Hello h;
   memset(&h, 0, sizeof(h));
-  h.magic = kHelloMagic;
-  h.version = kWireVersion;
+  h.magic = kBootstrapHelloMagic;
+  h.version = kBootstrapWireVersion;
   h.kind = kind;
   h.secret = secret;
   h.rank = rank;
   h.nranks = nranks;
   if (addr != nullptr) h.addr = *addr;
   return h;
-}
-
-// Why a hello is not acceptable as `kind` under `secret`, or nullptr.
-const char* helloProblem(const Hello& h, uint16_t kind, uint64_t secret) {
-  if (h.magic != kHelloMagic) return "not a signlion bootstrap hello";
-  if (h.version != kWireVersion) return "wrong protocol version";
-  if (h.secret != secret) return "wrong secret";
-  if (h.kind != kind) return "unexpected kind of hello";
-  if (h.nranks < 1 || h.nranks > kMaxRanks) return "nranks out of range";
-  if (h.rank < 0 || h.rank >= h.nranks) return "rank out of range";
-  if (kind == kHelloRoot && h.addr.sa.sa_family != AF_INET && h.addr.sa.sa_family != AF_INET6)
-    return "bad address";
-  return nullptr;
 }
 
 // A connection accepted on a listener that has proven itself with a hello.
@@ -259,7 +201,7 @@ class HelloGate {
 
   // Waits at most waitMs for activity on the listener, the unproven
   // connections and `extra` (whose revents are filled in), then hands out the
-  // connections whose hello passed helloProblem.
+  // connections whose hello passed bootstrapHelloProblem.
   ncclResult_t step(int waitMs, std::vector<pollfd>* extra, std::vector<Arrival>* arrived) {
     std::vector<pollfd> fds;
     fds.push_back({listenFd_, POLLIN, 0});
@@ -283,7 +225,7 @@ class HelloGate {
         else if (n == 0) why = "closed before a full hello";
         else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) why = strerror(errno);
       }
-      if (why == nullptr && p.off == sizeof(Hello)) why = helloProblem(p.hello, kind_, secret_);
+      if (why == nullptr && p.off == sizeof(Hello)) why = bootstrapHelloProblem(p.hello, kind_, secret_);
       if (why == nullptr && p.off < sizeof(Hello) && now - p.start > kHelloTimeoutMs) why = "no hello in time";
       if (why == nullptr && p.off < sizeof(Hello)) {
         i++;
@@ -394,7 +336,7 @@ class Root {
         SocketAddress next;
       } msg;
       memset(&msg, 0, sizeof(msg));
-      msg.th = TableHeader{kTableMagic, nranks};
+      msg.th = TableHeader{kBootstrapTableMagic, nranks};
       msg.next = addrs[(r + 1) % nranks];
       std::string peer = "rank " + std::to_string(r);
       if (transfer(conns[r].get(), &msg, sizeof(msg), -1, nullptr, 0, deadline_, -1, peer.c_str()) == ncclSuccess)
@@ -443,7 +385,7 @@ ncclResult_t connectRing(int listenFd, const SocketAddress& nextAddr, int rank, 
   Hello theirs;
   NCCLCHECK(transfer(prev->get(), &ack, sizeof(ack), next->get(), &theirs, sizeof(theirs), deadline, -1,
                      "ring neighbours"));
-  const char* why = helloProblem(theirs, kHelloRingAck, secret);
+  const char* why = bootstrapHelloProblem(theirs, kHelloRingAck, secret);
   if (why == nullptr && (theirs.rank != nextRank || theirs.nranks != nranks)) why = "wrong rank";
   if (why != nullptr) {
     WARN("bootstrap: rank %d: %s at %s did not acknowledge: %s", rank, nextName.c_str(),
@@ -456,30 +398,6 @@ ncclResult_t connectRing(int listenFd, const SocketAddress& nextAddr, int rank, 
 }  // namespace
 
 // ---- Ids ----------------------------------------------------------------------
-
-ncclResult_t bootstrapParseId(const ncclSignUniqueId& id, const char* caller, BootstrapId* out) {
-  IdWire w;
-  memcpy(&w, id.internal, sizeof(w));
-  ARGCHECK(w.magic == kIdMagic, caller, "uniqueId", "bad magic 0x%x: not made by ncclSignGetUniqueId", w.magic);
-  ARGCHECK(w.version == kWireVersion, caller, "uniqueId", "bootstrap version %u, this library speaks %u", w.version,
-           kWireVersion);
-  ARGCHECK(w.root.sa.sa_family == AF_INET || w.root.sa.sa_family == AF_INET6, caller, "uniqueId",
-           "address family %d", (int)w.root.sa.sa_family);
-  out->secret = w.secret;
-  out->root = w.root;
-  return ncclSuccess;
-}
-
-void bootstrapWriteId(const BootstrapId& id, ncclSignUniqueId* out) {
-  IdWire w;
-  memset(&w, 0, sizeof(w));
-  w.magic = kIdMagic;
-  w.version = kWireVersion;
-  w.secret = id.secret;
-  w.root = id.root;
-  memset(out->internal, 0, sizeof(out->internal));
-  memcpy(out->internal, &w, sizeof(w));
-}
 
 int bootstrapRootsRunning() { return gRootsRunning.load(); }
 uint64_t bootstrapRootBytesSent() { return gRootBytesSent.load(); }
@@ -528,7 +446,7 @@ ncclResult_t Bootstrap::create(const ncclSignUniqueId& id, int rank, int nranks,
                                std::unique_ptr<Bootstrap>* out) {
   const char* fn = "Bootstrap::create";
   ARGCHECK(out != nullptr, fn, "out", "NULL");
-  ARGCHECK(nranks >= 1 && nranks <= kMaxRanks, fn, "nranks", "%d is not in [1, %d]", nranks, kMaxRanks);
+  ARGCHECK(nranks >= 1 && nranks <= kBootstrapMaxRanks, fn, "nranks", "%d is not in [1, %d]", nranks, kBootstrapMaxRanks);
   ARGCHECK(rank >= 0 && rank < nranks, fn, "rank", "%d is not in [0, %d)", rank, nranks);
   ARGCHECK(timeoutMs > 0, fn, "timeoutMs", "%d is not positive", timeoutMs);
   BootstrapId bid;
@@ -548,12 +466,16 @@ ncclResult_t Bootstrap::create(const ncclSignUniqueId& id, int rank, int nranks,
     Hello h = makeHello(kHelloRoot, bid.secret, rank, nranks, &me);
     TableHeader th{};
     NCCLCHECK(transfer(root.get(), &h, sizeof(h), root.get(), &th, sizeof(th), deadline, -1, "the root"));
-    if (th.magic != kTableMagic || th.nranks != nranks) {
-      WARN("bootstrap: rank %d: bad answer from the root (magic 0x%x, nranks %d, expected %d)", rank, th.magic,
-           th.nranks, nranks);
+    if (const char* why = bootstrapTableProblem(th, nranks, nullptr)) {
+      WARN("bootstrap: rank %d: bad answer from the root: %s (magic 0x%x, nranks %d, expected %d)", rank, why,
+           th.magic, th.nranks, nranks);
       return ncclRemoteError;
     }
     NCCLCHECK(transfer(-1, nullptr, 0, root.get(), &nextAddr, sizeof(nextAddr), deadline, -1, "the root"));
+    if (const char* why = bootstrapTableProblem(th, nranks, &nextAddr)) {
+      WARN("bootstrap: rank %d: bad answer from the root: %s", rank, why);
+      return ncclRemoteError;
+    }
   }
   std::unique_ptr<Bootstrap> b(new Bootstrap(rank, nranks, timeoutMs, bid.secret));
   b->wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -630,10 +552,10 @@ ncclResult_t Bootstrap::ringCollective(uint32_t kind, void* data, size_t bytes) 
   int nextRank = (rank_ + 1) % nranks_, prevRank = (rank_ + nranks_ - 1) % nranks_;
   std::string peers = "ring neighbours (rank " + std::to_string(prevRank) + " -> " + std::to_string(rank_) + " -> " +
                       std::to_string(nextRank) + ")";
-  OpHeader mine{kOpMagic, kind, bytes}, theirs{};
+  OpHeader mine{kBootstrapOpMagic, kind, bytes}, theirs{};
   NCCLCHECK(transfer(nextFd_, &mine, sizeof(mine), prevFd_, &theirs, sizeof(theirs), deadline, wakeFd_,
                      peers.c_str()));
-  if (theirs.magic != kOpMagic || theirs.kind != kind || theirs.bytes != bytes) {
+  if (bootstrapOpProblem(theirs, kind, bytes) != nullptr) {
     WARN("bootstrap: rank %d: rank %d called %s of %llu bytes, this rank %s of %zu bytes", rank_, prevRank,
          theirs.kind == kOpBarrier ? "barrier" : "allGather", (unsigned long long)theirs.bytes,
          kind == kOpBarrier ? "barrier" : "allGather", bytes);

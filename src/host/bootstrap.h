@@ -26,6 +26,7 @@
 #include <mutex>
 
 #include "nccl_sign.h"
+#include "host/bootstrap_wire.h"
 #include "socket/socket_devices.h"
 
 namespace signlion {
@@ -41,19 +42,7 @@ namespace host {
 // transport selects, or on loopback if there is none.
 ncclResult_t bootstrapCreateRoot(ncclSignUniqueId* id, int timeoutMs);
 
-// What an id carries, once checked.
-struct BootstrapId {
-  uint64_t secret = 0;
-  net::SocketAddress root{};
-};
-
-// Parses and validates an id (magic, version, address family):
-// ncclInvalidArgument with a WARN (naming `caller`) for one not made by
-// bootstrapCreateRoot.
-ncclResult_t bootstrapParseId(const ncclSignUniqueId& id, const char* caller, BootstrapId* out);
-
-// Writes an id carrying `id` (the inverse of bootstrapParseId).
-void bootstrapWriteId(const BootstrapId& id, ncclSignUniqueId* out);
+// Ids: bootstrapParseId and bootstrapWriteId (host/bootstrap_wire.h).
 
 // Root rendezvous threads of this process still running (tests wait for 0
 // before counting descriptors).

@@ -136,24 +136,29 @@ bool CallCheck::firstRecv(int peer) {
 
 void CallCheck::writeHeader(void* msg) const { memcpy(msg, slot(nranks_), kHeaderBytes); }
 
-ncclResult_t CallCheck::verify(int peer, const void* msg, size_t size, size_t payloadBytes, const char* fn) const {
+ncclResult_t verifyCallHeader(const CallSignature& mine, int rank, int peer, const void* header, size_t size,
+                              size_t payloadBytes, const char* fn) {
   CallHeader o;  // no magic
-  if (size >= kHeaderBytes) memcpy(&o, msg != nullptr ? msg : slot(peer), kHeaderBytes);
+  if (header != nullptr && size >= kHeaderBytes) memcpy(&o, header, kHeaderBytes);
   CallSignature theirs;
-  if (!o.decode(mine(), peer, &theirs)) {
+  if (!o.decode(mine, peer, &theirs)) {
     WARN("%s: call %" PRIu64
          ": rank %d received a message from rank %d that does not start a call (%zu bytes): "
          "the ranks are not in the same call (a message of an earlier, failed call, or another collective)",
-         fn, mine().seq, rank_, peer, size);
+         fn, mine.seq, rank, peer, size);
     return ncclInvalidUsage;
   }
-  NCCLCHECK(compareSignatures(theirs, mine(), fn));
+  NCCLCHECK(compareSignatures(theirs, mine, fn));
   if (size != kHeaderBytes + payloadBytes) {
     WARN("%s: call %" PRIu64 ": rank %d sent rank %d %zu bytes where %zu were due, with the same signature", fn,
-         mine().seq, peer, rank_, size - kHeaderBytes, payloadBytes);
+         mine.seq, peer, rank, size - kHeaderBytes, payloadBytes);
     return ncclInvalidUsage;
   }
   return ncclSuccess;
+}
+
+ncclResult_t CallCheck::verify(int peer, const void* msg, size_t size, size_t payloadBytes, const char* fn) const {
+  return verifyCallHeader(mine(), rank_, peer, msg != nullptr ? msg : slot(peer), size, payloadBytes, fn);
 }
 
 ncclResult_t CallCheck::checkRing(Transfers& t, const Links& links, const CallSignature& mine, const char* fn) {
@@ -213,6 +218,8 @@ struct Settings {
 
 }  // namespace
 
+size_t settingsRowBytes() { return sizeof(Settings); }
+
 ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config, const algo::CostParams& cost,
                                 algo::Topology* topology) {
   const int nranks = bootstrap.nranks(), rank = bootstrap.rank();
@@ -227,6 +234,13 @@ ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& conf
   for (int i = 0; i < kCompareCostParams; i++) me.costParams[i] = cost.*kCostParamNames[i].field;
   me.hostHash = algo::hostIdHash(config.hostId);
   NCCLCHECK(bootstrap.allGather(table.data(), sizeof(Settings)));
+  return compareSettingsRows(table.data(), nranks, rank, topology);
+}
+
+ncclResult_t compareSettingsRows(const void* rows, int nranks, int rank, algo::Topology* topology) {
+  // The rows came from the peers as bytes: copied out, never read in place.
+  std::vector<Settings> table(nranks);
+  if (nranks > 0) memcpy(table.data(), rows, nranks * sizeof(Settings));
   std::vector<uint64_t> hashes;
   for (const Settings& s : table) hashes.push_back(s.hostHash);
   *topology = algo::topologyFromHostHashes(hashes);
@@ -240,8 +254,8 @@ ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& conf
     std::string a, b;
     if (o.algorithm != r0.algorithm) {
       what = "algorithm (config->algorithm or SIGNLION_ALGO)";
-      a = algoName((ncclSignAlgo_t)o.algorithm);
-      b = algoName((ncclSignAlgo_t)r0.algorithm);
+      a = algoName(o.algorithm);
+      b = algoName(r0.algorithm);
     } else if (o.zeroRule != r0.zeroRule) {
       what = "zero rule (config->zeroRule)";
       a = zeroRuleName(o.zeroRule);

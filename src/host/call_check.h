@@ -123,5 +123,21 @@ class CallCheck {
 ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& config, const algo::CostParams& cost,
                                 algo::Topology* topology);
 
+// Bytes of each rank's row in checkSettingsAgree's table.
+size_t settingsRowBytes();
+// checkSettingsAgree's verdict on the gathered table as this rank (`rank`)
+// sees it: nranks rows of settingsRowBytes() at `rows` (any alignment), as
+// they came from the peers; *topology from the rows' host hashes.
+ncclResult_t compareSettingsRows(const void* rows, int nranks, int rank, algo::Topology* topology);
+
+// The check of one first message of a call from `peer`, as `rank` makes it:
+// `header` holds the message's first kHeaderBytes (any alignment; ignored
+// when size < kHeaderBytes), `size` is the whole message's and payloadBytes
+// what its payload should be. ncclInvalidUsage, with a WARN from `fn` naming
+// the field and both values, when it is no header, says another call or
+// signature than `mine`, or has another size. CallCheck::verify calls it.
+ncclResult_t verifyCallHeader(const CallSignature& mine, int rank, int peer, const void* header, size_t size,
+                              size_t payloadBytes, const char* fn);
+
 }  // namespace host
 }  // namespace signlion

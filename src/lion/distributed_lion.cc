@@ -7,6 +7,7 @@
 #include "common/config.h"
 #include "common/debug.h"
 #include "lion/lion_passes.h"
+#include "lion/lion_state.h"
 
 namespace signlion {
 namespace lion {
@@ -15,15 +16,6 @@ namespace {
 bool usesMaster(const ncclSignLionConfig_t& c, ncclDataType_t type) {
   return c.masterWeights != 0 && type != ncclFloat32;
 }
-
-// The saved state: this header, the momentum, then the master copy (when used).
-struct StateHeader {
-  static constexpr uint32_t kMagic = 0x54534e4c;  // "LNST"
-  static constexpr uint32_t kVersion = 1;
-  uint32_t magic, version, datatype, aggregation;
-  uint64_t count, applied, skipped;
-  uint32_t hasMaster, masterReady;
-};
 
 }  // namespace
 
@@ -169,7 +161,16 @@ std::vector<float> Optimizer::master() const { return copyOut(master_); }
 
 bool Optimizer::hasMaster() const { return usesMaster(config_, type_); }
 
-size_t Optimizer::stateSize() const { return sizeof(StateHeader) + count_ * sizeof(float) * (hasMaster() ? 2 : 1); }
+LionStateShape Optimizer::stateShape() const {
+  LionStateShape s;
+  s.datatype = (uint32_t)type_;
+  s.aggregation = (uint32_t)config_.aggregation;
+  s.count = count_;
+  s.hasMaster = hasMaster();
+  return s;
+}
+
+size_t Optimizer::stateSize() const { return lionStateBytes(stateShape()); }
 
 // On a device the copies wait for the steps enqueued so far (the state is
 // theirs) and go through the caller's host buffer.
@@ -178,8 +179,9 @@ ncclResult_t Optimizer::saveState(void* buffer, size_t bytes) const {
            bytes, stateSize());
   uint64_t applied = 0, skipped = 0;
   NCCLCHECK(stepCounts(&applied, &skipped));
-  StateHeader h{StateHeader::kMagic, StateHeader::kVersion, (uint32_t)type_, (uint32_t)config_.aggregation,
-                count_,  applied, skipped, hasMaster() ? 1u : 0u, masterReady_ ? 1u : 0u};
+  LionStateHeader h{LionStateHeader::kMagic, LionStateHeader::kVersion, (uint32_t)type_,
+                    (uint32_t)config_.aggregation, count_, applied, skipped, hasMaster() ? 1u : 0u,
+                    masterReady_ ? 1u : 0u};
   char* out = static_cast<char*>(buffer);
   memcpy(out, &h, sizeof(h));
   NCCLCHECK(comm_->copyToHost(out + sizeof(h), momentum_.as<float>(), count_ * sizeof(float)));
@@ -189,20 +191,9 @@ ncclResult_t Optimizer::saveState(void* buffer, size_t bytes) const {
 }
 
 ncclResult_t Optimizer::loadState(const void* buffer, size_t bytes) {
-  const char* fn = "ncclSignLionLoadState";
   NCCLCHECK(status_);
-  StateHeader h;
-  ARGCHECK(buffer != nullptr && bytes >= sizeof(h), fn, "bytes", "%zu: shorter than a state header", bytes);
-  memcpy(&h, buffer, sizeof(h));
-  ARGCHECK(h.magic == StateHeader::kMagic && h.version == StateHeader::kVersion, fn, "buffer",
-           "not a Lion state (magic 0x%x, version %u)", h.magic, h.version);
-  ARGCHECK(h.count == count_ && h.datatype == (uint32_t)type_, fn, "buffer",
-           "a state of %llu elements of datatype %u, the optimizer has %zu of %d", (unsigned long long)h.count,
-           h.datatype, count_, (int)type_);
-  ARGCHECK(h.aggregation == (uint32_t)config_.aggregation && h.hasMaster == (hasMaster() ? 1u : 0u), fn, "buffer",
-           "saved with aggregation %u and master copy %u, the optimizer has %d and %d", h.aggregation, h.hasMaster,
-           config_.aggregation, hasMaster() ? 1 : 0);
-  ARGCHECK(bytes == stateSize(), fn, "bytes", "%zu, a state of this optimizer is %zu", bytes, stateSize());
+  LionStateHeader h;
+  NCCLCHECK(lionParseState(buffer, bytes, stateShape(), &h));
   const char* in = static_cast<const char*>(buffer) + sizeof(h);
   NCCLCHECK(comm_->copyFromHost(momentum_.as<float>(), in, count_ * sizeof(float)));
   if (hasMaster()) NCCLCHECK(comm_->copyFromHost(master_.as<float>(), in + count_ * sizeof(float), count_ * sizeof(float)));

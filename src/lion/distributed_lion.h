@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "lion/lion_comm.h"
+#include "lion/lion_state.h"
 #include "nccl_sign.h"
 
 namespace signlion {
@@ -49,11 +50,12 @@ class Optimizer {
   std::vector<float> momentum() const;
   std::vector<float> master() const;
 
-  size_t stateSize() const;
+  size_t stateSize() const;  // lion_state.h
   ncclResult_t saveState(void* buffer, size_t bytes) const;
   ncclResult_t loadState(const void* buffer, size_t bytes);
 
  private:
+  LionStateShape stateShape() const;
   // A buffer in the communicator's memory space, released with the optimizer.
   class Buffer {
    public:

@@ -20,6 +20,8 @@
 #include "plugin_fixture.h"
 #include "socket/socket_devices.h"
 #include "socket/socket_net.h"
+#include "socket/socket_wire.h"
+#include "ucx/ucx_wire.h"
 
 using namespace signlion::nettest;
 
@@ -932,6 +934,29 @@ TEST_P(PluginV11, ByteCountersCountPayloadAndHeaders) {
   EXPECT_FALSE(signlion::net::commBytes(&notAComm, &sent, &recvd));
   net_.closeSend(s);
   net_.closeRecv(r);
+}
+
+// A handle comes from the peer through the application's bootstrap, and its
+// connector-private tail is where connect() keeps its half-made comm between
+// calls. A tail that is not zero (garbage on the wire, a peer that misbehaves)
+// is refused with ncclInvalidArgument, never followed as a pointer (it was:
+// a segmentation fault).
+TEST_P(PluginV11, HandleWhoseConnectorBytesAreNotOursIsRefused) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* l = nullptr;
+  ASSERT_EQ(net_.listen(dev_, handle, &l), ncclSuccess);
+  uint32_t magic = 0;
+  memcpy(&magic, handle, sizeof(magic));
+  const size_t at = magic == signlion::net::kSocketHandleMagic ? offsetof(signlion::net::SocketListenHandle, connecting)
+                                                               : offsetof(signlion::net::UcxListenHandle, connecting);
+  for (uintptr_t bogus : {uintptr_t{0x10}, ~uintptr_t{0} - 7}) {
+    void* p = reinterpret_cast<void*>(bogus);
+    memcpy(handle + at, &p, sizeof(p));
+    void* out = nullptr;
+    EXPECT_EQ(net_.connect(dev_, handle, &out), ncclInvalidArgument);
+    EXPECT_EQ(out, nullptr);
+  }
+  net_.closeListen(l);
 }
 
 TEST_P(PluginV11, BadArgumentsAreRejected) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "host/call_check.h"
 
@@ -77,6 +78,33 @@ TEST(CallHeader, NoMagicIsNoHeader) {
   CallHeader h = CallHeader::encode(signature(1, 0));
   h.packed ^= 0x01;  // another magic byte: payload of some other message
   EXPECT_FALSE(h.decode(signature(1, 0), 1, &got));
+}
+
+// A peer's header carries 4 bits of algorithm and of datatype: values no
+// ncclSignAlgo_t or ncclDataType_t holds are named "unknown", never read as
+// those enums (clang's UndefinedBehaviorSanitizer stopped here before: an
+// invalid enum load; GCC's does not check that load, so the same inputs are
+// seeds of tests/fuzz/fuzz_call_check, which found it).
+TEST(CallHeader, OutOfRangeFieldsFromAPeerAreAnError) {
+  const CallSignature mine = signature(7, 0);
+  for (int field = 0; field < 2; field++) {
+    CallSignature theirs = mine;
+    if (field == 0) theirs.algorithm = 15;
+    if (field == 1) theirs.datatype = 15;
+    const CallHeader h = CallHeader::encode(theirs);
+    EXPECT_EQ(host::verifyCallHeader(mine, 0, 3, &h, host::kHeaderBytes, 0, "test"), ncclInvalidUsage) << field;
+  }
+}
+
+// The settings table of ncclSignCommInitRank as peers may send it: an
+// algorithm of 128 in rank 1's row is a disagreement, named, not a crash.
+TEST(CallHeader, SettingsRowWithAnUnknownAlgorithmIsAnError) {
+  std::vector<uint8_t> rows(2 * host::settingsRowBytes(), 0);
+  int32_t algo = 128;
+  memcpy(rows.data() + host::settingsRowBytes(), &algo, sizeof(algo));  // the row's first field
+  algo::Topology topo;
+  EXPECT_EQ(host::compareSettingsRows(rows.data(), 2, 0, &topo), ncclInvalidUsage);
+  EXPECT_EQ(topo.node.size(), 2u);
 }
 
 }  // namespace
