@@ -57,7 +57,7 @@ import train_baselines  # noqa: E402
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 FORTUNES_DIR = "/usr/share/games/fortunes"
 # Learning rates for (workload, optimizer family): Lion's is a tenth of AdamW's, as its paper advises.
-DEFAULT_LR = {("mlp", "lion"): 3e-5, ("mlp", "adamw"): 3e-4, ("lm", "lion"): 3e-4, ("lm", "adamw"): 1e-3}
+DEFAULT_LR = {("mlp", "lion"): 1e-4, ("mlp", "adamw"): 1e-3, ("lm", "lion"): 3e-4, ("lm", "adamw"): 1e-3}
 DEFAULT_WD = {"lion": 0.1, "adamw": 0.01}
 
 
