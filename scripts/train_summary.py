@@ -67,8 +67,16 @@ def one(path, timed):
                                                    "identical" if r["identical"] else "differ"))
 
 
-def steps_to(r, target, higher):
+def value_at(r, step):
+    """The run's evaluation at `step` (None when it did not evaluate there)."""
+    return next((v for s, v, _ in r["evals"] if s == step), None)
+
+
+def steps_to(r, target, higher, last=None):
+    """The first evaluated step at or past the target (within the first `last` steps), or None."""
     for step, value, _ in r["evals"]:
+        if last is not None and step > last:
+            break
         if (value >= target) if higher else (value <= target):
             return step
     return None
@@ -123,16 +131,17 @@ def main():
         name, higher = METRIC[wl]
         target = targets[wl]
         any_run = runs_c[next(iter(runs_c))]
-        print("\n## %s, N = %d: target %s %s %.3f, evaluated every %d steps in %d-step runs at %s; time to target "
-              "= steps x the median step time at each rate" % (wl, n, name, ">=" if higher else "<=", target,
-                                                                any_run["args"]["eval_every"],
-                                                                any_run["args"]["steps"], any_run["rate"]))
+        common = min(r["args"]["steps"] for r in runs_c.values())  # runs compared at equal steps
+        print("\n## %s, N = %d: target %s %s %.3f, evaluated every %d steps, compared over the first %d steps (runs "
+              "at %s); time to target = steps x the median step time at each rate; final = %s at step %d"
+              % (wl, n, name, ">=" if higher else "<=", target, any_run["args"]["eval_every"], common,
+                 any_run["rate"], name, common))
         rate_list = sorted(rates, key=lambda x: RATE_ORDER.get(x, 9))
         labels = sorted(set(runs_c) | {lab for r in rates.values() for lab in r if curve_of(lab) in runs_c},
                         key=key_order)
 
         def ttt(label, rate):
-            s = steps_to(runs_c[curve_of(label)], target, higher)
+            s = steps_to(runs_c[curve_of(label)], target, higher, common)
             m = rates.get(rate, {}).get(label)
             return None if s is None or m is None else s * m["step"]
 
@@ -140,9 +149,11 @@ def main():
                                               "  ".join("%14s" % ("time " + x) for x in rate_list)))
         for label in labels:
             r = runs_c[curve_of(label)]
-            s = steps_to(r, target, higher)
+            s = steps_to(r, target, higher, common)
             times = ["%14s" % ("-" if ttt(label, x) is None else "%.1f s" % ttt(label, x)) for x in rate_list]
-            print("%-26s %-16s %6s %9.4f %6s  %s" % (label, curve_of(label), "-" if s is None else s, r["final"],
+            final = value_at(r, common)
+            print("%-26s %-16s %6s %9s %6s  %s" % (label, curve_of(label), "-" if s is None else s,
+                                                  "-" if final is None else "%.4f" % final,
                                                     "same" if r["identical"] else "differ", "  ".join(times)))
         for rate in rate_list:
             sl = [x for x in labels if x.startswith("signlion") and ttt(x, rate) is not None]
@@ -191,7 +202,8 @@ def plot(table, conv, targets, outdir):
                     if curve_of(label) not in conv[k]:
                         continue
                     m = table[k][rate][label]
-                    ev = conv[k][curve_of(label)]["evals"]
+                    common = min(r["args"]["steps"] for r in conv[k].values())
+                    ev = [e for e in conv[k][curve_of(label)]["evals"] if e[0] <= common]
                     ax.plot([s * m["step"] for s, _, _ in ev], [v for _, v, _ in ev], marker=".", label=label,
                             linestyle="--" if label == "compute" else "-")
                 ax.axhline(targets[wl], color="grey", linewidth=0.8)
