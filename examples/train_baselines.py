@@ -10,7 +10,7 @@ contender can count them itself (signlion's communicator), else None.
   ddp-lion            DDP + lion_pytorch.Lion: plain ("global") Lion on the mean gradient
   ddp-fp16-lion       DDP with the fp16 compression hook (gradients all-reduced in fp16) + Lion
   ddp-powersgd-lion   DDP with the PowerSGD hook (rank 4, error feedback, warm start,
-                      10 warm-up steps of plain all-reduce) + Lion
+                      2 warm-up steps of plain all-reduce, one bucket) + Lion
   allgather-lion      the reference code's pattern of Distributed Lion: every rank packs its
                       votes c >= 0 into bits, all-gathers the packed votes through
                       torch.distributed, counts them and steps on the majority (a baseline
@@ -27,9 +27,9 @@ import torch
 import torch.distributed as dist
 
 
-def _ddp(model, device):
+def _ddp(model, device, **kwargs):
     ids = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else None
-    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **kwargs)
 
 
 def _lion(params, args):
@@ -56,9 +56,12 @@ def ddp_fp16_lion(model, args, device):
 
 def ddp_powersgd_lion(model, args, device):
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
-    ddp = _ddp(model, device)
+    # One bucket: with several, the hook's chained all-reduces of different buckets were issued in
+    # different orders on different ranks over gloo (torch 1.13), which mismatched them ("op.preamble.
+    # length <= op.nbytes" and a crash, 20M-parameter MLP, 4 ranks, about step 10).
+    ddp = _ddp(model, device, bucket_cap_mb=1024)
     state = powerSGD_hook.PowerSGDState(process_group=dist.group.WORLD, matrix_approximation_rank=4,
-                                        start_powerSGD_iter=10, use_error_feedback=True, warm_start=True,
+                                        start_powerSGD_iter=2, use_error_feedback=True, warm_start=True,
                                         random_seed=args.seed)
     ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     return ddp, _lion(ddp.parameters(), args), None
