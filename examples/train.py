@@ -327,7 +327,12 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     module = work.model().to(device)
     nparams = sum(p.numel() for p in module.parameters())
-    model, optimizer, comm_sent = train_baselines.CONTENDERS[args.optimizer](module, args, device)
+    try:
+        model, optimizer, comm_sent = train_baselines.CONTENDERS[args.optimizer](module, args, device)
+    except train_baselines.Unavailable as e:
+        print("train.py: %s" % e, file=sys.stderr, flush=True)
+        dist.destroy_process_group()
+        return 3
     first = load_checkpoint(args, module, optimizer, rank) if args.resume else 0
     if rank == 0:
         print("train.py: %s, %s (%.1fM parameters), %d ranks x %d examples, lr %g, overlap %s, steps %d..%d"

@@ -10,7 +10,8 @@ contender can count them itself (signlion's communicator), else None.
   ddp-lion            DDP + lion_pytorch.Lion: plain ("global") Lion on the mean gradient
   ddp-fp16-lion       DDP with the fp16 compression hook (gradients all-reduced in fp16) + Lion
   ddp-powersgd-lion   DDP with the PowerSGD hook (rank 4, error feedback, warm start,
-                      2 warm-up steps of plain all-reduce, one bucket) + Lion
+                      2 warm-up steps of plain all-reduce) + Lion; refused (Unavailable) on
+                      PyTorch 1.x over gloo, whose PowerSGD hooks crash there
   allgather-lion      the reference code's pattern of Distributed Lion: every rank packs its
                       votes c >= 0 into bits, all-gathers the packed votes through
                       torch.distributed, counts them and steps on the majority (a baseline
@@ -25,6 +26,10 @@ import inspect
 
 import torch
 import torch.distributed as dist
+
+
+class Unavailable(RuntimeError):
+    """A contender that cannot run with this PyTorch and backend (train.py exits 3, a skip)."""
 
 
 def _ddp(model, device, **kwargs):
@@ -56,10 +61,13 @@ def ddp_fp16_lion(model, args, device):
 
 def ddp_powersgd_lion(model, args, device):
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
-    # One bucket: with several, the hook's chained all-reduces of different buckets were issued in
-    # different orders on different ranks over gloo (torch 1.13), which mismatched them ("op.preamble.
-    # length <= op.nbytes" and a crash, 20M-parameter MLP, 4 ranks, about step 10).
-    ddp = _ddp(model, device, bucket_cap_mb=1024)
+    if torch.__version__.startswith("1.") and dist.get_backend() == "gloo":
+        # Seen with Debian's 1.13: powerSGD_hook's all-reduces mismatch across ranks over gloo at the
+        # first compressed step (gloo's "op.preamble.length <= op.nbytes" and an abort, also with one
+        # bucket), and batched_powerSGD_hook fails an assertion in _orthogonalize (a 2-D matrix).
+        raise Unavailable("ddp-powersgd-lion: PyTorch %s's PowerSGD hooks crash over gloo at the first "
+                          "compressed step; use PyTorch 2 or the nccl backend" % torch.__version__)
+    ddp = _ddp(model, device)
     state = powerSGD_hook.PowerSGDState(process_group=dist.group.WORLD, matrix_approximation_rank=4,
                                         start_powerSGD_iter=2, use_error_feedback=True, warm_start=True,
                                         random_seed=args.seed)

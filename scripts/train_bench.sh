@@ -104,6 +104,10 @@ run_contender() {  # label n rate workload steps eval_every phase
   for p in "${PIDS[@]}"; do wait "$p" || rc=$?; done
   PIDS=()
   ((SMOKE)) || star_drops_note "$log" "$label"
+  if ((rc == 3)) && grep -q "^train.py: $name: " "$log"; then  # the contender cannot run with this PyTorch
+    SKIPPED+=("$tag ($(grep -m1 "^train.py: $name: " "$log" | cut -d: -f3-))")
+    return 0
+  fi
   if ((rc != 0)) || [[ ! -s $json ]]; then
     FAILED+=("$tag (exit $rc, $log)")
     tail -5 "$log"; for f in "$WORK"/rank*.log; do tail -3 "$f"; done

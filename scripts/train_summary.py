@@ -142,6 +142,8 @@ def main():
                         key=key_order)
 
         def ttt(label, rate):
+            if curve_of(label) not in runs_c:
+                return None
             s = steps_to(runs_c[curve_of(label)], target, higher, common)
             m = rates.get(rate, {}).get(label)
             return None if s is None or m is None else s * m["step"]
