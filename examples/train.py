@@ -415,6 +415,11 @@ def main(argv=None):
     close = getattr(optimizer, "close", None)
     if close is not None:
         close()
+    # Every rank's collectives and DDP's hook callbacks done, and the DDP wrapper gone, before the
+    # process group goes: torch 1.13's ~ProcessGroupGloo joins its threads holding the GIL, and once
+    # hung there (ddp-adamw, 2 ranks) while a callback waited for the GIL.
+    dist.barrier()
+    model = optimizer = None
     dist.destroy_process_group()
     if not identical and args.optimizer in train_baselines.SYNCHRONOUS:
         print("train.py: the ranks' parameters differ at the end (rank %d: %s)" % (rank, digests[rank]),
