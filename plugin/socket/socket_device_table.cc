@@ -74,7 +74,9 @@ ncclResult_t socketInit(LogSink logger) {
   std::lock_guard<std::mutex> lk(gDevMutex);
   refreshDevicesLocked();
   if (gDevs.empty()) {
-    WARN("NET/signlion: no usable network interface (SIGNLION_SOCKET_IFNAME=%s)", signlionParamSocketIfname().c_str());
+    IfnameSpec spec = socketIfnameSpec();
+    WARN("NET/signlion: no usable network interface (%s=%s)", spec.source[0] ? spec.source : "SIGNLION_SOCKET_IFNAME",
+         spec.spec.c_str());
     return ncclSystemError;
   }
   INFO(kSubsysNet | kSubsysInit, "NET/signlion: %zu device(s), %lld streams x %lld threads per comm", gDevs.size(),

@@ -110,6 +110,28 @@ void collect(const IfnameFilter& filter, int family, int maxDevs, std::vector<So
 
 }  // namespace
 
+IfnameSpec socketIfnameSpec() {
+  IfnameSpec out;
+  out.spec = signlionParamSocketIfname();
+  if (!out.spec.empty()) {
+    out.source = "SIGNLION_SOCKET_IFNAME";
+    return out;
+  }
+  // Gloo names interfaces exactly (a device per name); NCCL's value has NCCL's syntax already.
+  const char* gloo = getenv("GLOO_SOCKET_IFNAME");
+  if (gloo != nullptr && gloo[0] != '\0') {
+    out.spec = std::string("=") + gloo;
+    out.source = "GLOO_SOCKET_IFNAME";
+    return out;
+  }
+  const char* nccl = getenv("NCCL_SOCKET_IFNAME");
+  if (nccl != nullptr && nccl[0] != '\0') {
+    out.spec = nccl;
+    out.source = "NCCL_SOCKET_IFNAME";
+  }
+  return out;
+}
+
 std::vector<SocketDevice> findSocketDevices(int maxDevs) {
   std::vector<SocketDevice> devs;
   std::string fam = signlionParamSocketFamily();
@@ -117,10 +139,15 @@ std::vector<SocketDevice> findSocketDevices(int maxDevs) {
   if (fam == "AF_INET") family = AF_INET;
   else if (fam == "AF_INET6") family = AF_INET6;
   else if (!fam.empty()) WARN("NET/signlion: SIGNLION_SOCKET_FAMILY=%s is not AF_INET or AF_INET6; ignored", fam.c_str());
-  std::string spec = signlionParamSocketIfname();
-  if (!spec.empty()) {
-    collect(parseIfnameFilter(spec), family, maxDevs, &devs);
-    if (devs.empty()) WARN("NET/signlion: no usable interface matches SIGNLION_SOCKET_IFNAME=%s", spec.c_str());
+  IfnameSpec spec = socketIfnameSpec();
+  if (!spec.spec.empty()) {
+    collect(parseIfnameFilter(spec.spec), family, maxDevs, &devs);
+    if (devs.empty()) {
+      WARN("NET/signlion: no usable interface matches %s=%s", spec.source, spec.spec.c_str());
+    } else if (strcmp(spec.source, "SIGNLION_SOCKET_IFNAME") != 0) {
+      INFO(kSubsysNet | kSubsysInit, "NET/signlion: interfaces from %s (SIGNLION_SOCKET_IFNAME is unset): %s",
+           spec.source, spec.spec.c_str());
+    }
     return devs;
   }
   // NCCL's default order: real interfaces first, then docker bridges, then loopback.

@@ -34,7 +34,18 @@ struct IfnameFilter {
 };
 IfnameFilter parseIfnameFilter(const std::string& spec);
 
-// Enumerates the interfaces (at most maxDevs) that pass SIGNLION_SOCKET_IFNAME.
+// The interface filter in force and the variable it came from. SIGNLION_SOCKET_IFNAME
+// when set; else GLOO_SOCKET_IFNAME (Gloo's comma list of exact names, read as
+// "=name,..."), else NCCL_SOCKET_IFNAME (NCCL's syntax, as NCCL reads it): a job that
+// told torch.distributed which interface to use needs nothing more for signlion.
+// Neither: an empty spec (NCCL's default order) and source "".
+struct IfnameSpec {
+  std::string spec;
+  const char* source = "";
+};
+IfnameSpec socketIfnameSpec();
+
+// Enumerates the interfaces (at most maxDevs) that pass socketIfnameSpec().
 std::vector<SocketDevice> findSocketDevices(int maxDevs);
 
 // "1.2.3.4:5" / "[::1]:5" for logs.

@@ -908,8 +908,9 @@ ncclResult_t ucxInit(LogSink logger) {
   }
   g.devs = findSocketDevices(kUcxMaxDevs);
   if (g.devs.empty()) {
-    WARN("NET/signlion-ucx: no usable interface for the setup connection (SIGNLION_SOCKET_IFNAME=%s)",
-         signlionParamSocketIfname().c_str());
+    IfnameSpec spec = socketIfnameSpec();
+    WARN("NET/signlion-ucx: no usable interface for the setup connection (%s=%s)",
+         spec.source[0] ? spec.source : "SIGNLION_SOCKET_IFNAME", spec.spec.c_str());
     return ncclSystemError;
   }
   g.ready = true;

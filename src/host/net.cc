@@ -114,11 +114,12 @@ ncclResult_t Net::open(const char* plugin, std::unique_ptr<Net>* out) {
     WARN("network %s has no device (check SIGNLION_SOCKET_IFNAME)", n->api_->name);
     return ncclSystemError;
   }
-  // Several interfaces named on purpose: one device striped over them. Not
-  // without SIGNLION_SOCKET_IFNAME, which then means every interface, some
+  // Several interfaces named on purpose (SIGNLION_SOCKET_IFNAME, or the Gloo or
+  // NCCL variable it follows): one device striped over them. Not without
+  // any, which then means every interface, some
   // of which may not reach the peers; nor with an exclude list ("^docker"),
   // which means the same.
-  const std::string ifname = net::signlionParamSocketIfname();
+  const std::string ifname = net::socketIfnameSpec().spec;
   if (n->ours_ && ndev > 1 && !ifname.empty() && !net::parseIfnameFilter(ifname).exclude) {
     ncclNetVDeviceProps_v11_t fuse{};
     for (int d = 0; d < ndev && fuse.ndevs < net::kSocketMaxFusedNics; d++) {

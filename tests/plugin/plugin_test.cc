@@ -1383,3 +1383,35 @@ TEST(SocketIfname, FilterSelectsDevices) {
   Env none("SIGNLION_SOCKET_IFNAME", "=no-such-if");
   EXPECT_TRUE(signlion::net::findSocketDevices(16).empty());
 }
+
+// Without SIGNLION_SOCKET_IFNAME, the variable a torch.distributed job already set:
+// GLOO_SOCKET_IFNAME (exact names), then NCCL_SOCKET_IFNAME (NCCL's syntax).
+TEST(SocketIfname, FollowsGlooThenNccl) {
+  using signlion::net::findSocketDevices;
+  using signlion::net::socketIfnameSpec;
+  Env mine("SIGNLION_SOCKET_IFNAME", "");
+  Env gloo("GLOO_SOCKET_IFNAME", "");
+  Env nccl("NCCL_SOCKET_IFNAME", "");
+  EXPECT_EQ(socketIfnameSpec().spec, "");
+  EXPECT_STREQ(socketIfnameSpec().source, "");
+  {
+    Env n("NCCL_SOCKET_IFNAME", "^=no-such-if");
+    EXPECT_EQ(socketIfnameSpec().spec, "^=no-such-if");
+    EXPECT_STREQ(socketIfnameSpec().source, "NCCL_SOCKET_IFNAME");
+    Env g("GLOO_SOCKET_IFNAME", "lo");  // Gloo's names are exact: "lo" is not a prefix here
+    EXPECT_EQ(socketIfnameSpec().spec, "=lo");
+    EXPECT_STREQ(socketIfnameSpec().source, "GLOO_SOCKET_IFNAME");
+    auto devs = findSocketDevices(16);
+    ASSERT_EQ(devs.size(), 1u);
+    EXPECT_EQ(devs[0].name, "lo");
+    Env s("SIGNLION_SOCKET_IFNAME", "=no-such-if");  // signlion's own variable wins
+    EXPECT_STREQ(socketIfnameSpec().source, "SIGNLION_SOCKET_IFNAME");
+    EXPECT_TRUE(findSocketDevices(16).empty());
+  }
+  Env n("NCCL_SOCKET_IFNAME", "=lo");
+  auto devs = findSocketDevices(16);
+  ASSERT_EQ(devs.size(), 1u);
+  EXPECT_EQ(devs[0].name, "lo");
+  Env g("GLOO_SOCKET_IFNAME", "no-such-if");
+  EXPECT_TRUE(findSocketDevices(16).empty());
+}

@@ -1,0 +1,432 @@
+#!/usr/bin/env python3
+"""Data-parallel training with Distributed Lion, launched by torchrun (docs/TRAINING.md).
+
+  torchrun --nproc_per_node 4 examples/train.py --workload mlp --steps 300
+  torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint HOST:29500 \\
+      examples/train.py --workload lm --ckpt-dir ckpt --ckpt-every 100 [--resume]
+
+torchrun's environment (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK) is all it needs:
+init_process_group("env://") with gloo for CPU tensors (nccl for --device cuda), and
+signlion.torch.DistributedLion finds its peers through that process group's store. On hosts
+with several interfaces, set GLOO_SOCKET_IFNAME (or NCCL_SOCKET_IFNAME): signlion follows it
+when SIGNLION_SOCKET_IFNAME is unset.
+
+Workloads (data that Debian packages ship; scripts/setup.sh installs them):
+  mlp  a 784-4096-4096-10 MLP (20.0M parameters; --width) on Fashion-MNIST (dataset-fashion-mnist);
+       metric: accuracy on the first --val-size test images
+  lm   a byte-level transformer language model (6 layers, width 384, 10.8M parameters) on
+       the fortune cookies of Debian's fortunes package (/usr/share/games/fortunes, 1.7 MB of
+       English text; the last 5 % held out); metric: validation loss (nats per byte)
+
+--optimizer picks the contender (examples/train_baselines.py): signlion-mavo (the default),
+signlion-average, local-lion, ddp-adamw, ddp-lion, ddp-fp16-lion, ddp-powersgd-lion,
+allgather-lion. Every rank draws its own --batch examples per step (a global batch of
+--batch x WORLD_SIZE) in an order fixed by --seed and the step number, so a checkpoint (the
+model, this rank's optimizer state_dict, the step and the RNG states, written every
+--ckpt-every steps to a temporary file, then renamed) resumes exactly where the run left off:
+--resume continues from the newest complete one and ends with the parameters an
+uninterrupted run has, bit for bit.
+
+Rank 0 shows a progress bar (on a terminal) and every --log-every steps a line: loss,
+samples/s, and the bytes this rank sent per step (signlion's own counter, and the interface's
+tx_bytes when GLOO_SOCKET_IFNAME names one). --json PATH writes rank 0's step times (forward +
+backward, optimizer step), evaluations and byte counts for scripts/train_bench.sh. At the end
+the ranks compare a digest of their parameters: a contender that communicates must end
+identical on every rank (exit 1 otherwise).
+"""
+import argparse
+import glob
+import hashlib
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))  # signlion from a source checkout
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import train_baselines  # noqa: E402
+from fashion_mnist import FASHION_DIR, read_idx as _read_idx  # noqa: E402
+
+FORTUNES_DIR = "/usr/share/games/fortunes"
+# Learning rates for (workload, optimizer family): Lion's is a tenth of AdamW's, as its paper advises.
+DEFAULT_LR = {("mlp", "lion"): 1e-4, ("mlp", "adamw"): 1e-3, ("lm", "lion"): 3e-4, ("lm", "adamw"): 1e-3}
+DEFAULT_WD = {"lion": 0.1, "adamw": 0.01}
+
+
+# ---- workloads -------------------------------------------------------------------------------
+
+class FashionMLP:
+    """Fashion-MNIST, a wide MLP: the parameters are many for the compute (a layer of 4096 x 4096)."""
+    metric, higher_is_better = "accuracy", True
+
+    def __init__(self, args):
+        self.width = args.width
+        if not os.path.isdir(FASHION_DIR):
+            raise SystemExit("train.py: %s is missing (Debian package dataset-fashion-mnist; scripts/setup.sh)"
+                             % FASHION_DIR)
+        self.x = torch.from_numpy(_read_idx("train-images-idx3-ubyte.gz").copy()).float().div_(255).view(-1, 784)
+        self.y = torch.from_numpy(_read_idx("train-labels-idx1-ubyte.gz").astype(np.int64))
+        self.vx = torch.from_numpy(_read_idx("t10k-images-idx3-ubyte.gz").copy()).float().div_(255).view(-1, 784)
+        self.vy = torch.from_numpy(_read_idx("t10k-labels-idx1-ubyte.gz").astype(np.int64))
+        self.vx, self.vy = self.vx[:args.val_size], self.vy[:args.val_size]
+
+    def model(self):
+        w = self.width
+        return nn.Sequential(nn.Linear(784, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU(), nn.Linear(w, 10))
+
+    def batch(self, step, rank, world, b, seed):
+        """This rank's examples of `step`: a slice of the epoch's permutation (fixed by seed and epoch)."""
+        n = len(self.y)
+        start = step * b * world + rank * b
+        idx = []
+        while len(idx) < b:
+            epoch, pos = divmod(start + len(idx), n)
+            perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1000 + epoch))
+            idx += perm[pos:pos + b - len(idx)].tolist()
+        idx = torch.tensor(idx)
+        return self.x[idx], self.y[idx]
+
+    def loss(self, model, x, y):
+        return F.cross_entropy(model(x), y)
+
+    def evaluate(self, model, rank, world):
+        """(sum, count) of correct predictions over this rank's share of the validation images."""
+        xs, ys = self.vx[rank::world], self.vy[rank::world]
+        correct = 0
+        for i in range(0, len(ys), 500):
+            correct += (model(xs[i:i + 500]).argmax(1) == ys[i:i + 500]).sum().item()
+        return float(correct), float(len(ys))
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def forward(self, x, mask):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class ByteLM(nn.Module):
+    def __init__(self, context, width=384, layers=6, heads=6):
+        super().__init__()
+        self.tok = nn.Embedding(256, width)
+        self.pos = nn.Parameter(torch.zeros(context, width))
+        self.blocks = nn.ModuleList([Block(width, heads) for _ in range(layers)])
+        self.ln = nn.LayerNorm(width)
+        self.head = nn.Linear(width, 256)
+        self.register_buffer("mask", torch.triu(torch.full((context, context), float("-inf")), 1), persistent=False)
+
+    def forward(self, tokens):
+        t = tokens.shape[1]
+        x = self.tok(tokens) + self.pos[:t]
+        for blk in self.blocks:
+            x = blk(x, self.mask[:t, :t])
+        return self.head(self.ln(x))
+
+
+class FortunesLM:
+    """Debian's fortune cookies as bytes; windows of --context + 1 bytes at offsets drawn per step."""
+    metric, higher_is_better = "val loss", False
+
+    def __init__(self, args):
+        files = sorted(f for f in glob.glob(os.path.join(FORTUNES_DIR, "*"))
+                       if os.path.isfile(f) and not f.endswith((".dat", ".u8")))
+        if not files:
+            raise SystemExit("train.py: no texts in %s (Debian package fortunes; scripts/setup.sh)" % FORTUNES_DIR)
+        data = b"".join(open(f, "rb").read() for f in files)
+        text = torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
+        cut = int(len(text) * 0.95)
+        self.train, self.val, self.context = text[:cut], text[cut:], args.context
+        g = torch.Generator().manual_seed(4321)
+        self.val_offsets = torch.randint(0, len(self.val) - self.context - 1, (args.val_size,), generator=g)
+
+    def model(self):
+        return ByteLM(self.context)
+
+    def _windows(self, text, offsets):
+        idx = offsets.unsqueeze(1) + torch.arange(self.context + 1)
+        w = text[idx]
+        return w[:, :-1], w[:, 1:]
+
+    def batch(self, step, rank, world, b, seed):
+        g = torch.Generator().manual_seed((seed * 1000003 + step) * 4099 + rank)
+        return self._windows(self.train, torch.randint(0, len(self.train) - self.context - 1, (b,), generator=g))
+
+    def loss(self, model, x, y):
+        return F.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
+
+    def evaluate(self, model, rank, world):
+        """(sum, count) of the per-window mean losses over this rank's share of the validation windows."""
+        offs = self.val_offsets[rank::world]
+        total = 0.0
+        for i in range(0, len(offs), 32):
+            x, y = self._windows(self.val, offs[i:i + 32])
+            total += F.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1), reduction="sum").item() / self.context
+        return total, float(len(offs))
+
+
+WORKLOADS = {"mlp": FashionMLP, "lm": FortunesLM}
+
+
+# ---- checkpoints -----------------------------------------------------------------------------
+
+def _atomic_save(obj, path):
+    tmp = path + ".tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(args, step, module, optimizer, rank):
+    """Every rank writes its own file (the optimizer states differ: each rank keeps its momentum);
+    once all have, rank 0 renames LATEST to point at the step (a crash before that leaves the
+    previous checkpoint the newest complete one)."""
+    path = os.path.join(args.ckpt_dir, "step%08d-rank%d.pt" % (step, rank))
+    _atomic_save({"step": step, "model": module.state_dict(), "optimizer": optimizer.state_dict(),
+                  "torch_rng": torch.get_rng_state(), "optimizer_name": args.optimizer,
+                  "world": dist.get_world_size()}, path)
+    dist.barrier()
+    if rank == 0:
+        tmp = os.path.join(args.ckpt_dir, "LATEST.tmp")
+        with open(tmp, "w") as f:
+            f.write("%d\n" % step)
+        os.replace(tmp, os.path.join(args.ckpt_dir, "LATEST"))
+    dist.barrier()
+
+
+def load_checkpoint(args, module, optimizer, rank):
+    """The step to continue from (0 without a checkpoint); model and optimizer state loaded."""
+    latest = os.path.join(args.ckpt_dir, "LATEST")
+    if not os.path.exists(latest):
+        return 0
+    step = int(open(latest).read())
+    ck = torch.load(os.path.join(args.ckpt_dir, "step%08d-rank%d.pt" % (step, rank)))
+    if ck["optimizer_name"] != args.optimizer or ck["world"] != dist.get_world_size():
+        raise SystemExit("train.py: the checkpoint in %s is of --optimizer %s on %d ranks, this run %s on %d"
+                         % (args.ckpt_dir, ck["optimizer_name"], ck["world"], args.optimizer, dist.get_world_size()))
+    with torch.no_grad():
+        module.load_state_dict(ck["model"])  # copies into the parameters in place
+    optimizer.load_state_dict(ck["optimizer"])
+    torch.set_rng_state(ck["torch_rng"])
+    return step
+
+
+# ---- what rank 0 shows -----------------------------------------------------------------------
+
+class Progress:
+    """A progress bar on rank 0's terminal (stderr), redrawn at most 10 times a second."""
+
+    def __init__(self, total, first, enabled):
+        self.total, self.first, self.enabled = total, first, enabled and sys.stderr.isatty()
+        self.t0, self.last = time.monotonic(), 0.0
+
+    def update(self, step, text):
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.last < 0.1 and step < self.total:
+            return
+        self.last = now
+        done = step / max(self.total, 1)
+        rate = (step - self.first) / max(now - self.t0, 1e-9)
+        eta = (self.total - step) / rate if rate > 0 else float("nan")
+        bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
+        sys.stderr.write("\r[%s] %d/%d %s eta %.0fs " % (bar, step, self.total, text, eta))
+        if step >= self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def interface_tx_bytes():
+    """Bytes the interface named by GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME has sent (None when
+    unnamed or unreadable): what every contender put on this rank's link, headers included."""
+    name = os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME")
+    if not name or "," in name:
+        return None
+    try:
+        with open("/sys/class/net/%s/statistics/tx_bytes" % name.lstrip("=^")) as f:
+            return int(f.read())
+    except OSError:
+        return None
+
+
+def parameter_digest(module):
+    h = hashlib.sha256()
+    for p in module.parameters():
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+# ---- the run ---------------------------------------------------------------------------------
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="mlp")
+    ap.add_argument("--optimizer", choices=sorted(train_baselines.CONTENDERS), default="signlion-mavo")
+    ap.add_argument("--overlap", choices=["on", "off"], default=None,
+                    help="signlion: launch each bucket's step during backward (default on where supported)")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=32, help="examples per rank per step")
+    ap.add_argument("--context", type=int, default=64, help="lm: bytes per example")
+    ap.add_argument("--width", type=int, default=4096, help="mlp: width of the two hidden layers")
+    ap.add_argument("--lr", type=float, default=None, help="default: per workload and optimizer family")
+    ap.add_argument("--weight-decay", type=float, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: torch's default)")
+    ap.add_argument("--ckpt-dir", default=None)
+    ap.add_argument("--ckpt-every", type=int, default=0, help="steps between checkpoints (0: none)")
+    ap.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --ckpt-dir")
+    ap.add_argument("--eval-every", type=int, default=0, help="steps between evaluations (0: at the end only)")
+    ap.add_argument("--val-size", type=int, default=2000)
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--json", default=None, help="rank 0 writes its measurements here")
+    ap.add_argument("--save-params", default=None, help="rank r writes its final parameters to PATH.rank<r>")
+    args = ap.parse_args(argv)
+    family = "adamw" if args.optimizer == "ddp-adamw" else "lion"
+    if args.lr is None:
+        args.lr = DEFAULT_LR[(args.workload, family)]
+    if args.weight_decay is None:
+        args.weight_decay = DEFAULT_WD[family]
+    if args.overlap is None:
+        args.overlap = "on" if args.optimizer.startswith("signlion") and train_baselines.overlap_supported() else "off"
+    if (args.resume or args.ckpt_every) and not args.ckpt_dir:
+        ap.error("--resume and --ckpt-every need --ckpt-dir")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if "RANK" not in os.environ:
+        raise SystemExit("train.py: launch it with torchrun (it reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if args.ckpt_dir and rank == 0:
+        os.makedirs(args.ckpt_dir, exist_ok=True)
+
+    work = WORKLOADS[args.workload](args)
+    torch.manual_seed(args.seed)
+    module = work.model().to(device)
+    nparams = sum(p.numel() for p in module.parameters())
+    try:
+        model, optimizer, comm_sent = train_baselines.CONTENDERS[args.optimizer](module, args, device)
+    except train_baselines.Unavailable as e:
+        print("train.py: %s" % e, file=sys.stderr, flush=True)
+        dist.destroy_process_group()
+        return 3
+    first = load_checkpoint(args, module, optimizer, rank) if args.resume else 0
+    if rank == 0:
+        print("train.py: %s, %s (%.1fM parameters), %d ranks x %d examples, lr %g, overlap %s, steps %d..%d"
+              % (args.workload, args.optimizer, nparams / 1e6, world, args.batch, args.lr, args.overlap, first,
+                 args.steps), flush=True)
+
+    def evaluate():
+        model.eval()
+        with torch.no_grad():
+            s, c = work.evaluate(module, rank, world)
+        model.train()
+        t = torch.tensor([s, c], dtype=torch.float64)
+        dist.all_reduce(t)
+        return (t[0] / t[1]).item()
+
+    record = {"args": vars(args), "world": world, "parameters": nparams, "first_step": first,
+              "fwd_bwd_s": [], "opt_s": [], "step_s": [], "loss": [], "evals": [], "sent_bytes": [],
+              "tx_bytes": []}
+    progress = Progress(args.steps, first, rank == 0)
+    train_time = 0.0
+    for step in range(first, args.steps):
+        x, y = work.batch(step, rank, world, args.batch, args.seed)
+        x, y = x.to(device), y.to(device)
+        sent0, tx0 = comm_sent() if comm_sent else None, interface_tx_bytes()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = work.loss(model, x, y)
+        loss.backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        train_time += t2 - t0
+        sent = comm_sent() - sent0 if comm_sent else None
+        tx1 = interface_tx_bytes()
+        tx = tx1 - tx0 if tx0 is not None and tx1 is not None else None
+        record["fwd_bwd_s"].append(t1 - t0)
+        record["opt_s"].append(t2 - t1)
+        record["step_s"].append(t2 - t0)
+        record["loss"].append(loss.item())
+        record["sent_bytes"].append(sent)
+        record["tx_bytes"].append(tx)
+        done = step + 1
+        if rank == 0:
+            rate = args.batch * world / (t2 - t0)
+            progress.update(done, "loss %.4f %.0f samples/s" % (loss.item(), rate))
+            if args.log_every and (done % args.log_every == 0 or done == args.steps):
+                print("step %d loss %.4f samples/s %.1f step %.3fs (fwd+bwd %.3fs, optimizer %.3fs) "
+                      "sent/step %s B (signlion) %s B (interface)"
+                      % (done, loss.item(), rate, t2 - t0, t1 - t0, t2 - t1,
+                         "-" if sent is None else sent, "-" if tx is None else tx), flush=True)
+        if args.eval_every and done % args.eval_every == 0 and done < args.steps:
+            m = evaluate()
+            record["evals"].append([done, m, train_time])
+            if rank == 0:
+                print("eval step %d %s %.4f (train time %.1fs)" % (done, work.metric, m, train_time), flush=True)
+        if args.ckpt_every and done % args.ckpt_every == 0:
+            save_checkpoint(args, done, module, optimizer, rank)
+
+    final = evaluate()
+    record["evals"].append([args.steps, final, train_time])
+    digests = [None] * world
+    dist.all_gather_object(digests, parameter_digest(module))
+    identical = len(set(digests)) == 1
+    record.update(final=final, digest=digests[0], identical=identical)
+    if args.save_params:
+        torch.save([p.detach().cpu() for p in module.parameters()], "%s.rank%d" % (args.save_params, rank))
+    if rank == 0:
+        print("final step %d %s %.4f; parameters %s on all %d ranks (sha256 %s)"
+              % (args.steps, work.metric, final, "identical" if identical else "DIFFER", world, digests[0][:16]),
+              flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(record, f)
+    close = getattr(optimizer, "close", None)
+    if close is not None:
+        close()
+    # Every rank's collectives and DDP's hook callbacks done, and the DDP wrapper gone, before the
+    # process group goes: torch 1.13's ~ProcessGroupGloo joins its threads holding the GIL, and once
+    # hung there (ddp-adamw, 2 ranks) while a callback waited for the GIL.
+    dist.barrier()
+    model = optimizer = None
+    dist.destroy_process_group()
+    if not identical and args.optimizer in train_baselines.SYNCHRONOUS:
+        print("train.py: the ranks' parameters differ at the end (rank %d: %s)" % (rank, digests[rank]),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""The contenders examples/train.py compares signlion with (scripts/train_bench.sh runs them all).
+
+Each maker takes (model, args, device) and returns (model_to_train, optimizer, comm_counter):
+model_to_train is the model the forward pass runs (a DDP wrapper where the contender is DDP),
+comm_counter a function returning the payload bytes this rank has sent so far when the
+contender can count them itself (signlion's communicator), else None.
+
+  ddp-adamw           DistributedDataParallel (fp32 all-reduce of the gradients, overlapped
+                      with backward, 25 MB buckets) + torch.optim.AdamW
+  ddp-lion            DDP + lion_pytorch.Lion: plain ("global") Lion on the mean gradient
+  ddp-fp16-lion       DDP with the fp16 compression hook (gradients all-reduced in fp16) + Lion
+  ddp-powersgd-lion   DDP with the PowerSGD hook (rank 4, error feedback, warm start,
+                      2 warm-up steps of plain all-reduce) + Lion; refused (Unavailable) on
+                      PyTorch 1.x over gloo, whose PowerSGD hooks crash there
+  allgather-lion      the reference code's pattern of Distributed Lion: every rank packs its
+                      votes c >= 0 into bits, all-gathers the packed votes through
+                      torch.distributed, counts them and steps on the majority (a baseline
+                      written here, in plain PyTorch; not part of the library)
+  local-lion          signlion's optimizer with aggregation="local": no communication at all,
+                      each rank trains alone (the floor every distributed contender is
+                      compared with; its ranks' parameters differ)
+  signlion-mavo       signlion.torch.DistributedLion, majority vote of the ranks' signs
+  signlion-average    the same, average of the signs
+"""
+import inspect
+
+import torch
+import torch.distributed as dist
+
+
+class Unavailable(RuntimeError):
+    """A contender that cannot run with this PyTorch and backend (train.py exits 3, a skip)."""
+
+
+def _ddp(model, device, **kwargs):
+    ids = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **kwargs)
+
+
+def _lion(params, args):
+    from lion_pytorch import Lion
+    return Lion(params, lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
+
+
+def ddp_adamw(model, args, device):
+    ddp = _ddp(model, device)
+    return ddp, torch.optim.AdamW(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay), None
+
+
+def ddp_lion(model, args, device):
+    ddp = _ddp(model, device)
+    return ddp, _lion(ddp.parameters(), args), None
+
+
+def ddp_fp16_lion(model, args, device):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    ddp = _ddp(model, device)
+    ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
+    return ddp, _lion(ddp.parameters(), args), None
+
+
+def ddp_powersgd_lion(model, args, device):
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+    if torch.__version__.startswith("1.") and dist.get_backend() == "gloo":
+        # Seen with Debian's 1.13: powerSGD_hook's all-reduces mismatch across ranks over gloo at the
+        # first compressed step (gloo's "op.preamble.length <= op.nbytes" and an abort, also with one
+        # bucket), and batched_powerSGD_hook fails an assertion in _orthogonalize (a 2-D matrix).
+        raise Unavailable("ddp-powersgd-lion: PyTorch %s's PowerSGD hooks crash over gloo at the first "
+                          "compressed step; use PyTorch 2 or the nccl backend" % torch.__version__)
+    ddp = _ddp(model, device)
+    state = powerSGD_hook.PowerSGDState(process_group=dist.group.WORLD, matrix_approximation_rank=4,
+                                        start_powerSGD_iter=2, use_error_feedback=True, warm_start=True,
+                                        random_seed=args.seed)
+    ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    return ddp, _lion(ddp.parameters(), args), None
+
+
+class AllGatherVoteLion(torch.optim.Optimizer):
+    """Distributed Lion as its reference code runs it over torch.distributed: each rank keeps its
+    momentum m, forms c = beta1 m + (1 - beta1) g, packs the votes c >= 0 of all its parameters
+    into one bit per element, all-gathers the packed votes of every rank, counts the positive
+    votes n+ per element and steps on sign(2 n+ - N) (a tie moves nothing); then
+    m = beta2 m + (1 - beta2) g: the rule of signlion's "mavo" with its default zero and tie rules
+    (a zero votes +1, a tie is 0). Rank 0's parameters are broadcast at construction."""
+
+    _SHIFTS = torch.arange(8, dtype=torch.uint8)
+
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+        self.world = dist.get_world_size()
+        with torch.no_grad():
+            for g in self.param_groups:
+                for p in g["params"]:
+                    dist.broadcast(p.data, src=0)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        entries = [(g, p) for g in self.param_groups for p in g["params"] if p.grad is not None]
+        if not entries:
+            return None
+        cs = []
+        for g, p in entries:
+            st = self.state[p]
+            if "exp_avg" not in st:
+                st["exp_avg"] = torch.zeros_like(p)
+            cs.append((st["exp_avg"] * g["betas"][0]).add_(p.grad, alpha=1 - g["betas"][0]).reshape(-1))
+        votes = torch.cat(cs) >= 0
+        n = votes.numel()
+        padded = torch.zeros((n + 7) // 8 * 8, dtype=torch.uint8, device=votes.device)
+        padded[:n] = votes
+        shifts = self._SHIFTS.to(votes.device)
+        packed = (padded.view(-1, 8) << shifts).sum(dim=1, dtype=torch.uint8)
+        gathered = [torch.empty_like(packed) for _ in range(self.world)]
+        dist.all_gather(gathered, packed)
+        positive = torch.zeros(padded.numel(), dtype=torch.int16, device=votes.device)
+        for q in gathered:
+            positive += ((q.unsqueeze(1) >> shifts) & 1).view(-1)
+        update = (2 * positive[:n] - self.world).sign_().to(cs[0].dtype)
+        offset = 0
+        for g, p in entries:
+            k = p.numel()
+            p.mul_(1 - g["lr"] * g["weight_decay"]).add_(update[offset:offset + k].view_as(p), alpha=-g["lr"])
+            self.state[p]["exp_avg"].mul_(g["betas"][1]).add_(p.grad, alpha=1 - g["betas"][1])
+            offset += k
+        return None
+
+
+def allgather_lion(model, args, device):
+    return model, AllGatherVoteLion(model.parameters(), lr=args.lr, weight_decay=args.weight_decay), None
+
+
+def _distributed_lion(aggregation):
+    def make(model, args, device):
+        from signlion.torch import DistributedLion
+        kwargs = {}
+        if "overlap" in inspect.signature(DistributedLion).parameters:
+            kwargs["overlap"] = args.overlap == "on"
+        elif args.overlap == "on" and aggregation != "local":
+            raise SystemExit("train.py: --overlap on: this signlion's DistributedLion has no overlap argument")
+        opt = DistributedLion(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay,
+                              aggregation=aggregation, **kwargs)
+        comm = opt.comm
+        return model, opt, (lambda: comm.wire_bytes()[0]) if comm is not None else None
+    return make
+
+
+def overlap_supported():
+    """Whether this signlion's DistributedLion takes overlap= (launching steps during backward)."""
+    from signlion.torch import DistributedLion
+    return "overlap" in inspect.signature(DistributedLion).parameters
+
+
+CONTENDERS = {
+    "signlion-mavo": _distributed_lion("mavo"),
+    "signlion-average": _distributed_lion("average"),
+    "local-lion": _distributed_lion("local"),
+    "ddp-adamw": ddp_adamw,
+    "ddp-lion": ddp_lion,
+    "ddp-fp16-lion": ddp_fp16_lion,
+    "ddp-powersgd-lion": ddp_powersgd_lion,
+    "allgather-lion": allgather_lion,
+}
+# Whose ranks must end with identical parameters (all but the one that does not communicate).
+SYNCHRONOUS = set(CONTENDERS) - {"local-lion"}
+# Whose resume continues bit for bit (PowerSGD's error feedback and low-rank factors live in the
+# hook's state, outside the optimizer's state_dict: a resumed run starts them afresh).
+EXACT_RESUME = set(CONTENDERS) - {"ddp-powersgd-lion"}
