@@ -1,31 +1,44 @@
-"""signlion.torch.DistributedLion: Distributed Lion as a torch.optim.Optimizer.
+"""signlion.torch: Distributed Lion as a torch.optim.Optimizer, and the sign all-reduce for
+any PyTorch code.
 
-Parameters are flattened into one bucket per (param group, dtype): each
-parameter's .data becomes a view of the bucket, so the optimizer updates the
-bucket in place with one call into libnccl-sign.so per bucket per step
-(ncclSignLionStep: the two fused passes around one sign all-reduce).
+DistributedLion flattens its parameters into buckets (at most bucket_cap_mb each, made in
+reverse registration order within a (param group, dtype)): each parameter's .data becomes a
+view of its bucket, and the optimizer updates a bucket in place with one call into
+libnccl-sign.so per step (ncclSignLionStep: the two fused passes around one sign all-reduce).
+With overlap=True (the default) a bucket's step starts during backward, as soon as the last
+of its gradients is accumulated, the way DDP's reducer starts its all-reduces; step() starts
+what is left and waits for all of it.
 
 CPU tensors use signlion's host communicator, bootstrapped through the
-torch.distributed store of the process group (no extra address). CUDA tensors
-use the ncclComm_t of the process group's NCCL backend (ProcessGroupNCCL's
-_comm_ptr(), PyTorch 2.8 and later) and the current CUDA stream: a step is
-enqueued there (ncclSignLionStepAsync) and never waits for the GPU.
+torch.distributed store of the process group (no extra address); its blocking calls run
+on one background thread per optimizer. CUDA tensors use the ncclComm_t of the process
+group's NCCL backend (ProcessGroupNCCL's _comm_ptr(), PyTorch 2.8 and later): a step is
+enqueued (ncclSignLionStepAsync) on the current stream, or with overlap on a side stream
+that the current stream waits for in step(), and never waits for the GPU.
 
 It keeps torch.optim's shape (param_groups read at every step, add_param_group,
 state[p]["exp_avg"], torch's state_dict format) with the distributed part behind
 it: the ranks check at construction that they hold the same parameters, take
 rank 0's values, and agree at every step on which parameters have a gradient
 (docs/LION.md, "As a torch.optim optimizer").
+
+sign_all_reduce(tensor, op, group, async_op) is the sign all-reduce shaped like
+torch.distributed.all_reduce, and sign_majority_hook a DDP communication hook made of it
+(signSGD with majority vote for any DDP model).
 """
 import contextlib
+import functools
 import itertools
 import json
 import math
+import threading
+import weakref
 
 import torch
 import torch.distributed as dist
 
 from . import capi
+from .background import SerialExecutor
 
 _DTYPES = {torch.float32: capi.FLOAT32, torch.float16: capi.FLOAT16, torch.bfloat16: capi.BFLOAT16}
 _comm_serial = itertools.count()
@@ -204,10 +217,37 @@ def _broadcast_bytes(channel, data, root):
     return bytes(channel.sum(buf).to(torch.uint8).tolist())
 
 
-class _Bucket:
-    """The parameters of one (param group, dtype) in one flat buffer, and its optimizer."""
+# Bucket order within a param group: parameters in reverse registration order (the order in
+# which backward usually finishes their gradients), cut into buckets of at most the cap.
+_BUCKET_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-    def __init__(self, group_index, dtype, params, indices, device):
+
+def _group_buckets(params, positions, cap_bytes):
+    """The buckets of one param group as lists of parameters: per dtype, the parameters in
+    reverse registration order cut into runs of at most cap_bytes (a parameter larger than the
+    cap is a bucket of its own); the buckets of all dtypes then sorted by when backward is
+    expected to complete them (the lowest registration position in a bucket comes last)."""
+    buckets = []
+    for dtype in _BUCKET_DTYPES:
+        current, size = [], 0
+        for p in reversed([p for p in params if p.dtype == dtype]):
+            nbytes = p.numel() * p.element_size()
+            if current and size + nbytes > cap_bytes:
+                buckets.append(current)
+                current, size = [], 0
+            current.append(p)
+            size += nbytes
+        if current:
+            buckets.append(current)
+    return sorted(buckets, key=lambda b: -min(positions[id(p)] for p in b))
+
+
+class _Bucket:
+    """Parameters of one (param group, dtype) in one flat buffer, and its optimizer; with
+    overlap, which of its gradients are ready in the current backward."""
+
+    def __init__(self, index, group_index, dtype, params, indices, device):
+        self.index = index
         self.group_index, self.dtype, self.params, self.indices = group_index, dtype, params, indices
         self.numel = sum(p.numel() for p in params)
         self.flat = torch.empty(self.numel, dtype=dtype, device=device)
@@ -223,6 +263,25 @@ class _Bucket:
                 offset += n
         self.lion = None
         self.has_master = False
+        # Overlap: positions (in self.params) of the parameters with a gradient hook, those whose
+        # gradient is final in this backward, and whether the step was launched since step().
+        self.hooked = set()
+        self.hook_handles = []
+        self.grad_accumulators = []  # PyTorch < 2.1: the AccumulateGrad nodes the hooks sit on
+        self.ready = set()
+        self.launched = False
+
+    def describe(self):
+        return "bucket %d (param group %d, %s, parameters %s)" % (self.index, self.group_index,
+                                                                  str(self.dtype).replace("torch.", ""),
+                                                                  self.indices)
+
+    def complete_in_backward(self):
+        """Every hooked parameter has its gradient, and no parameter without a hook needs one (a
+        parameter unfrozen after the hooks were made holds its bucket back until step())."""
+        if not self.hooked or len(self.ready) < len(self.hooked):
+            return False
+        return all(j in self.hooked or not p.requires_grad for j, p in enumerate(self.params))
 
     def save(self):
         """The state as bytes (a CPU uint8 tensor) and its momentum and master copy as fp32 views.
@@ -239,6 +298,21 @@ class _Bucket:
         self.lion.load_state_from(blob.data_ptr(), blob.numel())
 
 
+def _grad_hook_path():
+    """How a hook learns that a parameter's gradient is final in a backward: PyTorch 2.1 and
+    later have Tensor.register_post_accumulate_grad_hook; before, a hook on the parameter's
+    AccumulateGrad node (as DDP's reducer did) runs after the node has accumulated."""
+    return "post_accumulate" if hasattr(torch.Tensor, "register_post_accumulate_grad_hook") else "grad_accumulator"
+
+
+def _on_gradient_ready(optimizer_ref, bucket_index, position, *_):
+    """The gradient hook of one parameter; holds the optimizer weakly (a hook lives as long as
+    the parameter, which must not keep the optimizer alive)."""
+    optimizer = optimizer_ref()
+    if optimizer is not None:
+        optimizer._gradient_ready(bucket_index, position)
+
+
 class DistributedLion(torch.optim.Optimizer):
     """Distributed Lion (Liu et al., Algorithm 1): each rank keeps its own momentum; the
     ranks' sign(c) are combined by majority vote ("mavo") or averaged ("average") through
@@ -246,9 +320,35 @@ class DistributedLion(torch.optim.Optimizer):
     all-reduce: the baseline); "local" does not communicate. Weight decay is decoupled,
     local, times lr, outside the sign. Options beyond the paper: master_weights (fp32
     master copy of fp16/bf16 parameters), momentum_average_every (Lion Cub), and
-    skip_nonfinite (every rank skips a step where any rank's gradient holds inf/NaN).
-    zero_rule / tie_rule set the vote rules (docs/SEMANTICS.md) of the host communicator, or,
-    for CUDA tensors, of the NCCL communicator (ncclSignCommSetConfig: for every user of it).
+    skip_nonfinite (every rank skips a bucket's step where any rank's gradient in that bucket
+    holds inf/NaN). zero_rule / tie_rule set the vote rules (docs/SEMANTICS.md) of the host
+    communicator, or, for CUDA tensors, of the NCCL communicator (ncclSignCommSetConfig: for
+    every user of it).
+
+    Buckets: the parameters of each (param group, dtype) are flattened, in reverse registration
+    order, into buckets of at most bucket_cap_mb MiB (a larger parameter is a bucket of its own),
+    like DDP's buckets; bucket_layout() lists them. Each bucket is one fused call per step.
+
+    Overlap (overlap=True, the default): during backward, a gradient hook on every parameter
+    marks it ready; once all of a bucket's gradients are accumulated, its step (the Lion update
+    and its sign all-reduce) starts at once, on a background thread (CPU tensors) or a side
+    CUDA stream, while backward goes on. Buckets start strictly in bucket order on every rank
+    (bucket k after 0..k-1: the ranks' collectives must come in the same order), so a bucket
+    not complete at the end of backward (unused parameters, a gradient that is None on this
+    rank) and every bucket after it start in step(). step() starts what is left, waits for all
+    of it, and returns; an error of a background step is raised by step() (or the next call)
+    naming the bucket, and the optimizer refuses to go on. Consequences:
+      - a bucket's gradients are read when it starts, during backward: clipping, unscaling or
+        any other change of .grad between backward() and step() has no effect on it; use
+        overlap=False for that;
+      - the learning rate and other hyper-parameters are read when a bucket starts (after the
+        previous step(), so schedulers work as usual);
+      - gradient accumulation over several backward passes needs `with opt.no_sync():` around
+        all but the last (as with DDP): inside it, backward only accumulates; a gradient that
+        arrives for a bucket already started since the last step() is a RuntimeError;
+      - skip_nonfinite decides per bucket.
+    overlap=False keeps every step inside step() (the same buckets: results are bit for bit
+    those of overlap=True).
 
     As a torch.optim optimizer: param_groups (lr, betas, weight_decay, maximize, foreach, fused,
     capturable, differentiable) are read at every step, so schedulers work, lr = 0 included;
@@ -261,28 +361,47 @@ class DistributedLion(torch.optim.Optimizer):
     collective) the ranks check that their parameters (count, shapes, dtypes) and group
     hyper-parameters are identical, a ValueError naming the first difference on every rank
     otherwise, and, with broadcast_parameters (the default), take rank 0's parameter values. At
-    every step the ranks agree on which parameters have a gradient (one sum all-reduce of one
-    float per parameter): a parameter with a gradient on some rank steps on every rank, with a
-    zero gradient where a rank has None; one with a gradient on no rank keeps its value and its
-    state on every rank, as torch optimizers skip it.
+    every step the ranks agree on which parameters have a gradient (a sum all-reduce of one float
+    per parameter: one per step without overlap, one per bucket with it): a parameter with a
+    gradient on some rank steps on every rank, with a zero gradient where a rank has None; one
+    with a gradient on no rank keeps its value and its state on every rank, as torch optimizers
+    skip it.
 
     CUDA tensors (all parameters on one GPU) use the ncclComm_t of the process group's NCCL
     backend (PyTorch 2.8 or later) and the current stream; the optimizer state lives on that
     GPU. Call close() before destroying the process group.
+
+    Debugging: launch_observer, when set to a callable, is called as observer(event,
+    bucket_index, in_backward) with event "launch" (on the thread that starts the bucket: the
+    backward's, or step()'s), "run" and "done" (when its step begins and ends: on the
+    background thread for CPU tensors; when it is enqueued for CUDA tensors).
     """
 
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, aggregation="mavo",
                  process_group=None, master_weights=False, momentum_average_every=0, skip_nonfinite=False,
                  zero_rule="positive", tie_rule="zero", comm=None, maximize=False, foreach=None, fused=None,
-                 capturable=False, differentiable=False, broadcast_parameters=True):
+                 capturable=False, differentiable=False, broadcast_parameters=True, overlap=True,
+                 bucket_cap_mb=25.0):
         if aggregation not in capi.AGGREGATIONS:
             raise ValueError("aggregation must be one of %s, not %r" % (sorted(capi.AGGREGATIONS), aggregation))
+        if overlap not in (True, False):
+            raise ValueError("signlion: overlap must be True or False, not %r" % (overlap,))
+        try:
+            cap = float(bucket_cap_mb)
+        except (TypeError, ValueError):
+            cap = float("nan")
+        if not cap > 0.0:
+            raise ValueError("signlion: bucket_cap_mb must be a number > 0 (MiB; inf for one bucket per "
+                             "param group and dtype), not %r" % (bucket_cap_mb,))
         self._ready = False
         self._state_cache = None
         defaults = dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay, maximize=maximize, foreach=foreach,
                         fused=fused, capturable=capturable, differentiable=differentiable)
         super().__init__(params, defaults)
         self.aggregation = aggregation
+        self.overlap = overlap
+        self.bucket_cap_mb = cap
+        self.launch_observer = None
         self._options = dict(master_weights=master_weights, momentum_average_every=momentum_average_every,
                              skip_nonfinite=skip_nonfinite)
         self._rules = (zero_rule, tie_rule)
@@ -309,6 +428,19 @@ class DistributedLion(torch.optim.Optimizer):
             self._channel = _HostChannel(self._comm)
         self._broadcast_parameters = broadcast_parameters
         self._buckets = []
+        # Overlap: the next bucket to launch, whether backward launches (not inside no_sync()),
+        # what runs the launched steps, and the first error of a launched step.
+        self._lock = threading.RLock()
+        self._next_launch = 0
+        self._accumulating = False
+        self._executor = None
+        self._side_stream = None
+        self._failure = None
+        if overlap:
+            if self.device.type == "cuda":
+                self._side_stream = torch.cuda.Stream(self.device)
+            else:
+                self._executor = SerialExecutor("signlion-lion-steps")
         self._add_buckets(range(len(self.param_groups)))
         self._ready = True
 
@@ -320,6 +452,7 @@ class DistributedLion(torch.optim.Optimizer):
         if not getattr(self, "_ready", False):
             return {}
         if self._state_cache is None:
+            self._wait_in_flight()
             self._state_cache = self._collect_state()
         return self._state_cache
 
@@ -348,6 +481,7 @@ class DistributedLion(torch.optim.Optimizer):
             raise
         if getattr(self, "_ready", False):
             try:
+                self._wait_in_flight()  # the host communicator is the calling thread's from here
                 self._add_buckets([len(self.param_groups) - 1])
             except Exception:
                 self.param_groups.pop()
@@ -395,17 +529,16 @@ class DistributedLion(torch.optim.Optimizer):
         if self._channel is not None and self._channel.nranks > 1:
             self._check_across_ranks(group_indices)
         index = self._param_indices()
+        cap_bytes = self.bucket_cap_mb * 1024 * 1024
         new = []
         for gi in group_indices:
             group = self.param_groups[gi]
-            for dtype in (torch.float32, torch.bfloat16, torch.float16):
-                ps = [p for p in group["params"] if p.dtype == dtype]
-                if not ps:
-                    continue
-                b = _Bucket(gi, dtype, ps, [index[id(p)] for p in ps], self.device)
-                b.has_master = bool(self._options["master_weights"]) and dtype != torch.float32
+            for ps in _group_buckets(group["params"], index, cap_bytes):
+                b = _Bucket(len(self._buckets) + len(new), gi, ps[0].dtype, ps, [index[id(p)] for p in ps],
+                            self.device)
+                b.has_master = bool(self._options["master_weights"]) and b.dtype != torch.float32
                 with torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext():
-                    b.lion = capi.Lion(b.numel, _DTYPES[dtype], self._comm, lr=float(group["lr"]),
+                    b.lion = capi.Lion(b.numel, _DTYPES[b.dtype], self._comm, lr=float(group["lr"]),
                                        betas=group["betas"], weight_decay=float(group["weight_decay"]),
                                        aggregation=self.aggregation, nccl_comm=self._nccl_comm, **self._options)
                 new.append(b)
@@ -414,6 +547,14 @@ class DistributedLion(torch.optim.Optimizer):
                 for b in new:
                     self._channel.broadcast_(b.flat)
         self._buckets += new
+        if self.overlap:
+            self._register_hooks(new)
+
+    def bucket_layout(self):
+        """The buckets in launch order: [{"group", "dtype", "params" (indices as in state_dict()),
+        "numel", "bytes"}]."""
+        return [{"group": b.group_index, "dtype": str(b.dtype), "params": list(b.indices), "numel": b.numel,
+                 "bytes": b.numel * b.flat.element_size()} for b in self._buckets]
 
     @property
     def comm(self):
@@ -426,26 +567,174 @@ class DistributedLion(torch.optim.Optimizer):
         return self._nccl_comm
 
     def close(self):
-        """Frees the optimizer states now and, for CUDA parameters, what signlion cached for the
-        process group's NCCL communicator (ncclSignCommRelease): call it before
-        torch.distributed.destroy_process_group(). The optimizer cannot step afterwards."""
-        for b in self._buckets:
-            b.lion.destroy()
-        self._buckets = []
-        self._state_cache = None
-        if self._nccl_comm:
-            capi.nccl_comm_release(self._nccl_comm)
-            self._nccl_comm = None
+        """Waits for the steps in flight, frees the optimizer states now and, for CUDA parameters,
+        what signlion cached for the process group's NCCL communicator (ncclSignCommRelease): call
+        it before torch.distributed.destroy_process_group(). The optimizer cannot step afterwards."""
+        try:
+            self._wait_in_flight(raise_failure=False)
+        finally:
+            for b in self._buckets:
+                for h in b.hook_handles:
+                    h.remove()
+                b.hook_handles, b.grad_accumulators, b.hooked = [], [], set()
+                b.lion.destroy()
+            self._buckets = []
+            self._state_cache = None
+            if self._executor is not None:
+                self._executor.close()
+            if self._nccl_comm:
+                capi.nccl_comm_release(self._nccl_comm)
+                self._nccl_comm = None
 
     def step_counts(self):
         """(applied, skipped) steps, from the first bucket."""
+        self._wait_in_flight()
         return self._buckets[0].lion.step_counts() if self._buckets else (0, 0)
 
-    def _gradient_somewhere(self):
-        """Per bucket, per parameter: whether some rank has a gradient for it (the same on every rank).
-        One sum all-reduce of one float per parameter; a rank that has every gradient does not wait
-        for its result (every parameter then has one somewhere)."""
-        local = [[p.grad is not None for p in b.params] for b in self._buckets]
+    @contextlib.contextmanager
+    def no_sync(self):
+        """A context in which backward passes only accumulate gradients (as DDP's no_sync()):
+        no bucket starts its step. Run every backward of an accumulation but the last inside
+        it; the last one, outside, starts the buckets. Without overlap it changes nothing."""
+        previous, self._accumulating = self._accumulating, True
+        try:
+            yield
+        finally:
+            self._accumulating = previous
+
+    # ---- overlap: hooks, launches, waits ----
+
+    def _register_hooks(self, buckets):
+        """A gradient hook on every parameter of these buckets that requires a gradient and has
+        none yet (step() calls it again for parameters unfrozen since)."""
+        path = _grad_hook_path()
+        me = weakref.ref(self)
+        for b in buckets:
+            for j, p in enumerate(b.params):
+                if j in b.hooked or not p.requires_grad:
+                    continue
+                hook = functools.partial(_on_gradient_ready, me, b.index, j)
+                if path == "post_accumulate":
+                    b.hook_handles.append(p.register_post_accumulate_grad_hook(hook))
+                else:
+                    with torch.enable_grad():
+                        accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+                    b.hook_handles.append(accumulator.register_hook(hook))
+                    b.grad_accumulators.append(accumulator)  # the node lives as long as a reference to it
+                b.hooked.add(j)
+
+    def _gradient_ready(self, bucket_index, position):
+        """A parameter's gradient is final in this backward: launch what is complete, in order."""
+        if self._accumulating or not self._ready:
+            return
+        with self._lock:
+            self._raise_failure()
+            if bucket_index >= len(self._buckets):
+                return  # closed
+            b = self._buckets[bucket_index]
+            if b.launched:
+                raise RuntimeError(
+                    "signlion: a gradient of parameter %d arrived in a backward pass after its %s had started "
+                    "its step (overlap=True starts a bucket's step during backward, as soon as its gradients are "
+                    "ready, so gradients cannot be accumulated over several backward passes that way): run all "
+                    "but the last backward of an accumulation inside `with optimizer.no_sync():`, call step() "
+                    "after each backward, or make the optimizer with overlap=False"
+                    % (b.indices[position], b.describe()))
+            b.ready.add(position)
+            self._launch_in_order(in_backward=True)
+
+    def _launch_in_order(self, in_backward):
+        """Launches the buckets from the next one on: in backward while they are complete; in
+        step() all of them."""
+        while self._next_launch < len(self._buckets):
+            b = self._buckets[self._next_launch]
+            if in_backward and not b.complete_in_backward():
+                return
+            self._next_launch += 1
+            self._launch(b, in_backward)
+
+    def _launch(self, b, in_backward):
+        """Starts bucket b's step: gradients and hyper-parameters are taken now."""
+        group = self.param_groups[b.group_index]
+        hyper = (float(group["lr"]), tuple(group["betas"]), float(group["weight_decay"]), bool(group["maximize"]))
+        grads = [p.grad for p in b.params]
+        b.launched = True
+        self._state_cache = None
+        if self.launch_observer is not None:
+            self.launch_observer("launch", b.index, in_backward)
+        if self._side_stream is not None:
+            try:
+                self._launch_on_side_stream(b, grads, hyper, in_backward)
+            except BaseException as e:
+                self._failure = (b, e)
+                raise
+        else:
+            self._executor.submit(self._run_in_background, b, grads, hyper, in_backward)
+
+    def _run_in_background(self, b, grads, hyper, in_backward):
+        """A bucket's agreement and step on the background thread; the first error is kept
+        (step() raises it) and the buckets after it are not stepped."""
+        if self._failure is not None:
+            return
+        try:
+            if self.launch_observer is not None:
+                self.launch_observer("run", b.index, in_backward)
+            with torch.no_grad():
+                self._step_bucket(b, grads, hyper, self._agree(b, grads))
+            if self.launch_observer is not None:
+                self.launch_observer("done", b.index, in_backward)
+        except BaseException as e:
+            self._failure = (b, e)
+
+    def _launch_on_side_stream(self, b, grads, hyper, in_backward):
+        """CUDA: the bucket's step on the side stream, after what the launching thread's current
+        stream has enqueued so far (the gradients' accumulation)."""
+        stream = self._side_stream
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream), torch.no_grad():
+            for g in grads:
+                if g is not None:
+                    g.record_stream(stream)  # used on the side stream: not freed before it is done
+            if self.launch_observer is not None:
+                self.launch_observer("run", b.index, in_backward)
+            self._step_bucket(b, grads, hyper, self._agree(b, grads), stream)
+            if self.launch_observer is not None:
+                self.launch_observer("done", b.index, in_backward)
+
+    def _wait_in_flight(self, raise_failure=True):
+        """Waits for every launched step (CUDA: orders the current stream after them); the
+        host communicator is then free for the calling thread."""
+        if self._executor is not None and not self._executor.on_worker_thread():
+            self._executor.drain()
+        if self._side_stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self._side_stream)
+        if raise_failure:
+            self._raise_failure()
+
+    def _raise_failure(self):
+        if self._failure is not None:
+            b, e = self._failure
+            raise RuntimeError("signlion: the step of %s failed (%s: %s); the optimizer state is undefined and "
+                               "this optimizer cannot be used again (make a new one, and a new process group if "
+                               "the communicator failed)" % (b.describe(), type(e).__name__, e)) from e
+
+    # ---- the step ----
+
+    def _agree(self, b, grads):
+        """Per parameter of bucket b: whether some rank has a gradient for it (the same on every
+        rank). One sum all-reduce of one float per parameter; a rank that has every gradient
+        does not wait for its result (every parameter then has one somewhere)."""
+        local = [g is not None for g in grads]
+        if self._channel is None or self._channel.nranks == 1:
+            return local
+        result = self._channel.sum_start(torch.tensor(local, dtype=torch.float32))
+        if all(local):
+            return local
+        return [c > 0 for c in result().tolist()]
+
+    def _gradient_somewhere(self, grads_per_bucket):
+        """_agree for every bucket at once (overlap=False): one sum all-reduce per step."""
+        local = [[g is not None for g in grads] for grads in grads_per_bucket]
         if self._channel is None or self._channel.nranks == 1:
             return local
         flat = [x for per in local for x in per]
@@ -458,49 +747,76 @@ class DistributedLion(torch.optim.Optimizer):
             i += len(per)
         return out
 
+    def _step_bucket(self, b, grads, hyper, active, stream=None):
+        """Bucket b's Lion step from these gradients (None: zero) with hyper = (lr, betas,
+        weight_decay, maximize); parameters not active keep their values and state."""
+        if not any(active):
+            return  # no rank has a gradient for this bucket: skipped everywhere, state and all
+        lr, betas, weight_decay, maximize = hyper
+        b.lion.set_hyperparameters(lr, betas, weight_decay)
+        for p, g_in, (offset, n, ptr) in zip(b.params, grads, b.slices):
+            if p.data.data_ptr() != ptr:
+                raise RuntimeError("signlion: a parameter's .data was replaced after the optimizer was made; "
+                                   "copy into it in place (p.data.copy_(...)) instead")
+            g = b.grad[offset:offset + n]
+            if g_in is None:
+                g.zero_()
+            else:
+                if g_in.is_sparse:
+                    raise RuntimeError("signlion: sparse gradients are not supported")
+                g.copy_(g_in.reshape(-1))
+                if maximize:
+                    g.neg_()
+        idle = [(offset, n) for (offset, n, _), a in zip(b.slices, active) if not a]
+        if idle:  # kept as they are: values, momentum and master copy
+            before = b.save()
+            values = [b.flat[o:o + n].clone() for o, n in idle]
+        if b.lion.on_device:
+            if stream is None:
+                stream = torch.cuda.current_stream(self.device)
+            b.lion.step_async(b.flat.data_ptr(), b.grad.data_ptr(), stream.cuda_stream)
+        else:
+            b.lion.step(b.flat.data_ptr(), b.grad.data_ptr())
+        if idle:
+            after = b.save()
+            for (o, n), v in zip(idle, values):
+                b.flat[o:o + n].copy_(v)
+                after[2][o:o + n] = before[2][o:o + n]
+                if b.has_master:
+                    after[3][o:o + n] = before[3][o:o + n]
+            b.load(after[0])
+
     @torch.no_grad()
     def step(self, closure=None):
+        """One step of every bucket. With overlap, the buckets not started during backward start
+        here, in bucket order, and step() returns once every bucket's step is done (CUDA: once
+        the current stream waits for them). Raises the error of a failed background step."""
+        with self._lock:
+            self._raise_failure()
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         self._state_cache = None
-        somewhere = self._gradient_somewhere()
-        for b, active in zip(self._buckets, somewhere):
-            if not any(active):
-                continue  # no rank has a gradient for this bucket: skipped everywhere, state and all
-            group = self.param_groups[b.group_index]
-            b.lion.set_hyperparameters(float(group["lr"]), group["betas"], float(group["weight_decay"]))
-            for p, (offset, n, ptr) in zip(b.params, b.slices):
-                if p.data.data_ptr() != ptr:
-                    raise RuntimeError("signlion: a parameter's .data was replaced after the optimizer was made; "
-                                       "copy into it in place (p.data.copy_(...)) instead")
-                g = b.grad[offset:offset + n]
-                if p.grad is None:
-                    g.zero_()
-                else:
-                    if p.grad.is_sparse:
-                        raise RuntimeError("signlion: sparse gradients are not supported")
-                    g.copy_(p.grad.reshape(-1))
-                    if group["maximize"]:
-                        g.neg_()
-            idle = [(offset, n) for (offset, n, _), a in zip(b.slices, active) if not a]
-            if idle:  # kept as they are: values, momentum and master copy
-                before = b.save()
-                values = [b.flat[o:o + n].clone() for o, n in idle]
-            if b.lion.on_device:
-                b.lion.step_async(b.flat.data_ptr(), b.grad.data_ptr(),
-                                  torch.cuda.current_stream(self.device).cuda_stream)
-            else:
-                b.lion.step(b.flat.data_ptr(), b.grad.data_ptr())
-            if idle:
-                after = b.save()
-                for (o, n), v in zip(idle, values):
-                    b.flat[o:o + n].copy_(v)
-                    after[2][o:o + n] = before[2][o:o + n]
-                    if b.has_master:
-                        after[3][o:o + n] = before[3][o:o + n]
-                b.load(after[0])
+        if not self.overlap:
+            grads = [[p.grad for p in b.params] for b in self._buckets]
+            for b, g, active in zip(self._buckets, grads, self._gradient_somewhere(grads)):
+                group = self.param_groups[b.group_index]
+                self._step_bucket(b, g, (float(group["lr"]), tuple(group["betas"]), float(group["weight_decay"]),
+                                         bool(group["maximize"])), active)
+            return loss
+        with self._lock:
+            try:
+                self._launch_in_order(in_backward=False)
+            finally:
+                self._wait_in_flight(raise_failure=False)
+                self._next_launch = 0
+                for b in self._buckets:
+                    b.ready.clear()
+                    b.launched = False
+            self._raise_failure()
+            self._register_hooks(self._buckets)  # parameters unfrozen since the last step
+        self._state_cache = None
         return loss
 
     def _collect_state(self):
@@ -520,6 +836,7 @@ class DistributedLion(torch.optim.Optimizer):
         """torch's format: {"state": {index: {"exp_avg", "step"[, "master"]}}, "param_groups": [...]},
         plus "signlion": the aggregation and, per bucket, its parameters and the header of its saved
         state (step counters), so that a load continues bit for bit."""
+        self._wait_in_flight()
         index = self._param_indices()
         groups = []
         for g in self.param_groups:
@@ -540,6 +857,7 @@ class DistributedLion(torch.optim.Optimizer):
         state_dict of another Lion over the same parameters, e.g. lion_pytorch.Lion (per parameter
         "exp_avg"; missing entries are zero momentum, as for a parameter that never stepped). Not
         collective: each rank loads its own state."""
+        self._wait_in_flight()
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups):
             raise ValueError("signlion: the state has %d param groups, this optimizer %d" % (len(groups),

@@ -1,0 +1,134 @@
+"""Calls run in order on one background thread, and the work handle of each call.
+
+The host communicator's collectives are blocking C calls (ctypes releases the GIL while
+they run), so running them on a thread of their own is how they overlap with Python work
+such as a backward pass. One thread per communicator keeps every rank's calls in the
+order they were submitted, which the collectives need, and never lets two threads use
+one communicator at once.
+"""
+import queue
+import threading
+import weakref
+
+
+class Work:
+    """The handle of one submitted call, shaped like torch.distributed's Work: wait() blocks
+    until the call has run and raises what it raised; is_completed() tells without blocking;
+    get_future() gives a torch.futures.Future completed with the call's result."""
+
+    def __init__(self):
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._value = None
+        self._error = None
+        self._future = None
+
+    def _finish(self, value, error):
+        with self._lock:
+            self._value, self._error = value, error
+            self._done.set()
+            future = self._future
+        if future is not None:
+            _complete(future, value, error)
+
+    def is_completed(self):
+        """True once the call has run (successfully or not)."""
+        return self._done.is_set()
+
+    def is_success(self):
+        """True once the call has run without an error."""
+        return self._done.is_set() and self._error is None
+
+    def exception(self):
+        """What the call raised, or None (also None while it runs)."""
+        return self._error
+
+    def wait(self, timeout=None):
+        """Blocks until the call has run; raises what it raised. With a timeout (seconds) that
+        passes first, raises TimeoutError. Returns True."""
+        if not self._done.wait(timeout):
+            raise TimeoutError("signlion: the work did not complete within %s s" % timeout)
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def result(self):
+        """The call's return value (after wait())."""
+        self.wait()
+        return self._value
+
+    def get_future(self):
+        """A torch.futures.Future that completes with the call's result (or its error)."""
+        import torch
+
+        with self._lock:
+            if self._future is None:
+                self._future = torch.futures.Future()
+                if self._done.is_set():
+                    _complete(self._future, self._value, self._error)
+            return self._future
+
+
+def _complete(future, value, error):
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _serve(calls):
+    while True:
+        item = calls.get()
+        if item is None:
+            return
+        fn, args, work = item
+        try:
+            value = fn(*args)
+        except BaseException as e:  # handed to whoever waits for the work
+            work._finish(None, e)
+        else:
+            work._finish(value, None)
+        del item, fn, args, work
+
+
+class SerialExecutor:
+    """One daemon thread that runs submitted calls one after another, in submission order.
+    Started at the first submit; stopped by close() or when the executor is garbage."""
+
+    def __init__(self, name):
+        self._name = name
+        self._calls = queue.SimpleQueue()
+        self._thread = None
+        self._last = None
+        self._submit_lock = threading.Lock()
+
+    def submit(self, fn, *args):
+        """Queues fn(*args) and returns its Work."""
+        work = Work()
+        with self._submit_lock:
+            if self._thread is None:
+                # The thread holds only the queue, so that an executor nobody references is
+                # collected and its finalizer stops the thread.
+                self._thread = threading.Thread(target=_serve, args=(self._calls,), name=self._name, daemon=True)
+                self._thread.start()
+                weakref.finalize(self, self._calls.put, None)
+            self._calls.put((fn, args, work))
+            self._last = work
+        return work
+
+    def drain(self):
+        """Blocks until every call submitted so far has run (errors stay with their Work)."""
+        last = self._last
+        if last is not None:
+            last._done.wait()
+
+    def on_worker_thread(self):
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def close(self):
+        """Runs what is queued, then stops the thread."""
+        with self._submit_lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._calls.put(None)
+            thread.join()
