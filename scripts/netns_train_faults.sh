@@ -3,11 +3,13 @@
 # with signlion's DistributedLion on 3 ranks, each rank a torchrun of its own
 # (--nnodes 3 --node_rank i, static rendezvous at rank 0's address,
 # --max_restarts 1) in its own network namespace of netns_lib.sh's star
-# (198.18.0.0/24, 1 Gbit/s links), over one transport of the host communicator:
+# (198.18.0.0/24, 1 Gbit/s links), over each transport of the host communicator
+# named (default: both):
 #   socket  the built-in socket transport
-#   ucx     the UCX net plugin (SIGNLION_NET_PLUGIN, UCX_TLS=tcp); exit 77
-#           (skip) when the build has no libnccl-net-signlion-ucx.so
-# First an uninterrupted reference run, then two faulted runs from scratch:
+#   ucx     the UCX net plugin (SIGNLION_NET_PLUGIN, UCX_TLS=tcp); skipped with
+#           a note when the build has no libnccl-net-signlion-ucx.so
+# First an uninterrupted reference run (socket), then per transport two faulted
+# runs from scratch:
 #   kill  rank 1's worker gets SIGKILL mid-training;
 #   stop  rank 1's worker gets SIGSTOP mid-training, and SIGCONT once both
 #         survivors have reported (it then fails on the closed links itself).
@@ -17,27 +19,40 @@
 # torchrun restarts its worker once and exits 0; the restarted job resumed from
 # a checkpoint (step > 0); and every rank's final parameters equal the
 # reference run's bit for bit.
-#   scripts/netns_train_faults.sh PYTHON LIBNCCL_SIGN TRANSPORT   (root)
+#   scripts/netns_train_faults.sh PYTHON LIBNCCL_SIGN [TRANSPORT...]   (root)
 # Exit: 0 pass, 1 fail, 2 bad arguments, 77 skip (not root, no namespaces, no
-# torchrun, no dataset, no UCX plugin). Every namespace is deleted at exit.
+# torchrun, no dataset, no transport left to test). Every namespace is
+# deleted at exit, also on failure.
 set -uo pipefail
 PY=${1:?python}
 LIB=$(realpath "${2:?libnccl-sign.so}")
-TRANSPORT=${3:?socket or ucx}
+shift 2
+TRANSPORTS=("$@")
+((${#TRANSPORTS[@]})) || TRANSPORTS=(socket ucx)
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
-N=3 VICTIM=1 TIMEOUT=5 MARGIN=5 STEPS=150 CKPT_EVERY=10 KILL_AFTER=60 RUN_LIMIT=150
-UCX_PLUGIN=$(dirname "$(dirname "$(dirname "$LIB")")")/lib/libnccl-net-signlion-ucx.so
+N=3 VICTIM=1 TIMEOUT=10 MARGIN=5 STEPS=120 CKPT_EVERY=50 KILL_AT=65 RUN_LIMIT=150
+# the UCX plugin: UCX_PLUGIN, else where the build puts it beside LIBNCCL_SIGN
+UCX_PLUGIN=${UCX_PLUGIN:-$(dirname "$(dirname "$(dirname "$LIB")")")/lib/libnccl-net-signlion-ucx.so}
 
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; FAILED=1; }
-case $TRANSPORT in
-  socket) TRANSPORT_ENV=() ;;
-  ucx)
-    [[ -f $UCX_PLUGIN ]] || skip "no $UCX_PLUGIN (CMake did not find UCX: Debian's libucx-dev)"
-    TRANSPORT_ENV=(SIGNLION_NET_PLUGIN="$UCX_PLUGIN" UCX_TLS=tcp UCX_NET_DEVICES=slv0 UCX_WARN_UNUSED_ENV_VARS=n) ;;
-  *) echo "transport '$TRANSPORT': socket or ucx" >&2; exit 2 ;;
-esac
+RUN=()
+for t in "${TRANSPORTS[@]}"; do
+  case $t in
+    socket) RUN+=(socket) ;;
+    ucx) if [[ -f $UCX_PLUGIN ]]; then RUN+=(ucx); else
+           echo "ucx: skipped: no $UCX_PLUGIN (CMake did not find UCX: Debian's libucx-dev)"; fi ;;
+    *) echo "transport '$t': socket or ucx" >&2; exit 2 ;;
+  esac
+done
+((${#RUN[@]})) || skip "no transport left to test"
+transport_env() {  # TRANSPORT -> TRANSPORT_ENV
+  TRANSPORT_ENV=()
+  [[ $1 == ucx ]] && TRANSPORT_ENV=(SIGNLION_NET_PLUGIN="$UCX_PLUGIN" UCX_TLS=tcp UCX_NET_DEVICES="$STAR_IF"
+                                    UCX_WARN_UNUSED_ENV_VARS=n)
+  return 0
+}
 [[ -f $LIB ]] || { echo "no $LIB" >&2; exit 2; }
 ((EUID == 0)) || skip "network namespaces need root"
 "$PY" -m torch.distributed.run --help >/dev/null 2>&1 || skip "torchrun ($PY -m torch.distributed.run) cannot run"
@@ -50,14 +65,14 @@ cleanup() {
   local p
   for p in "${PIDS[@]}"; do kill -KILL -- "-$p" 2>/dev/null; kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
   netns_star_down
-  rm -rf "$DIR"
+  [[ -n ${KEEP:-} ]] || rm -rf "$DIR"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 netns_star_up "$N" 1gbit || skip "cannot create network namespaces ($NETNS_WHY)"
 FAILED=0
 
-ARGS=(--workload mlp --width 256 --batch 8 --val-size 64 --steps "$STEPS" --threads 1 --log-every 50
+ARGS=(--workload mlp --width 256 --batch 8 --val-size 64 --steps "$STEPS" --threads 1 --log-every 1
       --timeout "$TIMEOUT" --seed 3)
 
 # start_job TAG EXTRA...: one torchrun per namespace, in new sessions (so that
@@ -110,21 +125,26 @@ sys.exit(1 if bad else 0)
 EOF
 }
 
-echo "# $(date -u +%FT%TZ) transport $TRANSPORT, $N ranks (one namespace and torchrun each), timeout ${TIMEOUT}s"
+T_START=$SECONDS
+echo "# $(date -u +%FT%TZ) transports ${RUN[*]}, $N ranks (one namespace and torchrun each), timeout ${TIMEOUT}s"
+transport_env socket
 start_job ref --save-params "$DIR/ref.params"
 wait_job ref
 grep -h "^final" "$DIR/ref.rank0.log"
+grep -h "^step $STEPS " "$DIR/ref.rank0.log"
 ((FAILED)) && exit 1
 
+for transport in "${RUN[@]}"; do
+transport_env "$transport"
 for how in kill stop; do
-  tag=$how ckpt=$DIR/$how.ckpt
+  tag=$transport-$how ckpt=$DIR/$transport-$how.ckpt
   start_job "$tag" --ckpt-dir "$ckpt" --ckpt-every "$CKPT_EVERY" --resume --save-params "$DIR/$tag.params"
-  mark=$(printf '%s/step%08d-rank%d.pt' "$ckpt" "$KILL_AFTER" "$VICTIM")
-  for ((i = 0; i < 600; i++)); do [[ -e $mark ]] && break; sleep 0.1; done
-  sleep 0.2  # past the checkpoint, inside the training steps that follow
+  # rank 0 logs every step: once it has done step KILL_AT, every rank is inside the
+  # training steps, away from a checkpoint (CKPT_EVERY)
+  for ((i = 0; i < 600; i++)); do grep -q "^step $KILL_AT " "$DIR/$tag.rank0.log" && break; sleep 0.1; done
   victim=$(worker_of "$VICTIM")
-  if [[ ! -e $mark || -z $victim ]]; then
-    fail "$tag: rank $VICTIM did not reach step $KILL_AFTER in 60 s"
+  if ! grep -q "^step $KILL_AT " "$DIR/$tag.rank0.log" || [[ -z $victim ]]; then
+    fail "$tag: rank 0 did not reach step $KILL_AT in 60 s"
     wait_job "$tag"; continue
   fi
   t0=$(date +%s.%N)
@@ -158,5 +178,6 @@ for how in kill stop; do
   fi
   compare_params "$tag" || FAILED=1
 done
-((FAILED)) && { echo "FAILED ($TRANSPORT)"; exit 1; }
-echo "PASS ($TRANSPORT)"
+done
+((FAILED)) && { echo "FAILED (${RUN[*]}, $((SECONDS - T_START)) s)"; exit 1; }
+echo "PASS (${RUN[*]}, $((SECONDS - T_START)) s)"
