@@ -97,6 +97,14 @@ def process_group_timeout(group=None):
     return timeout if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0 else None
 
 
+def _as_float(value):
+    """value as a float, NaN when it is not a number (so that a range check refuses it)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
 # The host communicator's config.timeoutMs is an int of milliseconds.
 _MAX_TIMEOUT_MS = (1 << 31) - 1
 
@@ -107,11 +115,7 @@ def resolve_timeout(timeout=None, group=None):
     (process_group_timeout), else 0 (the library's: SIGNLION_TIMEOUT_MS, 60 s by default).
     A longer timeout than the communicator can hold (2^31 - 1 ms, about 24.8 days) is capped."""
     if timeout is not None:
-        seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
-        try:
-            seconds = float(seconds)
-        except (TypeError, ValueError):
-            seconds = float("nan")
+        seconds = _as_float(timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout)
         if not seconds > 0.0:
             raise ValueError("signlion: timeout must be a datetime.timedelta or a number of seconds > 0, not %r"
                              % (timeout,))
@@ -473,10 +477,7 @@ class DistributedLion(torch.optim.Optimizer):
             raise ValueError("aggregation must be one of %s, not %r" % (sorted(capi.AGGREGATIONS), aggregation))
         if overlap not in (True, False):
             raise ValueError("signlion: overlap must be True or False, not %r" % (overlap,))
-        try:
-            cap = float(bucket_cap_mb)
-        except (TypeError, ValueError):
-            cap = float("nan")
+        cap = _as_float(bucket_cap_mb)
         if not cap > 0.0:
             raise ValueError("signlion: bucket_cap_mb must be a number > 0 (MiB; inf for one bucket per "
                              "param group and dtype), not %r" % (bucket_cap_mb,))

@@ -1,7 +1,7 @@
 """DistributedLion (CPU tensors) when a rank is lost mid-training, 3 spawned ranks of a gloo
 process group on loopback, overlap on and off:
- 1. the host communicator's timeout follows init_process_group(timeout=...), and an explicit
-    timeout argument wins over it;
+ 1. the host communicator's timeout follows init_process_group(timeout=...), an explicit
+    timeout argument wins over it, and a timeout that is not a positive time is a ValueError;
  2. a rank that stops taking part (frozen: it sleeps instead of stepping) makes step() raise
     CommError on every other rank after the timeout and not much later, naming the rank, the
     timeout and where it came from; the next step() and state_dict() refuse the same way;
@@ -70,6 +70,13 @@ def _lost_rank(how, overlap, rank, world, init_file):
     assert explicit.timeout_ms == 1500 and explicit.timeout_source == "the timeout argument", explicit.timeout_ms
     explicit.destroy()
     params = _params()
+    for bad in (0, -2.0, "soon", float("nan")):  # refused before any collective, on every rank alike
+        try:
+            DistributedLion(params, timeout=bad)
+        except ValueError as e:
+            assert "timeout must be a datetime.timedelta or a number of seconds > 0" in str(e), e
+        else:
+            raise AssertionError("timeout=%r was accepted" % (bad,))
     opt = DistributedLion(params, lr=1e-3, overlap=overlap, bucket_cap_mb=1e-3)
     assert opt.comm.timeout_ms == TIMEOUT_S * 1000, opt.comm.timeout_ms
     assert opt.comm.timeout_source == "the process group's timeout", opt.comm.timeout_source
