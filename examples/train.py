@@ -220,9 +220,9 @@ CHECKPOINT_NAME = re.compile(r"step(\d{8})-rank(\d+)\.pt$")
 
 
 def save_checkpoint(args, step, module, optimizer, rank):
-    """Every rank writes its own file (the optimizer states differ: each rank keeps its momentum),
-    after the step has completed on every rank (a failed step raises before this, and its
-    optimizer refuses state_dict()); once all have, rank 0 renames LATEST to point at the step.
+    """Every rank writes its own file (the optimizer states differ: each rank keeps its momentum)
+    once its step has completed (a failed step raises before this, and its optimizer refuses
+    state_dict()); once all have, rank 0 renames LATEST to point at the step.
     A failure during the writes leaves some ranks' files of that step: load_checkpoint() picks
     the newest step every rank has."""
     path = os.path.join(args.ckpt_dir, "step%08d-rank%d.pt" % (step, rank))
