@@ -34,7 +34,6 @@ PATH) shows test accuracy (the mean over --byzantine-seeds) against k.
                        [--algorithm auto|ring|hd|allgather|fieldsum]
 """
 import argparse
-import gzip
 import math
 import os
 import sys
@@ -54,8 +53,8 @@ except ImportError as e:
     sys.exit(77)
 
 import signlion.capi as capi
+from fashion_mnist import FASHION_DIR, read_idx  # noqa: E402
 
-FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 
 # Learning-rate grids (weight decay fixed per method: 0.1 for the Lion variants, 0.01 for AdamW).
 GRIDS = {
@@ -106,14 +105,6 @@ CNN = Model("CNN conv5x5(1->8)-pool-conv5x5(8->16)-pool-linear(256->10)",
             [((8, 1, 5, 5), 25), ((8,), 25), ((16, 8, 5, 5), 200), ((16,), 200), ((10, 256), 256), ((10,), 256)],
             cnn_logits)
 MLP = Model("MLP 64-64-10", [((64, 64), 64), ((64,), 64), ((64, 10), 64), ((10,), 64)], mlp_logits)
-
-
-def read_idx(name):
-    with gzip.open(os.path.join(FASHION_DIR, name)) as f:
-        data = f.read()
-    ndim = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
 def fashion():

@@ -62,24 +62,15 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import train_baselines  # noqa: E402
+from fashion_mnist import FASHION_DIR, read_idx as _read_idx  # noqa: E402
 
-FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 FORTUNES_DIR = "/usr/share/games/fortunes"
 # Learning rates for (workload, optimizer family): Lion's is a tenth of AdamW's, as its paper advises.
-DEFAULT_LR = {("mlp", "lion"): 3e-5, ("mlp", "adamw"): 3e-4, ("lm", "lion"): 3e-4, ("lm", "adamw"): 1e-3}
+DEFAULT_LR = {("mlp", "lion"): 1e-4, ("mlp", "adamw"): 1e-3, ("lm", "lion"): 3e-4, ("lm", "adamw"): 1e-3}
 DEFAULT_WD = {"lion": 0.1, "adamw": 0.01}
 
 
 # ---- workloads -------------------------------------------------------------------------------
-
-def _read_idx(name):
-    import gzip
-    with gzip.open(os.path.join(FASHION_DIR, name)) as f:
-        data = f.read()
-    ndim = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
-
 
 class FashionMLP:
     """Fashion-MNIST, a wide MLP: the parameters are many for the compute (a layer of 4096 x 4096)."""

@@ -12,7 +12,7 @@ contender can count them itself (signlion's communicator), else None.
   ddp-powersgd-lion   DDP with the PowerSGD hook (rank 4, error feedback, warm start,
                       10 warm-up steps of plain all-reduce) + Lion
   allgather-lion      the reference code's pattern of Distributed Lion: every rank packs its
-                      sign(c) > 0 into bits, all-gathers the packed votes through
+                      votes c >= 0 into bits, all-gathers the packed votes through
                       torch.distributed, counts them and steps on the majority (a baseline
                       written here, in plain PyTorch; not part of the library)
   local-lion          signlion's optimizer with aggregation="local": no communication at all,
@@ -66,10 +66,11 @@ def ddp_powersgd_lion(model, args, device):
 
 class AllGatherVoteLion(torch.optim.Optimizer):
     """Distributed Lion as its reference code runs it over torch.distributed: each rank keeps its
-    momentum m, forms c = beta1 m + (1 - beta1) g, packs the votes c > 0 of all its parameters
+    momentum m, forms c = beta1 m + (1 - beta1) g, packs the votes c >= 0 of all its parameters
     into one bit per element, all-gathers the packed votes of every rank, counts the positive
     votes n+ per element and steps on sign(2 n+ - N) (a tie moves nothing); then
-    m = beta2 m + (1 - beta2) g. Rank 0's parameters are broadcast at construction."""
+    m = beta2 m + (1 - beta2) g: the rule of signlion's "mavo" with its default zero and tie rules
+    (a zero votes +1, a tie is 0). Rank 0's parameters are broadcast at construction."""
 
     _SHIFTS = torch.arange(8, dtype=torch.uint8)
 
@@ -92,7 +93,7 @@ class AllGatherVoteLion(torch.optim.Optimizer):
             if "exp_avg" not in st:
                 st["exp_avg"] = torch.zeros_like(p)
             cs.append((st["exp_avg"] * g["betas"][0]).add_(p.grad, alpha=1 - g["betas"][0]).reshape(-1))
-        votes = torch.cat(cs) > 0
+        votes = torch.cat(cs) >= 0
         n = votes.numel()
         padded = torch.zeros((n + 7) // 8 * 8, dtype=torch.uint8, device=votes.device)
         padded[:n] = votes

@@ -12,22 +12,26 @@
 #   signlion-mavo signlion-average            signlion, overlap off
 #   signlion-mavo+overlap signlion-average+overlap   overlap on (when this
 #                            signlion's DistributedLion takes overlap=)
-# For each N and workload, every contender first trains CONV_STEPS steps at
-# CONV_RATE with an evaluation every EVAL_EVERY steps (the accuracy or loss
-# curve, and that rate's step times), then TIME_STEPS steps at each other rate
-# (step times; steps before the last TIMED of them are warm-up). Contenders
-# alternate inside each rate. Each run's rank 0 writes OUT/runs/*.json; the
-# ranks compare their parameters at the end (train.py exits 1 when a contender
-# that communicates ends with ranks that differ). scripts/train_summary.py
-# prints the tables and draws OUT/train_curves.png and OUT/train_throughput.png.
+# For each N and workload: every contender of CONV_CONTENDERS first trains
+# CONV_STEPS steps at CONV_RATE with an evaluation every EVAL_EVERY steps (the
+# accuracy or loss curve; the overlapped variants and allgather-lion apply the
+# same update as signlion-mavo / -average and are timed only), then every
+# contender runs TIME_STEPS steps at each rate of RATES (step times: medians of
+# the last TIMED; the steps before are warm-up). Contenders alternate inside
+# each rate. Each run's rank 0 writes OUT/runs/*.json; the ranks compare their
+# parameters at the end (train.py exits 1 when a contender that communicates
+# ends with ranks that differ). scripts/train_summary.py prints the tables and
+# draws OUT/train_curves.png and OUT/train_throughput.png.
 #   scripts/train_bench.sh [BUILD_DIR] [OUT_DIR]       (root)
-# Environment (defaults: the full benchmark of docs/TRAINING.md):
-#   RANKS="4 8" WORKLOADS="mlp lm" CONV_RATE=10gbit RATES="1gbit 100mbit"
-#   CONTENDERS=<all of the above> CONV_STEPS_mlp=120 CONV_STEPS_lm=120
-#   EVAL_EVERY=20 TIME_STEPS=8 TIMED=5 BATCH_mlp=32 BATCH_lm=8 VAL_SIZE_mlp=1000
-#   VAL_SIZE_lm=128 RUN_TIMEOUT=900 (seconds per run)
+# Environment (defaults: the benchmark of docs/TRAINING.md):
+#   RANKS="4 8" WORKLOADS="mlp lm" RATES="100mbit 1gbit 10gbit" CONV_RATE=10gbit
+#   CONTENDERS=<all of the above> CONV_CONTENDERS=<all but the overlapped
+#   variants and allgather-lion> CONV_STEPS_mlp=80 CONV_STEPS_lm=40
+#   EVAL_EVERY=10 TIME_STEPS=6 TIMED=3 BATCH_mlp=16 BATCH_lm=4 CONTEXT=32
+#   VAL_SIZE_mlp=500 VAL_SIZE_lm=64 RUN_TIMEOUT=900 (seconds per run)
 #   SMOKE=1: loopback, no namespaces, N=2, every contender 3 steps of the mlp
-#     workload (the CTest smoke test; exits 1 if a run fails or ranks differ)
+#     workload at width 256 (the CTest smoke test; exits 1 if a run fails or
+#     ranks differ)
 # Exit: 0 when every run passed; 77 when namespaces cannot be made.
 set -uo pipefail
 BUILD=$(realpath "${1:-build}")
@@ -40,12 +44,17 @@ LIB=$BUILD/src/host/libnccl-sign.so
 SMOKE=${SMOKE:-0}
 ALL="compute ddp-adamw ddp-lion ddp-fp16-lion ddp-powersgd-lion allgather-lion signlion-mavo signlion-mavo+overlap signlion-average signlion-average+overlap"
 CONTENDERS=${CONTENDERS:-$ALL}
+CONV_CONTENDERS=${CONV_CONTENDERS-"compute ddp-adamw ddp-lion ddp-fp16-lion ddp-powersgd-lion signlion-mavo signlion-average"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
-EVAL_EVERY=${EVAL_EVERY:-20} TIME_STEPS=${TIME_STEPS:-8} TIMED=${TIMED:-5}
+EVAL_EVERY=${EVAL_EVERY:-10} TIME_STEPS=${TIME_STEPS:-6} TIMED=${TIMED:-3} CONTEXT=${CONTEXT:-32}
+WIDTH=${WIDTH:-4096}
 if ((SMOKE)); then
-  RANKS=2 WORKLOADS=mlp CONV_RATE=loopback RATES="" CONV_STEPS_mlp=3 EVAL_EVERY=2 VAL_SIZE_mlp=64 BATCH_mlp=8
+  RANKS=2 WORKLOADS=mlp CONV_RATE=loopback RATES="" CONV_CONTENDERS=$CONTENDERS CONV_STEPS_mlp=3 EVAL_EVERY=2
+  VAL_SIZE_mlp=64 BATCH_mlp=8 WIDTH=256
 else
-  RANKS=${RANKS:-"4 8"} WORKLOADS=${WORKLOADS:-"mlp lm"} CONV_RATE=${CONV_RATE:-10gbit} RATES=${RATES-"1gbit 100mbit"}
+  RANKS=${RANKS:-"4 8"} WORKLOADS=${WORKLOADS:-"mlp lm"} CONV_RATE=${CONV_RATE:-10gbit}
+  RATES=${RATES-"100mbit 1gbit 10gbit"}
+  BATCH_lm=${BATCH_lm:-4} VAL_SIZE_lm=${VAL_SIZE_lm:-64} CONV_STEPS_lm=${CONV_STEPS_lm:-40}
 fi
 source "$HERE/netns_lib.sh"
 source "$HERE/star_bench_lib.sh"
@@ -59,8 +68,8 @@ import train_baselines; print(int(train_baselines.overlap_supported()))" 2>/dev/
 
 knob() { local v="$1_$2"; echo "${!v:-$3}"; }  # knob NAME WORKLOAD DEFAULT: NAME_<workload> or DEFAULT
 
-run_contender() {  # label n rate workload steps eval_every
-  local label=$1 n=$2 rate=$3 wl=$4 steps=$5 every=$6 r rc=0 name overlap port
+run_contender() {  # label n rate workload steps eval_every phase
+  local label=$1 n=$2 rate=$3 wl=$4 steps=$5 every=$6 phase=$7 r rc=0 name overlap port
   name=${label%+overlap}
   [[ $name == compute ]] && name=local-lion
   overlap=off; [[ $label == *+overlap ]] && overlap=on
@@ -68,12 +77,12 @@ run_contender() {  # label n rate workload steps eval_every
     SKIPPED+=("$label (this signlion's DistributedLion has no overlap argument)")
     return 0
   fi
-  local tag=$wl-n$n-$rate-$label
+  local tag=$phase-$wl-n$n-$rate-$label
   local log=$OUT/logs/$tag.txt json=$OUT/runs/$tag.json
   local args=(--workload "$wl" --optimizer "$name" --overlap "$overlap" --steps "$steps" --eval-every "$every"
-              --batch "$(knob BATCH "$wl" 32)" --val-size "$(knob VAL_SIZE "$wl" 1000)" --threads 1
-              --log-every 1 --json "$json")
-  echo "== $wl N=$n $rate $label, $steps steps ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
+              --batch "$(knob BATCH "$wl" 16)" --val-size "$(knob VAL_SIZE "$wl" 500)" --threads 1
+              --width "$WIDTH" --context "$CONTEXT" --log-every 1 --json "$json")
+  echo "== $phase $wl N=$n $rate $label, $steps steps ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
   rm -f "$json"
   port=$((29500 + RANDOM % 2000))
   PIDS=()
@@ -101,7 +110,7 @@ run_contender() {  # label n rate workload steps eval_every
     return 0
   fi
   grep -E "^(train.py|eval|final)" "$log"
-  "$PY" "$HERE/train_summary.py" --one "$json"
+  "$PY" "$HERE/train_summary.py" --timed "$TIMED" --one "$json"
 }
 
 echo "# $(date -u +%FT%TZ) $(uname -r), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null); overlap supported: $OVERLAP_OK"
@@ -112,13 +121,13 @@ for n in $RANKS; do
   fi
   for wl in $WORKLOADS; do
     ((SMOKE)) || netns_star_rate "$CONV_RATE"
-    for c in $CONTENDERS; do
-      run_contender "$c" "$n" "$CONV_RATE" "$wl" "$(knob CONV_STEPS "$wl" 120)" "$EVAL_EVERY"
+    for c in $CONV_CONTENDERS; do
+      run_contender "$c" "$n" "$CONV_RATE" "$wl" "$(knob CONV_STEPS "$wl" 80)" "$EVAL_EVERY" conv
     done
     for rate in $RATES; do
       netns_star_rate "$rate"
       for c in $CONTENDERS; do
-        run_contender "$c" "$n" "$rate" "$wl" "$TIME_STEPS" 0
+        run_contender "$c" "$n" "$rate" "$wl" "$TIME_STEPS" 0 time
       done
     done
   done
@@ -126,7 +135,7 @@ for n in $RANKS; do
 done
 
 if ((!SMOKE)); then
-  "$PY" "$HERE/train_summary.py" --timed "$TIMED" --conv-rate "$CONV_RATE" --plots "$OUT" "$OUT/runs"
+  "$PY" "$HERE/train_summary.py" --timed "$TIMED" --plots "$OUT" "$OUT/runs"
 fi
 for s in "${SKIPPED[@]}"; do echo "skipped: $s"; done
 for f in "${FAILED[@]}"; do echo "FAILED: $f"; done

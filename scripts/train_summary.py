@@ -2,16 +2,17 @@
 """Tables and plots of scripts/train_bench.sh's runs (the JSON that examples/train.py's rank 0 writes).
 
   train_summary.py --one RUN.json                 one line: the run's medians
-  train_summary.py [--timed K] [--conv-rate R] [--target-mlp A] [--target-lm L] [--plots DIR] RUNS_DIR
+  train_summary.py [--timed K] [--target-mlp A] [--target-lm L] [--plots DIR] RUNS_DIR
 
 Per (workload, N, rate) and contender: medians over the last K steps of a run of forward +
 backward, optimizer step and whole step; the communication left exposed (the step minus the
 compute-only contender's step at the same N); samples/s; bytes this rank sent per step (the
 interface's tx_bytes, every contender; signlion's own payload counter where there is one).
-Per (workload, N): the steps each contender took to reach the target (its evaluation curve at
-the convergence rate), the final metric at equal steps, and the time to the target at each
-rate: steps to target x that rate's median step time (the curve does not depend on the link:
-every contender is deterministic given its seed). The plots: the validation metric against
+Per (workload, N): the steps each contender took to reach the target (the evaluation curve of
+its convergence run; the overlapped variants and allgather-lion use the curve of the update
+rule they apply, signlion-mavo's or -average's), the metric at the last step every convergence
+run has, and the time to the target at each rate: steps to target x that rate's median step time
+(the curve does not depend on the link: every contender is deterministic given its seed). The plots: the validation metric against
 that wall time per contender at each rate (train_curves.png) and samples/s against link rate
 (train_throughput.png).
 """
@@ -32,8 +33,9 @@ METRIC = {"mlp": ("accuracy", True), "lm": ("val loss", False)}
 def load(path):
     with open(path) as f:
         r = json.load(f)
-    m = re.match(r"(\w+)-n(\d+)-(\w+)-(.+)\.json$", os.path.basename(path))
-    r["workload"], r["n"], r["rate"], r["label"] = m.group(1), int(m.group(2)), m.group(3), m.group(4)
+    m = re.match(r"(conv|time)-(\w+)-n(\d+)-(\w+)-(.+)\.json$", os.path.basename(path))
+    r["phase"], r["workload"], r["n"], r["rate"], r["label"] = (m.group(1), m.group(2), int(m.group(3)), m.group(4),
+                                                               m.group(5))
     return r
 
 
@@ -66,8 +68,16 @@ def one(path, timed):
                                                    "identical" if r["identical"] else "differ"))
 
 
-def steps_to(r, target, higher):
+def value_at(r, step):
+    """The run's evaluation at `step` (None when it did not evaluate there)."""
+    return next((v for s, v, _ in r["evals"] if s == step), None)
+
+
+def steps_to(r, target, higher, last=None):
+    """The first evaluated step at or past the target (within the first `last` steps), or None."""
     for step, value, _ in r["evals"]:
+        if last is not None and step > last:
+            break
         if (value >= target) if higher else (value <= target):
             return step
     return None
@@ -82,8 +92,7 @@ def main():
     ap.add_argument("runs", nargs="?")
     ap.add_argument("--one")
     ap.add_argument("--timed", type=int, default=5)
-    ap.add_argument("--conv-rate", default="10gbit")
-    ap.add_argument("--target-mlp", type=float, default=0.80)
+    ap.add_argument("--target-mlp", type=float, default=0.75)
     ap.add_argument("--target-lm", type=float, default=2.60)
     ap.add_argument("--plots")
     a = ap.parse_args()
@@ -94,76 +103,87 @@ def main():
     if not runs:
         print("no runs in %s" % a.runs)
         return 1
-    table = {}  # (wl, n) -> rate -> label -> medians
-    conv = {}  # (wl, n) -> label -> run at the convergence rate
+    table = {}  # (wl, n) -> rate -> label -> medians (timed runs)
+    conv = {}  # (wl, n) -> label -> convergence run
     for r in runs:
-        table.setdefault((r["workload"], r["n"]), {}).setdefault(r["rate"], {})[r["label"]] = medians(r, a.timed)
-        if r["rate"] == a.conv_rate:
+        if r["phase"] == "time":
+            table.setdefault((r["workload"], r["n"]), {}).setdefault(r["rate"], {})[r["label"]] = medians(r, a.timed)
+        else:
             conv.setdefault((r["workload"], r["n"]), {})[r["label"]] = r
     targets = {"mlp": a.target_mlp, "lm": a.target_lm}
     for (wl, n), rates in sorted(table.items()):
-        name, higher = METRIC[wl]
-        print("\n## %s, N = %d: per-step medians of the last %d steps" % (wl, n, a.timed))
+        print("\n## %s, N = %d: per-step medians of the last %d steps (seconds)" % (wl, n, a.timed))
         for rate in sorted(rates, key=lambda x: RATE_ORDER.get(x, 9)):
             rows = rates[rate]
             floor = rows.get("compute")
-            print("\n%s | %-26s %8s %8s %8s %9s %8s %9s %11s %11s" % (
+            print("\n%-8s %-26s %8s %8s %8s %8s %7s %9s %11s %11s" % (
                 rate, "contender", "fwd+bwd", "optim", "step", "exposed", "x comp", "samples/s", "sent/step",
                 "signlion"))
             for label in sorted(rows, key=key_order):
                 m = rows[label]
                 exposed = m["step"] - floor["step"] if floor else None
                 ratio = m["step"] / floor["step"] if floor else None
-                print("%s | %-26s %8.3f %8.3f %8.3f %9s %8s %9.1f %11s %11s" % (
+                print("%-8s %-26s %8.3f %8.3f %8.3f %8s %7s %9.1f %11s %11s" % (
                     rate, label, m["fwd_bwd"], m["opt"], m["step"],
                     "-" if exposed is None else "%.3f" % exposed, "-" if ratio is None else "%.2fx" % ratio,
                     m["samples"], fmt_bytes(m["tx"]), fmt_bytes(m["sent"])))
-        runs_c = conv.get((wl, n), {})
-        if not runs_c:
-            continue
+    for (wl, n), runs_c in sorted(conv.items()):
+        rates = table.get((wl, n), {})
+        name, higher = METRIC[wl]
         target = targets[wl]
-        print("\n%s, N = %d: target %s %s %.3f (evaluated every %d steps at %s); time to target = steps x median "
-              "step time at each rate" % (wl, n, name, ">=" if higher else "<=", target,
-                                          runs_c[next(iter(runs_c))]["args"]["eval_every"], a.conv_rate))
+        any_run = runs_c[next(iter(runs_c))]
+        common = min(r["args"]["steps"] for r in runs_c.values())  # runs compared at equal steps
+        print("\n## %s, N = %d: target %s %s %.3f, evaluated every %d steps, compared over the first %d steps (runs "
+              "at %s); time to target = steps x the median step time at each rate; final = %s at step %d"
+              % (wl, n, name, ">=" if higher else "<=", target, any_run["args"]["eval_every"], common,
+                 any_run["rate"], name, common))
         rate_list = sorted(rates, key=lambda x: RATE_ORDER.get(x, 9))
-        print("%-26s %8s %10s %7s  %s" % ("contender", "steps", "final", "ranks",
-                                          "  ".join("%16s" % ("time " + x) for x in rate_list)))
-        for label in sorted(runs_c, key=key_order):
-            r = runs_c[label]
-            s = steps_to(r, target, higher)
-            times = []
-            for rate in rate_list:
-                m = rates[rate].get(label)
-                times.append("%16s" % ("-" if s is None or m is None else "%.1f s" % (s * m["step"])))
-            print("%-26s %8s %10.4f %7s  %s" % (label, "-" if s is None else s, r["final"],
-                                               "same" if r["identical"] else "differ", "  ".join(times)))
-        ddp_lion = runs_c.get("ddp-lion")
-        sl = [x for x in runs_c if x.startswith("signlion")]
-        if ddp_lion and sl:
-            s_ref = steps_to(ddp_lion, target, higher)
-            for rate in rate_list:
-                def ttt(label):
-                    s = steps_to(runs_c[label], target, higher)
-                    m = rates[rate].get(label)
-                    return None if s is None or m is None else s * m["step"]
-                best_sl = min((x for x in sl if ttt(x) is not None), key=ttt, default=None)
-                if best_sl is None or ttt("ddp-lion") is None:
-                    continue
-                hooks = [ttt(x) for x in ("ddp-fp16-lion", "ddp-powersgd-lion") if x in runs_c and ttt(x)]
-                floor = rates[rate].get("compute")
-                line = "%s: best signlion (%s) reaches the target %.2fx sooner than ddp-lion" % (
-                    rate, best_sl, ttt("ddp-lion") / ttt(best_sl))
-                if hooks:
-                    line += ", %.2fx sooner than the best DDP hook" % (min(hooks) / ttt(best_sl))
-                if floor and s_ref:
-                    best_possible = rates[rate]["ddp-lion"]["step"] / floor["step"]
-                    got = rates[rate]["ddp-lion"]["step"] / rates[rate][best_sl]["step"]
-                    line += "; per step %.2fx of the %.2fx that the compute-only step allows (%.0f %%)" % (
-                        got, best_possible, 100 * (got - 1) / (best_possible - 1) if best_possible > 1 else 100)
-                print(line)
+        labels = sorted(set(runs_c) | {lab for r in rates.values() for lab in r if curve_of(lab) in runs_c},
+                        key=key_order)
+
+        def ttt(label, rate):
+            s = steps_to(runs_c[curve_of(label)], target, higher, common)
+            m = rates.get(rate, {}).get(label)
+            return None if s is None or m is None else s * m["step"]
+
+        print("%-26s %-16s %6s %9s %6s  %s" % ("contender", "curve", "steps", "final", "ranks",
+                                              "  ".join("%14s" % ("time " + x) for x in rate_list)))
+        for label in labels:
+            r = runs_c[curve_of(label)]
+            s = steps_to(r, target, higher, common)
+            times = ["%14s" % ("-" if ttt(label, x) is None else "%.1f s" % ttt(label, x)) for x in rate_list]
+            final = value_at(r, common)
+            print("%-26s %-16s %6s %9s %6s  %s" % (label, curve_of(label), "-" if s is None else s,
+                                                  "-" if final is None else "%.4f" % final,
+                                                    "same" if r["identical"] else "differ", "  ".join(times)))
+        for rate in rate_list:
+            sl = [x for x in labels if x.startswith("signlion") and ttt(x, rate) is not None]
+            if not sl or ttt("ddp-lion", rate) is None:
+                continue
+            best = min(sl, key=lambda x: ttt(x, rate))
+            line = "%s: best signlion (%s) reaches the target %.2fx sooner than ddp-lion" % (
+                rate, best, ttt("ddp-lion", rate) / ttt(best, rate))
+            hooks = [ttt(x, rate) for x in ("ddp-fp16-lion", "ddp-powersgd-lion") if ttt(x, rate) is not None]
+            if hooks:
+                line += ", %.2fx sooner than the best DDP hook" % (min(hooks) / ttt(best, rate))
+            floor, ref = rates[rate].get("compute"), rates[rate].get("ddp-lion")
+            if floor and ref:
+                allowed = ref["step"] / floor["step"]
+                got = ref["step"] / rates[rate][best]["step"]
+                line += "; per step %.2fx faster than ddp-lion, of the %.2fx a compute-only step allows" % (
+                    got, allowed)
+            print(line)
     if a.plots:
         plot(table, conv, targets, a.plots)
     return 0
+
+
+def curve_of(label):
+    """The convergence run whose update rule a contender applies (overlap changes when, not what;
+    allgather-lion votes as signlion-mavo does)."""
+    if label == "allgather-lion":
+        return "signlion-mavo"
+    return label[:-len("+overlap")] if label.endswith("+overlap") else label
 
 
 def plot(table, conv, targets, outdir):
@@ -172,17 +192,19 @@ def plot(table, conv, targets, outdir):
     import matplotlib.pyplot as plt
     keys = sorted(conv)
     if keys:
-        rates = sorted({r for k in keys for r in table[k]}, key=lambda x: RATE_ORDER.get(x, 9))
-        fig, axes = plt.subplots(len(keys), len(rates), figsize=(5 * len(rates), 3.8 * len(keys)), squeeze=False)
+        rates = sorted({r for k in keys for r in table.get(k, {})}, key=lambda x: RATE_ORDER.get(x, 9))
+        fig, axes = plt.subplots(len(keys), max(len(rates), 1), figsize=(5 * max(len(rates), 1), 3.8 * len(keys)),
+                                 squeeze=False)
         for i, k in enumerate(keys):
             wl, n = k
             for j, rate in enumerate(rates):
                 ax = axes[i][j]
-                for label in sorted(conv[k], key=key_order):
-                    m = table[k].get(rate, {}).get(label)
-                    if m is None:
+                for label in sorted(table[k].get(rate, {}), key=key_order):
+                    if curve_of(label) not in conv[k]:
                         continue
-                    ev = conv[k][label]["evals"]
+                    m = table[k][rate][label]
+                    common = min(r["args"]["steps"] for r in conv[k].values())
+                    ev = [e for e in conv[k][curve_of(label)]["evals"] if e[0] <= common]
                     ax.plot([s * m["step"] for s, _, _ in ev], [v for _, v, _ in ev], marker=".", label=label,
                             linestyle="--" if label == "compute" else "-")
                 ax.axhline(targets[wl], color="grey", linewidth=0.8)

@@ -8,6 +8,7 @@ Exit 77 (skipped) when torch or torchrun cannot run here."""
 import inspect
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,10 +27,20 @@ except ImportError:
 # Debian 12's torch 1.13 under Python 3.11: torchrun's default "--redirects 0" / "--tee 0" parse
 # to None (Python 3.11 no longer lists an IntFlag's zero member) and the launch fails; a mapping
 # for a local rank that does not exist leaves every rank on the console, as the default means.
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--redirects", "9:0", "--tee", "9:0", "--standalone"]
+# The static rendezvous (--master_addr/--master_port, one node): the c10d one of --standalone lost
+# its store connection once ("Broken pipe") on the loaded test machine.
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--redirects", "9:0", "--tee", "9:0", "--nnodes", "1",
+            "--master_addr", "127.0.0.1"]
 STEPS = 6
 COMMON = ["--workload", "mlp", "--width", "256", "--batch", "16", "--val-size", "64", "--log-every", "2",
           "--threads", "1"]
+
+
+def free_port():
+    """A port no one listens on now (the kernel's pick; closed again for torchrun to take)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def overlap_supported():
@@ -47,7 +58,7 @@ class TrainExample(unittest.TestCase):
     def torchrun(self, *args):
         env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
         env.pop("SIGNLION_SOCKET_IFNAME", None)  # signlion follows GLOO_SOCKET_IFNAME
-        cmd = TORCHRUN + ["--nproc_per_node", "2", os.path.join(ROOT, "examples", "train.py")] + COMMON + list(args)
+        cmd = TORCHRUN + ["--master_port", str(free_port()), "--nproc_per_node", "2", os.path.join(ROOT, "examples", "train.py")] + COMMON + list(args)
         p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
         print(p.stdout[-3000:])
         self.assertEqual(p.returncode, 0, "torchrun %s exited %d" % (" ".join(args), p.returncode))
