@@ -134,6 +134,7 @@ def _lib():
         "ncclSignCommRelease": [vp],
         "ncclSignLionCreateNccl": [ctypes.POINTER(vp), sz, i, ctypes.POINTER(LionConfig), vp],
         "ncclSignLionStepAsync": [vp, vp, vp, vp],
+        "ncclSignAllReduce": [vp, vp, sz, i, i, vp, vp],
     }
     for name, args in protos.items():
         f = getattr(lib, name)
@@ -293,6 +294,14 @@ def nccl_comm_set_config(nccl_comm, zero_rule="positive", tie_rule="zero", algor
     _require_device_support()
     cfg = _config(zero_rule, tie_rule, algorithm, host_id=host_id)
     _check("ncclSignCommSetConfig", ctypes.c_void_p(nccl_comm), ctypes.byref(cfg))
+
+
+def nccl_sign_all_reduce(send_ptr, recv_ptr, count, datatype, op, nccl_comm, stream):
+    """ncclSignAllReduce: the sign all-reduce on device buffers (addresses) over an ncclComm_t
+    (an integer address), enqueued on `stream` (a cudaStream_t as an integer); returns at once."""
+    _require_device_support()
+    _check("ncclSignAllReduce", ctypes.c_void_p(send_ptr), ctypes.c_void_p(recv_ptr), count, datatype, op,
+           ctypes.c_void_p(nccl_comm), ctypes.c_void_p(stream or None))
 
 
 def nccl_comm_release(nccl_comm):

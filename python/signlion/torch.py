@@ -26,6 +26,7 @@ sign_all_reduce(tensor, op, group, async_op) is the sign all-reduce shaped like
 torch.distributed.all_reduce, and sign_majority_hook a DDP communication hook made of it
 (signSGD with majority vote for any DDP model).
 """
+import collections
 import contextlib
 import datetime
 import functools
@@ -42,7 +43,10 @@ from . import capi
 from .background import SerialExecutor
 
 _DTYPES = {torch.float32: capi.FLOAT32, torch.float16: capi.FLOAT16, torch.bfloat16: capi.BFLOAT16}
-_comm_serial = itertools.count()
+# Per group membership, how many host communicators this process made over it: the store key of
+# the next one. Counted per membership, because only a group's members make its communicators
+# (one count for all groups would differ between a member and a non-member of a subgroup).
+_comm_serials = collections.defaultdict(itertools.count)
 _NCCL_INVALID_ARGUMENT = 4
 
 
@@ -141,7 +145,7 @@ def host_comm_from_process_group(group=None, zero_rule="positive", tie_rule="zer
     nranks, rank = dist.get_world_size(group), dist.get_rank(group)
     store = store if store is not None else _store_of(group)
     members = "all" if group is dist.group.WORLD else "-".join(str(r) for r in dist.get_process_group_ranks(group))
-    key = "signlion/hostcomm/%s/%d" % (members, next(_comm_serial))
+    key = "signlion/hostcomm/%s/%d" % (members, next(_comm_serials[members]))
     if rank == 0:
         uid = capi.get_unique_id()
         store.set(key, uid)
@@ -379,6 +383,29 @@ class _Bucket:
         self.lion.load_state_from(blob.data_ptr(), blob.numel())
 
 
+# The saved state's header (struct StateHeader of src/lion/distributed_lion.cc): magic, version,
+# datatype, aggregation (4 x u32), count, applied, skipped (3 x u64), hasMaster, masterReady
+# (2 x u32). The counters of a bucket are bytes 24..40 (applied, skipped) and 44..48 (masterReady).
+_STATE_HEADER_BYTES = 48
+_COUNTER_BYTES = (slice(24, 40), slice(44, 48))
+
+
+def _take_counters(blob, saved_headers):
+    """Writes into blob's header the counters of the saved headers of its parameters, when they
+    all have the same (a bucket whose parameters were saved in buckets that stepped alike);
+    otherwise the counters stay as they are."""
+    if not saved_headers or any(h is None for h in saved_headers):
+        return
+    saved_headers = [h.detach().to("cpu", torch.uint8).reshape(-1) for h in saved_headers]
+    if any(h.numel() != _STATE_HEADER_BYTES for h in saved_headers) or blob.numel() < _STATE_HEADER_BYTES:
+        return
+    first = saved_headers[0]
+    if any(not torch.equal(h[c], first[c]) for h in saved_headers[1:] for c in _COUNTER_BYTES):
+        return  # parameters whose saved buckets counted differently: no single count for this bucket
+    for c in _COUNTER_BYTES:
+        blob[c] = first[c]
+
+
 def _grad_hook_path():
     """How a hook learns that a parameter's gradient is final in a backward: PyTorch 2.1 and
     later have Tensor.register_post_accumulate_grad_hook; before, a hook on the parameter's
@@ -422,6 +449,8 @@ class DistributedLion(torch.optim.Optimizer):
       - a bucket's gradients are read when it starts, during backward: clipping, unscaling or
         any other change of .grad between backward() and step() has no effect on it; use
         overlap=False for that;
+      - every backward outside no_sync() that completes a bucket steps it, whether step()
+        follows or not (inspect gradients inside no_sync());
       - the learning rate and other hyper-parameters are read when a bucket starts (after the
         previous step(), so schedulers work as usual);
       - gradient accumulation over several backward passes needs `with opt.no_sync():` around
@@ -992,7 +1021,7 @@ class DistributedLion(torch.optim.Optimizer):
                                  (gi, len(sg["params"]), len(g["params"])))
         saved = state_dict.get("signlion")
         if saved is not None and "format" not in saved:
-            self._load_opaque(saved)
+            self._load_opaque(state_dict, saved)
         else:
             self._load_per_parameter(state_dict, saved)
         for g, sg in zip(self.param_groups, groups):
@@ -1004,20 +1033,45 @@ class DistributedLion(torch.optim.Optimizer):
             g.update({k: v for k, v in merged.items() if k != "params"})
         self._state_cache = None
 
-    def _load_opaque(self, saved):
-        """The format of signlion before per-parameter state: one state blob per bucket."""
+    def _load_opaque(self, state_dict, saved):
+        """The format of signlion before per-parameter state: one state blob per (param group,
+        dtype), the parameters in registration order. Converted to per-parameter state (with each
+        blob's header for the counters), which fits any bucket layout."""
         if saved["aggregation"] != self.aggregation:
             raise ValueError("signlion: state saved with aggregation %r, this optimizer uses %r" %
                              (saved["aggregation"], self.aggregation))
-        layout = [(b.group_index, str(b.dtype), b.numel) for b in self._buckets]
+        members = [(gi, dtype, [p for p in g["params"] if p.dtype == dtype]) for gi, g in enumerate(self.param_groups)
+                   for dtype in _BUCKET_DTYPES]
+        members = [m for m in members if m[2]]
+        layout = [(gi, str(dtype), sum(p.numel() for p in ps)) for gi, dtype, ps in members]
         got = [(s["group"], s["dtype"], s["numel"]) for s in saved["buckets"]]
         if layout != got:
             raise ValueError("signlion: a state of buckets %s (group, dtype, count), this optimizer has %s" %
                              (got, layout))
-        for b, s in zip(self._buckets, saved["buckets"]):
-            b.load(s["state"])
+        index, state, headers = self._param_indices(), {}, {}
+        saved_order = [i for g in state_dict["param_groups"] for i in g["params"]]
+        for (_, _, ps), s in zip(members, saved["buckets"]):
+            blob = s["state"].detach().to("cpu", torch.uint8).reshape(-1)
+            n = s["numel"]
+            if blob.numel() not in (_STATE_HEADER_BYTES + 4 * n, _STATE_HEADER_BYTES + 8 * n):
+                raise ValueError("signlion: a saved state of %d bytes for %d parameters: not a Lion state of this "
+                                 "library" % (blob.numel(), n))
+            end = _STATE_HEADER_BYTES + 4 * n
+            momentum = blob[_STATE_HEADER_BYTES:end].view(torch.float32)
+            master = blob[end:].view(torch.float32) if blob.numel() > end else None
+            offset = 0
+            for p in ps:
+                st = {"exp_avg": momentum[offset:offset + p.numel()].view(p.shape)}
+                if master is not None:
+                    st["master"] = master[offset:offset + p.numel()].view(p.shape)
+                state[saved_order[index[id(p)]]] = st
+                headers[saved_order[index[id(p)]]] = blob[:_STATE_HEADER_BYTES]
+                offset += p.numel()
+        self._load_per_parameter({"state": state, "param_groups": state_dict["param_groups"]}, None, headers)
 
-    def _load_per_parameter(self, state_dict, saved):
+    def _load_per_parameter(self, state_dict, saved, param_headers=None):
+        """param_headers: {saved index: the saved header of its bucket}, for the counters when the
+        saved buckets are not this optimizer's."""
         state = state_dict["state"]
         # Saved indices are positions in the saved param_groups, which map one to one onto ours.
         saved_order = [i for g in state_dict["param_groups"] for i in g["params"]]
@@ -1035,6 +1089,8 @@ class DistributedLion(torch.optim.Optimizer):
             got = [(s["group"], s["dtype"], list(s["params"])) for s in saved["buckets"]]
             if layout == got:  # the same buckets: their counters come back too
                 headers = {i: s["header"] for i, s in enumerate(saved["buckets"])}
+            else:  # other buckets (another bucket_cap_mb): each parameter's counters, from its bucket
+                param_headers = {i: s["header"] for s in saved["buckets"] for i in s["params"]}
         blobs = []
         for bi, b in enumerate(self._buckets):
             blob, header, momentum, master = b.save()
@@ -1044,6 +1100,8 @@ class DistributedLion(torch.optim.Optimizer):
                     raise ValueError("signlion: bucket %d's saved header is %d bytes, this library's %d" %
                                      (bi, h.numel(), header))
                 blob[:header] = h
+            elif param_headers:
+                _take_counters(blob, [param_headers.get(position[id(p)]) for p in b.params])
             for p, (o, n, _) in zip(b.params, b.slices):
                 key = position[id(p)]
                 st = state.get(key, {})
@@ -1068,3 +1126,8 @@ class DistributedLion(torch.optim.Optimizer):
                 b.load(blob)
             except capi.SignError as e:
                 raise ValueError("signlion: the saved state does not fit this optimizer (%s)" % e)
+
+
+# The sign all-reduce for any PyTorch code and the DDP communication hook (one file of their own).
+from .sign_all_reduce import (HOST_COMM_CACHE_SIZE, SignHookState, clear_host_comm_cache,  # noqa: E402,F401
+                              host_comm_cache_info, sign_all_reduce, sign_majority_hook)

@@ -275,12 +275,24 @@ def check_old_opaque_format(rank, world):
         for p, g in zip(a, grads_of(rank, s, [p.shape for p in a])):
             p.grad = g.to(p.dtype)
         opt_a.step()
+    # What that format held: per (group, dtype), a header (this library's, for that count) and the
+    # momenta, then the master copies, of the parameters in registration order.
+    headers = {str(b.dtype): b.save()[0][:b.save()[1]] for b in opt_a._buckets}
+    per_dtype = {}
+    for p in a:
+        per_dtype.setdefault(str(p.dtype), []).append(p)
+    buckets = []
+    for dtype, ps in per_dtype.items():
+        n = sum(p.numel() for p in ps)
+        header = headers[dtype].clone()
+        header[16:24] = torch.tensor([n], dtype=torch.int64).view(torch.uint8)  # its count
+        parts = [header] + [opt_a.state[p]["exp_avg"].reshape(-1).view(torch.uint8) for p in ps]
+        if "master" in opt_a.state[ps[0]]:
+            parts += [opt_a.state[p]["master"].reshape(-1).view(torch.uint8) for p in ps]
+        buckets.append({"group": 0, "dtype": dtype, "numel": n, "state": torch.cat(parts)})
     old = {"state": {}, "param_groups": [{"lr": LR, "betas": (0.9, 0.99), "weight_decay": WD,
                                           "params": [0, 1, 2]}],
-           "signlion": {"aggregation": "average",
-                        "buckets": [{"group": b.group_index, "dtype": str(b.dtype), "numel": b.numel,
-                                     "state": torch.frombuffer(bytearray(b.lion.save_state()), dtype=torch.uint8)}
-                                    for b in opt_a._buckets]}}
+           "signlion": {"aggregation": "average", "buckets": buckets}}
     b = make_model()
     with torch.no_grad():
         for x, y in zip(b, a):
@@ -288,7 +300,15 @@ def check_old_opaque_format(rank, world):
     opt_b = DistributedLion(b, **kw)
     opt_b.load_state_dict(old)
     for p, q in zip(a, b):
-        assert torch.equal(opt_a.state[p]["exp_avg"], opt_b.state[q]["exp_avg"])
+        for k in opt_a.state[p]:
+            assert torch.equal(opt_a.state[p][k], opt_b.state[q][k]), k
+    assert opt_b.step_counts() == opt_a.step_counts() == (2, 0)
+    for s in range(2, 4):  # and training continues alike
+        for x, y, g in zip(a, b, grads_of(rank, s, [p.shape for p in a])):
+            x.grad, y.grad = g.to(x.dtype), g.to(y.dtype)
+        opt_a.step()
+        opt_b.step()
+    assert all(torch.equal(x.detach(), y.detach()) for x, y in zip(a, b)), "training after the load differs"
     bad = dict(old, signlion=dict(old["signlion"], buckets=old["signlion"]["buckets"][:1]))
     expect_value_error(lambda: opt_b.load_state_dict(bad), "buckets")
 

@@ -7,7 +7,9 @@ PyTorch 2.8+). Checked bit for bit against the same optimizer on CPU tensors:
    optimizer on a gloo group of the same ranks, parameters after every step and state_dicts.
 Issue 17 (gradients on some ranks, rank 0's values, the error for models that differ, lr
 through 0, per-parameter state, maximize) on CUDA tensors against CPU tensors, likewise.
-The message for a PyTorch without _comm_ptr is checked on any machine. Exit code 77 (skip)
+Overlap (hooks during backward, steps on a side stream) against overlap=False on CPU, and
+sign_all_reduce on CUDA tensors against CPU tensors. The message for a PyTorch without
+_comm_ptr is checked on any machine. Exit code 77 (skip)
 when everything asked for needed what this machine lacks (torch, CUDA, _comm_ptr, NCCL)."""
 import os
 import sys
@@ -145,6 +147,59 @@ def check_nccl_torch_api(rank, world):
     cuda_opt.close()
 
 
+def check_nccl_overlap_equals_cpu(rank, world):
+    """Overlap on CUDA tensors (hooks on the autograd device thread, steps on a side stream)
+    against overlap=False on CPU tensors over gloo: gradients made by backward (the Inject chain
+    of test_torch_lion_overlap), some present on some ranks only, tiny and default caps."""
+    from signlion.torch import DistributedLion
+    from test_torch_lion_overlap import backward_with, make_params, used_at
+    gloo = dist.new_group(backend="gloo")
+    torch.cuda.set_device(0)
+    for aggregation in ("mavo", "global"):
+        for cap in (1e-5, 25.0):
+            cpu_params, cuda_params = make_params("cpu"), make_params("cuda")
+            kw = dict(lr=LR, weight_decay=WD, aggregation=aggregation, bucket_cap_mb=cap, master_weights=True)
+            cpu_opt = DistributedLion(cpu_params, process_group=gloo, overlap=False, **kw)
+            cuda_opt = DistributedLion(cuda_params, overlap=True, **kw)
+            launched = []
+            cuda_opt.launch_observer = lambda event, b, in_backward: launched.append((event, b, in_backward))
+            for step in range(4):
+                grads = grads_of(rank, step, [p.shape for p in cpu_params])
+                used = used_at(rank, step, len(cpu_params))
+                used[7] = True  # else the first bucket (which holds parameter 7) never completes in backward
+                for ps, opt in ((cpu_params, cpu_opt), (cuda_params, cuda_opt)):
+                    backward_with(ps, grads, used)
+                    opt.step()
+                    opt.zero_grad(set_to_none=step % 2 == 0)
+                torch.cuda.current_stream().synchronize()
+                for i, (a, b) in enumerate(zip(cpu_params, cuda_params)):
+                    assert torch.equal(a.detach(), b.detach().cpu()), "%s cap %s step %d: parameter %d differs" % (
+                        aggregation, cap, step, i)
+            assert any(in_backward for event, _, in_backward in launched if event == "launch"), launched
+            same_states(cpu_opt, cuda_opt)
+            cuda_opt.close()
+
+
+def check_nccl_sign_all_reduce(rank, world):
+    """sign_all_reduce on CUDA tensors over the NCCL group equals it on CPU tensors over gloo."""
+    from signlion.torch import sign_all_reduce
+    gloo = dist.new_group(backend="gloo")
+    torch.cuda.set_device(0)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int8):
+        for op in ("majority", "average"):
+            if dtype == torch.int8 and op == "average":
+                continue
+            g = torch.Generator().manual_seed(rank)
+            x = torch.randint(-2, 3, (1001,), generator=g).to(dtype)
+            cpu, cuda = x.clone(), x.cuda()
+            sign_all_reduce(cpu, op, group=gloo)
+            work = sign_all_reduce(cuda, op, async_op=True)
+            work.wait()
+            assert torch.equal(cuda.cpu(), cpu), "%s %s: CUDA differs from CPU" % (dtype, op)
+            assert work.get_future().wait() is cuda
+    torch.cuda.current_stream().synchronize()
+
+
 def _nccl_body(scenario, rank, world, init_file):
     # Two processes on one GPU: distinct host ids make NCCL treat them as two hosts,
     # which then talk through the net plugin (our socket transport on loopback).
@@ -228,6 +283,37 @@ class DistributedLionCuda(unittest.TestCase):
     @needs_nccl_group
     def test_nccl_world2_torch_api(self):
         spawn_ranks.run_ranks(2, _nccl_body, "check_nccl_torch_api", timeout=500)
+
+    @needs_nccl_group
+    def test_nccl_world2_overlap_equals_cpu(self):
+        spawn_ranks.run_ranks(2, _nccl_body, "check_nccl_overlap_equals_cpu", timeout=500)
+
+    @needs_nccl_group
+    def test_nccl_world2_sign_all_reduce(self):
+        spawn_ranks.run_ranks(2, _nccl_body, "check_nccl_sign_all_reduce", timeout=500)
+
+    @unittest.skipUnless(have_cuda(), "no CUDA device")
+    @unittest.skipUnless(have_device_library(), "libnccl-sign.so was built without NCCL")
+    def test_local_cuda_overlap_equals_cpu(self):
+        """Overlap with "local" on one GPU: the steps on the side stream, the hooks on the
+        autograd device thread, against CPU tensors without overlap."""
+        from signlion.torch import DistributedLion
+        from test_torch_lion_overlap import backward_with, make_params
+        for cap in (1e-5, 25.0):
+            cpu_params, cuda_params = make_params("cpu"), make_params("cuda")
+            kw = dict(lr=LR, weight_decay=WD, aggregation="local", bucket_cap_mb=cap)
+            cpu_opt = DistributedLion(cpu_params, overlap=False, **kw)
+            cuda_opt = DistributedLion(cuda_params, **kw)
+            for step in range(3):
+                grads = grads_of(0, step, [p.shape for p in cpu_params])
+                for ps, opt in ((cpu_params, cpu_opt), (cuda_params, cuda_opt)):
+                    backward_with(ps, grads, [True] * len(ps))
+                    opt.step()
+                    opt.zero_grad()
+                for i, (a, b) in enumerate(zip(cpu_params, cuda_params)):
+                    self.assertTrue(torch.equal(a.detach(), b.detach().cpu()), (cap, step, i))
+            same_states(cpu_opt, cuda_opt)
+            cuda_opt.close()
 
     @unittest.skipUnless(have_cuda(), "no CUDA device")
     @unittest.skipUnless(have_device_library(), "libnccl-sign.so was built without NCCL")
