@@ -24,8 +24,15 @@ allgather-lion. Every rank draws its own --batch examples per step (a global bat
 --batch x WORLD_SIZE) in an order fixed by --seed and the step number, so a checkpoint (the
 model, this rank's optimizer state_dict, the step and the RNG states, written every
 --ckpt-every steps to a temporary file, then renamed) resumes exactly where the run left off:
---resume continues from the newest complete one and ends with the parameters an
-uninterrupted run has, bit for bit.
+--resume continues from the newest step whose checkpoint every rank has complete and ends
+with the parameters an uninterrupted run has, bit for bit.
+
+A lost rank (killed, frozen, its link down) makes every other rank fail within --timeout
+seconds (the process group's timeout, which signlion's communicator follows) and exit with
+status 1 at once; torchrun then stops the remaining workers and, with --max-restarts, starts
+the job again, which continues from the last checkpoint when run with --resume:
+  torchrun --nnodes 2 --nproc_per_node 8 --max-restarts 3 ... examples/train.py \
+      --ckpt-dir ckpt --ckpt-every 100 --resume --timeout 60
 
 Rank 0 shows a progress bar (on a terminal) and every --log-every steps a line: loss,
 samples/s, and the bytes this rank sent per step (signlion's own counter, and the interface's
@@ -38,7 +45,9 @@ import argparse
 import glob
 import hashlib
 import json
+import datetime
 import os
+import re
 import sys
 import time
 
@@ -184,15 +193,29 @@ WORKLOADS = {"mlp": FashionMLP, "lm": FortunesLM}
 # ---- checkpoints -----------------------------------------------------------------------------
 
 def _atomic_save(obj, path):
+    """The file appears complete or not at all (also after a crash of the machine: synced first)."""
     tmp = path + ".tmp"
-    torch.save(obj, tmp)
+    with open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    dirfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+
+
+CHECKPOINT_NAME = re.compile(r"step(\d{8})-rank(\d+)\.pt$")
 
 
 def save_checkpoint(args, step, module, optimizer, rank):
-    """Every rank writes its own file (the optimizer states differ: each rank keeps its momentum);
-    once all have, rank 0 renames LATEST to point at the step (a crash before that leaves the
-    previous checkpoint the newest complete one)."""
+    """Every rank writes its own file (the optimizer states differ: each rank keeps its momentum)
+    once its step has completed (a failed step raises before this, and its optimizer refuses
+    state_dict()); once all have, rank 0 renames LATEST to point at the step.
+    A failure during the writes leaves some ranks' files of that step: load_checkpoint() picks
+    the newest step every rank has."""
     path = os.path.join(args.ckpt_dir, "step%08d-rank%d.pt" % (step, rank))
     _atomic_save({"step": step, "model": module.state_dict(), "optimizer": optimizer.state_dict(),
                   "torch_rng": torch.get_rng_state(), "optimizer_name": args.optimizer,
@@ -206,12 +229,27 @@ def save_checkpoint(args, step, module, optimizer, rank):
     dist.barrier()
 
 
+def complete_steps(ckpt_dir, rank):
+    """The steps of which this rank's checkpoint file is complete (written files are renamed into
+    place whole; a .tmp left by a failure is not one)."""
+    steps = set()
+    for name in os.listdir(ckpt_dir) if os.path.isdir(ckpt_dir) else []:
+        m = CHECKPOINT_NAME.match(name)
+        if m and int(m.group(2)) == rank:
+            steps.add(int(m.group(1)))
+    return steps
+
+
 def load_checkpoint(args, module, optimizer, rank):
-    """The step to continue from (0 without a checkpoint); model and optimizer state loaded."""
-    latest = os.path.join(args.ckpt_dir, "LATEST")
-    if not os.path.exists(latest):
+    """The step to continue from (0 without a checkpoint): the newest step whose checkpoint every
+    rank has complete (the ranks agree on it: their directories may be on different machines);
+    model and optimizer state loaded. Collective."""
+    per_rank = [None] * dist.get_world_size()
+    dist.all_gather_object(per_rank, sorted(complete_steps(args.ckpt_dir, rank)))
+    common = set(per_rank[0]).intersection(*per_rank[1:])
+    if not common:
         return 0
-    step = int(open(latest).read())
+    step = max(common)
     ck = torch.load(os.path.join(args.ckpt_dir, "step%08d-rank%d.pt" % (step, rank)))
     if ck["optimizer_name"] != args.optimizer or ck["world"] != dist.get_world_size():
         raise SystemExit("train.py: the checkpoint in %s is of --optimizer %s on %d ranks, this run %s on %d"
@@ -288,7 +326,11 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: torch's default)")
     ap.add_argument("--ckpt-dir", default=None)
     ap.add_argument("--ckpt-every", type=int, default=0, help="steps between checkpoints (0: none)")
-    ap.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --ckpt-dir")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue from the newest checkpoint in --ckpt-dir that every rank has complete")
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="seconds: the process group's timeout (init_process_group(timeout=)), which bounds every "
+                         "wait for a peer, signlion's included; a lost rank makes the others exit 1 within it")
     ap.add_argument("--eval-every", type=int, default=0, help="steps between evaluations (0: at the end only)")
     ap.add_argument("--val-size", type=int, default=2000)
     ap.add_argument("--log-every", type=int, default=10)
@@ -318,9 +360,27 @@ def main(argv=None):
         device = torch.device("cuda", torch.cuda.current_device())
     else:
         device = torch.device("cpu")
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if args.ckpt_dir and rank == 0:
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                            timeout=datetime.timedelta(seconds=args.timeout))
+    rank = dist.get_rank()
+    try:
+        return train(args, device, rank)
+    except Exception as e:
+        # A lost peer (signlion's CommError, gloo's error) or any other failure: exit at once and
+        # non-zero, without the teardown that would wait on the lost peer, so that torchrun stops
+        # the other workers and restarts the job (--max-restarts), which resumes from the newest
+        # complete checkpoint (--resume).
+        import traceback
+        traceback.print_exc()
+        print("train.py: rank %d failed (%s: %s); exiting with status 1" % (rank, type(e).__name__, e),
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
+
+
+def train(args, device, rank):
+    world = dist.get_world_size()
+    if args.ckpt_dir:
         os.makedirs(args.ckpt_dir, exist_ok=True)
 
     work = WORKLOADS[args.workload](args)

@@ -200,7 +200,10 @@ class Comm:
                  host_id=None):
         """host_id (str or bytes): this rank's node for the hierarchical algorithm and the cost model
         (config.hostId: ranks with equal ids share a node); None: SIGNLION_HOSTID, else NCCL_HOSTID, else
-        hostname and boot id. Set it per rank where ranks of one process should act as several nodes."""
+        hostname and boot id. Set it per rank where ranks of one process should act as several nodes.
+        timeout_ms: the bound on every wait for a peer (config.timeoutMs); 0 takes SIGNLION_TIMEOUT_MS, else
+        60 s. A call that hits it, or whose peer's link breaks, raises SignError (ncclRemoteError); the
+        communicator then refuses every further call: abort() it."""
         unique_id = bytes(unique_id)
         if len(unique_id) != UNIQUE_ID_BYTES:
             raise ValueError("unique_id must be %d bytes (from get_unique_id), not %d" % (UNIQUE_ID_BYTES, len(unique_id)))
@@ -210,6 +213,7 @@ class Comm:
         self.handle = ctypes.c_void_p()
         _check("ncclSignCommInitRank", ctypes.byref(self.handle), nranks, uid, rank, ctypes.byref(cfg))
         self.nranks, self.rank = nranks, rank
+        self.timeout_ms = effective_timeout_ms(timeout_ms)
 
     def destroy(self):
         if self.handle:
@@ -249,6 +253,21 @@ class Comm:
 
     def sum_all_reduce(self, send_ptr, recv_ptr, count, datatype=FLOAT32):
         _check("ncclSignHostSumAllReduce", send_ptr, recv_ptr, count, datatype, self.handle)
+
+
+# The library's bound on a wait for a peer when neither the config nor SIGNLION_TIMEOUT_MS sets one.
+DEFAULT_TIMEOUT_MS = 60000
+
+
+def effective_timeout_ms(timeout_ms):
+    """The bound a communicator made with config.timeoutMs = timeout_ms applies (docs/PARAMETERS.md)."""
+    if timeout_ms > 0:
+        return timeout_ms
+    try:
+        env = int(os.environ.get("SIGNLION_TIMEOUT_MS", ""))
+    except ValueError:
+        env = 0
+    return env if env > 0 else DEFAULT_TIMEOUT_MS
 
 
 def _config(zero_rule="positive", tie_rule="zero", algorithm=0, timeout_ms=0, host_id=None):

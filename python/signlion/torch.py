@@ -28,6 +28,7 @@ torch.distributed.all_reduce, and sign_majority_hook a DDP communication hook ma
 """
 import collections
 import contextlib
+import datetime
 import functools
 import itertools
 import json
@@ -46,6 +47,21 @@ _DTYPES = {torch.float32: capi.FLOAT32, torch.float16: capi.FLOAT16, torch.bfloa
 # the next one. Counted per membership, because only a group's members make its communicators
 # (one count for all groups would differ between a member and a non-member of a subgroup).
 _comm_serials = collections.defaultdict(itertools.count)
+_NCCL_INVALID_ARGUMENT = 4
+
+
+class CommError(RuntimeError):
+    """A step could not complete because the host communicator failed: a peer exited or froze, or
+    its link broke, and no data came from it for the communicator's timeout (or its connection
+    reported the loss at once). The communicator has been aborted, so the other ranks fail at
+    once too, and the optimizer refuses every further step and state_dict(): what this rank
+    applied of the failed step is undefined. Restart the job from a checkpoint (docs/LION.md,
+    "When a rank fails"). Attributes: rank, nranks, timeout_s (the bound on a wait), result
+    (the ncclResult_t)."""
+
+    def __init__(self, message, rank, nranks, timeout_s, result):
+        super().__init__(message)
+        self.rank, self.nranks, self.timeout_s, self.result = rank, nranks, timeout_s, result
 
 
 def _store_of(group):
@@ -56,13 +72,76 @@ def _store_of(group):
     raise RuntimeError("signlion: cannot reach the torch.distributed store of this PyTorch")
 
 
-def host_comm_from_process_group(group=None, zero_rule="positive", tie_rule="zero", store=None):
+def process_group_timeout(group=None):
+    """The timeout torch.distributed applies to `group`'s collectives (default: WORLD), what
+    init_process_group(timeout=...) or new_group(timeout=...) set (PyTorch's default: 30 minutes),
+    as a datetime.timedelta; None where this PyTorch does not expose it. Read from the group's
+    options (ProcessGroupGloo/NCCL.options._timeout, PyTorch 1.13 and later; the backend's on
+    2.x), else from the timeout of the store the group was made with."""
+    group = group if group is not None else dist.group.WORLD
+    holders = [group]
+    get_backend = getattr(group, "_get_backend", None)
+    if get_backend is not None:
+        for device in ("cpu", "cuda"):
+            try:
+                holders.append(get_backend(torch.device(device)))
+            except Exception:  # no backend for that device
+                pass
+    for holder in holders:
+        try:
+            timeout = holder.options._timeout
+        except Exception:  # not exposed by this PyTorch or backend
+            continue
+        if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
+            return timeout
+    try:
+        timeout = _store_of(group).timeout
+    except Exception:
+        return None
+    return timeout if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0 else None
+
+
+def _as_float(value):
+    """value as a float, NaN when it is not a number (so that a range check refuses it)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+# The host communicator's config.timeoutMs is an int of milliseconds.
+_MAX_TIMEOUT_MS = (1 << 31) - 1
+
+
+def resolve_timeout(timeout=None, group=None):
+    """(timeout_ms, source) for a host communicator over `group`: `timeout` when given (a
+    datetime.timedelta or seconds > 0), else the process group's timeout
+    (process_group_timeout), else 0 (the library's: SIGNLION_TIMEOUT_MS, 60 s by default).
+    A longer timeout than the communicator can hold (2^31 - 1 ms, about 24.8 days) is capped."""
+    if timeout is not None:
+        seconds = _as_float(timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout)
+        if not seconds > 0.0:
+            raise ValueError("signlion: timeout must be a datetime.timedelta or a number of seconds > 0, not %r"
+                             % (timeout,))
+        source = "the timeout argument"
+    else:
+        pg_timeout = process_group_timeout(group) if dist.is_available() and dist.is_initialized() else None
+        if pg_timeout is None:
+            return 0, "SIGNLION_TIMEOUT_MS or the library's default"
+        seconds, source = pg_timeout.total_seconds(), "the process group's timeout"
+    return max(1, min(_MAX_TIMEOUT_MS, int(math.ceil(seconds * 1000.0)))), source
+
+
+def host_comm_from_process_group(group=None, zero_rule="positive", tie_rule="zero", store=None, timeout=None):
     """A host communicator over the ranks of `group` (default: WORLD), its unique id
-    passed through the process group's store. Collective over the group."""
+    passed through the process group's store. Collective over the group. Every wait for a peer
+    is bounded by `timeout` (a datetime.timedelta or seconds), by default the process group's
+    own timeout (resolve_timeout); the communicator's timeout_ms and timeout_source tell which."""
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("signlion: torch.distributed is not initialized; call init_process_group first "
                            "(or use aggregation='local')")
     group = group if group is not None else dist.group.WORLD
+    timeout_ms, source = resolve_timeout(timeout, group)
     nranks, rank = dist.get_world_size(group), dist.get_rank(group)
     store = store if store is not None else _store_of(group)
     members = "all" if group is dist.group.WORLD else "-".join(str(r) for r in dist.get_process_group_ranks(group))
@@ -72,7 +151,9 @@ def host_comm_from_process_group(group=None, zero_rule="positive", tie_rule="zer
         store.set(key, uid)
     else:
         uid = store.get(key)
-    return capi.Comm(nranks, uid, rank, zero_rule=zero_rule, tie_rule=tie_rule)
+    comm = capi.Comm(nranks, uid, rank, zero_rule=zero_rule, tie_rule=tie_rule, timeout_ms=timeout_ms)
+    comm.timeout_source = source if timeout_ms else "SIGNLION_TIMEOUT_MS or the library's default"
+    return comm
 
 
 # ProcessGroupNCCL._comm_ptr() (the raw ncclComm_t) appeared in this release.
@@ -396,6 +477,16 @@ class DistributedLion(torch.optim.Optimizer):
     with a gradient on no rank keeps its value and its state on every rank, as torch optimizers
     skip it.
 
+    Failures (CPU tensors): every wait of the host communicator for a peer is bounded by `timeout`
+    (a datetime.timedelta or seconds), by default the process group's own timeout, the one
+    init_process_group(timeout=...) set (process_group_timeout; PyTorch's default is 30 minutes);
+    without one, SIGNLION_TIMEOUT_MS (60 s). A peer that exits, freezes or loses its link makes
+    the step fail on every other rank within that time with CommError (a RuntimeError naming this
+    rank, the bucket, the timeout and the library's error), raised by step() or, with overlap, by
+    the next gradient hook or step(); the communicator is aborted at once (no thread stays
+    blocked on it, and the peers still waiting fail too) and the optimizer refuses every further
+    step and state_dict(). Restart the job from a checkpoint (docs/LION.md, "When a rank fails").
+
     CUDA tensors (all parameters on one GPU) use the ncclComm_t of the process group's NCCL
     backend (PyTorch 2.8 or later) and the current stream; the optimizer state lives on that
     GPU. Call close() before destroying the process group.
@@ -410,15 +501,12 @@ class DistributedLion(torch.optim.Optimizer):
                  process_group=None, master_weights=False, momentum_average_every=0, skip_nonfinite=False,
                  zero_rule="positive", tie_rule="zero", comm=None, maximize=False, foreach=None, fused=None,
                  capturable=False, differentiable=False, broadcast_parameters=True, overlap=True,
-                 bucket_cap_mb=25.0):
+                 bucket_cap_mb=25.0, timeout=None):
         if aggregation not in capi.AGGREGATIONS:
             raise ValueError("aggregation must be one of %s, not %r" % (sorted(capi.AGGREGATIONS), aggregation))
         if overlap not in (True, False):
             raise ValueError("signlion: overlap must be True or False, not %r" % (overlap,))
-        try:
-            cap = float(bucket_cap_mb)
-        except (TypeError, ValueError):
-            cap = float("nan")
+        cap = _as_float(bucket_cap_mb)
         if not cap > 0.0:
             raise ValueError("signlion: bucket_cap_mb must be a number > 0 (MiB; inf for one bucket per "
                              "param group and dtype), not %r" % (bucket_cap_mb,))
@@ -446,6 +534,9 @@ class DistributedLion(torch.optim.Optimizer):
             if comm is not None:
                 raise ValueError("signlion: comm is a host communicator; CUDA parameters use the process group's "
                                  "NCCL communicator")
+            if timeout is not None:
+                raise ValueError("signlion: timeout bounds the host communicator; CUDA parameters use the process "
+                                 "group's NCCL communicator, whose collectives the process group's timeout bounds")
             self._nccl_comm = 0
             if aggregation != "local":
                 self._nccl_comm = nccl_comm_from_process_group(process_group, self.device)
@@ -453,7 +544,10 @@ class DistributedLion(torch.optim.Optimizer):
                 self._channel = _ProcessGroupChannel(process_group, self.device)
         elif aggregation != "local":
             if self._comm is None:
-                self._comm = host_comm_from_process_group(process_group, zero_rule, tie_rule)
+                self._comm = host_comm_from_process_group(process_group, zero_rule, tie_rule, timeout=timeout)
+            elif timeout is not None:
+                raise ValueError("signlion: timeout is for the host communicator the optimizer makes; a comm given "
+                                 "keeps its own (capi.Comm(timeout_ms=...))")
             self._channel = _HostChannel(self._comm)
         self._broadcast_parameters = broadcast_parameters
         self._buckets = []
@@ -695,8 +789,8 @@ class DistributedLion(torch.optim.Optimizer):
             try:
                 self._launch_on_side_stream(b, grads, hyper, in_backward)
             except BaseException as e:
-                self._failure = (b, e)
-                raise
+                self._fail(b, e)
+                raise self._failure_error() from e
         else:
             self._executor.submit(self._run_in_background, b, grads, hyper, in_backward)
 
@@ -713,7 +807,7 @@ class DistributedLion(torch.optim.Optimizer):
             if self.launch_observer is not None:
                 self.launch_observer("done", b.index, in_backward)
         except BaseException as e:
-            self._failure = (b, e)
+            self._fail(b, e)
 
     def _launch_on_side_stream(self, b, grads, hyper, in_backward):
         """CUDA: the bucket's step on the side stream, after what the launching thread's current
@@ -740,12 +834,37 @@ class DistributedLion(torch.optim.Optimizer):
         if raise_failure:
             self._raise_failure()
 
+    def _fail(self, b, e):
+        """Keeps the first error of a step (bucket b's) and, when the host communicator failed,
+        aborts it: its links close, so the peers still waiting on this rank fail at once, and no
+        thread stays blocked on it. Called by the thread that ran the failed call (the only one
+        using the communicator then)."""
+        if self._failure is None:
+            self._failure = (b, e)
+        if isinstance(e, capi.SignError) and e.result != _NCCL_INVALID_ARGUMENT and self._comm is not None:
+            self._comm.abort()
+
+    def _failure_error(self):
+        b, e = self._failure
+        what = b.describe() if b is not None else "the optimizer"
+        comm = self._comm
+        if isinstance(e, capi.SignError) and e.result != _NCCL_INVALID_ARGUMENT and comm is not None:
+            timeout_s = comm.timeout_ms / 1000.0
+            return CommError(
+                "signlion: rank %d of %d: the step of %s failed: %s. A peer exited or froze, or its link broke: no "
+                "data came from it for the timeout of %g s (%s), or its connection reported the loss (the library's "
+                "WARN line on stderr names the cause). The host communicator was aborted (the other ranks fail at "
+                "once) and this optimizer refuses further steps and state_dict(): what this rank applied of the "
+                "failed step is undefined. Restart the job from the last checkpoint (torchrun --max-restarts)."
+                % (comm.rank, comm.nranks, what, e, timeout_s, getattr(comm, "timeout_source", "its config")),
+                comm.rank, comm.nranks, timeout_s, e.result)
+        return RuntimeError("signlion: the step of %s failed (%s: %s); the optimizer state is undefined and "
+                            "this optimizer cannot be used again (make a new one, and a new process group if "
+                            "the communicator failed)" % (what, type(e).__name__, e))
+
     def _raise_failure(self):
         if self._failure is not None:
-            b, e = self._failure
-            raise RuntimeError("signlion: the step of %s failed (%s: %s); the optimizer state is undefined and "
-                               "this optimizer cannot be used again (make a new one, and a new process group if "
-                               "the communicator failed)" % (b.describe(), type(e).__name__, e)) from e
+            raise self._failure_error() from self._failure[1]
 
     # ---- the step ----
 
@@ -829,10 +948,15 @@ class DistributedLion(torch.optim.Optimizer):
         self._state_cache = None
         if not self.overlap:
             grads = [[p.grad for p in b.params] for b in self._buckets]
-            for b, g, active in zip(self._buckets, grads, self._gradient_somewhere(grads)):
-                group = self.param_groups[b.group_index]
-                self._step_bucket(b, g, (float(group["lr"]), tuple(group["betas"]), float(group["weight_decay"]),
-                                         bool(group["maximize"])), active)
+            b = self._buckets[0] if self._buckets else None
+            try:
+                for b, g, active in zip(self._buckets, grads, self._gradient_somewhere(grads)):
+                    group = self.param_groups[b.group_index]
+                    self._step_bucket(b, g, (float(group["lr"]), tuple(group["betas"]),
+                                             float(group["weight_decay"]), bool(group["maximize"])), active)
+            except BaseException as e:
+                self._fail(b, e)  # the buckets before b have stepped: the state is now undefined
+                raise self._failure_error() from e
             return loss
         with self._lock:
             try:

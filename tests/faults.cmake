@@ -1,0 +1,31 @@
+# A rank lost mid-training (docs/LION.md, "When a rank fails"), included from
+# tests/CMakeLists.txt inside its Python block (SIGNLION_PYTHON exists, not a
+# sanitizer build).
+#
+# python.faults.*: DistributedLion on 3 spawned gloo ranks (loopback) whose
+# timeout follows init_process_group(timeout=3 s): a frozen rank (overlap on)
+# and an exited rank (overlap off) give CommError on the others within the
+# timeout, then every call is refused (python/tests/test_torch_lion_faults.py).
+set(_signlion_py_env "SIGNLION_LIBRARY=$<TARGET_FILE:nccl-sign>;SIGNLION_SOCKET_IFNAME=lo")
+foreach(_case frozen_rank_overlap_on exited_rank_overlap_off)
+  add_test(NAME python.faults.${_case}
+           COMMAND ${SIGNLION_PYTHON} ${PROJECT_SOURCE_DIR}/python/tests/test_torch_lion_faults.py
+                   LostRank.test_${_case})
+  set_tests_properties(python.faults.${_case} PROPERTIES LABELS python TIMEOUT 180 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${_signlion_py_env}")
+endforeach()
+
+# netns.train_lost_rank: examples/train.py on 3 ranks, each a torchrun in its own
+# network namespace, a rank killed (SIGKILL) and one frozen (SIGSTOP) mid-training,
+# over the socket transport and the UCX plugin (when built): the others raise
+# CommError within the timeout, torchrun restarts the job, which resumes from the
+# last checkpoint and ends bit for bit as an uninterrupted run
+# (scripts/netns_train_faults.sh; root; about 4 minutes).
+set(_signlion_faults_env "")
+if(TARGET nccl-net-signlion-ucx)
+  set(_signlion_faults_env "UCX_PLUGIN=$<TARGET_FILE:nccl-net-signlion-ucx>")
+endif()
+add_test(NAME netns.train_lost_rank
+         COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/netns_train_faults.sh ${SIGNLION_PYTHON} $<TARGET_FILE:nccl-sign>)
+set_tests_properties(netns.train_lost_rank PROPERTIES LABELS "python;netns" SKIP_RETURN_CODE 77 TIMEOUT 900
+                     ENVIRONMENT "${_signlion_faults_env}")
