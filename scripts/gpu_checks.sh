@@ -296,7 +296,7 @@ step_lion_step() {
   [ $rc -eq 0 ] || fail "lion_step_bench"
 }
 
-# The hierarchical algorithm's wall-time target (docs/PERFORMANCE_ethernet.md,
+# The hierarchical algorithm's wall-time target (docs/PERFORMANCE.md,
 # "Emulated cluster") needs a core per rank: eight ranks on a 2-core machine
 # spend the time packing and unpacking whatever the algorithm.
 step_cluster() {
