@@ -7,8 +7,9 @@ marker, `<!-- quickstart: NAME -->` or `<!-- quickstart: NAME, needs a GPU -->`.
     quickstart_test.py SOURCE_DIR BUILD_DIR run NAME        runs block NAME
 `run` executes the block's text itself with bash (errexit, pipefail) in a
 scratch copy of the source tree (the files git would commit), where `build`
-is BUILD_DIR and HOME is a scratch folder, with QUICKSTART_PYTHON (if set)
-as `python3`. A line ending in `# needs a GPU`, or a block marked so, runs
+is BUILD_DIR (only for a block that names `build`) and HOME is a scratch
+folder, with QUICKSTART_PYTHON (if set) as `python3` and SIGNLION_LIBRARY
+unset. A line ending in `# needs a GPU`, or a block marked so, runs
 only where `nvidia-smi -L` lists a GPU; otherwise the line is skipped, and a
 block with nothing left exits 77 (CTest: skipped), saying why.
 """
@@ -98,8 +99,10 @@ def run(source, build, name):
             if f and os.path.isfile(os.path.join(source, f)):
                 os.makedirs(os.path.dirname(os.path.join(tree, f)), exist_ok=True)
                 shutil.copy2(os.path.join(source, f), os.path.join(tree, f))
-        os.symlink(os.path.abspath(build), os.path.join(tree, "build"))
+        if re.search(r"(^|[\s/])build/", text) or re.search(r"\sbuild(\s|$)", text):
+            os.symlink(os.path.abspath(build), os.path.join(tree, "build"))  # the block uses a built tree
         env = dict(os.environ, HOME=os.path.join(scratch, "home"))
+        env.pop("SIGNLION_LIBRARY", None)  # as a user's shell: the package finds its own library
         os.makedirs(env["HOME"])
         python = os.environ.get("QUICKSTART_PYTHON")
         if python:
