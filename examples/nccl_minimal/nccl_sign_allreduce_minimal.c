@@ -12,7 +12,7 @@
  * plugin (set NCCL_NET_PLUGIN to signlion's to use it), as in a multi-node job.
  * Exit status 0 when every rank's result is right.
  *
- * Build against an installed signlion (README, "Quick start: NCCL"):
+ * Build against an installed signlion (README, "Quick start", "NCCL"):
  *   cmake -S examples/nccl_minimal -B build-minimal -DCMAKE_PREFIX_PATH=PREFIX
  */
 #include <cuda_runtime_api.h>
