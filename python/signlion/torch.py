@@ -460,10 +460,6 @@ class DistributedLion(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One Distributed Lion step of every parameter with a gradient on some rank; collective.
-
-        closure, as for any torch optimizer, re-evaluates the model and returns the loss
-        (called with gradients enabled); step returns that loss, or None."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
