@@ -1,6 +1,6 @@
 // sign_allreduce_perf: nccl-tests' all_reduce_perf for the host sign
 // all-reduce. Same flags, defaults, table and footer as all_reduce_perf, so
-// scripts written for nccl-tests parse it; see docs/PERFORMANCE_ethernet.md.
+// scripts written for nccl-tests parse it; see docs/PERFORMANCE.md ("Method").
 //
 // Ranks are threads (-t), processes started by mpirun (built with MPI), or
 // processes started by hand (--rank R --nranks N --id-file F: rank 0 writes

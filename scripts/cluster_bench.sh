@@ -12,7 +12,7 @@
 # OUT/logs (each with the packets the links dropped), and a summary of hier against the best flat algorithm. Deletes
 # every namespace it made, also on failure or interrupt.
 #   scripts/cluster_bench.sh [BUILD_DIR] [OUT_DIR]            (root)
-# Environment (defaults: the run of docs/PERFORMANCE_ethernet.md, "Emulated cluster"):
+# Environment (defaults: the run of docs/PERFORMANCE.md, "Hierarchical"):
 #   NODES=2 PER=4 RATE=1gbit MINB=16M MAXB=256M FACTOR=4 ITERS=1 WARMUP=1 CHECK=1
 #     (PER at most 16 for sign-hier, the hierarchical algorithm's node limit)
 #   CONTENDERS="sign-hier sign-hd sign-ring sign-auto fp32-sum" RUN_TIMEOUT=900

@@ -9,7 +9,7 @@
 # SIGNLION_HOSTID=ns<r> (a namespace is a node) and SIGNLION_COST_BETA_MBPS of
 # its link's rate, so auto's cost model sees the emulated network.
 #   scripts/ethernet_bench.sh [BUILD_DIR] [OUT_DIR]            (root)
-# Environment (defaults: the full benchmark of docs/PERFORMANCE_ethernet.md):
+# Environment (defaults: the full sweep of docs/PERFORMANCE.md, section 3):
 #   RANKS="4 8" RATES="1gbit 10gbit" MINB=1M MAXB=256M FACTOR=4 ITERS=2 WARMUP=1
 #   CONTENDERS="sign-auto sign-ring sign-hd sign-allgather fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"
 #   RUN_TIMEOUT=600 (seconds per contender run)

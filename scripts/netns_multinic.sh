@@ -12,7 +12,7 @@
 #      between the namespaces with SIGNLION_SOCKET_IFNAME naming both
 #      interfaces stripes its links over both (each carries >= 25%).
 # With --bench it also prints the reference and the figures compared in
-# docs/PERFORMANCE_net.md: iperf3 with two streams, one per link, at the
+# docs/PERFORMANCE.md, "Two NICs": iperf3 with two streams, one per link, at the
 # same time, and the plugin on one link alone.
 #   netns_multinic.sh PEER_BINARY PLUGIN_LIB [HOST_PERF|-] [--bench] [RATE]
 set -uo pipefail

@@ -3,7 +3,7 @@
 # loopback and on a 10 Gbit/s tbf-limited veth pair between two namespaces:
 # 8 B ping-pong latency (half round trip, median of the trips: ucp_tag_lat's
 # "50.0%ile") and streaming bandwidth of 4..256 MiB messages, 8 in flight
-# (ucp_tag_bw's "overall"). Figures in docs/PERFORMANCE_ucx.md come from it.
+# (ucp_tag_bw's "overall"). The UCX figures in docs/PERFORMANCE.md come from it.
 # ucx_perftest runs twice per round: as it comes, and with -e (endpoints with
 # peer error handling, UCP_ERR_HANDLING_MODE_PEER, as the transport makes
 # them: a dead peer must fail our requests). UCX 1.13 gives such endpoints

@@ -6,7 +6,7 @@
 // packet of its own (no reply can carry it), and Linux sends one for every
 // second segment shorter than 536 bytes from inside the receiver's recv(),
 // on the critical path. Two plain one-way sockets are 1.18-1.26x a
-// one-socket ping-pong before any code of ours runs (docs/PERFORMANCE_net.md,
+// one-socket ping-pong before any code of ours runs (docs/PERFORMANCE.md,
 // "Small messages: where the time goes"). With both directions on one
 // socket, the reply carries the ACK, as in the plain ping-pong.
 //

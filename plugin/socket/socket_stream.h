@@ -28,7 +28,7 @@ void tuneStream(int fd, int trafficClass, int family);
 // from inside recv() (ICSK_ACK_PUSHED2), and every two full segments from the
 // softirq that receives them, and it leaves the mode when a delayed-ACK timer
 // fires, hence the re-arm, at most once per millisecond (*lastMs: the last
-// time, -1 before the first). docs/PERFORMANCE_net.md has the measurements.
+// time, -1 before the first). docs/PERFORMANCE.md has the measurements.
 void delayAcks(int fd, int64_t* lastMs);
 
 // A non-blocking listening socket on addr with its port replaced by 0; *bound

@@ -522,7 +522,7 @@ void enqueueStreams(Comm* c, uint64_t seq, char* buf, size_t size, Request* req)
   // helper for what the sockets did not take at once cost a thread hand-off
   // per message and helpers racing the caller for two cores, 256 KiB
   // ping-pong 1.45x the plain socket instead of 1.1-1.2x (docs/
-  // PERFORMANCE_net.md, "Medium messages"). A caller that stops calling
+  // PERFORMANCE.md, "Why medium messages cost what they cost"). A caller that stops calling
   // still gets it done: an idle helper checks its streams every kPollMs.
   if (size > kCallerOnlyMax) wakeHelpers(c);
 }

@@ -25,6 +25,10 @@ _LION_CONFIG_MAGIC = 0x4C494F4E
 
 
 class SignError(RuntimeError):
+    """A call of libnccl-sign.so failed. `result` is its ncclResult_t (e.g. 4,
+    ncclInvalidArgument); the message names the C function and the error, and the
+    library's WARN line on stderr names the argument or the cause."""
+
     def __init__(self, call, result):
         self.result = result
         super().__init__("%s failed: %s (ncclResult_t %d)" % (call, _lib().ncclSignGetErrorString(result).decode(),
@@ -32,16 +36,22 @@ class SignError(RuntimeError):
 
 
 class UniqueId(ctypes.Structure):
+    """ncclSignUniqueId: the 128 bytes the ranks of a host communicator meet by (get_unique_id)."""
+
     _fields_ = [("internal", ctypes.c_char * UNIQUE_ID_BYTES)]
 
 
 class Config(ctypes.Structure):
+    """ncclSignConfig_t as ctypes sees it; Comm and nccl_comm_set_config fill it from keyword arguments."""
+
     _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
                 ("algorithm", ctypes.c_int), ("zeroRule", ctypes.c_int), ("tieRule", ctypes.c_int),
                 ("timeoutMs", ctypes.c_int), ("netPlugin", ctypes.c_char_p), ("hostId", ctypes.c_char_p)]
 
 
 class LionConfig(ctypes.Structure):
+    """ncclSignLionConfig_t as ctypes sees it; Lion fills it from keyword arguments."""
+
     _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
                 ("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
                 ("weightDecay", ctypes.c_float), ("aggregation", ctypes.c_int), ("masterWeights", ctypes.c_int),
@@ -194,7 +204,16 @@ def get_unique_id():
 
 
 class Comm:
-    """A host communicator (ncclSignComm_t) over CPU buffers."""
+    """A host communicator (ncclSignComm_t) over CPU buffers: one rank of `nranks`.
+
+    Every rank calls Comm(nranks, unique_id, rank) with the same 128-byte unique_id
+    (get_unique_id() on one rank, shared out of band); the call returns once all
+    ranks have joined. zero_rule ("positive", "negative", "abstain") says how a zero
+    votes, tie_rule ("zero", "positive", "negative") what a tie gives
+    (docs/SEMANTICS.md); algorithm 0 lets the cost model choose; timeout_ms 0 waits
+    forever. Buffers are passed by address (ctypes.addressof, tensor.data_ptr()).
+    Free it with destroy() (or abort() after an error).
+    """
 
     def __init__(self, nranks, unique_id, rank, zero_rule="positive", tie_rule="zero", algorithm=0, timeout_ms=0,
                  host_id=None):
@@ -216,11 +235,13 @@ class Comm:
         self.timeout_ms = effective_timeout_ms(timeout_ms)
 
     def destroy(self):
+        """Frees the communicator once its operations are done (ncclSignCommDestroy); not collective."""
         if self.handle:
             _check("ncclSignCommDestroy", self.handle)
             self.handle = ctypes.c_void_p()
 
     def abort(self):
+        """Frees the communicator at once (ncclSignCommAbort): peers blocked on it see an error."""
         if self.handle:
             _lib().ncclSignCommAbort(self.handle)
             self.handle = ctypes.c_void_p()
@@ -232,6 +253,7 @@ class Comm:
             pass
 
     def barrier(self):
+        """Returns once every rank has entered the barrier (or the timeout passed: SignError)."""
         _check("ncclSignBarrier", self.handle)
 
     def wire_bytes(self):
@@ -248,10 +270,17 @@ class Comm:
         return node.value, s.value, r.value
 
     def sign_all_reduce(self, send_ptr, recv_ptr, count, datatype, op=MAJORITY):
-        """The sign all-reduce on host buffers given by address."""
+        """The sign all-reduce on host buffers given by address (ncclSignHostAllReduce).
+
+        count elements of datatype (FLOAT32, FLOAT16, BFLOAT16, INT8) at send_ptr vote;
+        op MAJORITY writes sign(sum of votes), AVERAGE (sum of votes) / nranks, in the
+        same datatype at recv_ptr (== send_ptr for in place), identical on every rank.
+        Collective: every rank calls it with the same count, datatype and op."""
         _check("ncclSignHostAllReduce", send_ptr, recv_ptr, count, datatype, op, self.handle)
 
     def sum_all_reduce(self, send_ptr, recv_ptr, count, datatype=FLOAT32):
+        """A plain ring sum all-reduce of FLOAT32 or BFLOAT16 on the same links
+        (ncclSignHostSumAllReduce): the baseline the sign all-reduce is measured against."""
         _check("ncclSignHostSumAllReduce", send_ptr, recv_ptr, count, datatype, self.handle)
 
 
@@ -314,7 +343,15 @@ def nccl_comm_release(nccl_comm):
 class Lion:
     """One rank's Distributed Lion optimizer over a flat buffer (ncclSignLion_t): host buffers
     and a host communicator (Comm), or, with nccl_comm (an ncclComm_t as an integer address;
-    0 for aggregation "local") device buffers on that communicator's GPU."""
+    0 for aggregation "local") device buffers on that communicator's GPU.
+
+    lr, betas and weight_decay are Lion's; aggregation is "mavo" (majority vote of the
+    signs), "average" (their mean), "global" (an fp32 all-reduce of the updates, the
+    baseline) or "local" (no communication). master_weights keeps an fp32 copy of
+    low-precision parameters; momentum_average_every > 0 averages the momentum every
+    that many steps; skip_nonfinite skips, on every rank, a step in which any rank's
+    gradient holds an inf or a NaN. docs/LION.md has the algorithm.
+    """
 
     def __init__(self, count, datatype, comm=None, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0,
                  aggregation="mavo", master_weights=False, momentum_average_every=0, skip_nonfinite=False,
@@ -342,6 +379,7 @@ class Lion:
             self.handle = None
 
     def set_hyperparameters(self, lr, betas, weight_decay):
+        """Changes lr, betas (beta1, beta2) and weight_decay for the next steps (schedules; lr 0 is valid)."""
         _check("ncclSignLionSetHyperparameters", self.handle, lr, betas[0], betas[1], weight_decay)
 
     def step(self, params_ptr, grads_ptr):
@@ -362,26 +400,32 @@ class Lion:
             self.handle = None
 
     def step_counts(self):
+        """(applied, skipped): steps applied and skipped for a non-finite gradient since creation or load."""
         a, s = ctypes.c_uint64(), ctypes.c_uint64()
         _check("ncclSignLionGetStepCount", self.handle, ctypes.byref(a), ctypes.byref(s))
         return a.value, s.value
 
     def state_size(self):
+        """The size in bytes of this rank's state (momentum, master copy, counters) as save_state writes it."""
         n = ctypes.c_size_t()
         _check("ncclSignLionGetStateSize", self.handle, ctypes.byref(n))
         return n.value
 
     def save_state_into(self, ptr, nbytes):
+        """Writes this rank's state into the buffer at address ptr of nbytes (at least state_size())."""
         _check("ncclSignLionSaveState", self.handle, ptr, nbytes)
 
     def load_state_from(self, ptr, nbytes):
+        """Restores a state saved by an optimizer of the same count, datatype and options from address ptr."""
         _check("ncclSignLionLoadState", self.handle, ptr, nbytes)
 
     def save_state(self):
+        """This rank's state as bytes; load_state(data) continues training bit for bit. Not collective."""
         buf = ctypes.create_string_buffer(self.state_size())
         self.save_state_into(ctypes.addressof(buf), len(buf))
         return buf.raw
 
     def load_state(self, data):
+        """Restores a state returned by save_state() of an optimizer of the same shape and options."""
         buf = ctypes.create_string_buffer(bytes(data), len(data))
         self.load_state_from(ctypes.addressof(buf), len(data))

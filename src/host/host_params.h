@@ -20,7 +20,7 @@ namespace host {
 // 128K at 1 Gbit/s. A chunk is what the next step waits for: on a slow link
 // 512K chunks left halving-doubling's steps of a 16 MiB message in one
 // piece each, run one after the other; on a fast one the ranks are CPU-bound
-// and smaller chunks only add messages (docs/PERFORMANCE_ethernet.md).
+// and smaller chunks only add messages (docs/PERFORMANCE.md, "The host executor").
 // Ranks compare the result at init (SIGNLION_HOST_CHUNK_BYTES).
 int64_t hostChunkBytes();
 }  // namespace host

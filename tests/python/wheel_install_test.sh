@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Python package as a user installs it (README, "Python"): builds the wheel
+# The Python package as a user installs it (README, "Quick start: PyTorch"): builds the wheel
 # from a copy of the source tree in a temporary folder (pip, build isolation:
 # scikit-build-core comes from the package registry), checks that the build
 # wrote nothing into that copy and that the wheel carries both libraries and

@@ -158,7 +158,7 @@ TEST(AlgoCostModel, SegmentsAreCostedOneByOne) {
 // node, SIGNLION_COST_BETA_MBPS of the link rate), 256 MiB of fp32: auto picks
 // halving-doubling (2.5 and 3.125 bits per element at N = 4 and 8, against the
 // ring's 2.75 and 3.875, in the same number of steps or fewer; measured in
-// docs/PERFORMANCE_ethernet.md, "auto against forced"). The CPU costs are paid
+// docs/PERFORMANCE.md, "Which algorithm"). The CPU costs are paid
 // once per element by every algorithm: they move every prediction by the same
 // amount and never the choice.
 TEST(AlgoCostModel, AutoOnTheEmulatedEthernetStar) {
