@@ -52,7 +52,10 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "python"))  # signlion from a source checkout
+try:
+    import signlion  # noqa: F401  the installed package (pip install .), which carries its library
+except ImportError:
+    sys.path.insert(0, os.path.join(HERE, "..", "python"))  # signlion from a source checkout
 sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402

@@ -123,6 +123,7 @@ class SerialExecutor:
             last._done.wait()
 
     def on_worker_thread(self):
+        """Whether the calling thread is this executor's worker (a task must not wait for its own queue)."""
         return self._thread is not None and threading.current_thread() is self._thread
 
     def close(self):

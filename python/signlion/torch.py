@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from . import capi
-from .background import SerialExecutor
+from .background import SerialExecutor as _SerialExecutor
 
 _DTYPES = {torch.float32: capi.FLOAT32, torch.float16: capi.FLOAT16, torch.bfloat16: capi.BFLOAT16}
 # Per group membership, how many host communicators this process made over it: the store key of
@@ -563,7 +563,7 @@ class DistributedLion(torch.optim.Optimizer):
             if self.device.type == "cuda":
                 self._side_stream = torch.cuda.Stream(self.device)
             else:
-                self._executor = SerialExecutor("signlion-lion-steps")
+                self._executor = _SerialExecutor("signlion-lion-steps")
         self._add_buckets(range(len(self.param_groups)))
         self._ready = True
 
