@@ -6,14 +6,8 @@
 # timeout follows init_process_group(timeout=3 s): a frozen rank (overlap on)
 # and an exited rank (overlap off) give CommError on the others within the
 # timeout, then every call is refused (python/tests/test_torch_lion_faults.py).
-set(_signlion_py_env "SIGNLION_LIBRARY=$<TARGET_FILE:nccl-sign>;SIGNLION_SOCKET_IFNAME=lo")
-foreach(_case frozen_rank_overlap_on exited_rank_overlap_off)
-  add_test(NAME python.faults.${_case}
-           COMMAND ${SIGNLION_PYTHON} ${PROJECT_SOURCE_DIR}/python/tests/test_torch_lion_faults.py
-                   LostRank.test_${_case})
-  set_tests_properties(python.faults.${_case} PROPERTIES LABELS python TIMEOUT 180 SKIP_RETURN_CODE 77
-                       ENVIRONMENT "${_signlion_py_env}")
-endforeach()
+signlion_python_tests(faults test_torch_lion_faults.py LostRank frozen_rank_overlap_on exited_rank_overlap_off
+                      TIMEOUT 180)
 
 # netns.train_lost_rank: examples/train.py on 3 ranks, each a torchrun in its own
 # network namespace, a rank killed (SIGKILL) and one frozen (SIGSTOP) mid-training,

@@ -2,15 +2,6 @@
 # (python/tests/test_torch_lion_overlap.py, python/tests/test_torch_collectives.py): gloo
 # process groups of 2 to 4 spawned ranks on CPU tensors. Included from tests/CMakeLists.txt
 # inside its Python block (SIGNLION_PYTHON set, no sanitizer).
-function(signlion_python_tests prefix script test_class)
-  foreach(_case ${ARGN})
-    add_test(NAME python.${prefix}.${_case}
-             COMMAND ${SIGNLION_PYTHON} ${PROJECT_SOURCE_DIR}/python/tests/${script} ${test_class}.test_${_case})
-    set_tests_properties(python.${prefix}.${_case} PROPERTIES LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77
-                         ENVIRONMENT "SIGNLION_LIBRARY=$<TARGET_FILE:nccl-sign>;SIGNLION_SOCKET_IFNAME=lo")
-  endforeach()
-endfunction()
-
 signlion_python_tests(overlap test_torch_lion_overlap.py Overlap
                       matches_reference_world2 matches_reference_world3 options_on_vs_off_world2
                       state_across_layouts_world2 accumulation_world2 overlaps_backward_world2

@@ -5,13 +5,9 @@
 # (python/tests/test_train_example.py): the ranks end identical and 2K steps
 # equal K steps + checkpoint + --resume + K steps bit for bit (overlap off and,
 # where DistributedLion takes overlap=, on; DDP + Lion too).
-foreach(_case signlion_resume_exact_overlap_off signlion_resume_exact_overlap_on ddp_lion_resume_exact)
-  add_test(NAME python.train_example.${_case}
-           COMMAND ${SIGNLION_PYTHON} ${PROJECT_SOURCE_DIR}/python/tests/test_train_example.py
-                   TrainExample.test_${_case})
-  set_tests_properties(python.train_example.${_case} PROPERTIES LABELS python TIMEOUT 600 SKIP_RETURN_CODE 77
-                       ENVIRONMENT "SIGNLION_LIBRARY=$<TARGET_FILE:nccl-sign>")
-endforeach()
+signlion_python_tests(train_example test_train_example.py TrainExample
+                      signlion_resume_exact_overlap_off signlion_resume_exact_overlap_on ddp_lion_resume_exact
+                      TIMEOUT 600 ENVIRONMENT "SIGNLION_LIBRARY=$<TARGET_FILE:nccl-sign>")
 # The training benchmark's smoke configuration: every contender of
 # scripts/train_bench.sh, 2 ranks on loopback, 3 steps of the mlp workload;
 # fails when a run fails or a synchronous contender's ranks differ.
