@@ -1,4 +1,4 @@
-"""signlion.torch.DistributedLion as a torch.optim optimizer (issue 17), CPU tensors, gloo
+"""signlion.torch.DistributedLion as a torch.optim optimizer, CPU tensors, gloo
 process groups of 2 or 3 spawned ranks, bit for bit against the NumPy Lion of
 test_torch_lion.py wherever values are compared:
  1. a parameter with a gradient on some ranks steps on every rank (g = 0 where a rank has
@@ -197,7 +197,7 @@ def check_models_that_differ_fail_clearly(rank, world):
     def model(n):
         return [torch.nn.Parameter(torch.zeros(3)) for _ in range(n)]
 
-    # 20 parameters on rank 0, 25 on the others (issue 17, item 5).
+    # 20 parameters on rank 0, 25 on the others.
     msg = expect_value_error(lambda: DistributedLion(model(20 if rank == 0 else 25), aggregation="mavo"),
                              "group 0: number of parameters", "25", "20")
     assert "rank 1" in msg, msg
@@ -266,7 +266,7 @@ def check_state_dict_torch_format(rank, world):
 
 
 def check_old_opaque_format(rank, world):
-    """The format before issue 17 (one state blob per bucket) still loads and continues exactly."""
+    """The earlier opaque format (one state blob per bucket) still loads and continues exactly."""
     from signlion.torch import DistributedLion
     kw = dict(lr=LR, weight_decay=WD, aggregation="average", master_weights=True)
     a = make_model()
