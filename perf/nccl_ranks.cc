@@ -1,5 +1,6 @@
 #include "nccl_ranks.h"
 
+#include <functional>
 #include <cuda_runtime_api.h>
 #include <poll.h>
 #include <signal.h>

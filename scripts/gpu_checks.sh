@@ -148,7 +148,8 @@ step_build() {
   grep -q '^SIGNLION_PYTHON:FILEPATH=' "$BUILD/CMakeCache.txt" || fail "SIGNLION_PYTHON not set"
   grep -E '^NCCL_(LIBRARY|INCLUDE_DIR):' "$BUILD/CMakeCache.txt"
   grep -q '^NCCL_LIBRARY:FILEPATH=.*nccl' "$BUILD/CMakeCache.txt" || fail "CMake found no NCCL library"
-  cmake --build "$BUILD" -j "$JOBS" || fail "build"
+  # -k 0: every compile error in one run, not only the first.
+  cmake --build "$BUILD" -j "$JOBS" -- -k 0 || fail "build"
   note "sm_$archs, NCCL $(nccl_version_of "$nccl") from $nccl, $(nproc) cores"
 }
 

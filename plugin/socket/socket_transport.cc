@@ -1,5 +1,6 @@
 #include "socket/socket_transport.h"
 
+#include <atomic>
 #include <fcntl.h>
 #include <netinet/ip.h>
 #include <netinet/tcp.h>

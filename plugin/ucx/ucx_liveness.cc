@@ -1,5 +1,6 @@
 #include "ucx/ucx_liveness.h"
 
+#include <chrono>
 #include <poll.h>
 #include <sys/socket.h>
 #include <time.h>

@@ -1,5 +1,6 @@
 #include "ucx/ucx_transport.h"
 
+#include <mutex>
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>

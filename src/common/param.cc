@@ -1,5 +1,6 @@
 #include "common/param.h"
 
+#include <atomic>
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>

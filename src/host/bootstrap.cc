@@ -1,5 +1,7 @@
 #include "host/bootstrap.h"
 
+#include <mutex>
+#include <system_error>
 #include <arpa/inet.h>
 #include <poll.h>
 #include <sys/eventfd.h>

@@ -1,5 +1,6 @@
 #include "nccl/comm_context.h"
 
+#include <mutex>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

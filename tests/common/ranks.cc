@@ -1,5 +1,6 @@
 #include "common/ranks.h"
 
+#include <functional>
 #include <gtest/gtest.h>
 
 #include <thread>

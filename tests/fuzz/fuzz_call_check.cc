@@ -4,6 +4,7 @@
 // make), a whole signature as the NCCL path's check gathers it
 // (src/nccl/call_agreement.h), and the settings table every rank sends at
 // ncclSignCommInitRank.
+#include <cstring>
 #include <vector>
 
 #include "algo/topology.h"

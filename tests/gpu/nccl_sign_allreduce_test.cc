@@ -11,6 +11,7 @@
 // same matrix forced hierarchical and auto, a captured replay, release.
 // The ranks report on stderr and through their exit codes (gtest does not
 // run in them). Without a device every test skips and says why.
+#include <functional>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
