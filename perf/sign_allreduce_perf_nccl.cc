@@ -140,9 +140,9 @@ class Bench {
     baseOut_ = baseOut.get();
     scalar_ = scalar.get();
     host_.resize(std::max<size_t>(o_.maxBytes, 64));
-    cuda(cudaMemset(send_, 0, send.size), "cudaMemset");
-    cuda(cudaMemset(recv_, 0, recv.size), "cudaMemset");
-    cuda(cudaMemset(base_, 0, maxCount * 4), "cudaMemset");
+    zero(send_, send.size);
+    zero(recv_, recv.size);
+    zero(base_, maxCount * 4);
     ncclSignConfig_t config = NCCL_SIGN_CONFIG_INITIALIZER;
     config.algorithm = algo_;
     nccl(ncclSignCommSetConfig(comm_, &config), "ncclSignCommSetConfig");
@@ -183,10 +183,9 @@ class Bench {
  private:
   // v over every rank (a double, through the communicator itself).
   double reduce(double v, ncclRedOp_t op) {
-    cuda(cudaMemcpy(scalar_, &v, 8, cudaMemcpyHostToDevice), "cudaMemcpy");
+    upload(scalar_, &v, 8);
     nccl(ncclAllReduce(scalar_, scalar_, 1, ncclFloat64, op, comm_, stream_), "ncclAllReduce (statistics)");
-    cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    cuda(cudaMemcpy(&v, scalar_, 8, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    download(&v, scalar_, 8);
     return v;
   }
 
@@ -194,11 +193,10 @@ class Bench {
   // communicator itself. Only for -I statistics, after the timing.
   std::vector<double> allGather(const std::vector<double>& mine) {
     DeviceBuffer own(mine.size() * 8), all(mine.size() * 8 * n_);
-    cuda(cudaMemcpy(own.get(), mine.data(), mine.size() * 8, cudaMemcpyHostToDevice), "cudaMemcpy");
+    upload(own.get(), mine.data(), mine.size() * 8);
     nccl(ncclAllGather(own.get(), all.get(), mine.size(), ncclFloat64, comm_, stream_), "ncclAllGather (statistics)");
-    cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     std::vector<double> out(mine.size() * n_);
-    cuda(cudaMemcpy(out.data(), all.get(), out.size() * 8, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    download(out.data(), all.get(), out.size() * 8);
     return out;
   }
 
@@ -209,15 +207,27 @@ class Bench {
   // summed over the ranks.
   double baselineWrong(size_t count) {
     std::vector<float> v(count, (float)(rank_ + 1));
-    cuda(cudaMemcpy(base_, v.data(), count * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    upload(base_, v.data(), count * 4);
     nccl(ncclAllReduce(base_, baseOut_, count, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce fp32");
-    cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    cuda(cudaMemcpy(v.data(), baseOut_, count * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    download(v.data(), baseOut_, count * 4);
     const float expect = (float)n_ * (float)(n_ + 1) / 2.0f;
     const size_t bad = (size_t)std::count_if(v.begin(), v.end(), [&](float x) { return x != expect; });
-    cuda(cudaMemset(base_, 0, count * 4), "cudaMemset");
+    zero(base_, count * 4);
     return reduce((double)bad, ncclSum);
   }
+
+  // Every copy and fill goes on stream_, which is non-blocking (not ordered
+  // after the legacy default stream): a plain cudaMemset may still be
+  // writing, and a small cudaMemcpy from pageable memory may return before
+  // its DMA is done, when the collective on stream_ starts reading.
+  void upload(void* d_dst, const void* src, size_t bytes) {
+    cuda(cudaMemcpyAsync(d_dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync H2D");
+  }
+  void download(void* dst, const void* d_src, size_t bytes) {
+    cuda(cudaMemcpyAsync(dst, d_src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync D2H");
+    cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+  void zero(void* d_dst, size_t bytes) { cuda(cudaMemsetAsync(d_dst, 0, bytes, stream_), "cudaMemsetAsync"); }
 
   // every rank here before any goes on
   void barrier() { reduce(0, ncclSum); }
@@ -323,11 +333,9 @@ class Bench {
     for (int c = 0; c < o_.check && bad == 0; c++) {
       uint64_t seed = 1000 + (uint64_t)++rep_;
       fillInput(host_.data(), count, dt, rank_, seed);
-      cuda(cudaMemcpy((inPlace ? recv_ : send_) + offset(dt), host_.data(), bytes, cudaMemcpyHostToDevice),
-           "cudaMemcpy");
+      upload((inPlace ? recv_ : send_) + offset(dt), host_.data(), bytes);
       sign(op, dt, count, inPlace);
-      cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-      cuda(cudaMemcpy(host_.data(), recv_ + offset(dt), bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      download(host_.data(), recv_ + offset(dt), bytes);
       bad += reduce((double)countWrong(host_.data(), count, dt, op.red, n_, seed), ncclSum);
     }
     return bad;
@@ -360,11 +368,11 @@ class Bench {
     char* recv = recv_ + offset(t.dt);
     if (o_.check) {  // inputs whose expected result is known, also for the timed calls
       fillInput(host_.data(), count, t.dt, rank_, 99);
-      cuda(cudaMemcpy(send, host_.data(), count * esize, cudaMemcpyHostToDevice), "cudaMemcpy");
+      upload(send, host_.data(), count * esize);
     }
     RowResult res[2];
     for (int inPlace = 0; inPlace < 2; inPlace++) {
-      if (inPlace) cuda(cudaMemcpy(recv, send, count * esize, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+      if (inPlace) cuda(cudaMemcpyAsync(recv, send, count * esize, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
       Timing tm = timed([&] { sign(op, t.dt, count, inPlace); });
       RowResult& r = res[inPlace];
       r = tm.perIter;
@@ -414,11 +422,10 @@ class Bench {
     gethostname(mine.host, sizeof(mine.host) - 1);
     snprintf(mine.name, sizeof(mine.name), "%.63s", prop.name);
     DeviceBuffer gathered(sizeof(Info) * n_), own(sizeof(Info));
-    cuda(cudaMemcpy(own.get(), &mine, sizeof(Info), cudaMemcpyHostToDevice), "cudaMemcpy");
+    upload(own.get(), &mine, sizeof(Info));
     nccl(ncclAllGather(own.get(), gathered.get(), sizeof(Info), ncclChar, comm_, stream_), "ncclAllGather");
-    cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     std::vector<Info> all(n_);
-    cuda(cudaMemcpy(all.data(), gathered.get(), sizeof(Info) * n_, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    download(all.data(), gathered.get(), sizeof(Info) * n_);
     if (rank_ != 0) return;
     int version = 0, ncclVersion = 0;
     ncclSignGetVersion(&version);

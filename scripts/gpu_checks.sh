@@ -176,8 +176,13 @@ step_memcheck() {
     "$BUILD/tests/signlion_gpu_kernel_tests" --gtest_filter="${RACECHECK_FILTER:-*}" || { rc=1; note "racecheck kernels: errors"; }
   # ncclSignAllReduce: its ranks are forked processes, which compute-sanitizer
   # follows; the short tests only (the matrix under memcheck takes long).
+  # --report-api-errors no: NCCL asks for the attributes of every kernel it
+  # carries, and those built for other GPUs answer cudaErrorNoKernelImageForDevice,
+  # which NCCL expects and handles (100 such reports per run on an H200 with the
+  # nvidia-nccl-cu13 wheel); memory errors are still reported. Our kernel tests
+  # above keep API errors reported.
   echo "== memcheck: ncclSignAllReduce =="
-  "$s" --tool memcheck --error-exitcode 1 \
+  "$s" --tool memcheck --report-api-errors no --error-exitcode 1 \
     "$BUILD/tests/signlion_gpu_nccl_tests" --gtest_filter="${NCCL_MEMCHECK_FILTER:-*ReleaseThenReuse*:*Captured*}" \
     || { rc=1; note "memcheck ncclSignAllReduce: errors"; }
   [ $rc -eq 0 ] || fail "compute-sanitizer reported errors"
@@ -190,7 +195,7 @@ step_kernel_bench() {
   local rc=${PIPESTATUS[0]}
   [ "$rc" -eq 77 ] && fail "kernel_bench found no CUDA device"
   [ "$rc" -eq 0 ] || fail "kernel_bench exited with $rc"
-  { echo "## kernel_bench ${BENCH_ARGS:-}"; grep -E '^#|GB/s|ratio' "$LOGS/kernel_bench.out" | tail -40; } | figure >/dev/null
+  { echo "## kernel_bench ${BENCH_ARGS:-}"; grep -v '^$' "$LOGS/kernel_bench.out" | tail -60; } | figure >/dev/null
 }
 
 # Ranks r on GPU r % devices; ranks that share a GPU get one NCCL_HOSTID each

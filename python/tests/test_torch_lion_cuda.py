@@ -136,7 +136,9 @@ def check_nccl_torch_api(rank, world):
             assert torch.equal(a.detach(), b.detach().cpu()), "step %d: parameter %d differs" % (step, i)
             for k in cpu_opt.state[a]:
                 assert torch.equal(cpu_opt.state[a][k], cuda_opt.state[b][k].cpu()), (step, i, k)
-                assert cuda_opt.state[b][k].device == b.device
+                # torch.optim's convention: "step" is a CPU scalar tensor, the rest on the parameter's device.
+                want_device = torch.device("cpu") if k == "step" else b.device
+                assert cuda_opt.state[b][k].device == want_device, (step, i, k, cuda_opt.state[b][k].device)
         for s in scheds:
             s.step()
     same_states(cpu_opt, cuda_opt)

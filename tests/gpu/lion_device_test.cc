@@ -63,7 +63,7 @@ TEST(LionDeviceOptimizer, LocalEqualsTheHostOptimizer) {
       Bytes pHost = inputs(dt, count, 41, false);
       DeviceBuffer dp(bytes), dg(bytes);
       ASSERT_TRUE(dp.ok() && dg.ok());
-      CUDA_ASSERT(dp.upload(0, pHost));
+      CUDA_ASSERT(dp.upload(0, pHost, stream));
       for (int s = 0; s < 6; s++) {
         Bytes g = inputs(dt, count, 50 + s, false);
         if (s == 3) setFloat(g, dt, count / 3, INFINITY);  // skipped on both
@@ -74,7 +74,7 @@ TEST(LionDeviceOptimizer, LocalEqualsTheHostOptimizer) {
         EXPECT_EQ(applied, s == 3 ? 0 : 1);
         CUDA_ASSERT(cudaStreamSynchronize(stream));
         Bytes pDev(bytes);
-        CUDA_ASSERT(dp.download(0, &pDev));
+        CUDA_ASSERT(dp.download(0, &pDev, stream));
         ASSERT_EQ(pDev, pHost) << "step " << s;
       }
       uint64_t a = 0, k = 0;
@@ -89,12 +89,12 @@ TEST(LionDeviceOptimizer, LocalEqualsTheHostOptimizer) {
       ASSERT_EQ(ncclSignLionCreateNccl(&dev2, count, dt, &c, nullptr), ncclSuccess);
       ASSERT_EQ(ncclSignLionLoadState(dev2, saved.data(), saved.size()), ncclSuccess);
       Bytes g = inputs(dt, count, 99, false);
-      CUDA_ASSERT(cudaMemcpy(dg.at(0), g.data(), bytes, cudaMemcpyHostToDevice));
+      CUDA_ASSERT(cudaMemcpyAsync(dg.at(0), g.data(), bytes, cudaMemcpyHostToDevice, stream));
       ASSERT_EQ(ncclSignLionStepAsync(dev2, dp.at(0), dg.at(0), stream), ncclSuccess);
       ASSERT_EQ(ncclSignLionStep(host, pHost.data(), g.data(), nullptr), ncclSuccess);
       CUDA_ASSERT(cudaStreamSynchronize(stream));
       Bytes pDev(bytes);
-      CUDA_ASSERT(dp.download(0, &pDev));
+      CUDA_ASSERT(dp.download(0, &pDev, stream));
       EXPECT_EQ(pDev, pHost);
       EXPECT_EQ(stateOf(dev2), stateOf(host));
       EXPECT_EQ(ncclSignLionDestroy(dev2), ncclSuccess);
@@ -119,7 +119,7 @@ TEST(LionDeviceOptimizer, RefusesHostBuffers) {
   EXPECT_EQ(ncclSignLionStepAsync(dev, pinned, dg.at(0), nullptr), ncclInvalidArgument);
   EXPECT_EQ(ncclSignLionStepAsync(dev, dp.at(0), nullptr, nullptr), ncclInvalidArgument);
   EXPECT_EQ(ncclSignLionStep(dev, dp.at(0), dg.at(0), nullptr), ncclInvalidUsage);
-  CUDA_ASSERT(cudaMemset(dg.at(0), 0, 64));
+  CUDA_ASSERT(cudaMemsetAsync(dg.at(0), 0, 64, nullptr));  // the stream of the step below
   EXPECT_EQ(ncclSignLionStepAsync(dev, dp.at(0), dg.at(0), nullptr), ncclSuccess);
   CUDA_ASSERT(cudaDeviceSynchronize());
   CUDA_ASSERT(cudaFreeHost(pinned));

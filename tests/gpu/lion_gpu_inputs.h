@@ -56,7 +56,10 @@ class DeviceBuffer {
  public:
   static constexpr uint8_t kGuard = 0xa5;
   explicit DeviceBuffer(size_t bytes, size_t slack = 16) : total_(bytes + slack) {
-    if (cudaMalloc(&base_, total_) != cudaSuccess || cudaMemset(base_, kGuard, total_) != cudaSuccess) {
+    // The fill is done before the buffer is handed out: a test may use it on
+    // a non-blocking stream, which is not ordered after this one.
+    if (cudaMalloc(&base_, total_) != cudaSuccess || cudaMemset(base_, kGuard, total_) != cudaSuccess ||
+        cudaStreamSynchronize(0) != cudaSuccess) {
       cudaFree(base_);
       base_ = nullptr;
     }
@@ -67,11 +70,15 @@ class DeviceBuffer {
   bool ok() const { return base_ != nullptr; }
   // The view `offset` bytes past the start (cudaMalloc: at least 16-byte aligned).
   void* at(size_t offset) const { return static_cast<char*>(base_) + offset; }
-  cudaError_t upload(size_t offset, const Bytes& b) const {
-    return cudaMemcpy(at(offset), b.data(), b.size(), cudaMemcpyHostToDevice);
+  // On `stream` (the legacy default stream unless named): a copy on another
+  // stream than the work that reads the buffer would race with it.
+  cudaError_t upload(size_t offset, const Bytes& b, cudaStream_t stream = 0) const {
+    return cudaMemcpyAsync(at(offset), b.data(), b.size(), cudaMemcpyHostToDevice, stream);
   }
-  cudaError_t download(size_t offset, Bytes* b) const {
-    return cudaMemcpy(b->data(), at(offset), b->size(), cudaMemcpyDeviceToHost);
+  // Waits for `stream`, so everything enqueued on it before is in *b.
+  cudaError_t download(size_t offset, Bytes* b, cudaStream_t stream = 0) const {
+    cudaError_t err = cudaMemcpyAsync(b->data(), at(offset), b->size(), cudaMemcpyDeviceToHost, stream);
+    return err != cudaSuccess ? err : cudaStreamSynchronize(stream);
   }
   // Every byte outside [offset, offset + bytes) still holds kGuard.
   ::testing::AssertionResult guardIntact(size_t offset, size_t bytes) const {

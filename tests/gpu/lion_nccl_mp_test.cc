@@ -132,10 +132,11 @@ class Rank {
     if (rank_ == 0) RANK_CHECK(ncclSignGetUniqueId(&sid) == ncclSuccess, "ncclSignGetUniqueId");
     void* d = nullptr;
     RANK_CHECK(cudaMalloc(&d, sizeof(sid)) == cudaSuccess, "cudaMalloc");
-    bool ok = cudaMemcpy(d, &sid, sizeof(sid), cudaMemcpyHostToDevice) == cudaSuccess &&
+    // Every copy on stream_ (non-blocking: not ordered after the legacy default stream).
+    bool ok = cudaMemcpyAsync(d, &sid, sizeof(sid), cudaMemcpyHostToDevice, stream_) == cudaSuccess &&
               ncclBroadcast(d, d, sizeof(sid), ncclChar, 0, ncomm, stream_) == ncclSuccess &&
-              cudaStreamSynchronize(stream_) == cudaSuccess &&
-              cudaMemcpy(&sid, d, sizeof(sid), cudaMemcpyDeviceToHost) == cudaSuccess;
+              cudaMemcpyAsync(&sid, d, sizeof(sid), cudaMemcpyDeviceToHost, stream_) == cudaSuccess &&
+              cudaStreamSynchronize(stream_) == cudaSuccess;
     cudaFree(d);
     RANK_CHECK(ok, "broadcasting the host communicator's id");
     ncclSignConfig_t config = NCCL_SIGN_CONFIG_INITIALIZER;
@@ -180,7 +181,7 @@ class Rank {
     void *dp = nullptr, *dg = nullptr;
     RANK_CHECK(cudaMalloc(&dp, bytes) == cudaSuccess && cudaMalloc(&dg, bytes) == cudaSuccess, "cudaMalloc");
     bool ok = true;
-    RANK_CHECK(cudaMemcpy(dp, p.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess, "upload");
+    RANK_CHECK(cudaMemcpyAsync(dp, p.data(), bytes, cudaMemcpyHostToDevice, stream_) == cudaSuccess, "upload");
     int skipped = 0;
     for (int s = 0; s < steps && ok; s++) {
       // Step 2 of a skipping case: one rank's gradient holds a NaN.
@@ -194,7 +195,9 @@ class Rank {
       RANK_CHECK(r == ncclSuccess, "case %d step %d: ncclSignLionStep: %d", caseIndex, s, (int)r);
       RANK_CHECK(cudaStreamSynchronize(stream_) == cudaSuccess, "sync");
       Bytes got(bytes);
-      RANK_CHECK(cudaMemcpy(got.data(), dp, bytes, cudaMemcpyDeviceToHost) == cudaSuccess, "download");
+      RANK_CHECK(cudaMemcpyAsync(got.data(), dp, bytes, cudaMemcpyDeviceToHost, stream_) == cudaSuccess &&
+                     cudaStreamSynchronize(stream_) == cudaSuccess,
+                 "download");
       if (got != p) {
         size_t i = 0;
         while (i < bytes && got[i] == p[i]) i++;

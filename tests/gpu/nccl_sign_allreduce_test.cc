@@ -96,6 +96,22 @@ class Rank {
     return static_cast<char*>(p);
   }
 
+  // Inputs in, garbage in and results out on the rank's own stream. The
+  // stream is non-blocking, so it is not ordered after the legacy default
+  // stream: a plain cudaMemset there may still be writing, and a small
+  // cudaMemcpy from pageable memory may return before its DMA is done, when
+  // the call on the stream starts reading.
+  bool upload(char* d_dst, const void* src, size_t bytes) {
+    return check(cudaMemcpyAsync(d_dst, src, bytes, cudaMemcpyHostToDevice, stream_) == cudaSuccess, "H2D");
+  }
+  bool fill(char* d_dst, int byte, size_t bytes) {
+    return check(cudaMemsetAsync(d_dst, byte, bytes, stream_) == cudaSuccess, "cudaMemsetAsync");
+  }
+  bool download(void* dst, const char* d_src, size_t bytes) {
+    return check(cudaMemcpyAsync(dst, d_src, bytes, cudaMemcpyDeviceToHost, stream_) == cudaSuccess, "D2H") &&
+           check(cudaStreamSynchronize(stream_) == cudaSuccess, "D2H: cudaStreamSynchronize");
+  }
+
   // hostId: the node this rank acts as (NULL: as the environment says).
   bool setConfig(ncclSignAlgo_t algo, ncclSignZeroRule_t zero, ncclSignTieRule_t tie, const char* hostId = nullptr) {
     ncclSignConfig_t cfg = NCCL_SIGN_CONFIG_INITIALIZER;
@@ -112,11 +128,10 @@ class Rank {
   bool call(const Bytes& input, const Bytes& want, size_t count, ncclDataType_t dt, ncclSignOp_t op, char* d_send,
             char* d_recv, bool inPlace, const std::string& what) {
     const size_t bytes = count * bits::typeSize(dt);
-    const char* send = inPlace ? d_recv : d_send;
+    char* send = inPlace ? d_recv : d_send;
     if (bytes > 0) {
-      if (!check(cudaMemcpy((void*)send, input.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess, "H2D"))
-        return false;
-      if (!inPlace) cudaMemset(d_recv, 0xEE, bytes);
+      if (!upload(send, input.data(), bytes)) return false;
+      if (!inPlace && !fill(d_recv, 0xEE, bytes)) return false;
     }
     ncclResult_t res = ncclSignAllReduce(send, d_recv, count, dt, op, comm_, stream_);
     if (!check(res == ncclSuccess, "%s: ncclSignAllReduce returned %s", what.c_str(), ncclGetErrorString(res)))
@@ -130,8 +145,7 @@ class Rank {
 
   bool compare(const char* d_buf, const Bytes& want, size_t count, ncclDataType_t dt, const std::string& what) {
     Bytes got(want.size());
-    if (!got.empty() && !check(cudaMemcpy(got.data(), d_buf, got.size(), cudaMemcpyDeviceToHost) == cudaSuccess, "D2H"))
-      return false;
+    if (!got.empty() && !download(got.data(), d_buf, got.size())) return false;
     size_t bad = test::firstMismatch(got, want);
     return check(bad == std::string::npos, "%s: first wrong element %zu of %zu", what.c_str(), bad / bits::typeSize(dt),
                  count);
@@ -272,8 +286,8 @@ int graphsOf(int rank, int n, ncclComm_t comm, const char* host) {
     for (int replay = 0; replay < 2; replay++) {
       std::vector<Bytes> in = test::randomVoteInputs(n, count, dt, 100u + 10u * a + replay);
       Bytes want = test::referenceOutput(in, count, dt, ncclSignMajority, ncclSignZeroAbstain, ncclSignTieZero);
-      cudaMemcpy(d_send, in[rank].data(), in[rank].size(), cudaMemcpyHostToDevice);
-      cudaMemset(d_recv, 0xEE, in[rank].size());
+      R.upload(d_send, in[rank].data(), in[rank].size());
+      R.fill(d_recv, 0xEE, in[rank].size());
       R.check(cudaGraphLaunch(exec, R.stream()) == cudaSuccess, "%s: launch", what.c_str());
       R.check(cudaStreamSynchronize(R.stream()) == cudaSuccess, "%s: sync", what.c_str());
       R.compare(d_recv, want, count, dt, what + " replay " + std::to_string(replay));

@@ -11,6 +11,9 @@
 # scripts/setup.sh installs). Skipped (77), with the reason, in a build without
 # CUDA or where the tools are missing. About 11 CPU-seconds each (the SASS of
 # 60 kernels on three architectures).
+#  - static.stream_order: in the sources that enqueue work on a non-blocking
+#    stream, no copy or fill on the legacy default stream (which that stream
+#    does not wait for); reads the sources only, well under a second.
 find_package(Python3 COMPONENTS Interpreter QUIET)
 if(Python3_Interpreter_FOUND)
   set(_static_args --library $<TARGET_FILE:nccl-sign> --source-dir ${PROJECT_SOURCE_DIR})
@@ -25,4 +28,7 @@ if(Python3_Interpreter_FOUND)
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/cuda_static_check.py ${_check} ${_static_args})
     set_tests_properties(static.cuda_${_check} PROPERTIES LABELS static SKIP_RETURN_CODE 77 TIMEOUT 600)
   endforeach()
+  add_test(NAME static.stream_order
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/stream_order_check.py ${PROJECT_SOURCE_DIR})
+  set_tests_properties(static.stream_order PROPERTIES LABELS static TIMEOUT 60)
 endif()
