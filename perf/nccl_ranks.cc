@@ -1,6 +1,5 @@
 #include "nccl_ranks.h"
 
-#include <functional>
 #include <cuda_runtime_api.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 namespace signlion {

@@ -1,6 +1,5 @@
 #include "socket/socket_transport.h"
 
-#include <atomic>
 #include <fcntl.h>
 #include <netinet/ip.h>
 #include <netinet/tcp.h>
@@ -11,6 +10,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>

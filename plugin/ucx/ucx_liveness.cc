@@ -1,12 +1,12 @@
 #include "ucx/ucx_liveness.h"
 
-#include <chrono>
 #include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>

@@ -1,6 +1,5 @@
 #include "ucx/ucx_transport.h"
 
-#include <mutex>
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -11,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 

@@ -1,7 +1,7 @@
 #include "common/param.h"
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <string>

@@ -1,7 +1,5 @@
 #include "host/bootstrap.h"
 
-#include <mutex>
-#include <system_error>
 #include <arpa/inet.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -13,7 +11,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>

@@ -1,9 +1,9 @@
 #include "nccl/comm_context.h"
 
-#include <mutex>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <mutex>
 #include <unordered_map>
 
 #include "common/cuda_checks.h"

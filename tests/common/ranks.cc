@@ -1,8 +1,8 @@
 #include "common/ranks.h"
 
-#include <functional>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
 #include <vector>
 

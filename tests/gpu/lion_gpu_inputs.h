@@ -58,6 +58,7 @@ class DeviceBuffer {
   explicit DeviceBuffer(size_t bytes, size_t slack = 16) : total_(bytes + slack) {
     // The fill is done before the buffer is handed out: a test may use it on
     // a non-blocking stream, which is not ordered after this one.
+    // stream-order: ok (synchronized on the next line)
     if (cudaMalloc(&base_, total_) != cudaSuccess || cudaMemset(base_, kGuard, total_) != cudaSuccess ||
         cudaStreamSynchronize(0) != cudaSuccess) {
       cudaFree(base_);
@@ -70,21 +71,21 @@ class DeviceBuffer {
   bool ok() const { return base_ != nullptr; }
   // The view `offset` bytes past the start (cudaMalloc: at least 16-byte aligned).
   void* at(size_t offset) const { return static_cast<char*>(base_) + offset; }
-  // On `stream` (the legacy default stream unless named): a copy on another
-  // stream than the work that reads the buffer would race with it.
-  cudaError_t upload(size_t offset, const Bytes& b, cudaStream_t stream = 0) const {
+  // On `stream`, the stream of the work that reads or wrote the buffer (no
+  // default: a copy on another stream than that work would race with it).
+  cudaError_t upload(size_t offset, const Bytes& b, cudaStream_t stream) const {
     return cudaMemcpyAsync(at(offset), b.data(), b.size(), cudaMemcpyHostToDevice, stream);
   }
   // Waits for `stream`, so everything enqueued on it before is in *b.
-  cudaError_t download(size_t offset, Bytes* b, cudaStream_t stream = 0) const {
+  cudaError_t download(size_t offset, Bytes* b, cudaStream_t stream) const {
     cudaError_t err = cudaMemcpyAsync(b->data(), at(offset), b->size(), cudaMemcpyDeviceToHost, stream);
     return err != cudaSuccess ? err : cudaStreamSynchronize(stream);
   }
-  // Every byte outside [offset, offset + bytes) still holds kGuard.
-  ::testing::AssertionResult guardIntact(size_t offset, size_t bytes) const {
+  // Every byte outside [offset, offset + bytes) still holds kGuard, once
+  // `stream` (the stream of the work that wrote the buffer) gets here.
+  ::testing::AssertionResult guardIntact(size_t offset, size_t bytes, cudaStream_t stream) const {
     Bytes all(total_);
-    if (cudaMemcpy(all.data(), base_, total_, cudaMemcpyDeviceToHost) != cudaSuccess)
-      return ::testing::AssertionFailure() << "cudaMemcpy failed";
+    if (download(0, &all, stream) != cudaSuccess) return ::testing::AssertionFailure() << "download failed";
     for (size_t i = 0; i < total_; i++)
       if ((i < offset || i >= offset + bytes) && all[i] != kGuard)
         return ::testing::AssertionFailure() << "byte " << i << " outside the view [" << offset << ", "

@@ -76,17 +76,17 @@ TEST(LionDevicePasses, EqualTheCpuPassesBitForBit) {
         // GPU.
         DeviceBuffer dg(g.size()), dm(m0.size()), dv(vHost.size()), dskip(4);
         ASSERT_TRUE(dg.ok() && dm.ok() && dv.ok() && dskip.ok());
-        CUDA_ASSERT(dg.upload(off, g));
-        CUDA_ASSERT(dm.upload(0, m0));
+        CUDA_ASSERT(dg.upload(off, g, nullptr));
+        CUDA_ASSERT(dm.upload(0, m0, nullptr));
         CUDA_ASSERT(cudaMemset(dskip.at(0), 0, 4));
         CUDA_ASSERT(kernels::lionInterpolateAndVote(pc.type, dg.at(off), divisor, static_cast<float*>(dm.at(0)), enc,
                                                     dv.at(0), n, k, static_cast<const float*>(dskip.at(0)), nullptr));
         CUDA_ASSERT(cudaStreamSynchronize(nullptr));
         Bytes mDev(m0.size()), vDev(vHost.size());
-        CUDA_ASSERT(dm.download(0, &mDev));
-        CUDA_ASSERT(dv.download(0, &vDev));
-        ASSERT_TRUE(dm.guardIntact(0, mDev.size()));
-        ASSERT_TRUE(dv.guardIntact(0, vDev.size()));
+        CUDA_ASSERT(dm.download(0, &mDev, nullptr));
+        CUDA_ASSERT(dv.download(0, &vDev, nullptr));
+        ASSERT_TRUE(dm.guardIntact(0, mDev.size(), nullptr));
+        ASSERT_TRUE(dv.guardIntact(0, vDev.size(), nullptr));
         ASSERT_TRUE(sameElements(ncclFloat32, mDev, mHost)) << "momentum, divisor " << divisor << " encoding "
                                                             << (int)enc;
         ASSERT_TRUE(sameElements(voteType, vDev, vHost)) << "votes, divisor " << divisor << " encoding " << (int)enc;
@@ -101,8 +101,8 @@ TEST(LionDevicePasses, EqualTheCpuPassesBitForBit) {
                             voteType, vHost.data(), n, 0.01f, 0.1f);
           DeviceBuffer dp(p.size()), dmw(mw.size()), dcount(8);
           ASSERT_TRUE(dp.ok() && dmw.ok() && dcount.ok());
-          CUDA_ASSERT(dp.upload(off, p));
-          CUDA_ASSERT(dmw.upload(0, mw));
+          CUDA_ASSERT(dp.upload(off, p, nullptr));
+          CUDA_ASSERT(dmw.upload(0, mw, nullptr));
           CUDA_ASSERT(cudaMemset(dcount.at(0), 0, 8));
           CUDA_ASSERT(kernels::lionApplyUpdate(pc.type, dp.at(off), master ? static_cast<float*>(dmw.at(0)) : nullptr,
                                                voteType, dv.at(0), n, 0.01f, 0.1f,
@@ -110,11 +110,11 @@ TEST(LionDevicePasses, EqualTheCpuPassesBitForBit) {
                                                static_cast<uint64_t*>(dcount.at(0)), nullptr));
           CUDA_ASSERT(cudaStreamSynchronize(nullptr));
           Bytes pDev(p.size()), mwDev(mw.size()), counter(8);
-          CUDA_ASSERT(dp.download(off, &pDev));
-          CUDA_ASSERT(dmw.download(0, &mwDev));
-          CUDA_ASSERT(dcount.download(0, &counter));
-          ASSERT_TRUE(dp.guardIntact(off, pDev.size()));
-          ASSERT_TRUE(dmw.guardIntact(0, mwDev.size()));
+          CUDA_ASSERT(dp.download(off, &pDev, nullptr));
+          CUDA_ASSERT(dmw.download(0, &mwDev, nullptr));
+          CUDA_ASSERT(dcount.download(0, &counter, nullptr));
+          ASSERT_TRUE(dp.guardIntact(off, pDev.size(), nullptr));
+          ASSERT_TRUE(dmw.guardIntact(0, mwDev.size(), nullptr));
           ASSERT_TRUE(sameElements(pc.type, pDev, pHost)) << "parameters";
           ASSERT_TRUE(sameElements(ncclFloat32, mwDev, mwHost)) << "master copy";
           ASSERT_EQ(counter, Bytes(8, 0)) << "no skip counted";
@@ -135,11 +135,11 @@ TEST(LionDevicePasses, SkipFlagChangesNothingAndCountsOnce) {
     Bytes votes(n, 0x5a);
     DeviceBuffer dg(g.size()), dm(m.size()), dp(p.size()), dmw(mw.size()), dv(n), dflag(4), dcount(8);
     ASSERT_TRUE(dg.ok() && dm.ok() && dp.ok() && dmw.ok() && dv.ok() && dflag.ok() && dcount.ok());
-    CUDA_ASSERT(dg.upload(0, g));
-    CUDA_ASSERT(dm.upload(0, m));
-    CUDA_ASSERT(dp.upload(0, p));
-    CUDA_ASSERT(dmw.upload(0, mw));
-    CUDA_ASSERT(dv.upload(0, votes));
+    CUDA_ASSERT(dg.upload(0, g, nullptr));
+    CUDA_ASSERT(dm.upload(0, m, nullptr));
+    CUDA_ASSERT(dp.upload(0, p, nullptr));
+    CUDA_ASSERT(dmw.upload(0, mw, nullptr));
+    CUDA_ASSERT(dv.upload(0, votes, nullptr));
     const float one = 1.0f;
     CUDA_ASSERT(cudaMemcpy(dflag.at(0), &one, 4, cudaMemcpyHostToDevice));
     const uint64_t seven = 7;
@@ -152,10 +152,10 @@ TEST(LionDevicePasses, SkipFlagChangesNothingAndCountsOnce) {
     CUDA_ASSERT(cudaStreamSynchronize(nullptr));
     Bytes m2(m.size()), p2(p.size()), mw2(mw.size()), v2(n);
     uint64_t count = 0;
-    CUDA_ASSERT(dm.download(0, &m2));
-    CUDA_ASSERT(dp.download(0, &p2));
-    CUDA_ASSERT(dmw.download(0, &mw2));
-    CUDA_ASSERT(dv.download(0, &v2));
+    CUDA_ASSERT(dm.download(0, &m2, nullptr));
+    CUDA_ASSERT(dp.download(0, &p2, nullptr));
+    CUDA_ASSERT(dmw.download(0, &mw2, nullptr));
+    CUDA_ASSERT(dv.download(0, &v2, nullptr));
     CUDA_ASSERT(cudaMemcpy(&count, dcount.at(0), 8, cudaMemcpyDeviceToHost));
     EXPECT_EQ(m2, m);
     EXPECT_EQ(p2, p);
@@ -175,7 +175,7 @@ TEST(LionDevicePasses, NonFiniteFlagToFloatAndDivide) {
       if (n > 0 && where >= 0) setFloat(x, pc.type, where == 0 ? 0 : (where == 1 ? n / 2 : n - 1), NAN);
       DeviceBuffer dx(x.size()), dflag(4), dout(n * 4);
       ASSERT_TRUE(dx.ok() && dflag.ok() && dout.ok());
-      CUDA_ASSERT(dx.upload(off, x));
+      CUDA_ASSERT(dx.upload(off, x, nullptr));
       const float stale = 5.0f;
       CUDA_ASSERT(cudaMemcpy(dflag.at(0), &stale, 4, cudaMemcpyHostToDevice));
       CUDA_ASSERT(kernels::lionFlagNonFinite(pc.type, dx.at(off), n, static_cast<float*>(dflag.at(0)), nullptr));
@@ -187,14 +187,14 @@ TEST(LionDevicePasses, NonFiniteFlagToFloatAndDivide) {
       std::vector<float> want(n);
       lion::toFloat(pc.type, x.data(), want.data(), n);
       Bytes got(n * 4);
-      CUDA_ASSERT(dout.download(0, &got));
-      ASSERT_TRUE(dout.guardIntact(0, got.size()));
+      CUDA_ASSERT(dout.download(0, &got, nullptr));
+      ASSERT_TRUE(dout.guardIntact(0, got.size(), nullptr));
       ASSERT_EQ(got, floatBytes(want)) << "toFloat moves bits only";
       if (where != -1) continue;
       lion::divide(want.data(), 3.0f, n);
       CUDA_ASSERT(kernels::lionDivide(static_cast<float*>(dout.at(0)), 3.0f, n, nullptr));
       CUDA_ASSERT(cudaStreamSynchronize(nullptr));
-      CUDA_ASSERT(dout.download(0, &got));
+      CUDA_ASSERT(dout.download(0, &got, nullptr));
       ASSERT_EQ(got, floatBytes(want));
     }
   }

@@ -11,15 +11,17 @@
 // same matrix forced hierarchical and auto, a captured replay, release.
 // The ranks report on stderr and through their exit codes (gtest does not
 // run in them). Without a device every test skips and says why.
-#include <functional>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bits/bits.h"
@@ -106,6 +108,13 @@ class Rank {
   }
   bool fill(char* d_dst, int byte, size_t bytes) {
     return check(cudaMemsetAsync(d_dst, byte, bytes, stream_) == cudaSuccess, "cudaMemsetAsync");
+  }
+  // Holds the stream for 10 ms (a host function on it), so that what is
+  // enqueued next runs late: a call that read its input or wrote its output
+  // without waiting for the stream would then fail every time, not by chance.
+  bool delay() {
+    auto sleep10ms = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(10)); };
+    return check(cudaLaunchHostFunc(stream_, sleep10ms, nullptr) == cudaSuccess, "cudaLaunchHostFunc");
   }
   bool download(void* dst, const char* d_src, size_t bytes) {
     return check(cudaMemcpyAsync(dst, d_src, bytes, cudaMemcpyDeviceToHost, stream_) == cudaSuccess, "D2H") &&
@@ -201,9 +210,12 @@ int matrixOf(int rank, int n, ncclComm_t comm, const std::vector<ncclSignAlgo_t>
               if (!R.setConfig(algo, zero, tie, host)) return R.failures();
               for (size_t offset : {size_t{0}, size_t{1}}) {
                 if (offset && count != 4097) continue;  // element pointers off every vector alignment
-                for (bool inPlace : {false, true})
+                for (bool inPlace : {false, true}) {
+                  // The first rule pair of each algorithm: its copies wait behind a held stream.
+                  if (z == 0 && t == 0 && !R.delay()) return R.failures();
                   R.call(inputs[rank], want, count, dt, op, d_send + offset * esize, d_recv + offset * esize, inPlace,
                          describe(count, dt, op, zero, tie, algo, inPlace, offset));
+                }
                 if (R.failures() > 20) return R.failures();
               }
             }

@@ -3,10 +3,10 @@
 // vote of the per-rank c's; global is plain Lion on the mean gradient; Lion
 // Cub's momentum averaging; non-finite steps skipped by all; save/load
 // resumes bit for bit.
-#include <cstring>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>

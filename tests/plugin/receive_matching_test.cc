@@ -3,10 +3,10 @@
 // receive (single or grouped) that holds its tag, in the order the sender
 // posted messages with that tag, whatever order the tags arrive in and
 // whether or not a receive for the tag is posted yet.
-#include <chrono>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <string>

@@ -3,13 +3,13 @@
 // offer does, an offer read before its send comm registered, a pairing undone
 // by a close before the offer went out, and the cases that must not pair.
 // The transport-level behaviour (headers, switch, order) is in plugin_test.cc.
-#include <atomic>
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
