@@ -220,6 +220,8 @@ class Bench {
   // after the legacy default stream): a plain cudaMemset may still be
   // writing, and a small cudaMemcpy from pageable memory may return before
   // its DMA is done, when the collective on stream_ starts reading.
+  // src is pageable (host_, locals): the copy has taken its bytes when it
+  // returns, so the caller may refill src at once (pinned memory would not allow it).
   void upload(void* d_dst, const void* src, size_t bytes) {
     cuda(cudaMemcpyAsync(d_dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync H2D");
   }
