@@ -19,3 +19,19 @@ if(SIGNLION_BUILD_PERF)
   set_tests_properties(netns.slurm_two_nodes_two_ranks PROPERTIES LABELS "scale;netns" SKIP_RETURN_CODE 77
                        TIMEOUT 900)
 endif()
+
+# netns.firewall_documented_ports_only: the same two nodes behind nftables
+# firewalls that open only docs/SCALE.md's ports ("Ports and firewalls") and
+# drop the rest: sign_allreduce_perf passes with SIGNLION_SOCKET_PORT_RANGE set
+# and opened, and with the ephemeral range narrowed and opened (then also the
+# training example with torchrun's port); with the root's port closed, or the
+# range opened but not set, every rank fails with an error naming the root's
+# address within the bootstrap timeout, never hangs
+# (scripts/firewall_netns_test.sh; 18 s without the training run, 41 s with it, here).
+if(SIGNLION_BUILD_PERF)
+  add_test(NAME netns.firewall_documented_ports_only
+           COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/firewall_netns_test.sh $<TARGET_FILE:sign_allreduce_perf>
+                   ${_cluster_train_args})
+  set_tests_properties(netns.firewall_documented_ports_only PROPERTIES LABELS "scale;netns" SKIP_RETURN_CODE 77
+                       TIMEOUT 600)
+endif()
