@@ -5,6 +5,10 @@
 # every other TCP packet (a counter counts the drops):
 #  open     SIGNLION_SOCKET_PORT_RANGE=50000-50099 on every rank, that range
 #           opened: the job passes, and no TCP packet was dropped;
+#  ucx      the open case over the UCX transport (libnccl-net-signlion-ucx.so
+#           beside the build's perf folder, or UCX_PLUGIN; UCX's TCP transport),
+#           UCX's own listeners kept to UCX_TCP_PORT_RANGE=50200-50299, both
+#           ranges opened; skipped with a note where UCX was not built;
 #  sysctl   no SIGNLION_SOCKET_PORT_RANGE, the nodes' ephemeral range narrowed
 #           to 50100-50199 (net.ipv4.ip_local_port_range, per namespace), that
 #           range (and torchrun's port 29500) opened: the job passes, no TCP
@@ -31,6 +35,8 @@ ROOT=$(dirname "$HERE")
 PERF=${1:?usage: $0 PATH/TO/sign_allreduce_perf [PYTHON LIBNCCL_SIGN]}
 PY=${2:-}
 LIB=${3:-}
+# the UCX plugin: UCX_PLUGIN, else where the build puts it beside PERF's folder
+UCX_PLUGIN=${UCX_PLUGIN:-$(dirname "$(dirname "$PERF")")/lib/libnccl-net-signlion-ucx.so}
 T=8 MARGIN=15  # bootstrap timeout (-T, seconds); a failed run must end within T + MARGIN
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root for network namespaces and nftables"
@@ -143,7 +149,7 @@ expect_clear_failure() {
   fi
 }
 
-RANGE=50000-50099
+RANGE=50000-50099 UCX_RANGE=50200-50299
 SYSCTL_LO=50100 SYSCTL_HI=50199
 MASTER_PORT=29500  # torchrun's rendezvous port, outside the ephemeral range
 
@@ -152,6 +158,17 @@ for ns in "${STAR_NS[@]}"; do firewall "$ns" "$RANGE"; done
 run open SIGNLION_SOCKET_PORT_RANGE=$RANGE
 expect_pass open "SIGNLION_SOCKET_PORT_RANGE=$RANGE, firewalls open $RANGE"
 grep -h "listening on\|root listening" "$DIR"/open.0.log | head -2
+
+# ucx: the same over the UCX transport (UCX's TCP transport here; its own listeners take
+# UCX_TCP_PORT_RANGE), both ranges opened.
+if [[ -f $UCX_PLUGIN ]]; then
+  for ns in "${STAR_NS[@]}"; do firewall "$ns" "$RANGE, $UCX_RANGE"; done
+  run ucx SIGNLION_SOCKET_PORT_RANGE=$RANGE UCX_TCP_PORT_RANGE=$UCX_RANGE SIGNLION_NET_PLUGIN="$UCX_PLUGIN" \
+    UCX_TLS=tcp UCX_NET_DEVICES="$STAR_IF" UCX_WARN_UNUSED_ENV_VARS=n
+  expect_pass ucx "UCX transport, SIGNLION_SOCKET_PORT_RANGE=$RANGE and UCX_TCP_PORT_RANGE=$UCX_RANGE opened"
+else
+  echo "note: UCX transport not run: no $UCX_PLUGIN (CMake did not find UCX: Debian's libucx-dev)"
+fi
 
 # sysctl: the ephemeral range narrowed and opened.
 for ns in "${STAR_NS[@]}"; do
