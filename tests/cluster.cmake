@@ -23,7 +23,8 @@ endif()
 # netns.firewall_documented_ports_only: the same two nodes behind nftables
 # firewalls that open only docs/SCALE.md's ports ("Ports and firewalls") and
 # drop the rest: sign_allreduce_perf passes with SIGNLION_SOCKET_PORT_RANGE set
-# and opened, and with the ephemeral range narrowed and opened (then also the
+# and opened (over the socket transport, and over UCX with UCX_TCP_PORT_RANGE
+# opened too), and with the ephemeral range narrowed and opened (then also the
 # training example with torchrun's port); with the root's port closed, or the
 # range opened but not set, every rank fails with an error naming the root's
 # address within the bootstrap timeout, never hangs
