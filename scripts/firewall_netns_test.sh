@@ -47,8 +47,8 @@ command -v nft >/dev/null || skip "no nft (Debian's nftables)"
 
 # shellcheck source=netns_lib.sh
 source "$HERE/netns_lib.sh"
-# shellcheck source=perf_log_check.sh
-source "$HERE/perf_log_check.sh"
+# shellcheck source=netns_launch_checks.sh
+source "$HERE/netns_launch_checks.sh"
 DIR=$(mktemp -d /tmp/signlion-firewall-XXXXXX)
 PIDS=()
 cleanup() {
@@ -179,13 +179,7 @@ run sysctl
 expect_pass sysctl "net.ipv4.ip_local_port_range=$SYSCTL_LO-$SYSCTL_HI, firewalls open $SYSCTL_LO-$SYSCTL_HI"
 
 # train: the training example behind the same firewalls, one torchrun per node.
-if [[ -z $PY ]]; then
-  echo "note: training not run (no PYTHON LIBNCCL_SIGN given)"
-elif ! "$PY" -m torch.distributed.run --help >/dev/null 2>&1; then
-  echo "note: training not run: $PY has no torch.distributed.run"
-elif [[ ! -d /usr/share/datasets/fashion-mnist ]]; then
-  echo "note: training not run: no Fashion-MNIST (Debian's dataset-fashion-mnist; scripts/setup.sh)"
-else
+if ! train_unavailable "$PY"; then
   PIDS=()
   for node in 0 1; do
     # --redirects/--tee 9:0: docs/TRAINING.md (Debian's torch 1.13 under Python 3.11).
@@ -193,24 +187,17 @@ else
       SIGNLION_HOSTID="${STAR_NS[$node]}" SIGNLION_DEBUG=INFO SIGNLION_DEBUG_SUBSYS=INIT OMP_NUM_THREADS=1 \
       timeout -k 5 240 "$PY" -m torch.distributed.run --redirects 9:0 --tee 9:0 --nnodes 2 --node_rank $node \
       --nproc_per_node 2 --master_addr "${STAR_ADDR[0]}" --master_port $MASTER_PORT "$ROOT/examples/train.py" \
-      --workload mlp --width 256 --batch 8 --val-size 64 --steps 5 --threads 1 --log-every 1 --timeout 60 \
-      >"$DIR/train.$node.log" 2>&1 &
+      "${TRAIN_ARGS[@]}" >"$DIR/train.$node.log" 2>&1 &
     PIDS+=($!)
   done
   RC=0
   for p in "${PIDS[@]}"; do wait "$p" || RC=$?; done
   PIDS=()
   d0=$(dropped "${STAR_NS[0]}") d1=$(dropped "${STAR_NS[1]}")
-  what="examples/train.py, torchrun --master_port $MASTER_PORT, net.ipv4.ip_local_port_range=$SYSCTL_LO-$SYSCTL_HI"
-  if ((RC == 0)) && grep -q "parameters identical on all 4 ranks" "$DIR/train.0.log" &&
-     grep -q "2 nodes x 2" "$DIR/train.0.log" && [[ $d0 == 0 && $d1 == 0 ]]; then
-    echo "ok: $what"
-    grep "^final" "$DIR/train.0.log"
-  else
-    echo "FAIL: $what: exit status $RC, TCP packets dropped $d0 and $d1 (needs 0, 'parameters identical on all 4 ranks' and '2 nodes x 2')"
-    tail -20 "$DIR/train.0.log"
-    failures=$((failures + 1))
-  fi
+  why=""
+  [[ $d0 == 0 && $d1 == 0 ]] || why="the firewalls dropped $d0 and $d1 TCP packets"
+  train_log_check "examples/train.py, torchrun --master_port $MASTER_PORT, net.ipv4.ip_local_port_range=$SYSCTL_LO-$SYSCTL_HI" \
+    "$DIR/train.0.log" "$RC" "$why"
 fi
 for ns in "${STAR_NS[@]}"; do ip netns exec "$ns" sysctl -q -w net.ipv4.ip_local_port_range="32768 60999"; done
 

@@ -28,8 +28,8 @@ ldd "$PERF" | grep -q libmpi || skip "$PERF was built without MPI"
 
 # shellcheck source=netns_lib.sh
 source "$HERE/netns_lib.sh"
-# shellcheck source=perf_log_check.sh
-source "$HERE/perf_log_check.sh"
+# shellcheck source=netns_launch_checks.sh
+source "$HERE/netns_launch_checks.sh"
 DIR=$(mktemp -d)
 PIDS=()
 cleanup() {

@@ -37,8 +37,8 @@ done
 source "$HERE/netns_lib.sh"
 # shellcheck source=slurm_netns_lib.sh
 source "$HERE/slurm_netns_lib.sh"
-# shellcheck source=perf_log_check.sh
-source "$HERE/perf_log_check.sh"
+# shellcheck source=netns_launch_checks.sh
+source "$HERE/netns_launch_checks.sh"
 DIR=$(mktemp -d /tmp/signlion-slurm-XXXXXX)
 cleanup() {
   slurm_netns_down
@@ -79,31 +79,17 @@ else
 fi
 
 # 3. Training: one torchrun per node, started by srun.
-if [[ -z $PY ]]; then
-  echo "note: training not run (no PYTHON LIBNCCL_SIGN given)"
-elif ! "$PY" -m torch.distributed.run --help >/dev/null 2>&1; then
-  echo "note: training not run: $PY has no torch.distributed.run"
-elif [[ ! -d /usr/share/datasets/fashion-mnist ]]; then
-  echo "note: training not run: no Fashion-MNIST (Debian's dataset-fashion-mnist; scripts/setup.sh)"
-else
+if ! train_unavailable "$PY"; then
   log="$DIR/train.log"
   port=$((30000 + RANDOM % 2000))
   # The host id is the node's Slurm name, as above.
   timeout -k 5 300 ip netns exec "$STAR_HUB" env SIGNLION_LIBRARY="$(realpath "$LIB")" GLOO_SOCKET_IFNAME="$STAR_IF" \
     OMP_NUM_THREADS=1 srun -N 2 --ntasks-per-node 1 --cpus-per-task 2 --time 4 \
-    bash -c 'SIGNLION_HOSTID=$SLURMD_NODENAME exec "$0" -m torch.distributed.run --redirects 9:0 --tee 9:0 --nnodes "$SLURM_NNODES" \
-      --node_rank "$SLURM_NODEID" --nproc_per_node 2 --master_addr "$1" --master_port "$2" "${@:3}"' \
-    "$PY" "${STAR_ADDR[0]}" "$port" "$ROOT/examples/train.py" --workload mlp --width 256 --batch 8 \
-    --val-size 64 --steps 5 --threads 1 --log-every 1 --timeout 60 >"$log" 2>&1
-  rc=$?
-  if ((rc == 0)) && grep -q "parameters identical on all 4 ranks" "$log" && grep -q "2 nodes x 2" "$log"; then
-    echo "ok: srun -N 2 --ntasks-per-node 1 torchrun --nnodes 2 --nproc_per_node 2 examples/train.py"
-    grep -E "^final" "$log"
-  else
-    echo "FAIL: srun ... torchrun ... examples/train.py: exit status $rc (needs 'parameters identical on all 4 ranks' and '2 nodes x 2')"
-    tail -30 "$log"
-    failures=$((failures + 1))
-  fi
+    bash -c 'SIGNLION_HOSTID=$SLURMD_NODENAME exec "$0" -m torch.distributed.run --redirects 9:0 --tee 9:0 \
+      --nnodes "$SLURM_NNODES" --node_rank "$SLURM_NODEID" --nproc_per_node 2 --master_addr "$1" \
+      --master_port "$2" "${@:3}"' \
+    "$PY" "${STAR_ADDR[0]}" "$port" "$ROOT/examples/train.py" "${TRAIN_ARGS[@]}" >"$log" 2>&1
+  train_log_check "srun -N 2 --ntasks-per-node 1 torchrun --nnodes 2 --nproc_per_node 2 examples/train.py" "$log" $?
 fi
 
 [ "$failures" = 0 ] && echo "PASS" && exit 0
