@@ -18,26 +18,6 @@ namespace signlion {
 namespace net {
 namespace {
 
-TEST(SocketPortRange, Parses) {
-  PortRange r;
-  std::string why;
-  EXPECT_TRUE(parsePortRange("", &r, &why));
-  EXPECT_EQ(r.lo, 0);
-  EXPECT_TRUE(parsePortRange("50000-50099", &r, &why));
-  EXPECT_EQ(r.lo, 50000);
-  EXPECT_EQ(r.hi, 50099);
-  EXPECT_TRUE(parsePortRange("7", &r, &why));
-  EXPECT_EQ(r.lo, 7);
-  EXPECT_EQ(r.hi, 7);
-  EXPECT_TRUE(parsePortRange("1-65535", &r, &why));
-  for (const char* bad : {"abc", "10-5", "0-10", "5-65536", "70000", "1-2-3", " 5-6", "5-", "-5", "5:6", "+5"}) {
-    why.clear();
-    EXPECT_FALSE(parsePortRange(bad, &r, &why)) << bad;
-    EXPECT_FALSE(why.empty()) << bad;
-    EXPECT_EQ(r.lo, 0) << bad;
-  }
-}
-
 SocketAddress loopback() {
   SocketAddress a{};
   a.sin.sin_family = AF_INET;
@@ -47,7 +27,7 @@ SocketAddress loopback() {
 
 int portOf(const SocketAddress& a) { return ntohs(a.sin.sin_port); }
 
-class PortRangeListen : public ::testing::Test {
+class SocketPortRange : public ::testing::Test {
  protected:
   void TearDown() override {
     for (int fd : fds_) close(fd);
@@ -82,13 +62,33 @@ class PortRangeListen : public ::testing::Test {
   std::vector<int> fds_;
 };
 
-TEST_F(PortRangeListen, UnsetTakesAnEphemeralPort) {
+TEST_F(SocketPortRange, Parses) {
+  PortRange r;
+  std::string why;
+  EXPECT_TRUE(parsePortRange("", &r, &why));
+  EXPECT_EQ(r.lo, 0);
+  EXPECT_TRUE(parsePortRange("50000-50099", &r, &why));
+  EXPECT_EQ(r.lo, 50000);
+  EXPECT_EQ(r.hi, 50099);
+  EXPECT_TRUE(parsePortRange("7", &r, &why));
+  EXPECT_EQ(r.lo, 7);
+  EXPECT_EQ(r.hi, 7);
+  EXPECT_TRUE(parsePortRange("1-65535", &r, &why));
+  for (const char* bad : {"abc", "10-5", "0-10", "5-65536", "70000", "1-2-3", " 5-6", "5-", "-5", "5:6", "+5"}) {
+    why.clear();
+    EXPECT_FALSE(parsePortRange(bad, &r, &why)) << bad;
+    EXPECT_FALSE(why.empty()) << bad;
+    EXPECT_EQ(r.lo, 0) << bad;
+  }
+}
+
+TEST_F(SocketPortRange, UnsetTakesAnEphemeralPort) {
   SocketAddress b;
   ASSERT_TRUE(listenOne(&b));
   EXPECT_GT(portOf(b), 0);
 }
 
-TEST_F(PortRangeListen, KeepsToTheRangeAndFailsWhenItIsFull) {
+TEST_F(SocketPortRange, KeepsToTheRangeAndFailsWhenItIsFull) {
   int base = freeBlock(3);
   ASSERT_GT(base, 0) << "no 3 free ports in a row between 20000 and 32000";
   setRange(std::to_string(base) + "-" + std::to_string(base + 2));
@@ -107,7 +107,7 @@ TEST_F(PortRangeListen, KeepsToTheRangeAndFailsWhenItIsFull) {
   EXPECT_EQ(portOf(b), base + 1);
 }
 
-TEST_F(PortRangeListen, MalformedRangeFailsToListen) {
+TEST_F(SocketPortRange, MalformedRangeFailsToListen) {
   setRange("50000-49999");
   SocketAddress b;
   int fd = -1;
