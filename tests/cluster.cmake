@@ -7,7 +7,7 @@
 # --ntasks-per-node 2 through scripts/slurm_rank.sh (hier, ring, auto) and with
 # srun --mpi=pmix, and examples/train.py for 5 steps, one torchrun per node
 # started by srun (scripts/slurm_netns_test.sh; 5 s without the training
-# run, 26 s with it, here).
+# run, 21 to 34 s with it, here).
 if(SIGNLION_BUILD_PERF)
   set(_cluster_train_args)
   if(NOT SIGNLION_SANITIZE AND EXISTS ${SIGNLION_PYTHON})
@@ -28,7 +28,7 @@ endif()
 # training example with torchrun's port); with the root's port closed, or the
 # range opened but not set, every rank fails with an error naming the root's
 # address within the bootstrap timeout, never hangs
-# (scripts/firewall_netns_test.sh; 18 s without the training run, 41 s with it, here).
+# (scripts/firewall_netns_test.sh; 18 s without the training run, 40 to 44 s with it, here).
 if(SIGNLION_BUILD_PERF)
   add_test(NAME netns.firewall_documented_ports_only
            COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/firewall_netns_test.sh $<TARGET_FILE:sign_allreduce_perf>
