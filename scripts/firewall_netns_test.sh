@@ -19,6 +19,9 @@
 #           the other node's ranks must name the root's address and port;
 #  ephemeral  the range opened, but no SIGNLION_SOCKET_PORT_RANGE: signlion
 #           listens on ephemeral ports the firewall drops; fails as closed does.
+#  ucx-closed the UCX case with UCX's range not opened (UCX_TCP_CONN_NB=y, which
+#           lets signlion's timeout hold over UCX's TCP transport): every rank
+#           fails within the bound, node 1's naming the links not up.
 # Ranks are started by hand in their nodes (--rank, --nranks, --id-file) so
 # that only signlion's own ports are in play. With PYTHON and LIBNCCL_SIGN
 # also:
@@ -217,6 +220,17 @@ t0=$SECONDS
 run ephemeral
 expect_clear_failure ephemeral "firewalls open $RANGE, SIGNLION_SOCKET_PORT_RANGE unset" \
   "root.*${STAR_ADDR[0]}:.*(timed out|did not answer)" $((SECONDS - t0))
+
+# ucx-closed: UCX's own range not opened. UCX_TCP_CONN_NB=y: UCX's TCP transport then
+# connects without blocking, so signlion's timeout holds (without it, a blocking connect()
+# inside ucp_ep_create waits out the kernel's SYN retries, about two minutes).
+if [[ -f $UCX_PLUGIN ]]; then
+  t0=$SECONDS
+  run ucx-closed SIGNLION_SOCKET_PORT_RANGE=$RANGE UCX_TCP_PORT_RANGE=$UCX_RANGE UCX_TCP_CONN_NB=y \
+    SIGNLION_NET_PLUGIN="$UCX_PLUGIN" UCX_TLS=tcp UCX_NET_DEVICES="$STAR_IF" UCX_WARN_UNUSED_ENV_VARS=n
+  expect_clear_failure ucx-closed "UCX transport, firewalls open $RANGE but not UCX_TCP_PORT_RANGE=$UCX_RANGE" \
+    "links to [0-9]+ peers not all up" $((SECONDS - t0))
+fi
 
 [ "$failures" = 0 ] && echo "PASS" && exit 0
 echo "FAIL: $failures case(s)"

@@ -26,8 +26,9 @@ endif()
 # and opened (over the socket transport, and over UCX with UCX_TCP_PORT_RANGE
 # opened too), and with the ephemeral range narrowed and opened (then also the
 # training example with torchrun's port); with the root's port closed, or the
-# range opened but not set, every rank fails with an error naming the root's
-# address within the bootstrap timeout, never hangs
+# range opened but not set, or UCX's own range closed (UCX_TCP_CONN_NB=y), every
+# rank fails with an error naming what did not answer within the bootstrap
+# timeout, never hangs
 # (scripts/firewall_netns_test.sh; 18 s without the training run, 40 to 44 s with it, here).
 if(SIGNLION_BUILD_PERF)
   add_test(NAME netns.firewall_documented_ports_only
