@@ -29,7 +29,7 @@ endif()
 # range opened but not set, or UCX's own range closed (UCX_TCP_CONN_NB=y), every
 # rank fails with an error naming what did not answer within the bootstrap
 # timeout, never hangs
-# (scripts/firewall_netns_test.sh; 18 s without the training run, 40 to 44 s with it, here).
+# (scripts/firewall_netns_test.sh; 18 to 29 s without the training run, 40 to 64 s with it, here).
 if(SIGNLION_BUILD_PERF)
   add_test(NAME netns.firewall_documented_ports_only
            COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/firewall_netns_test.sh $<TARGET_FILE:sign_allreduce_perf>
