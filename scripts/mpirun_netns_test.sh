@@ -28,6 +28,8 @@ ldd "$PERF" | grep -q libmpi || skip "$PERF was built without MPI"
 
 # shellcheck source=netns_lib.sh
 source "$HERE/netns_lib.sh"
+# shellcheck source=netns_launch_checks.sh
+source "$HERE/netns_launch_checks.sh"
 DIR=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -43,24 +45,6 @@ ip -n "$STAR_HUB" addr add 198.18.0.254/24 dev br0 || { echo "FAIL: address on t
 NODE0=${STAR_NS[0]} NODE1=${STAR_NS[1]}
 ARGS=(-b 4K -e 1M -f 16 -n 2 -w 1 -c 1 -T 60)
 failures=0
-
-# Checks one run's log (rank 0's table): $1 what ran, $2 the log, $3 its exit status.
-check_log() {
-  local what=$1 log=$2 rc=$3 why=""
-  if [ "$rc" != 0 ]; then why="exit status $rc"
-  elif ! grep -q "Out of bounds values : 0 OK" "$log"; then why="no '# Out of bounds values : 0 OK'"
-  elif awk '$1 ~ /^[0-9]+$/ && ($9 != 0 || $13 != 0) { bad = 1 } END { exit !bad }' "$log"; then why="#wrong not 0"
-  elif ! grep -q "2 nodes x 2" "$log"; then why="the communicator did not see 2 nodes x 2"
-  fi
-  if [ -n "$why" ]; then
-    echo "FAIL: $what: $why"
-    tail -30 "$log"
-    failures=$((failures + 1))
-  else
-    echo "ok: $what"
-    grep -E '^ +[0-9]+ ' "$log" | tail -2
-  fi
-}
 
 # 1. mpirun, one orted per node through the agent.
 run_mpirun() {  # $1 algorithm, $2 log
@@ -81,7 +65,7 @@ for algo in hier ring auto; do
     echo "note: mpirun -A $algo printed nothing in 120 s (its launch stalled); launching it again"
     run_mpirun "$algo" "$log"; rc=$?
   fi
-  check_log "mpirun -H $NODE0:2,$NODE1:2 -np 4, -A $algo" "$log" $rc
+  perf_log_check "mpirun -H $NODE0:2,$NODE1:2 -np 4, -A $algo" "$log" $rc "2 nodes x 2"
 done
 
 # 2. srun's variables by hand, one process per task in its node.
@@ -99,8 +83,8 @@ for p in "${PIDS[@]}"; do wait "$p" || rc=$?; done
 PIDS=()
 # Rank 0 prints the table; every rank logs its INFO line.
 cat "$DIR"/slurm_[123].log >>"$DIR/slurm_0.log"
-check_log "srun's variables (SLURM_PROCID/NTASKS/NODEID, SLURMD_NODENAME) through slurm_rank.sh, -A hier" \
-  "$DIR/slurm_0.log" "$rc"
+perf_log_check "srun's variables (SLURM_PROCID/NTASKS/NODEID, SLURMD_NODENAME) through slurm_rank.sh, -A hier" \
+  "$DIR/slurm_0.log" "$rc" "2 nodes x 2"
 
 [ "$failures" = 0 ] && echo "PASS" && exit 0
 echo "FAIL: $failures run(s)"

@@ -10,7 +10,8 @@
 # libopenblas0-pthread: Debian's torch calls the system BLAS, which is the
 # reference one unless an optimized one is installed (a 4096 x 4096 matmul ran
 # 15x faster with OpenBLAS); fortunes: the text corpus of examples/train.py's
-# language model (docs/TRAINING.md).
+# language model (docs/TRAINING.md). slurm-wlm, nftables: the netns tests that
+# launch with a real Slurm and run behind a firewall (tests/cluster.cmake).
 set -euo pipefail
 
 PACKAGES=(
@@ -18,7 +19,7 @@ PACKAGES=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 iperf3 procps
   libucx-dev ucx-utils libibverbs-dev rdma-core
-  openmpi-bin libopenmpi-dev
+  openmpi-bin libopenmpi-dev slurm-wlm nftables
   python3-matplotlib libopenblas0-pthread
   dataset-fashion-mnist fortunes
   python3-torch python3-sklearn python3-numpy python3-pip python3-venv python3-setuptools

@@ -13,6 +13,10 @@ SIGNLION_STRING_PARAM(SocketIfname, "SOCKET_IFNAME", "")
 // Address family of the interfaces' addresses, as NCCL_SOCKET_FAMILY: "AF_INET"
 // or "AF_INET6"; empty: whichever address an interface lists first.
 SIGNLION_STRING_PARAM(SocketFamily, "SOCKET_FAMILY", "")
+// Ports every listening socket of signlion may take, "LO-HI" (or one port):
+// the bootstrap root, each rank's bootstrap listener, the socket and UCX
+// transports' listeners. Empty: a port the kernel picks (its ephemeral range).
+SIGNLION_STRING_PARAM(SocketPortRange, "SOCKET_PORT_RANGE", "")
 // Data streams (TCP connections) per comm, besides the control stream.
 SIGNLION_PARAM(Nsocks, "NSOCKS", 4)
 // Helper threads per comm serving the data streams (capped at NSOCKS).

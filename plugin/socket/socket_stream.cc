@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/debug.h"
+#include "socket/socket_port_range.h"
 
 namespace signlion {
 namespace net {
@@ -42,25 +43,64 @@ void delayAcks(int fd, int64_t* lastMs) {
   (void)setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &zero, sizeof(zero));
 }
 
-bool listenOnFreePort(const SocketAddress& addr, int backlog, int* fd, SocketAddress* bound) {
-  SocketAddress a = addr;
-  if (a.sa.sa_family == AF_INET)
-    a.sin.sin_port = 0;
+namespace {
+
+void setPort(SocketAddress* a, int port) {
+  if (a->sa.sa_family == AF_INET)
+    a->sin.sin_port = htons(static_cast<uint16_t>(port));
   else
-    a.sin6.sin6_port = 0;
+    a->sin6.sin6_port = htons(static_cast<uint16_t>(port));
+}
+
+// A listening socket on a, port included (0: the kernel picks one). reuse sets
+// SO_REUSEADDR, so that a fixed port held only by connections in TIME_WAIT (a
+// job that just ended) can listen again. On failure returns false with errno
+// set and *fd closed.
+bool listenOn(const SocketAddress& a, int backlog, bool reuse, int* fd, SocketAddress* bound) {
   *fd = socket(a.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (*fd < 0) {
-    WARN("NET/signlion: socket() failed: %s", strerror(errno));
-    return false;
-  }
+  if (*fd < 0) return false;
+  int one = 1;
   socklen_t len = addrLen(a);
   memset(bound, 0, sizeof(*bound));
-  if (bind(*fd, &a.sa, len) != 0 || listen(*fd, backlog) != 0 || getsockname(*fd, &bound->sa, &len) != 0) {
+  if ((!reuse || setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0) && bind(*fd, &a.sa, len) == 0 &&
+      listen(*fd, backlog) == 0 && getsockname(*fd, &bound->sa, &len) == 0)
+    return true;
+  int err = errno;
+  closeFd(fd);
+  errno = err;
+  return false;
+}
+
+}  // namespace
+
+bool listenOnFreePort(const SocketAddress& addr, int backlog, int* fd, SocketAddress* bound) {
+  *fd = -1;
+  PortRange range;
+  if (!configuredPortRange(&range)) return false;
+  SocketAddress a = addr;
+  if (range.lo == 0) {
+    setPort(&a, 0);
+    if (listenOn(a, backlog, false, fd, bound)) return true;
     WARN("NET/signlion: cannot listen on %s: %s", addressString(a).c_str(), strerror(errno));
-    closeFd(fd);
     return false;
   }
-  return true;
+  // The lowest free port of the range: ranks of one node racing for a port
+  // are ordered by bind(), and the loser moves on. listen() can report the
+  // clash too: two SO_REUSEADDR sockets may bind one port until one listens.
+  for (int port = range.lo; port <= range.hi; port++) {
+    setPort(&a, port);
+    if (listenOn(a, backlog, true, fd, bound)) return true;
+    if (errno != EADDRINUSE) {
+      WARN("NET/signlion: cannot listen on %s: %s", addressString(a).c_str(), strerror(errno));
+      return false;
+    }
+  }
+  setPort(&a, 0);
+  WARN("NET/signlion: cannot listen on %s: every port of SIGNLION_SOCKET_PORT_RANGE=%d-%d is in use "
+       "(each rank listens on one port for its bootstrap, rank 0 one more for the root, and one per "
+       "transport listener: widen the range)",
+       addressString(a).c_str(), range.lo, range.hi);
+  return false;
 }
 
 bool startConnect(const SocketAddress& to, int trafficClass, int* fd, const SocketAddress* from) {

@@ -31,8 +31,10 @@ void tuneStream(int fd, int trafficClass, int family);
 // time, -1 before the first). docs/PERFORMANCE.md has the measurements.
 void delayAcks(int fd, int64_t* lastMs);
 
-// A non-blocking listening socket on addr with its port replaced by 0; *bound
-// gets the address with the port the kernel chose. WARNs and returns false on failure.
+// A non-blocking listening socket on addr with its port replaced by a free
+// one: the lowest free port of SIGNLION_SOCKET_PORT_RANGE when it is set, else
+// one the kernel picks (port 0). *bound gets the address with that port.
+// WARNs and returns false on failure (a malformed or exhausted range included).
 bool listenOnFreePort(const SocketAddress& addr, int backlog, int* fd, SocketAddress* bound);
 
 // Non-blocking connect; *fd is the new socket. from (may be null): the local
