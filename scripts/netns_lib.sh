@@ -125,10 +125,22 @@ netns_star_down() {
   STAR_NS=(); STAR_ADDR=()
 }
 
+# ip netns add, tried up to 5 times: two tests that add namespaces at the same
+# moment can make one `ip netns add` fail (both set up /run/netns's mount).
+_netns_add() {
+  local try
+  for try in 1 2 3 4 5; do
+    ip netns add "$1" 2>/tmp/netns_err.$$ && return 0
+    ip netns del "$1" 2>/dev/null || true
+    sleep 0.3
+  done
+  return 1
+}
+
 netns_star_up() {
   local n=$1 rate=$2 i ns
   netns_star_down
-  if ! ip netns add "$STAR_HUB" 2>/tmp/netns_err.$$; then
+  if ! _netns_add "$STAR_HUB"; then
     NETNS_WHY="ip netns add failed: $(cat /tmp/netns_err.$$)"
     rm -f /tmp/netns_err.$$
     return 1
@@ -140,7 +152,7 @@ netns_star_up() {
   for ((i = 0; i < n; i++)); do
     ns="sl$$r$i"
     STAR_NS+=("$ns"); STAR_ADDR+=("198.18.0.$((i + 1))")
-    ip netns add "$ns" || { NETNS_WHY="namespace $ns"; netns_star_down; return 1; }
+    _netns_add "$ns" || { NETNS_WHY="namespace $ns: $(cat /tmp/netns_err.$$)"; rm -f /tmp/netns_err.$$; netns_star_down; return 1; }
     ip -n "$ns" link set lo up
     ip -n "$ns" link add "$STAR_IF" type veth peer name "p$i" netns "$STAR_HUB" ||
       { NETNS_WHY="veth unavailable"; netns_star_down; return 1; }

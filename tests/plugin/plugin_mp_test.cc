@@ -114,10 +114,10 @@ TEST(PluginTwoProcess, ExchangeV11UpTo256MiB) {
 TEST(PluginTwoProcess, ExchangeV8) { exchange(8, "0,3,65536,3000001", {0, 3, 65536, 3000001}); }
 
 // The failure tests' side: the plugin (v11) on loopback with a 2 s socket
-// timeout, so a failure shows within the test's bounds.
-static void openWithShortTimeout(void** lib, NetDriver* net, int* dev) {
+// timeout (timeoutMs), so a failure shows within the test's bounds.
+static void openWithShortTimeout(void** lib, NetDriver* net, int* dev, int timeoutMs = 2000) {
   setenv("SIGNLION_SOCKET_IFNAME", "lo", 1);
-  setenv("SIGNLION_SOCKET_TIMEOUT", "2000", 1);
+  setenv("SIGNLION_SOCKET_TIMEOUT", std::to_string(timeoutMs).c_str(), 1);
   signlion::paramResetCache();
   std::string err;
   *lib = openPlugin(pluginUnderTest(SIGNLION_PLUGIN_PATH), &err);
@@ -223,7 +223,10 @@ static void receiverEndsMidTransfer(bool orderly) {
   void* lib = nullptr;
   NetDriver net;
   int dev = -1;
-  openWithShortTimeout(&lib, &net, &dev);
+  // The orderly case expects no timeout at all: a longer one keeps a receiver
+  // that a loaded machine (a sanitizer build, other jobs) leaves unscheduled
+  // for 2 s from failing the send as stuck.
+  openWithShortTimeout(&lib, &net, &dev, orderly ? 10000 : 2000);
   if (::testing::Test::HasFatalFailure()) return;
   TempDir tmp;
   const std::string& dir = tmp.path();
