@@ -7,8 +7,9 @@
 //   scale_predict cluster   64M fp32 elements, N = 64..4096, links of 10, 25,
 //                           100 and 400 Gbit/s, flat (one rank per node) and
 //                           8 ranks per node
-//   scale_predict star      the points docs/ethernet.csv measured on the
-//                           emulated star (N = 4 and 8, 1 and 10 Gbit/s,
+//   scale_predict star      the points measured on the emulated star
+//                           (docs/ethernet.csv: N = 4 and 8, 1 and 10 Gbit/s;
+//                           docs/ethernet_n16.csv: N = 12 and 16, 1 Gbit/s;
 //                           1 MiB..256 MiB of fp32), with the star's settings
 //                           (every rank its own node, SIGNLION_COST_BETA_MBPS
 //                           of the tbf rate), to compare with the measurements
@@ -99,7 +100,7 @@ int main(int argc, char** argv) {
       for (double gbit : {10.0, 25.0, 100.0, 400.0})
         for (int n = 64; n <= 4096; n *= 2) rows("cluster", n, perNode, gbit, 64ull << 20, gbit * 125.0);
   } else {
-    for (int n : {4, 8})
+    for (int n : {4, 8, 12, 16})
       for (double gbit : {1.0, 10.0})
         for (uint64_t bytes = 1ull << 20; bytes <= 256ull << 20; bytes *= 4)
           rows("star", n, 1, gbit, bytes / 4, gbit * 125.0);

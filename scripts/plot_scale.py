@@ -5,9 +5,10 @@
 
 STAR_PRED.csv and CLUSTER_PRED.csv come from `scale_predict star` and
 `scale_predict cluster` (perf/scale_predict.cc); MEASURED.csv is
-docs/ethernet.csv (scripts/ethernet_bench.sh). Prints two markdown tables on
-stdout: the model's error on every measured point it predicts (per contender:
-median and range of predicted/measured), and the predicted time per call at
+docs/ethernet.csv (scripts/ethernet_bench.sh), or several such files joined by
+commas (docs/ethernet.csv,docs/ethernet_n16.csv). Prints markdown tables on
+stdout: the model's error on every measured point it predicts (per contender
+and per N: median and range of predicted/measured), and the predicted time per call at
 cluster scale with auto's pick; writes the plot (time per call against N, one
 panel per link rate and layout) to OUT.png."""
 import csv
@@ -42,6 +43,7 @@ def star_error(pred_rows, measured_rows):
     for r in pred_rows:
         pred[(int(r["nranks"]), float(r["gbit"]), int(r["count"]), r["contender"])] = float(r["predicted_us"])
     ratios = defaultdict(list)  # (contender, rate) -> [predicted / measured]
+    by_n = defaultdict(list)  # (nranks, rate) -> [predicted / measured]
     worst = {}
     for r in measured_rows:
         name = PAIRS.get(r["contender"])
@@ -53,6 +55,7 @@ def star_error(pred_rows, measured_rows):
             continue
         ratio = pred[key] / float(r["time_us"])
         ratios[(r["contender"], r["rate"])].append(ratio)
+        by_n[(int(r["nranks"]), r["rate"])].append(ratio)
         w = worst.get(r["contender"])
         if w is None or abs(ratio - 1) > abs(w[0] - 1):
             worst[r["contender"]] = (ratio, key)
@@ -60,6 +63,10 @@ def star_error(pred_rows, measured_rows):
     print("|---|---|---|---|---|---|")
     for (name, rate), rs in sorted(ratios.items()):
         print(f"| {name} | {rate} | {len(rs)} | {statistics.median(rs):.2f} | {min(rs):.2f} | {max(rs):.2f} |")
+    print("\n| N | link | points | predicted / measured: median | min | max |")
+    print("|---|---|---|---|---|---|")
+    for (n, rate), rs in sorted(by_n.items()):
+        print(f"| {n} | {rate} | {len(rs)} | {statistics.median(rs):.2f} | {min(rs):.2f} | {max(rs):.2f} |")
     every = [x for rs in ratios.values() for x in rs]
     if every:
         errs = sorted(abs(x - 1) for x in every)
@@ -120,7 +127,8 @@ def cluster(rows, png):
 
 
 def main(star_pred, measured, cluster_pred, png):
-    star_error(read(star_pred), read(measured))
+    # measured: one CSV of scripts/ethernet_bench.sh, or several joined by commas.
+    star_error(read(star_pred), [r for path in measured.split(",") for r in read(path)])
     cluster(read(cluster_pred), png)
 
 
