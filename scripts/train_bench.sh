@@ -42,9 +42,9 @@ PY=${SIGNLION_PYTHON:-/usr/bin/python3}
 LIB=$BUILD/src/host/libnccl-sign.so
 [[ -f $LIB ]] || { echo "no $LIB: build the target nccl-sign first" >&2; exit 2; }
 SMOKE=${SMOKE:-0}
-ALL="compute ddp-adamw ddp-lion ddp-fp16-lion ddp-powersgd-lion allgather-lion signlion-mavo signlion-mavo+overlap signlion-average signlion-average+overlap"
+ALL="compute ddp-adamw ddp-lion ddp-fp16-lion ddp-bf16-lion ddp-powersgd-lion allgather-lion signlion-mavo signlion-mavo+overlap signlion-average signlion-average+overlap"
 CONTENDERS=${CONTENDERS:-$ALL}
-CONV_CONTENDERS=${CONV_CONTENDERS-"compute ddp-adamw ddp-lion ddp-fp16-lion ddp-powersgd-lion signlion-mavo signlion-average"}
+CONV_CONTENDERS=${CONV_CONTENDERS-"compute ddp-adamw ddp-lion ddp-fp16-lion ddp-bf16-lion ddp-powersgd-lion signlion-mavo signlion-average"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 EVAL_EVERY=${EVAL_EVERY:-10} TIME_STEPS=${TIME_STEPS:-6} TIMED=${TIMED:-3} CONTEXT=${CONTEXT:-32}
 WIDTH=${WIDTH:-4096}
