@@ -6,8 +6,9 @@
 # namespace is the master), every contender in one run:
 #   compute                  local Lion, no communication (the floor)
 #   ddp-adamw ddp-lion       DDP (its fp32 all-reduce overlapped with backward)
-#   ddp-fp16-lion            DDP + the fp16 compression hook
-#   ddp-powersgd-lion        DDP + the PowerSGD hook
+#   ddp-fp16-lion ddp-bf16-lion   DDP + the fp16 / bf16 compression hook (bf16:
+#                            skipped where gloo cannot all-reduce bfloat16)
+#   ddp-powersgd-lion        DDP + the PowerSGD hook (one bucket's round at a time)
 #   allgather-lion           the reference code's all-gather of packed 1-bit votes
 #   signlion-mavo signlion-average            signlion, overlap off
 #   signlion-mavo+overlap signlion-average+overlap   overlap on (when this
