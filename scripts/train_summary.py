@@ -8,10 +8,11 @@ Per (workload, N, rate) and contender: medians over the last K steps of a run of
 backward, optimizer step and whole step; the communication left exposed (the step minus the
 compute-only contender's step at the same N); samples/s; bytes this rank sent per step (the
 interface's tx_bytes, every contender; signlion's own payload counter where there is one).
-The target (auto, the default): the value DDP + Lion's convergence run reached at the evaluation
-nearest two thirds of the steps every convergence run has, rounded to the easier side (accuracy
-down to a whole percent, loss up to 0.05 nats): a level the reference reaches well inside the
-run, which leaves a contender half as many steps again to reach it.
+The target (auto, the default): the median of DDP + Lion's evaluations over the middle third of
+the steps every convergence run has, rounded to the easier side (accuracy down to a whole
+percent, loss up to 0.05 nats): a level the reference reaches around half of the run and holds
+(a median, not one evaluation, which on a small validation set is noisy), leaving a contender
+as many steps again to reach it.
 Per (workload, N): the steps each contender took to reach the target (the evaluation curve of
 its convergence run; the overlapped variants and allgather-lion use the curve of the update
 rule they apply, signlion-mavo's or -average's), the metric at the last step every convergence
@@ -192,14 +193,16 @@ def main():
 
 
 def auto_target(wl, runs_c):
-    """The module docstring's rule: DDP + Lion's value near two thirds of the common steps,
-    rounded to the easier side; None without its run."""
+    """The module docstring's rule: the median of DDP + Lion's evaluations over the middle third
+    of the common steps, rounded to the easier side; None without its run."""
     ref = runs_c.get("ddp-lion")
     if ref is None:
         return None
     common = min(r["args"]["steps"] for r in runs_c.values())
-    evals = [(s, v) for s, v, _ in ref["evals"] if s <= common]
-    _, value = min(evals, key=lambda e: abs(e[0] - 2 * common / 3))
+    middle = [v for s, v, _ in ref["evals"] if common / 3 <= s <= 2 * common / 3]
+    if not middle:
+        return None
+    value = statistics.median(middle)
     if METRIC[wl][1]:
         return math.floor(value * 100) / 100
     return math.ceil(value * 20) / 20
