@@ -27,8 +27,8 @@
 # Environment (defaults: the benchmark of docs/TRAINING.md):
 #   RANKS="4 8" WORKLOADS="mlp lm" RATES="100mbit 1gbit 10gbit" CONV_RATE=10gbit
 #   CONTENDERS=<all of the above> CONV_CONTENDERS=<all but the overlapped
-#   variants and allgather-lion> CONV_STEPS_mlp=80 CONV_STEPS_lm=40
-#   EVAL_EVERY=10 TIME_STEPS=6 TIMED=3 BATCH_mlp=16 BATCH_lm=4 CONTEXT=32
+#   variants and allgather-lion> CONV_STEPS_mlp=100 CONV_STEPS_lm=150
+#   EVAL_EVERY=5 TIME_STEPS=5 TIMED=3 BATCH_mlp=16 BATCH_lm=4 CONTEXT=32
 #   VAL_SIZE_mlp=500 VAL_SIZE_lm=64 RUN_TIMEOUT=900 (seconds per run)
 #   SMOKE=1: loopback, no namespaces, N=2, every contender 3 steps of the mlp
 #     workload at width 256 (the CTest smoke test; exits 1 if a run fails or
@@ -47,7 +47,7 @@ ALL="compute ddp-adamw ddp-lion ddp-fp16-lion ddp-bf16-lion ddp-powersgd-lion al
 CONTENDERS=${CONTENDERS:-$ALL}
 CONV_CONTENDERS=${CONV_CONTENDERS-"compute ddp-adamw ddp-lion ddp-fp16-lion ddp-bf16-lion ddp-powersgd-lion signlion-mavo signlion-average"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
-EVAL_EVERY=${EVAL_EVERY:-10} TIME_STEPS=${TIME_STEPS:-6} TIMED=${TIMED:-3} CONTEXT=${CONTEXT:-32}
+EVAL_EVERY=${EVAL_EVERY:-5} TIME_STEPS=${TIME_STEPS:-5} TIMED=${TIMED:-3} CONTEXT=${CONTEXT:-32}
 WIDTH=${WIDTH:-4096}
 if ((SMOKE)); then
   RANKS=2 WORKLOADS=mlp CONV_RATE=loopback RATES="" CONV_CONTENDERS=$CONTENDERS CONV_STEPS_mlp=3 EVAL_EVERY=2
@@ -55,7 +55,7 @@ if ((SMOKE)); then
 else
   RANKS=${RANKS:-"4 8"} WORKLOADS=${WORKLOADS:-"mlp lm"} CONV_RATE=${CONV_RATE:-10gbit}
   RATES=${RATES-"100mbit 1gbit 10gbit"}
-  BATCH_lm=${BATCH_lm:-4} VAL_SIZE_lm=${VAL_SIZE_lm:-64} CONV_STEPS_lm=${CONV_STEPS_lm:-40}
+  BATCH_lm=${BATCH_lm:-4} VAL_SIZE_lm=${VAL_SIZE_lm:-64} CONV_STEPS_lm=${CONV_STEPS_lm:-150}
 fi
 source "$HERE/netns_lib.sh"
 source "$HERE/star_bench_lib.sh"
@@ -127,7 +127,7 @@ for n in $RANKS; do
   for wl in $WORKLOADS; do
     ((SMOKE)) || netns_star_rate "$CONV_RATE"
     for c in $CONV_CONTENDERS; do
-      run_contender "$c" "$n" "$CONV_RATE" "$wl" "$(knob CONV_STEPS "$wl" 80)" "$EVAL_EVERY" conv
+      run_contender "$c" "$n" "$CONV_RATE" "$wl" "$(knob CONV_STEPS "$wl" 100)" "$EVAL_EVERY" conv
     done
     for rate in $RATES; do
       netns_star_rate "$rate"
