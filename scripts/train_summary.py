@@ -249,6 +249,8 @@ def plot(table, conv, targets, outdir):
         fig.savefig(os.path.join(outdir, "train_curves.png"), dpi=90)
         print("plot: %s" % os.path.join(outdir, "train_curves.png"))
     keys = sorted(table)
+    if not keys:  # convergence runs only: no step times to plot
+        return
     fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.8), squeeze=False)
     for i, k in enumerate(keys):
         ax = axes[0][i]
