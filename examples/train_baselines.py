@@ -9,9 +9,13 @@ contender can count them itself (signlion's communicator), else None.
                       with backward, 25 MB buckets) + torch.optim.AdamW
   ddp-lion            DDP + lion_pytorch.Lion: plain ("global") Lion on the mean gradient
   ddp-fp16-lion       DDP with the fp16 compression hook (gradients all-reduced in fp16) + Lion
+  ddp-bf16-lion       DDP with the bf16 compression hook (gradients all-reduced in bfloat16)
+                      + Lion; refused (Unavailable) where gloo cannot all-reduce bfloat16
+                      (PyTorch 1.13)
   ddp-powersgd-lion   DDP with the PowerSGD hook (rank 4, error feedback, warm start,
-                      2 warm-up steps of plain all-reduce) + Lion; refused (Unavailable) on
-                      PyTorch 1.x over gloo, whose PowerSGD hooks crash there
+                      2 warm-up steps of plain all-reduce) + Lion; one bucket's round at a
+                      time (OrderedPowerSGD: over gloo the hook as it comes aborts with more
+                      than one bucket)
   allgather-lion      the reference code's pattern of Distributed Lion: every rank packs its
                       votes c >= 0 into bits, all-gathers the packed votes through
                       torch.distributed, counts them and steps on the majority (a baseline
@@ -59,19 +63,65 @@ def ddp_fp16_lion(model, args, device):
     return ddp, _lion(ddp.parameters(), args), None
 
 
+def _gloo_takes_bf16():
+    """Whether this PyTorch's gloo all-reduces bfloat16 (1.13's refuses: "Invalid scalar type").
+    Collective: every rank checks at the same point, and a refusal sends nothing."""
+    try:
+        dist.all_reduce(torch.zeros(1, dtype=torch.bfloat16))
+        return True
+    except RuntimeError:
+        return False
+
+
+def ddp_bf16_lion(model, args, device):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    if dist.get_backend() == "gloo" and not _gloo_takes_bf16():
+        raise Unavailable("ddp-bf16-lion: PyTorch %s's gloo backend cannot all-reduce bfloat16 (\"Invalid scalar "
+                          "type\"), which bf16_compress_hook needs; use a PyTorch whose gloo can, or the nccl "
+                          "backend" % torch.__version__)
+    ddp = _ddp(model, device)
+
+    def bf16_hook(process_group, bucket):
+        # DDP refuses torch's hook by its name unless PyTorch was built with CUDA 11 and NCCL 2.10
+        # (a check meant for the nccl backend); under another name it runs over gloo unchanged.
+        return default_hooks.bf16_compress_hook(process_group, bucket)
+    ddp.register_comm_hook(dist.group.WORLD, bf16_hook if device.type == "cpu" else default_hooks.bf16_compress_hook)
+    return ddp, _lion(ddp.parameters(), args), None
+
+
+class OrderedPowerSGD:
+    """torch's powerSGD_hook with one bucket's round at a time. The hook issues its P and Q
+    all-reduces from the callbacks of the bucket's first all-reduce, on the backend's threads,
+    while backward goes on issuing the next buckets' all-reduces on its own thread: the order
+    in which a rank issues its collectives then differs between ranks, and gloo (which matches
+    collectives by the order they are issued) aborts, e.g. "op.preamble.length <= op.nbytes.
+    16424 vs 4096" (PyTorch 1.13, any model whose gradients span more than one bucket: DDP's
+    first bucket holds at most 1 MB). Waiting, when a bucket becomes ready, for the previous
+    bucket's round to finish keeps the order the same on every rank; a round still runs while
+    backward computes the gradients of the next bucket."""
+
+    def __init__(self, state):
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+        self.state, self.hook, self.previous = state, powerSGD_hook.powerSGD_hook, None
+
+    def __call__(self, state, bucket):
+        if self.previous is not None:
+            self.previous.wait()
+        self.previous = self.hook(state, bucket)
+        return self.previous
+
+
 def ddp_powersgd_lion(model, args, device):
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
-    if torch.__version__.startswith("1.") and dist.get_backend() == "gloo":
-        # Seen with Debian's 1.13: powerSGD_hook's all-reduces mismatch across ranks over gloo at the
-        # first compressed step (gloo's "op.preamble.length <= op.nbytes" and an abort, also with one
-        # bucket), and batched_powerSGD_hook fails an assertion in _orthogonalize (a 2-D matrix).
-        raise Unavailable("ddp-powersgd-lion: PyTorch %s's PowerSGD hooks crash over gloo at the first "
-                          "compressed step; use PyTorch 2 or the nccl backend" % torch.__version__)
     ddp = _ddp(model, device)
     state = powerSGD_hook.PowerSGDState(process_group=dist.group.WORLD, matrix_approximation_rank=4,
                                         start_powerSGD_iter=2, use_error_feedback=True, warm_start=True,
                                         random_seed=args.seed)
-    ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    ordered = OrderedPowerSGD(state)
+
+    def powersgd_hook(state, bucket):  # register_comm_hook wants a function
+        return ordered(state, bucket)
+    ddp.register_comm_hook(state, powersgd_hook)
     return ddp, _lion(ddp.parameters(), args), None
 
 
@@ -157,6 +207,7 @@ CONTENDERS = {
     "ddp-adamw": ddp_adamw,
     "ddp-lion": ddp_lion,
     "ddp-fp16-lion": ddp_fp16_lion,
+    "ddp-bf16-lion": ddp_bf16_lion,
     "ddp-powersgd-lion": ddp_powersgd_lion,
     "allgather-lion": allgather_lion,
 }

@@ -6,8 +6,9 @@
 # namespace is the master), every contender in one run:
 #   compute                  local Lion, no communication (the floor)
 #   ddp-adamw ddp-lion       DDP (its fp32 all-reduce overlapped with backward)
-#   ddp-fp16-lion            DDP + the fp16 compression hook
-#   ddp-powersgd-lion        DDP + the PowerSGD hook
+#   ddp-fp16-lion ddp-bf16-lion   DDP + the fp16 / bf16 compression hook (bf16:
+#                            skipped where gloo cannot all-reduce bfloat16)
+#   ddp-powersgd-lion        DDP + the PowerSGD hook (one bucket's round at a time)
 #   allgather-lion           the reference code's all-gather of packed 1-bit votes
 #   signlion-mavo signlion-average            signlion, overlap off
 #   signlion-mavo+overlap signlion-average+overlap   overlap on (when this
@@ -26,8 +27,8 @@
 # Environment (defaults: the benchmark of docs/TRAINING.md):
 #   RANKS="4 8" WORKLOADS="mlp lm" RATES="100mbit 1gbit 10gbit" CONV_RATE=10gbit
 #   CONTENDERS=<all of the above> CONV_CONTENDERS=<all but the overlapped
-#   variants and allgather-lion> CONV_STEPS_mlp=80 CONV_STEPS_lm=40
-#   EVAL_EVERY=10 TIME_STEPS=6 TIMED=3 BATCH_mlp=16 BATCH_lm=4 CONTEXT=32
+#   variants and allgather-lion> CONV_STEPS_mlp=100 CONV_STEPS_lm=150
+#   EVAL_EVERY=5 TIME_STEPS=5 TIMED=3 BATCH_mlp=16 BATCH_lm=4 CONTEXT=32
 #   VAL_SIZE_mlp=500 VAL_SIZE_lm=64 RUN_TIMEOUT=900 (seconds per run)
 #   SMOKE=1: loopback, no namespaces, N=2, every contender 3 steps of the mlp
 #     workload at width 256 (the CTest smoke test; exits 1 if a run fails or
@@ -42,11 +43,11 @@ PY=${SIGNLION_PYTHON:-/usr/bin/python3}
 LIB=$BUILD/src/host/libnccl-sign.so
 [[ -f $LIB ]] || { echo "no $LIB: build the target nccl-sign first" >&2; exit 2; }
 SMOKE=${SMOKE:-0}
-ALL="compute ddp-adamw ddp-lion ddp-fp16-lion ddp-powersgd-lion allgather-lion signlion-mavo signlion-mavo+overlap signlion-average signlion-average+overlap"
+ALL="compute ddp-adamw ddp-lion ddp-fp16-lion ddp-bf16-lion ddp-powersgd-lion allgather-lion signlion-mavo signlion-mavo+overlap signlion-average signlion-average+overlap"
 CONTENDERS=${CONTENDERS:-$ALL}
-CONV_CONTENDERS=${CONV_CONTENDERS-"compute ddp-adamw ddp-lion ddp-fp16-lion ddp-powersgd-lion signlion-mavo signlion-average"}
+CONV_CONTENDERS=${CONV_CONTENDERS-"compute ddp-adamw ddp-lion ddp-fp16-lion ddp-bf16-lion ddp-powersgd-lion signlion-mavo signlion-average"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
-EVAL_EVERY=${EVAL_EVERY:-10} TIME_STEPS=${TIME_STEPS:-6} TIMED=${TIMED:-3} CONTEXT=${CONTEXT:-32}
+EVAL_EVERY=${EVAL_EVERY:-5} TIME_STEPS=${TIME_STEPS:-5} TIMED=${TIMED:-3} CONTEXT=${CONTEXT:-32}
 WIDTH=${WIDTH:-4096}
 if ((SMOKE)); then
   RANKS=2 WORKLOADS=mlp CONV_RATE=loopback RATES="" CONV_CONTENDERS=$CONTENDERS CONV_STEPS_mlp=3 EVAL_EVERY=2
@@ -54,7 +55,7 @@ if ((SMOKE)); then
 else
   RANKS=${RANKS:-"4 8"} WORKLOADS=${WORKLOADS:-"mlp lm"} CONV_RATE=${CONV_RATE:-10gbit}
   RATES=${RATES-"100mbit 1gbit 10gbit"}
-  BATCH_lm=${BATCH_lm:-4} VAL_SIZE_lm=${VAL_SIZE_lm:-64} CONV_STEPS_lm=${CONV_STEPS_lm:-40}
+  BATCH_lm=${BATCH_lm:-4} VAL_SIZE_lm=${VAL_SIZE_lm:-64} CONV_STEPS_lm=${CONV_STEPS_lm:-150}
 fi
 source "$HERE/netns_lib.sh"
 source "$HERE/star_bench_lib.sh"
@@ -126,7 +127,7 @@ for n in $RANKS; do
   for wl in $WORKLOADS; do
     ((SMOKE)) || netns_star_rate "$CONV_RATE"
     for c in $CONV_CONTENDERS; do
-      run_contender "$c" "$n" "$CONV_RATE" "$wl" "$(knob CONV_STEPS "$wl" 80)" "$EVAL_EVERY" conv
+      run_contender "$c" "$n" "$CONV_RATE" "$wl" "$(knob CONV_STEPS "$wl" 100)" "$EVAL_EVERY" conv
     done
     for rate in $RATES; do
       netns_star_rate "$rate"

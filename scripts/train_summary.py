@@ -2,12 +2,17 @@
 """Tables and plots of scripts/train_bench.sh's runs (the JSON that examples/train.py's rank 0 writes).
 
   train_summary.py --one RUN.json                 one line: the run's medians
-  train_summary.py [--timed K] [--target-mlp A] [--target-lm L] [--plots DIR] RUNS_DIR
+  train_summary.py [--timed K] [--target-mlp A|auto] [--target-lm L|auto] [--plots DIR] RUNS_DIR
 
 Per (workload, N, rate) and contender: medians over the last K steps of a run of forward +
 backward, optimizer step and whole step; the communication left exposed (the step minus the
 compute-only contender's step at the same N); samples/s; bytes this rank sent per step (the
 interface's tx_bytes, every contender; signlion's own payload counter where there is one).
+The target (auto, the default): the median of DDP + Lion's evaluations over the middle third of
+the steps every convergence run has, rounded to the easier side (accuracy down to a whole
+percent, loss up to 0.05 nats): a level the reference reaches around half of the run and holds
+(a median, not one evaluation, which on a small validation set is noisy), leaving a contender
+as many steps again to reach it.
 Per (workload, N): the steps each contender took to reach the target (the evaluation curve of
 its convergence run; the overlapped variants and allgather-lion use the curve of the update
 rule they apply, signlion-mavo's or -average's), the metric at the last step every convergence
@@ -19,13 +24,14 @@ that wall time per contender at each rate (train_curves.png) and samples/s again
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import statistics
 import sys
 
 RATE_ORDER = {"100mbit": 0, "1gbit": 1, "10gbit": 2, "loopback": 3}
-ORDER = ["compute", "ddp-adamw", "ddp-lion", "ddp-fp16-lion", "ddp-powersgd-lion", "allgather-lion",
+ORDER = ["compute", "ddp-adamw", "ddp-lion", "ddp-fp16-lion", "ddp-bf16-lion", "ddp-powersgd-lion", "allgather-lion",
          "signlion-mavo", "signlion-mavo+overlap", "signlion-average", "signlion-average+overlap"]
 METRIC = {"mlp": ("accuracy", True), "lm": ("val loss", False)}
 
@@ -92,8 +98,8 @@ def main():
     ap.add_argument("runs", nargs="?")
     ap.add_argument("--one")
     ap.add_argument("--timed", type=int, default=5)
-    ap.add_argument("--target-mlp", type=float, default=0.75)
-    ap.add_argument("--target-lm", type=float, default=2.60)
+    ap.add_argument("--target-mlp", default="auto", help="accuracy, or auto (the module's docstring)")
+    ap.add_argument("--target-lm", default="auto", help="validation loss, or auto")
     ap.add_argument("--plots")
     a = ap.parse_args()
     if a.one:
@@ -110,7 +116,9 @@ def main():
             table.setdefault((r["workload"], r["n"]), {}).setdefault(r["rate"], {})[r["label"]] = medians(r, a.timed)
         else:
             conv.setdefault((r["workload"], r["n"]), {})[r["label"]] = r
-    targets = {"mlp": a.target_mlp, "lm": a.target_lm}
+    given = {"mlp": a.target_mlp, "lm": a.target_lm}
+    targets = {k: auto_target(k[0], runs_c) if given[k[0]] == "auto" else float(given[k[0]])
+               for k, runs_c in conv.items()}
     for (wl, n), rates in sorted(table.items()):
         print("\n## %s, N = %d: per-step medians of the last %d steps (seconds)" % (wl, n, a.timed))
         for rate in sorted(rates, key=lambda x: RATE_ORDER.get(x, 9)):
@@ -130,7 +138,10 @@ def main():
     for (wl, n), runs_c in sorted(conv.items()):
         rates = table.get((wl, n), {})
         name, higher = METRIC[wl]
-        target = targets[wl]
+        target = targets[(wl, n)]
+        if target is None:
+            print("\n## %s, N = %d: no target (auto needs ddp-lion's convergence run)" % (wl, n))
+            continue
         any_run = runs_c[next(iter(runs_c))]
         common = min(r["args"]["steps"] for r in runs_c.values())  # runs compared at equal steps
         print("\n## %s, N = %d: target %s %s %.3f, evaluated every %d steps, compared over the first %d steps (runs "
@@ -165,7 +176,8 @@ def main():
             best = min(sl, key=lambda x: ttt(x, rate))
             line = "%s: best signlion (%s) reaches the target %.2fx sooner than ddp-lion" % (
                 rate, best, ttt("ddp-lion", rate) / ttt(best, rate))
-            hooks = [ttt(x, rate) for x in ("ddp-fp16-lion", "ddp-powersgd-lion") if ttt(x, rate) is not None]
+            hooks = [ttt(x, rate) for x in ("ddp-fp16-lion", "ddp-bf16-lion", "ddp-powersgd-lion")
+                     if ttt(x, rate) is not None]
             if hooks:
                 line += ", %.2fx sooner than the best DDP hook" % (min(hooks) / ttt(best, rate))
             floor, ref = rates[rate].get("compute"), rates[rate].get("ddp-lion")
@@ -178,6 +190,22 @@ def main():
     if a.plots:
         plot(table, conv, targets, a.plots)
     return 0
+
+
+def auto_target(wl, runs_c):
+    """The module docstring's rule: the median of DDP + Lion's evaluations over the middle third
+    of the common steps, rounded to the easier side; None without its run."""
+    ref = runs_c.get("ddp-lion")
+    if ref is None:
+        return None
+    common = min(r["args"]["steps"] for r in runs_c.values())
+    middle = [v for s, v, _ in ref["evals"] if common / 3 <= s <= 2 * common / 3]
+    if not middle:
+        return None
+    value = statistics.median(middle)
+    if METRIC[wl][1]:
+        return math.floor(value * 100) / 100
+    return math.ceil(value * 20) / 20
 
 
 def curve_of(label):
@@ -209,7 +237,8 @@ def plot(table, conv, targets, outdir):
                     ev = [e for e in conv[k][curve_of(label)]["evals"] if e[0] <= common]
                     ax.plot([s * m["step"] for s, _, _ in ev], [v for _, v, _ in ev], marker=".", label=label,
                             linestyle="--" if label == "compute" else "-")
-                ax.axhline(targets[wl], color="grey", linewidth=0.8)
+                if targets.get(k) is not None:
+                    ax.axhline(targets[k], color="grey", linewidth=0.8)
                 ax.set_xscale("log")
                 ax.set_title("%s, N = %d, %s" % (wl, n, rate))
                 ax.set_xlabel("training time (s): step x median step time")
@@ -220,6 +249,8 @@ def plot(table, conv, targets, outdir):
         fig.savefig(os.path.join(outdir, "train_curves.png"), dpi=90)
         print("plot: %s" % os.path.join(outdir, "train_curves.png"))
     keys = sorted(table)
+    if not keys:  # convergence runs only: no step times to plot
+        return
     fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.8), squeeze=False)
     for i, k in enumerate(keys):
         ax = axes[0][i]

@@ -8,6 +8,11 @@
 signlion_python_tests(train_example test_train_example.py TrainExample
                       signlion_resume_exact_overlap_off signlion_resume_exact_overlap_on ddp_lion_resume_exact
                       TIMEOUT 600 ENVIRONMENT "SIGNLION_LIBRARY=$<TARGET_FILE:nccl-sign>")
+# python.train_baselines.*: the baselines that adapt a PyTorch part, 2 ranks over gloo
+# (python/tests/test_train_baselines.py): DDP's PowerSGD hook one bucket's round at a time
+# equals the serial reference bit for bit; the bf16 hook runs or is refused with its reason.
+signlion_python_tests(train_baselines test_train_baselines.py TrainBaselines
+                      powersgd_ordered_matches_serial bf16_hook_or_clear_refusal)
 # The training benchmark's smoke configuration: every contender of
 # scripts/train_bench.sh, 2 ranks on loopback, 3 steps of the mlp workload;
 # fails when a run fails or a synchronous contender's ranks differ.
