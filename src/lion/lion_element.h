@@ -83,8 +83,11 @@ void dispatchFloatType(ncclDataType_t type, F&& f) {
   }
 }
 
-// Lion's sign: +1, -1, and 0 for +-0 and NaN.
-SIGNLION_HD int8_t signOf(float c) { return c > 0.0f ? 1 : c < 0.0f ? -1 : 0; }
+// Lion's sign: +1, -1, and 0 for +-0 and NaN (both comparisons false).
+// Written without branches: GCC left pass 1's loop unvectorized ("control
+// flow in loop") over the nested conditional, which made the int8-vote
+// passes (majority vote, local) 5x slower than the fp32 ones (average).
+SIGNLION_HD int8_t signOf(float c) { return (int8_t)((int)(c > 0.0f) - (int)(c < 0.0f)); }
 
 // Not inf, not NaN (an exponent field of all ones), from the bits alone.
 SIGNLION_HD bool isFinite(float x) { return (bits::floatBits(x) & 0x7f800000u) != 0x7f800000u; }
