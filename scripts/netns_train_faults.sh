@@ -15,7 +15,9 @@
 #         survivors have reported (it then fails on the closed links itself).
 # Each faulted run passes when: both survivors print signlion's CommError
 # naming their rank and the timeout (--timeout, the process group's, which the
-# communicator follows) within TIMEOUT + MARGIN seconds of the signal; every
+# communicator follows) within TIMEOUT + MARGIN seconds of the signal (after a
+# SIGSTOP, gloo's timeout error instead where a survivor was waiting in one of
+# the process group's own collectives; the run prints which); every
 # torchrun restarts its worker once and exits 0; the restarted job resumed from
 # a checkpoint (step > 0); and every rank's final parameters equal the
 # reference run's bit for bit.
@@ -150,21 +152,30 @@ for how in kill stop; do
   t0=$(date +%s.%N)
   [[ $how == kill ]] && kill -KILL "$victim" || kill -STOP "$victim"
   echo "$tag: SIG${how^^} to rank $VICTIM's worker (pid $victim)"
-  # every survivor must report signlion's error within the timeout and the margin
+  # every survivor must fail within the timeout and the margin: with signlion's
+  # CommError, or, where it was waiting in one of the process group's own
+  # collectives (train.py's, PyTorch's) when the peer stopped, with gloo's
+  # timeout of the same length; which one depends on where the stop caught it.
   for ((r = 0; r < N; r++)); do
     ((r == VICTIM)) && continue
-    seen=""
+    seen="" by=""
     while [[ -z $seen ]] && (($(echo "$(date +%s.%N) - $t0 < $TIMEOUT + $MARGIN" | bc))); do
-      grep -q "train.py: rank $r failed (CommError: signlion: rank $r of $N" "$DIR/$tag.rank$r.log" &&
-        seen=$(echo "$(date +%s.%N) - $t0" | bc)
+      if grep -q "train.py: rank $r failed (CommError: signlion: rank $r of $N" "$DIR/$tag.rank$r.log"; then
+        by=CommError
+      elif [[ $how == stop ]] &&
+        grep -q "train.py: rank $r failed (RuntimeError: .*gloo.*Timed out waiting $((TIMEOUT * 1000))ms" \
+          "$DIR/$tag.rank$r.log"; then
+        by="gloo's timeout"
+      fi
+      [[ -n $by ]] && seen=$(echo "$(date +%s.%N) - $t0" | bc)
       [[ -n $seen ]] || sleep 0.1
     done
     if [[ -z $seen ]]; then
-      fail "$tag: rank $r reported no CommError within $((TIMEOUT + MARGIN)) s"
+      fail "$tag: rank $r reported no CommError (or gloo timeout) within $((TIMEOUT + MARGIN)) s"
       tail -5 "$DIR/$tag.rank$r.log"
     else
-      printf '%s: rank %d raised CommError %.1f s after the signal\n' "$tag" "$r" "$seen"
-      grep -q "timeout of $TIMEOUT s (the process group's timeout)" "$DIR/$tag.rank$r.log" ||
+      printf '%s: rank %d raised %s %.1f s after the signal\n' "$tag" "$r" "$by" "$seen"
+      [[ $by != CommError ]] || grep -q "timeout of $TIMEOUT s (the process group's timeout)" "$DIR/$tag.rank$r.log" ||
         fail "$tag: rank $r's error does not name the timeout"
     fi
   done
