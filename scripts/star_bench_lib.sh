@@ -16,6 +16,9 @@
 #   rate_mbps RATE -> a tbf rate (1gbit, 100mbit) in MB/s, what
 #       SIGNLION_COST_BETA_MBPS takes: the benchmarks tell the cost model (and
 #       the host executor's chunk size) the link, as a user would.
+#   rate_mbits RATE -> the same rate in Mbit/s, what SIGNLION_SOCKET_SPEED
+#       takes: a veth reports 10000 whatever tbf lets through, and the socket
+#       transport picks its number of data streams from the link's speed.
 
 star_bench_cleanup() {
   local p
@@ -41,6 +44,7 @@ star_drops_note() {  # LOG LABEL
 }
 
 rate_mbps() { local b; b=$(netns_rate_bits "$1") && echo $((b / 8000000)); }
+rate_mbits() { local b; b=$(netns_rate_bits "$1") && echo $((b / 1000000)); }
 
 star_bench_check_sizes() {
   local v

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -61,7 +62,26 @@ bool nicsLocked(int dev, NicSet* out) {
   return false;
 }
 
+// Caller holds gDevMutex and has refreshed.
+int streamsLocked(const NicSet& nics) {
+  static std::atomic<bool> warned{false};
+  int64_t set = signlionParamNsocks();
+  if (set != 0) return (int)paramClamp(set, 1, kSocketMaxStreams, "NSOCKS", &warned);
+  int slowest = 0;
+  for (int i = 0; i < nics.n; i++) {
+    int speed = gDevs[nics.devs[i]].speedMbps;
+    slowest = i == 0 ? speed : std::min(slowest, speed);
+  }
+  return std::max(nics.n, slowest >= kSocketFastLinkMbps ? kSocketFastLinkStreams : 1);
+}
+
 }  // namespace
+
+int socketDeviceStreams(const NicSet& nics) {
+  std::lock_guard<std::mutex> lk(gDevMutex);
+  refreshDevicesLocked();
+  return streamsLocked(nics);
+}
 
 bool deviceNics(int dev, NicSet* out) {
   std::lock_guard<std::mutex> lk(gDevMutex);
@@ -79,8 +99,14 @@ ncclResult_t socketInit(LogSink logger) {
          spec.spec.c_str());
     return ncclSystemError;
   }
-  INFO(kSubsysNet | kSubsysInit, "NET/signlion: %zu device(s), %lld streams x %lld threads per comm", gDevs.size(),
-       (long long)signlionParamNsocks(), (long long)signlionParamNthreads());
+  if (signlionParamNsocks() != 0)
+    INFO(kSubsysNet | kSubsysInit, "NET/signlion: %zu device(s), %lld streams x %lld threads per comm", gDevs.size(),
+         (long long)signlionParamNsocks(), (long long)signlionParamNthreads());
+  else
+    INFO(kSubsysNet | kSubsysInit,
+         "NET/signlion: %zu device(s), streams per comm from the link (%d at %d Mbps or more, else 1 per interface), "
+         "%lld threads per comm",
+         gDevs.size(), kSocketFastLinkStreams, kSocketFastLinkMbps, (long long)signlionParamNthreads());
   return ncclSuccess;
 }
 
@@ -112,10 +138,10 @@ ncclResult_t socketGetProperties(int dev, SocketProps* props) {
   props->name = intern(name);
   props->pciPath = first.pciPath.empty() ? nullptr : intern(first.pciPath);
   props->guid = (uint64_t)dev;
-  // Each comm holds 1 + NSOCKS descriptors; leave a quarter of the limit to the application.
+  // Each comm holds 1 + its data streams' descriptors; leave a quarter of the limit to the application.
   rlimit rl{};
   int64_t fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (int64_t)rl.rlim_cur : 65536;
-  int64_t perComm = 1 + std::max<int64_t>(1, std::min<int64_t>(signlionParamNsocks(), kSocketMaxStreams));
+  int64_t perComm = 1 + streamsLocked(nics);
   props->maxComms = (int)std::max<int64_t>(1, fds * 3 / 4 / perComm);
   props->maxRecvs = kSocketMaxRecvs;
   return ncclSuccess;

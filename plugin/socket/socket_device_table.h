@@ -22,5 +22,20 @@ struct NicSet {
 // Fills *out for device dev (physical or fused); false when dev is no device.
 bool deviceNics(int dev, NicSet* out);
 
+// Links at least this fast (Mbit/s) get kSocketFastLinkStreams data streams
+// per comm: one TCP stream does not fill them (a 10 Gbit/s veth: 8.9 Gbit/s
+// with one stream, 9.5 with four; loopback 15 against 24).
+constexpr int kSocketFastLinkMbps = 10000;
+constexpr int kSocketFastLinkStreams = 4;
+
+// Data streams a comm on these interfaces opens: SIGNLION_NSOCKS when set
+// (1..kSocketMaxStreams); else one per interface, and kSocketFastLinkStreams
+// when the slowest is a fast link. Slower links get one stream per interface
+// because several streams share a shallow switch queue badly: each loss halves
+// one stream's window, not the link's, so the queue keeps overflowing (four
+// streams at 100 Mbit/s behind a 20 ms queue: 1.3-3x the wire time of a sign
+// all-reduce and tens of thousands of drops, one stream 1.05-1.2x).
+int socketDeviceStreams(const NicSet& nics);
+
 }  // namespace net
 }  // namespace signlion

@@ -4,6 +4,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -61,6 +62,9 @@ std::string addressString(const SocketAddress& a) {
 namespace {
 
 int readSpeed(const std::string& ifname) {
+  static std::atomic<bool> warned{false};
+  if (int64_t set = signlionParamSocketSpeed(); set != 0)
+    return (int)paramClamp(set, 1, 1 << 30, "SOCKET_SPEED", &warned);
   std::string path = "/sys/class/net/" + ifname + "/speed";
   int speed = -1;
   if (FILE* f = fopen(path.c_str(), "r")) {

@@ -17,8 +17,9 @@ SIGNLION_STRING_PARAM(SocketFamily, "SOCKET_FAMILY", "")
 // the bootstrap root, each rank's bootstrap listener, the socket and UCX
 // transports' listeners. Empty: a port the kernel picks (its ephemeral range).
 SIGNLION_STRING_PARAM(SocketPortRange, "SOCKET_PORT_RANGE", "")
-// Data streams (TCP connections) per comm, besides the control stream.
-SIGNLION_PARAM(Nsocks, "NSOCKS", 4)
+// Data streams (TCP connections) per comm, besides the control stream; 0:
+// from the link's speed (socketDeviceStreams, socket_device_table.h).
+SIGNLION_PARAM(Nsocks, "NSOCKS", 0)
 // Helper threads per comm serving the data streams (capped at NSOCKS).
 SIGNLION_PARAM(Nthreads, "NTHREADS", 2)
 // Longest wait, in ms, for a connection handshake or for progress on a
@@ -33,6 +34,11 @@ SIGNLION_PARAM(SocketChunkSize, "SOCKET_CHUNKSIZE", 128 * 1024)
 SIGNLION_PARAM(SocketInline, "SOCKET_INLINE", 64 * 1024)
 // Speed (Mbit/s) reported when sysfs has none (virtual interfaces, lo).
 SIGNLION_PARAM(SocketDefaultSpeed, "SOCKET_DEFAULT_SPEED", 10000)
+// Speed (Mbit/s) of every interface, in place of what sysfs says; 0: sysfs.
+// For links whose rate is set elsewhere than the NIC (traffic shaping, a
+// rate-limited virtual machine, a veth behind tbf): the speed picks the
+// number of data streams.
+SIGNLION_PARAM(SocketSpeed, "SOCKET_SPEED", 0)
 
 }  // namespace net
 }  // namespace signlion

@@ -1155,7 +1155,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
   if (c == nullptr) {
     c = newComm(true);
     if (c == nullptr) return ncclSystemError;
-    c->nsocks = (int)std::max<int64_t>(1, std::min<int64_t>(signlionParamNsocks(), kSocketMaxStreams));
+    c->nsocks = socketDeviceStreams(local);
     c->chunkSize = (size_t)std::max<int64_t>(4096, std::min<int64_t>(signlionParamSocketChunkSize(), 1 << 30));
     for (int s = 0; s < c->nsocks; s++) c->streams.emplace_back();
     auto* cs = new Comm::Connecting();
@@ -1631,6 +1631,12 @@ void socketCommWaitAny(void* const* comms, size_t n, int timeoutMs) {
     uint64_t drained;
     (void)!read(w.fds[i].fd, &drained, sizeof(drained));
   }
+}
+
+int socketCommStreams(void* comm) {
+  const CommHeader* h = static_cast<const CommHeader*>(comm);
+  if (h == nullptr || h->magic != kCommMagic || (h->kind != kCommSend && h->kind != kCommRecv)) return 0;
+  return static_cast<const Comm*>(h)->nsocks;
 }
 
 ncclResult_t socketCloseSend(void* sendComm) {

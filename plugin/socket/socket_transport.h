@@ -114,6 +114,9 @@ void socketCommWait(void* comm, int timeoutMs);
 // for test() to do (a caller with transfers on many comms, such as the host
 // executor, must not sleep on one while another's message has arrived).
 void socketCommWaitAny(void* const* comms, size_t n, int timeoutMs);
+// Data streams of a send or receive comm of this socket transport (the
+// connector's choice, socketDeviceStreams); 0 for anything else.
+int socketCommStreams(void* comm);
 ncclResult_t socketCloseSend(void* sendComm);
 ncclResult_t socketCloseRecv(void* recvComm);
 ncclResult_t socketCloseListen(void* listenComm);

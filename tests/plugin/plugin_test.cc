@@ -20,6 +20,7 @@
 #include "plugin_fixture.h"
 #include "socket/socket_devices.h"
 #include "socket/socket_net.h"
+#include "socket/socket_transport.h"
 #include "socket/socket_wire.h"
 #include "ucx/ucx_wire.h"
 
@@ -1414,4 +1415,45 @@ TEST(SocketIfname, FollowsGlooThenNccl) {
   EXPECT_EQ(devs[0].name, "lo");
   Env g("GLOO_SOCKET_IFNAME", "no-such-if");
   EXPECT_TRUE(findSocketDevices(16).empty());
+}
+
+// ---- Data streams per comm (SIGNLION_NSOCKS, SIGNLION_SOCKET_SPEED) --------------------
+
+// Unset (0), SIGNLION_NSOCKS follows the link: one data stream below 10 Gbit/s,
+// four at or above it; a value it is given wins, clamped to 1..64. Loopback's
+// sysfs has no speed, so SIGNLION_SOCKET_SPEED plays the link (as it does for
+// a tbf-limited veth, which reports 10000); the device reports that speed too.
+// Every case moves a message across all its streams, bit exact. In process:
+// the dlopen'ed copy would keep the first case's parameters.
+TEST(SocketStreams, FollowTheLinkSpeedUnlessSet) {
+  struct Case {
+    const char* speed;
+    const char* nsocks;
+    int streams;
+  };
+  const Case cases[] = {{"100", "0", 1},   {"1000", "0", 1},    {"9999", "0", 1}, {"10000", "0", 4},
+                        {"100000", "0", 4}, {"100", "3", 3},     {"25000", "1", 1}, {"100", "200", 64}};
+  Env ifname("SIGNLION_SOCKET_IFNAME", "=lo");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string("SIGNLION_SOCKET_SPEED=") + c.speed + " SIGNLION_NSOCKS=" + c.nsocks);
+    Env speed("SIGNLION_SOCKET_SPEED", c.speed);
+    Env nsocks("SIGNLION_NSOCKS", c.nsocks);
+    NetDriver net;
+    net.bindInProcess(11);
+    ASSERT_EQ(net.init(&PluginLog::logger), ncclSuccess);
+    int dev = findDevice(net, "lo");
+    ASSERT_GE(dev, 0);
+    ncclNetProperties_v12_t p;
+    ASSERT_EQ(net.properties(dev, &p), ncclSuccess);
+    EXPECT_EQ(p.speed, atoi(c.speed));
+    void *s = nullptr, *r = nullptr;
+    std::string err;
+    ASSERT_EQ(connectPair(net, dev, &s, &r, &err), ncclSuccess) << err;
+    EXPECT_EQ(signlion::net::socketCommStreams(s), c.streams);
+    EXPECT_EQ(signlion::net::socketCommStreams(r), c.streams) << "the acceptor takes the connector's count";
+    EXPECT_TRUE(transfer(net, s, r, size_t(4) << 20, size_t(4) << 20, 1, &err)) << err;
+    net.closeSend(s);
+    net.closeRecv(r);
+    net.finalize();
+  }
 }

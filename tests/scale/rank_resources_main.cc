@@ -20,7 +20,7 @@
 // algorithm's schedule (every algorithm's for auto) and the ring neighbours
 // of the sum all-reduce. --check-bounds fails a rank whose sockets or threads
 // exceed what those peers need over the socket transport: per peer one send
-// and one recv comm, each a control stream plus SIGNLION_NSOCKS data streams
+// and one recv comm, each a control stream plus its data streams (SIGNLION_NSOCKS)
 // and SIGNLION_NTHREADS helper threads, plus the bootstrap's two ring sockets.
 //
 // Ranks carry host ids "node<r / G>" (--node-ranks G, default 8; 0: none,
@@ -233,7 +233,10 @@ int childMain(const Options& o, const std::vector<Call>& calls, int rank, int id
   std::vector<ncclSignUniqueId> ids(o.algos.size());
   if (!readAll(idFd, ids.data(), ids.size() * sizeof(ncclSignUniqueId))) return 10;
   const signlion::algo::Topology topo = topologyOf(o.nranks, o.nodeRanks);
-  const long nsocks = std::max(1L, std::min(64L, envInt("SIGNLION_NSOCKS", 4)));
+  // Unset or 0, the transport picks from the link: loopback has no sysfs
+  // speed and counts as a fast link, four streams (socketDeviceStreams).
+  const long nsocksSet = envInt("SIGNLION_NSOCKS", 0);
+  const long nsocks = nsocksSet == 0 ? 4 : std::max(1L, std::min(64L, nsocksSet));
   const long nthreads = std::max(1L, std::min(nsocks, envInt("SIGNLION_NTHREADS", 2)));
   const std::string hostId = "node" + std::to_string(o.nodeRanks > 0 ? rank / o.nodeRanks : 0);
   for (size_t k = 0; k < o.algos.size(); k++) {
