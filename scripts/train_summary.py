@@ -6,8 +6,11 @@
 
 Per (workload, N, rate) and contender: medians over the last K steps of a run of forward +
 backward, optimizer step and whole step; the communication left exposed (the step minus the
-compute-only contender's step at the same N); samples/s; bytes this rank sent per step (the
+compute-only floor); samples/s; bytes this rank sent per step (the
 interface's tx_bytes, every contender; signlion's own payload counter where there is one).
+The compute-only floor of a (workload, N): the median of the compute-only contender's timed
+steps at every rate together. It sends nothing, so its step does not depend on the link; one
+run's median moves with the machine's load, pooling the rates' runs steadies the floor.
 The target (auto, the default): the median of DDP + Lion's evaluations over the middle third of
 the steps every convergence run has, rounded to the easier side (accuracy down to a whole
 percent, loss up to 0.05 nats): a level the reference reaches around half of the run and holds
@@ -119,11 +122,19 @@ def main():
     given = {"mlp": a.target_mlp, "lm": a.target_lm}
     targets = {k: auto_target(k[0], runs_c) if given[k[0]] == "auto" else float(given[k[0]])
                for k, runs_c in conv.items()}
+    floors = {}  # (wl, n) -> the compute-only floor (the module's docstring)
+    for r in runs:
+        if r["phase"] == "time" and r["label"] == "compute":
+            k = min(a.timed, len(r["step_s"]))
+            floors.setdefault((r["workload"], r["n"]), []).extend(x for x in r["step_s"][-k:] if x is not None)
+    floors = {key: {"step": statistics.median(xs)} for key, xs in floors.items() if xs}
     for (wl, n), rates in sorted(table.items()):
         print("\n## %s, N = %d: per-step medians of the last %d steps (seconds)" % (wl, n, a.timed))
+        floor = floors.get((wl, n))
+        if floor:
+            print("compute-only floor: %.3f s (the median of its timed steps at every rate)" % floor["step"])
         for rate in sorted(rates, key=lambda x: RATE_ORDER.get(x, 9)):
             rows = rates[rate]
-            floor = rows.get("compute")
             print("\n%-8s %-26s %8s %8s %8s %8s %7s %9s %11s %11s" % (
                 rate, "contender", "fwd+bwd", "optim", "step", "exposed", "x comp", "samples/s", "sent/step",
                 "signlion"))
@@ -180,7 +191,7 @@ def main():
                      if ttt(x, rate) is not None]
             if hooks:
                 line += ", %.2fx sooner than the best DDP hook" % (min(hooks) / ttt(best, rate))
-            floor, ref = rates[rate].get("compute"), rates[rate].get("ddp-lion")
+            floor, ref = floors.get((wl, n)), rates[rate].get("ddp-lion")
             if floor and ref:
                 allowed = ref["step"] / floor["step"]
                 got = ref["step"] / rates[rate][best]["step"]
