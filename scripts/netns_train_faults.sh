@@ -33,7 +33,10 @@ TRANSPORTS=("$@")
 ((${#TRANSPORTS[@]})) || TRANSPORTS=(socket ucx)
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
-N=3 VICTIM=1 TIMEOUT=10 MARGIN=5 STEPS=120 CKPT_EVERY=50 KILL_AT=65 RUN_LIMIT=150
+# STEPS - KILL_AT: the steps left when the signal goes. A step takes about
+# 8 ms on an idle machine, so 55 left (0.45 s) were fewer than the polling and
+# pgrep take on a loaded one, and the job could end before the signal landed.
+N=3 VICTIM=1 TIMEOUT=10 MARGIN=5 STEPS=400 CKPT_EVERY=50 KILL_AT=65 RUN_LIMIT=150
 # the UCX plugin: UCX_PLUGIN, else where the build puts it beside LIBNCCL_SIGN
 UCX_PLUGIN=${UCX_PLUGIN:-$(dirname "$(dirname "$(dirname "$LIB")")")/lib/libnccl-net-signlion-ucx.so}
 
