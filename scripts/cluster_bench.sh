@@ -83,7 +83,7 @@ run_contender() {  # name [perf label]
   for ((r = N - 1; r >= 0; r--)); do
     node=$((r / PER))
     ip netns exec "${STAR_NS[$node]}" env SIGNLION_SOCKET_IFNAME="=$STAR_IF" SIGNLION_HOSTID="node$node" \
-      SIGNLION_COST_BETA_MBPS="$(rate_mbps "$RATE")" SIGNLION_SOCKET_SPEED="$(rate_mbits "$RATE")" timeout "$RUN_TIMEOUT" "$perf" --rank "$r" --nranks "$N" --id-file "$idf" $args \
+      $(star_link_env "$RATE") timeout "$RUN_TIMEOUT" "$perf" --rank "$r" --nranks "$N" --id-file "$idf" $args \
       -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c "$CHECK" -T 300 \
       >"$([[ $r == 0 ]] && echo "$log" || echo "$WORK/rank$r.log")" 2>&1 &
     PIDS+=($!)

@@ -114,7 +114,7 @@ run_contender() {  # name nranks rate [perf label transport]
     rm -f "$idf"; PIDS=()
     for ((r = n - 1; r >= 0; r--)); do
       ip netns exec "${STAR_NS[$r]}" env SIGNLION_SOCKET_IFNAME="=$STAR_IF" SIGNLION_HOSTID="ns$r" \
-        SIGNLION_COST_BETA_MBPS="$(rate_mbps "$rate")" SIGNLION_SOCKET_SPEED="$(rate_mbits "$rate")" $envs timeout "$RUN_TIMEOUT" \
+        $(star_link_env "$rate") $envs timeout "$RUN_TIMEOUT" \
         "$perf" --rank "$r" --nranks "$n" --id-file "$idf" $args "${common[@]}" \
         >"$([[ $r == 0 ]] && echo "$log" || echo "$WORK/rank$r.log")" 2>&1 &
       PIDS+=($!)

@@ -97,7 +97,7 @@ run_contender() {  # label n rate workload steps eval_every phase
         "$PY" "$ROOT/examples/train.py" "${args[@]}" >"$out" 2>&1 &
     else
       ip netns exec "${STAR_NS[$r]}" env "${envs[@]}" MASTER_ADDR="${STAR_ADDR[0]}" GLOO_SOCKET_IFNAME=$STAR_IF \
-        SIGNLION_HOSTID="ns$r" SIGNLION_COST_BETA_MBPS="$(rate_mbps "$rate")" SIGNLION_SOCKET_SPEED="$(rate_mbits "$rate")" timeout "$RUN_TIMEOUT" \
+        SIGNLION_HOSTID="ns$r" $(star_link_env "$rate") timeout "$RUN_TIMEOUT" \
         "$PY" "$ROOT/examples/train.py" "${args[@]}" >"$out" 2>&1 &
     fi
     PIDS+=($!)
