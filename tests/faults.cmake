@@ -8,6 +8,12 @@
 # timeout, then every call is refused (python/tests/test_torch_lion_faults.py).
 signlion_python_tests(faults test_torch_lion_faults.py LostRank frozen_rank_overlap_on exited_rank_overlap_off
                       TIMEOUT 180)
+# The same with the 300-element bucket's step pipelined in 5 chunks (SIGNLION_LION_CHUNK=64): the
+# lost rank is seen by a collective on the optimizer's own thread.
+signlion_python_tests(faults-pipelined test_torch_lion_faults.py LostRank frozen_rank_overlap_on
+                      exited_rank_overlap_off TIMEOUT 180
+                      ENVIRONMENT SIGNLION_LIBRARY=$<TARGET_FILE:nccl-sign> SIGNLION_SOCKET_IFNAME=lo
+                                  SIGNLION_LION_CHUNK=64)
 
 # netns.train_lost_rank: examples/train.py on 3 ranks, each a torchrun in its own
 # network namespace, a rank killed (SIGKILL) and one frozen (SIGSTOP) mid-training,

@@ -6,6 +6,13 @@ signlion_python_tests(overlap test_torch_lion_overlap.py Overlap
                       matches_reference_world2 matches_reference_world3 options_on_vs_off_world2
                       state_across_layouts_world2 accumulation_world2 overlaps_backward_world2
                       failed_background_step_is_raised arguments_checked)
+# The same with every bucket's step pipelined in chunks of 64 elements (SIGNLION_LION_CHUNK), one
+# parameter of each dtype spanning 5 to 6 chunks: the collectives on the optimizer's own thread,
+# under the background step's.
+signlion_python_tests(overlap-pipelined test_torch_lion_overlap.py Overlap
+                      matches_reference_world3 options_on_vs_off_world2
+                      ENVIRONMENT SIGNLION_LIBRARY=$<TARGET_FILE:nccl-sign> SIGNLION_SOCKET_IFNAME=lo
+                                  SIGNLION_LION_CHUNK=64 SIGNLION_TEST_LARGE_PARAMS=1)
 signlion_python_tests(collectives test_torch_collectives.py SignAllReduce
                       matches_reference_and_errors_world2 matches_reference_world4 subgroup_world3
                       needs_a_process_group ddp_hook_world2 ddp_hook_world3)

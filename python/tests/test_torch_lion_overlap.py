@@ -58,10 +58,14 @@ if HAVE_TORCH:
 
 
 def make_params(device="cpu"):
-    """Parameters of three dtypes (bucket layouts differ by cap), all small."""
+    """Parameters of three dtypes (bucket layouts differ by cap), all small. With
+    SIGNLION_TEST_LARGE_PARAMS=1 (the pipelined runs, SIGNLION_LION_CHUNK=64) one parameter of
+    each dtype spans several chunks of 64, so that every dtype's bucket is pipelined."""
     torch.manual_seed(0)
-    shapes = [((5, 7), torch.float32), ((13,), torch.float32), ((3, 3), torch.bfloat16), ((64,), torch.float32),
-              ((4, 4), torch.float16), ((11,), torch.bfloat16), ((6, 6), torch.float32), ((9,), torch.float32)]
+    large = os.environ.get("SIGNLION_TEST_LARGE_PARAMS") == "1"
+    shapes = [((5, 7), torch.float32), ((13,), torch.float32), ((15, 20) if large else (3, 3), torch.bfloat16),
+              ((300,) if large else (64,), torch.float32), ((16, 20) if large else (4, 4), torch.float16),
+              ((11,), torch.bfloat16), ((6, 6), torch.float32), ((9,), torch.float32)]
     return [torch.nn.Parameter(torch.randn(s).to(dt).to(device)) for s, dt in shapes]
 
 

@@ -1,11 +1,14 @@
 #include "lion/distributed_lion.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "bits/bits.h"
 #include "common/checks.h"
 #include "common/config.h"
 #include "common/debug.h"
+#include "lion/lion_params.h"
 #include "lion/lion_passes.h"
 #include "lion/lion_state.h"
 
@@ -106,19 +109,27 @@ ncclResult_t Optimizer::runStep(void* params, const void* grads, bool* applied) 
   const Coefficients k = Coefficients::of(config_.beta1, config_.beta2);
   const bool average = agg == ncclSignLionAverage;
   const ncclDataType_t voteType = average ? ncclFloat32 : ncclInt8;
-  if (!skipKnown) {
-    const bool global = agg == ncclSignLionGlobal;
-    NCCLCHECK(comm_->interpolateAndVote(global ? ncclFloat32 : type_,
-                                        global ? (const void*)meanGrad_.as<float>() : grads,
-                                        global ? (float)comm_->nranks() : 1.0f, momentum,
-                                        average ? VoteEncoding::kFloat32 : VoteEncoding::kSignInt8,
-                                        votes_.as<void>(), count_, k, skip));
-    if (voted)
-      NCCLCHECK(comm_->signAllReduce(votes_.as<void>(), count_, voteType,
-                                     average ? ncclSignAverage : ncclSignMajority));
+  const size_t chunk = lionChunkElements();
+  if (!skipKnown && voted && chunk > 0 && count_ > chunk && comm_->overlapsCollectives()) {
+    if (!pipelineLogged_)
+      INFO(kSubsysLion, "Lion: %zu elements, pipelined in chunks of %zu (SIGNLION_LION_CHUNK)", count_, chunk);
+    pipelineLogged_ = true;
+    NCCLCHECK(pipelinedVoteAndApply(params, master, grads, k, skip, chunk));
+  } else {
+    if (!skipKnown) {
+      const bool global = agg == ncclSignLionGlobal;
+      NCCLCHECK(comm_->interpolateAndVote(global ? ncclFloat32 : type_,
+                                          global ? (const void*)meanGrad_.as<float>() : grads,
+                                          global ? (float)comm_->nranks() : 1.0f, momentum,
+                                          average ? VoteEncoding::kFloat32 : VoteEncoding::kSignInt8,
+                                          votes_.as<void>(), count_, k, skip));
+      if (voted)
+        NCCLCHECK(comm_->signAllReduce(votes_.as<void>(), count_, voteType,
+                                       average ? ncclSignAverage : ncclSignMajority));
+    }
+    NCCLCHECK(comm_->applyUpdate(type_, params, master, voteType, votes_.as<void>(), count_, config_.lr,
+                                 config_.weightDecay, skip, skipped_.as<uint64_t>()));
   }
-  NCCLCHECK(comm_->applyUpdate(type_, params, master, voteType, votes_.as<void>(), count_, config_.lr,
-                               config_.weightDecay, skip, skipped_.as<uint64_t>()));
   if (skipKnown) INFO(kSubsysLion, "Lion step %llu skipped: non-finite gradient", (unsigned long long)steps_);
   // Lion Cub's periodic momentum synchronization: every rank gets the mean.
   // K counts steps called, skipped or not, so that no rank (and no host)
@@ -129,6 +140,45 @@ ncclResult_t Optimizer::runStep(void* params, const void* grads, bool* applied) 
     NCCLCHECK(comm_->divide(momentum, (float)comm_->nranks(), count_));
   }
   return ncclSuccess;
+}
+
+// Pass 1, the sign all-reduce and pass 2 of a voted step, chunk by chunk:
+// chunk i's all-reduce runs on the communicator's thread while this thread
+// votes chunk i + 1 and applies chunk i - 1, so the passes run while the wire
+// is busy instead of before and after it. Bit for bit the one-piece step:
+// every pass and both vote rules are per element.
+ncclResult_t Optimizer::pipelinedVoteAndApply(void* params, float* master, const void* grads, const Coefficients& k,
+                                              const float* skip, size_t chunk) {
+  const bool average = config_.aggregation == ncclSignLionAverage;
+  const VoteEncoding encoding = average ? VoteEncoding::kFloat32 : VoteEncoding::kSignInt8;
+  const ncclDataType_t voteType = average ? ncclFloat32 : ncclInt8;
+  const ncclSignOp_t op = average ? ncclSignAverage : ncclSignMajority;
+  const size_t elementSize = bits::typeSize(type_), voteSize = bits::typeSize(voteType);
+  char* votes = votes_.as<char>();
+  float* momentum = momentum_.as<float>();
+  const size_t chunks = (count_ + chunk - 1) / chunk;
+  auto length = [&](size_t i) { return std::min(chunk, count_ - i * chunk); };
+  auto vote = [&](size_t i) {
+    const size_t first = i * chunk;
+    return comm_->interpolateAndVote(type_, static_cast<const char*>(grads) + first * elementSize, 1.0f,
+                                     momentum + first, encoding, votes + first * voteSize, length(i), k, skip);
+  };
+  auto apply = [&](size_t i) {
+    const size_t first = i * chunk;
+    return comm_->applyUpdate(type_, static_cast<char*>(params) + first * elementSize,
+                              master != nullptr ? master + first : nullptr, voteType, votes + first * voteSize,
+                              length(i), config_.lr, config_.weightDecay, skip, skipped_.as<uint64_t>());
+  };
+  NCCLCHECK(vote(0));
+  for (size_t i = 0; i < chunks; i++) {
+    NCCLCHECK(comm_->signAllReduceStart(votes + i * chunk * voteSize, length(i), voteType, op));
+    ncclResult_t passes = i + 1 < chunks ? vote(i + 1) : ncclSuccess;
+    if (passes == ncclSuccess && i > 0) passes = apply(i - 1);
+    const ncclResult_t collective = comm_->signAllReduceWait();  // always: the votes are the thread's until then
+    NCCLCHECK(collective);
+    NCCLCHECK(passes);
+  }
+  return apply(chunks - 1);
 }
 
 ncclResult_t Optimizer::stepCounts(uint64_t* applied, uint64_t* skipped) const {

@@ -82,6 +82,8 @@ class Optimizer {
 
   ncclResult_t allocateState();
   ncclResult_t runStep(void* params, const void* grads, bool* applied);
+  ncclResult_t pipelinedVoteAndApply(void* params, float* master, const void* grads, const Coefficients& k,
+                                     const float* skip, size_t chunk);
   bool hasMaster() const;
   std::vector<float> copyOut(const Buffer& b) const;
 
@@ -98,6 +100,7 @@ class Optimizer {
   Buffer skipped_;    // uint64: steps skipped, counted where the flag is read
   bool masterReady_ = false;
   uint64_t steps_ = 0;  // steps called: applied + skipped
+  bool pipelineLogged_ = false;  // the INFO line of the first pipelined step
 };
 
 }  // namespace lion

@@ -10,7 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
+#include "lion/collective_thread.h"
 #include "lion/lion_passes.h"
 #include "nccl_sign.h"
 
@@ -37,6 +39,15 @@ class Communicator {
 
   // In place: votes (int8 or fp32) become the majority / average of all ranks'.
   virtual ncclResult_t signAllReduce(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) = 0;
+  // The same, split in two: start returns at once when overlapsCollectives()
+  // (the votes are the collective's until wait returns, and only the passes
+  // below may run meanwhile); else it runs the call and wait has nothing to
+  // wait for. Every successful start is followed by its wait.
+  virtual bool overlapsCollectives() const { return false; }
+  virtual ncclResult_t signAllReduceStart(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) {
+    return signAllReduce(votes, count, type, op);
+  }
+  virtual ncclResult_t signAllReduceWait() { return ncclSuccess; }
   // In place: x becomes the sum over all ranks, identical on every rank.
   virtual ncclResult_t sumAllReduce(float* x, size_t count) = 0;
 
@@ -72,6 +83,11 @@ class HostCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   bool onDevice() const override { return false; }
   ncclResult_t signAllReduce(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) override;
+  // On the communicator's CollectiveThread, taken at the first start (the
+  // calling thread runs the call where no thread could be started).
+  bool overlapsCollectives() const override { return comm_ != nullptr && nranks_ > 1; }
+  ncclResult_t signAllReduceStart(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) override;
+  ncclResult_t signAllReduceWait() override;
   ncclResult_t sumAllReduce(float* x, size_t count) override;
 
   ncclResult_t allocate(size_t bytes, void** ptr) override;
@@ -92,6 +108,8 @@ class HostCommunicator final : public Communicator {
  private:
   ncclSignComm_t comm_;
   int nranks_ = 1, rank_ = 0;
+  std::shared_ptr<CollectiveThread> thread_;
+  bool noThread_ = false;  // CollectiveThread::of failed: calls run on the caller's thread
 };
 
 }  // namespace lion

@@ -2,13 +2,17 @@
 // rank holds the same parameters; majority and average equal the reference
 // vote of the per-rank c's; global is plain Lion on the mean gradient; Lion
 // Cub's momentum averaging; non-finite steps skipped by all; save/load
-// resumes bit for bit.
+// resumes bit for bit. Each with the pipelined step (SIGNLION_LION_CHUNK)
+// and without: the same bytes.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <limits>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -17,14 +21,35 @@
 
 #include "bits/bits.h"
 #include "common/lion_reference.h"
+#include "common/param.h"
 #include "common/ranks.h"
+#include "common/warn_capture.h"
+#include "lion/collective_thread.h"
 #include "lion/distributed_lion.h"
+#include "lion/lion_params.h"
 #include "nccl_sign.h"
 
 namespace signlion {
 namespace {
 
 using test::Bytes;
+
+// SIGNLION_LION_CHUNK while alive (every rank thread reads the same value).
+class ScopedLionChunk {
+ public:
+  explicit ScopedLionChunk(const char* value) {
+    setenv("SIGNLION_LION_CHUNK", value, 1);
+    paramResetCache();
+  }
+  ~ScopedLionChunk() {
+    unsetenv("SIGNLION_LION_CHUNK");
+    paramResetCache();
+  }
+};
+
+// The chunks the tests step with: no pipeline, and chunks of 64 and 128
+// elements, whose last chunk is shorter for the counts below.
+const char* const kChunks[] = {"0", "64", "128"};
 
 // One host communicator with ranks as threads; body(rank, comm) runs on each.
 void onRanks(int nranks, const std::function<void(int, ncclSignComm_t)>& body) {
@@ -115,17 +140,218 @@ void checkAgainstReference(int nranks, int aggregation, ncclDataType_t dt, bool 
 }
 
 TEST(DistributedLion, MajorityEqualsReferenceVote) {
-  for (int n : {2, 3, 4})
-    for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16}) {
-      SCOPED_TRACE("N " + std::to_string(n) + " " + bits::typeName(dt));
-      checkAgainstReference(n, ncclSignLionMajority, dt, dt != ncclFloat32);
-    }
+  for (const char* chunk : kChunks) {
+    ScopedLionChunk scoped(chunk);
+    for (int n : {2, 3, 4})
+      for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16}) {
+        SCOPED_TRACE("chunk " + std::string(chunk) + " N " + std::to_string(n) + " " + bits::typeName(dt));
+        checkAgainstReference(n, ncclSignLionMajority, dt, dt != ncclFloat32);
+      }
+  }
 }
 
 TEST(DistributedLion, AverageEqualsReferenceVote) {
-  for (int n : {2, 3, 5}) {
-    SCOPED_TRACE("N " + std::to_string(n));
-    checkAgainstReference(n, ncclSignLionAverage, n == 3 ? ncclFloat16 : ncclFloat32, false);
+  for (const char* chunk : kChunks) {
+    ScopedLionChunk scoped(chunk);
+    for (int n : {2, 3, 5})
+      for (bool master : {false, true}) {
+        if (master && n != 3) continue;  // fp16 at N = 3, with and without a master copy
+        SCOPED_TRACE("chunk " + std::string(chunk) + " N " + std::to_string(n) + (master ? " master" : ""));
+        checkAgainstReference(n, ncclSignLionAverage, n == 3 ? ncclFloat16 : ncclFloat32, master);
+      }
+  }
+}
+
+// The host communicator's thread-backed start/wait, recorded: what the
+// optimizer asks of it, in order, for how many elements and from which
+// element on ("apply 128@256"); failWait > 0 makes that wait (1-based)
+// report ncclSystemError after the real one returned.
+class RecordingCommunicator final : public lion::Communicator {
+ public:
+  RecordingCommunicator(ncclSignComm_t comm, int failWait = 0) : inner_(comm), failWait_(failWait) {}
+  std::vector<std::string> events;
+  int nranks() const override { return inner_.nranks(); }
+  int rank() const override { return inner_.rank(); }
+  bool onDevice() const override { return false; }
+  ncclResult_t signAllReduce(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) override {
+    record("all-reduce", count, votes, bits::typeSize(type));
+    return inner_.signAllReduce(votes, count, type, op);
+  }
+  bool overlapsCollectives() const override { return inner_.overlapsCollectives(); }
+  ncclResult_t signAllReduceStart(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) override {
+    record("start", count, votes, bits::typeSize(type));
+    return inner_.signAllReduceStart(votes, count, type, op);
+  }
+  ncclResult_t signAllReduceWait() override {
+    events.push_back("wait");
+    const ncclResult_t r = inner_.signAllReduceWait();
+    return ++waits_ == failWait_ ? ncclSystemError : r;
+  }
+  ncclResult_t sumAllReduce(float* x, size_t count) override { return inner_.sumAllReduce(x, count); }
+  ncclResult_t allocate(size_t bytes, void** ptr) override { return inner_.allocate(bytes, ptr); }
+  void release(void* ptr) override { inner_.release(ptr); }
+  ncclResult_t copyToHost(void* host, const void* src, size_t bytes) override {
+    return inner_.copyToHost(host, src, bytes);
+  }
+  ncclResult_t copyFromHost(void* dst, const void* host, size_t bytes) override {
+    return inner_.copyFromHost(dst, host, bytes);
+  }
+  ncclResult_t interpolateAndVote(ncclDataType_t gradType, const void* grads, float divisor, float* momentum,
+                                  lion::VoteEncoding encoding, void* votes, size_t count, const lion::Coefficients& k,
+                                  const float* skip) override {
+    record("vote", count, momentum, sizeof(float));
+    return inner_.interpolateAndVote(gradType, grads, divisor, momentum, encoding, votes, count, k, skip);
+  }
+  ncclResult_t applyUpdate(ncclDataType_t paramType, void* params, float* master, ncclDataType_t updateType,
+                           const void* update, size_t count, float lr, float weightDecay, const float* skip,
+                           uint64_t* skipped) override {
+    record("apply", count, params, bits::typeSize(paramType));
+    return inner_.applyUpdate(paramType, params, master, updateType, update, count, lr, weightDecay, skip, skipped);
+  }
+  ncclResult_t flagNonFinite(ncclDataType_t type, const void* x, size_t count, float* flag) override {
+    return inner_.flagNonFinite(type, x, count, flag);
+  }
+  ncclResult_t toFloat(ncclDataType_t type, const void* x, float* dst, size_t count) override {
+    return inner_.toFloat(type, x, dst, count);
+  }
+  ncclResult_t divide(float* x, float divisor, size_t count) override { return inner_.divide(x, divisor, count); }
+
+ private:
+  // The first pointer of each kind is element 0 (every step starts there).
+  void record(const std::string& what, size_t count, const void* p, size_t elementSize) {
+    const char*& base = bases_[what];
+    if (base == nullptr) base = static_cast<const char*>(p);
+    events.push_back(what + " " + std::to_string(count) + "@" +
+                     std::to_string((static_cast<const char*>(p) - base) / (ptrdiff_t)elementSize));
+  }
+  lion::HostCommunicator inner_;
+  int failWait_, waits_ = 0;
+  std::map<std::string, const char*> bases_;
+};
+
+// The pipeline's order: chunk i's all-reduce is in flight (between its start
+// and its wait) while chunk i + 1 is voted and chunk i - 1 applied; a count
+// of at most one chunk, or chunk 0, is the one-piece step.
+TEST(DistributedLion, PipelinedStepVotesAndAppliesWhileAChunkIsOnTheWire) {
+  struct Case {
+    const char* chunk;
+    size_t count;
+    std::vector<std::string> want;
+  };
+  const std::vector<Case> cases = {
+      {"128", 300, {"vote 128@0", "start 128@0", "vote 128@128", "wait", "start 128@128", "vote 44@256",
+                    "apply 128@0", "wait", "start 44@256", "apply 128@128", "wait", "apply 44@256"}},
+      {"100", 130, {"vote 64@0", "start 64@0", "vote 64@64", "wait", "start 64@64", "vote 2@128", "apply 64@0",
+                    "wait", "start 2@128", "apply 64@64", "wait", "apply 2@128"}},  // rounded down to 64
+      {"128", 128, {"vote 128@0", "all-reduce 128@0", "apply 128@0"}},
+      {"0", 300, {"vote 300@0", "all-reduce 300@0", "apply 300@0"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string("chunk ") + c.chunk + " count " + std::to_string(c.count));
+    ScopedLionChunk scoped(c.chunk);
+    for (int agg : {ncclSignLionMajority, ncclSignLionAverage}) {
+      for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16}) {
+        std::vector<std::vector<std::string>> events(2);
+        std::vector<Bytes> params(2);
+        onRanks(2, [&](int rank, ncclSignComm_t comm) {
+          auto recording = std::make_unique<RecordingCommunicator>(comm);
+          RecordingCommunicator* rec = recording.get();
+          lion::Optimizer opt(c.count, dt, lionConfig(agg), std::move(recording));
+          params[rank] = startParams(dt, c.count);
+          bool applied = false;
+          ASSERT_EQ(opt.step(params[rank].data(), rankGrads(dt, c.count, rank, 0).data(), &applied), ncclSuccess);
+          EXPECT_TRUE(applied);
+          events[rank] = rec->events;
+        });
+        EXPECT_EQ(events[0], c.want) << "aggregation " << agg << " " << bits::typeName(dt);
+        EXPECT_EQ(events[1], c.want) << "aggregation " << agg << " " << bits::typeName(dt);
+        EXPECT_EQ(params[0], params[1]) << "ranks agree";
+      }
+    }
+  }
+}
+
+// A collective that fails in the middle of a pipelined step: step() returns
+// its error after waiting for the call in flight, and nothing of a later
+// chunk is started or applied.
+TEST(DistributedLion, PipelinedStepReturnsTheFailureOfAChunk) {
+  ScopedLionChunk scoped("64");
+  onRanks(2, [&](int rank, ncclSignComm_t comm) {
+    auto recording = std::make_unique<RecordingCommunicator>(comm, 2);
+    RecordingCommunicator* rec = recording.get();
+    lion::Optimizer opt(300, ncclFloat32, lionConfig(ncclSignLionMajority), std::move(recording));
+    Bytes params = startParams(ncclFloat32, 300);
+    bool applied = false;
+    EXPECT_EQ(opt.step(params.data(), rankGrads(ncclFloat32, 300, rank, 0).data(), &applied), ncclSystemError);
+    const std::vector<std::string> want = {"vote 64@0", "start 64@0", "vote 64@64", "wait", "start 64@64",
+                                           "vote 64@128", "apply 64@0", "wait"};
+    EXPECT_EQ(rec->events, want) << "rank " << rank;
+  });
+}
+
+// The start of a collective returns before the peers have joined it: rank 1
+// calls only once rank 0's start has returned, so a start that ran the call
+// on the caller's thread would wait for rank 1 until the timeout.
+TEST(DistributedLion, CollectiveStartReturnsBeforeThePeersJoin) {
+  const size_t count = 1000;
+  std::promise<void> started;
+  std::shared_future<void> startedOnRank0 = started.get_future().share();
+  std::vector<std::vector<int8_t>> votes(2, std::vector<int8_t>(count));
+  for (int r = 0; r < 2; r++)
+    for (size_t i = 0; i < count; i++) votes[r][i] = i % 3 == 0 ? -1 : 1;  // equal on both: the result
+  const std::vector<int8_t> want = votes[0];
+  onRanks(2, [&](int rank, ncclSignComm_t comm) {
+    lion::HostCommunicator host(comm);
+    ASSERT_TRUE(host.overlapsCollectives());
+    if (rank == 0) {
+      ASSERT_EQ(host.signAllReduceStart(votes[0].data(), count, ncclInt8, ncclSignMajority), ncclSuccess);
+      started.set_value();
+      EXPECT_EQ(host.signAllReduceWait(), ncclSuccess);
+    } else {
+      ASSERT_EQ(startedOnRank0.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+          << "rank 0's start did not return before rank 1 joined its collective";
+      EXPECT_EQ(host.signAllReduce(votes[1].data(), count, ncclInt8, ncclSignMajority), ncclSuccess);
+    }
+  });
+  EXPECT_EQ(votes[0], want);
+  EXPECT_EQ(votes[1], want);
+}
+
+// Optimizers on one communicator share its collective thread; another
+// communicator has its own; the thread ends with its last holder.
+TEST(DistributedLion, OneCollectiveThreadPerCommunicator) {
+  std::vector<lion::CollectiveThread*> threads(2);
+  onRanks(2, [&](int rank, ncclSignComm_t comm) {
+    std::shared_ptr<lion::CollectiveThread> a = lion::CollectiveThread::of(comm);
+    std::shared_ptr<lion::CollectiveThread> b = lion::CollectiveThread::of(comm);
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(a.use_count(), 2);
+    threads[rank] = a.get();
+    std::weak_ptr<lion::CollectiveThread> weak = a;
+    a.reset();
+    b.reset();
+    EXPECT_TRUE(weak.expired());
+  });
+  EXPECT_NE(threads[0], threads[1]);
+}
+
+// A chunk of 1 to 63 elements or a negative one: a WARN naming the variable
+// and the default; 0 and multiples of 64 as they are, others rounded down.
+TEST(DistributedLion, LionChunkOutOfRangeIsNamed) {
+  const std::pair<const char*, size_t> cases[] = {{"0", 0},
+                                                  {"64", 64},
+                                                  {"200", 192},
+                                                  {"1M", size_t{1} << 20},
+                                                  {"1", (size_t)lion::kDefaultLionChunk},
+                                                  {"63", (size_t)lion::kDefaultLionChunk},
+                                                  {"-5", (size_t)lion::kDefaultLionChunk}};
+  for (const auto& c : cases) {
+    ScopedLionChunk scoped(c.first);
+    test::WarnCapture warns;
+    EXPECT_EQ(lion::lionChunkElements(), c.second) << c.first;
+    const bool bad = c.second == (size_t)lion::kDefaultLionChunk && std::string(c.first) != "1M";
+    EXPECT_EQ(warns.countContaining("SIGNLION_LION_CHUNK"), bad ? 1 : 0) << c.first;
   }
 }
 
@@ -142,6 +368,7 @@ TEST(DistributedLion, MomentumAveragedEveryK) {
   const size_t count = 777;
   ncclSignLionConfig_t config = lionConfig(ncclSignLionMajority);
   config.momentumAverageEvery = 2;
+  ScopedLionChunk scoped("128");  // 7 chunks, the last of 9 elements
   for (int n : {2, 3}) {
     std::vector<std::vector<std::vector<float>>> momenta(4, std::vector<std::vector<float>>(n));
     onRanks(n, [&](int rank, ncclSignComm_t comm) {
@@ -192,28 +419,31 @@ TEST(DistributedLion, NonFiniteGradientSkippedByAllRanks) {
   const size_t count = 300;
   const int n = 3;
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  for (int agg : {ncclSignLionMajority, ncclSignLionAverage, ncclSignLionGlobal}) {
-    for (float bad : {inf, nan}) {
-      ncclSignLionConfig_t config = lionConfig(agg);
-      config.skipNonFinite = 1;
-      onRanks(n, [&](int rank, ncclSignComm_t comm) {
-        lion::Optimizer opt(count, ncclBfloat16, config, std::make_unique<lion::HostCommunicator>(comm));
-        Bytes params = startParams(ncclBfloat16, count);
-        bool applied = false;
-        ASSERT_EQ(opt.step(params.data(), rankGrads(ncclBfloat16, count, rank, 0).data(), &applied), ncclSuccess);
-        ASSERT_TRUE(applied);
-        Bytes p1 = params;
-        std::vector<float> m1 = opt.momentum();
-        Bytes g = rankGrads(ncclBfloat16, count, rank, 1, rank == 1 ? bad : 0.0f);
-        ASSERT_EQ(opt.step(params.data(), g.data(), &applied), ncclSuccess);
-        EXPECT_FALSE(applied) << "aggregation " << agg << " rank " << rank;
-        EXPECT_EQ(params, p1);
-        EXPECT_EQ(opt.momentum(), m1);
-        ASSERT_EQ(opt.step(params.data(), rankGrads(ncclBfloat16, count, rank, 2).data(), &applied), ncclSuccess);
-        EXPECT_TRUE(applied);
-        EXPECT_EQ(opt.appliedSteps(), 2u);
-        EXPECT_EQ(opt.skippedSteps(), 1u);
-      });
+  for (const char* chunk : kChunks) {
+    ScopedLionChunk scoped(chunk);
+    for (int agg : {ncclSignLionMajority, ncclSignLionAverage, ncclSignLionGlobal}) {
+      for (float bad : {inf, nan}) {
+        ncclSignLionConfig_t config = lionConfig(agg);
+        config.skipNonFinite = 1;
+        onRanks(n, [&](int rank, ncclSignComm_t comm) {
+          lion::Optimizer opt(count, ncclBfloat16, config, std::make_unique<lion::HostCommunicator>(comm));
+          Bytes params = startParams(ncclBfloat16, count);
+          bool applied = false;
+          ASSERT_EQ(opt.step(params.data(), rankGrads(ncclBfloat16, count, rank, 0).data(), &applied), ncclSuccess);
+          ASSERT_TRUE(applied);
+          Bytes p1 = params;
+          std::vector<float> m1 = opt.momentum();
+          Bytes g = rankGrads(ncclBfloat16, count, rank, 1, rank == 1 ? bad : 0.0f);
+          ASSERT_EQ(opt.step(params.data(), g.data(), &applied), ncclSuccess);
+          EXPECT_FALSE(applied) << "chunk " << chunk << " aggregation " << agg << " rank " << rank;
+          EXPECT_EQ(params, p1);
+          EXPECT_EQ(opt.momentum(), m1);
+          ASSERT_EQ(opt.step(params.data(), rankGrads(ncclBfloat16, count, rank, 2).data(), &applied), ncclSuccess);
+          EXPECT_TRUE(applied);
+          EXPECT_EQ(opt.appliedSteps(), 2u);
+          EXPECT_EQ(opt.skippedSteps(), 1u);
+        });
+      }
     }
   }
 }
@@ -226,6 +456,7 @@ TEST(DistributedLion, SaveLoadResumesBitForBit) {
   ncclSignLionConfig_t config = lionConfig(ncclSignLionMajority);
   config.masterWeights = 1;
   config.momentumAverageEvery = 4;
+  ScopedLionChunk scoped("64");
   std::vector<Bytes> straight(n), resumed(n), straightState(n), resumedState(n), saved(n), mid(n);
   auto stateOf = [](const lion::Optimizer& o) {
     Bytes s(o.stateSize());

@@ -1,0 +1,58 @@
+// lion::CollectiveThread: a thread of its own for the sign all-reduce calls
+// of the host optimizers on one communicator, so that a pipelined step
+// (distributed_lion.cc) runs the Lion passes over its next and previous
+// chunks while the chunk in between is on the wire. One call in flight at a
+// time: a communicator runs one call at a time anyway, so every optimizer on
+// it shares this thread (CollectiveThread::of), and while a call is in
+// flight the communicator belongs to this thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "nccl_sign.h"
+
+namespace signlion {
+namespace lion {
+
+class CollectiveThread {
+ public:
+  // The thread of comm, shared by every caller holding it (the last holder
+  // joins it). Null, after one WARN per process, when no thread can be
+  // started: the caller then runs its calls itself.
+  static std::shared_ptr<CollectiveThread> of(ncclSignComm_t comm);
+
+  CollectiveThread(const CollectiveThread&) = delete;
+  CollectiveThread& operator=(const CollectiveThread&) = delete;
+  ~CollectiveThread();
+
+  // Starts ncclSignHostAllReduce in place on votes and returns.
+  // ncclInternalError (and a WARN) when a call is still in flight: every
+  // start must have its wait first.
+  ncclResult_t start(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op);
+  // Returns once the call started last has, with its result (ncclSuccess
+  // when none was started).
+  ncclResult_t wait();
+
+ private:
+  explicit CollectiveThread(ncclSignComm_t comm) : comm_(comm) {}
+  void loop();
+
+  ncclSignComm_t comm_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool pending_ = false;   // a call was started and has not returned
+  bool stopping_ = false;  // the destructor asks the thread to end
+  ncclResult_t result_ = ncclSuccess;
+  void* votes_ = nullptr;
+  size_t count_ = 0;
+  ncclDataType_t type_ = ncclInt8;
+  ncclSignOp_t op_ = ncclSignMajority;
+  std::thread thread_;
+};
+
+}  // namespace lion
+}  // namespace signlion
