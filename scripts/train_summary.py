@@ -2,9 +2,10 @@
 """Tables and plots of scripts/train_bench.sh's runs (the JSON that examples/train.py's rank 0 writes).
 
   train_summary.py --one RUN.json                 one line: the run's medians
-  train_summary.py [--timed K] [--target-mlp A|auto] [--target-lm L|auto] [--plots DIR] RUNS_DIR
+  train_summary.py [--timed K | --warmup W] [--target-mlp A|auto] [--target-lm L|auto] [--plots DIR] RUNS_DIR
 
-Per (workload, N, rate) and contender: medians over the last K steps of a run of forward +
+Per (workload, N, rate) and contender: medians over the last K steps of a run (--warmup W: over
+every step after the first W, for runs of different lengths in one directory) of forward +
 backward, optimizer step and whole step; the communication left exposed (the step minus the
 compute-only floor); samples/s; bytes this rank sent per step (the
 interface's tx_bytes, every contender; signlion's own payload counter where there is one).
@@ -48,9 +49,9 @@ def load(path):
     return r
 
 
-def medians(r, timed):
-    k = min(timed, len(r["step_s"]))
-    pick = lambda xs: [x for x in xs[-k:] if x is not None]  # noqa: E731
+def medians(r, timed, warmup=None):
+    first = warmup if warmup is not None else max(len(r["step_s"]) - timed, 0)
+    pick = lambda xs: [x for x in xs[first:] if x is not None]  # noqa: E731
     med = lambda xs: statistics.median(pick(xs)) if pick(xs) else None  # noqa: E731
     step = med(r["step_s"])
     return {"fwd_bwd": med(r["fwd_bwd_s"]), "opt": med(r["opt_s"]), "step": step,
@@ -101,6 +102,7 @@ def main():
     ap.add_argument("runs", nargs="?")
     ap.add_argument("--one")
     ap.add_argument("--timed", type=int, default=5)
+    ap.add_argument("--warmup", type=int, help="leave out the first W steps of every run instead of --timed")
     ap.add_argument("--target-mlp", default="auto", help="accuracy, or auto (the module's docstring)")
     ap.add_argument("--target-lm", default="auto", help="validation loss, or auto")
     ap.add_argument("--plots")
@@ -116,7 +118,7 @@ def main():
     conv = {}  # (wl, n) -> label -> convergence run
     for r in runs:
         if r["phase"] == "time":
-            table.setdefault((r["workload"], r["n"]), {}).setdefault(r["rate"], {})[r["label"]] = medians(r, a.timed)
+            table.setdefault((r["workload"], r["n"]), {}).setdefault(r["rate"], {})[r["label"]] = medians(r, a.timed, a.warmup)
         else:
             conv.setdefault((r["workload"], r["n"]), {})[r["label"]] = r
     given = {"mlp": a.target_mlp, "lm": a.target_lm}
@@ -125,11 +127,13 @@ def main():
     floors = {}  # (wl, n) -> the compute-only floor (the module's docstring)
     for r in runs:
         if r["phase"] == "time" and r["label"] == "compute":
-            k = min(a.timed, len(r["step_s"]))
-            floors.setdefault((r["workload"], r["n"]), []).extend(x for x in r["step_s"][-k:] if x is not None)
+            first = a.warmup if a.warmup is not None else max(len(r["step_s"]) - a.timed, 0)
+            floors.setdefault((r["workload"], r["n"]), []).extend(x for x in r["step_s"][first:] if x is not None)
     floors = {key: {"step": statistics.median(xs)} for key, xs in floors.items() if xs}
     for (wl, n), rates in sorted(table.items()):
-        print("\n## %s, N = %d: per-step medians of the last %d steps (seconds)" % (wl, n, a.timed))
+        print("\n## %s, N = %d: per-step medians of %s (seconds)"
+              % (wl, n, "every step after the first %d" % a.warmup if a.warmup is not None else
+                 "the last %d steps" % a.timed))
         floor = floors.get((wl, n))
         if floor:
             print("compute-only floor: %.3f s (the median of its timed steps at every rate)" % floor["step"])
