@@ -49,8 +49,13 @@ def load(path):
     return r
 
 
+def first_timed(r, timed, warmup=None):
+    """The index of a run's first timed step: after `warmup` steps, else the last `timed`."""
+    return warmup if warmup is not None else max(len(r["step_s"]) - timed, 0)
+
+
 def medians(r, timed, warmup=None):
-    first = warmup if warmup is not None else max(len(r["step_s"]) - timed, 0)
+    first = first_timed(r, timed, warmup)
     pick = lambda xs: [x for x in xs[first:] if x is not None]  # noqa: E731
     med = lambda xs: statistics.median(pick(xs)) if pick(xs) else None  # noqa: E731
     step = med(r["step_s"])
@@ -127,7 +132,7 @@ def main():
     floors = {}  # (wl, n) -> the compute-only floor (the module's docstring)
     for r in runs:
         if r["phase"] == "time" and r["label"] == "compute":
-            first = a.warmup if a.warmup is not None else max(len(r["step_s"]) - a.timed, 0)
+            first = first_timed(r, a.timed, a.warmup)
             floors.setdefault((r["workload"], r["n"]), []).extend(x for x in r["step_s"][first:] if x is not None)
     floors = {key: {"step": statistics.median(xs)} for key, xs in floors.items() if xs}
     for (wl, n), rates in sorted(table.items()):

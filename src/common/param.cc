@@ -55,6 +55,11 @@ int64_t paramClamp(int64_t value, int64_t lo, int64_t hi, const char* name, std:
   return clamped;
 }
 
+bool paramFirstWarning(std::atomic<uint64_t>* warnedEpoch) {
+  const uint64_t epoch = gParamEpoch.load(std::memory_order_acquire);
+  return warnedEpoch->exchange(epoch) != epoch;
+}
+
 void paramResetCache() { gParamEpoch.fetch_add(1, std::memory_order_acq_rel); }
 
 }  // namespace signlion

@@ -21,6 +21,11 @@ std::string paramReadString(const char* name, const char* deflt);
 // naming SIGNLION_<name> (once per `warned` flag, so a hot path may call it).
 int64_t paramClamp(int64_t value, int64_t lo, int64_t hi, const char* name, std::atomic<bool>* warned);
 
+// True at the first call with this `warnedEpoch` since the cache was last
+// reset: one WARN per value read, so a test, or a process that resets the
+// cache, hears about a new bad value. Start it at ~0ull.
+bool paramFirstWarning(std::atomic<uint64_t>* warnedEpoch);
+
 // Forget cached values (tests set variables after first use).
 void paramResetCache();
 

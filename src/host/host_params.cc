@@ -22,13 +22,10 @@ int64_t hostChunkBytes() {
 }
 
 size_t hostSegmentElements() {
-  // The epoch of the last value warned about: one WARN per value read (a
-  // test, or a process that resets the cache, hears about a new bad one).
   static std::atomic<uint64_t> warnedEpoch{~0ull};
   int64_t v = signlionParamHostSegment();
   if (v < 64) {
-    const uint64_t epoch = gParamEpoch.load(std::memory_order_acquire);
-    if (warnedEpoch.exchange(epoch) != epoch)
+    if (paramFirstWarning(&warnedEpoch))
       WARN("SIGNLION_HOST_SEGMENT=%lld is less than one block of 64 elements; using the default %lld", (long long)v,
            (long long)kDefaultHostSegment);
     v = kDefaultHostSegment;

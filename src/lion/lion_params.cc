@@ -11,8 +11,7 @@ size_t lionChunkElements() {
   static std::atomic<uint64_t> warnedEpoch{~0ull};
   int64_t v = signlionParamLionChunk();
   if (v != 0 && v < 64) {
-    const uint64_t epoch = gParamEpoch.load(std::memory_order_acquire);
-    if (warnedEpoch.exchange(epoch) != epoch)
+    if (paramFirstWarning(&warnedEpoch))
       WARN("SIGNLION_LION_CHUNK=%lld is neither 0 (no pipeline) nor one block of 64 elements or more; using the "
            "default %lld",
            (long long)v, (long long)kDefaultLionChunk);
