@@ -308,28 +308,47 @@ _BUCKET_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _group_buckets(params, positions, cap_bytes):
-    """The buckets of one param group as lists of parameters: per dtype, the parameters in
-    reverse registration order cut into runs of at most cap_bytes (a parameter larger than the
-    cap is a bucket of its own); the buckets of all dtypes then sorted by when backward is
-    expected to complete them (the lowest registration position in a bucket comes last)."""
+    """The buckets of one param group as lists of parameters: per dtype and per whether the
+    parameter is trainable (requires_grad) when the buckets are made, the parameters in reverse
+    registration order cut into runs of at most cap_bytes (a parameter larger than the cap is a
+    bucket of its own); the buckets then sorted by when backward is expected to complete them
+    (the lowest registration position in a bucket comes last). A parameter listed twice (tied
+    weights) is one parameter, placed once. Frozen parameters get buckets of their own, so that
+    they never make a trainable bucket keep part of itself as it is at every step."""
+    unique = list({id(p): p for p in reversed(params)}.values())[::-1]  # first listing wins
     buckets = []
     for dtype in _BUCKET_DTYPES:
-        current, size = [], 0
-        for p in reversed([p for p in params if p.dtype == dtype]):
-            nbytes = p.numel() * p.element_size()
-            if current and size + nbytes > cap_bytes:
+        for trainable in (True, False):
+            current, size = [], 0
+            for p in reversed([p for p in unique if p.dtype == dtype and bool(p.requires_grad) == trainable]):
+                nbytes = p.numel() * p.element_size()
+                if current and size + nbytes > cap_bytes:
+                    buckets.append(current)
+                    current, size = [], 0
+                current.append(p)
+                size += nbytes
+            if current:
                 buckets.append(current)
-                current, size = [], 0
-            current.append(p)
-            size += nbytes
-        if current:
-            buckets.append(current)
     return sorted(buckets, key=lambda b: -min(positions[id(p)] for p in b))
 
 
+def _dense_strides(t):
+    """The strides of a tensor laid out like t in exactly t.numel() elements: t's own when t is
+    dense (contiguous, channels_last or any permutation), else the contiguous ones. A
+    parameter's slice of its bucket takes them, so its memory format is kept."""
+    return torch.empty_like(t, memory_format=torch.preserve_format).stride()
+
+
+def _shaped(flat, offset, shape, strides):
+    """The view of flat[offset:] with this shape and these strides (a parameter's layout)."""
+    seg = flat[offset:]
+    return seg.as_strided(shape, strides, seg.storage_offset())
+
+
 class _Bucket:
-    """Parameters of one (param group, dtype) in one flat buffer, and its optimizer; with
-    overlap, which of its gradients are ready in the current backward."""
+    """Parameters of one (param group, dtype) in one flat buffer, its gradients in another
+    (each parameter's .grad becomes a view into it, as DDP's gradient_as_bucket_view), and its
+    optimizer; with overlap, which of its gradients are ready in the current backward."""
 
     def __init__(self, index, group_index, dtype, params, indices, device):
         self.index = index
@@ -337,36 +356,75 @@ class _Bucket:
         self.numel = sum(p.numel() for p in params)
         self.flat = torch.empty(self.numel, dtype=dtype, device=device)
         self.grad = torch.zeros(self.numel, dtype=dtype, device=device)
+        self.negated = None  # maximize: the negated gradients, made at the first such step
         self.slices = []
+        self.layouts = []  # per parameter: (shape, strides) of its slices of flat and grad
+        self.grad_views = []
         offset = 0
         with torch.no_grad():
             for p in params:
                 n = p.numel()
-                self.flat[offset:offset + n].copy_(p.data.reshape(-1))
-                p.data = self.flat[offset:offset + n].view_as(p)
+                strides = _dense_strides(p)
+                view = _shaped(self.flat, offset, p.shape, strides)
+                view.copy_(p.data)
+                p.data = view
                 self.slices.append((offset, n, p.data.data_ptr()))
+                self.layouts.append((p.shape, strides))
+                self.grad_views.append(_shaped(self.grad, offset, p.shape, strides))
                 offset += n
         self.lion = None
         self.has_master = False
         # Overlap: positions (in self.params) of the parameters with a gradient hook, those whose
-        # gradient is final in this backward, and whether the step was launched since step().
+        # gradient is final in this backward, whether the step was launched since step(), and
+        # the gradients' version counter when the bucket was complete (what its step reads).
         self.hooked = set()
         self.hook_handles = []
         self.grad_accumulators = []  # PyTorch < 2.1: the AccumulateGrad nodes the hooks sit on
         self.ready = set()
         self.launched = False
+        self.seen_version = None
 
     def describe(self):
         return "bucket %d (param group %d, %s, parameters %s)" % (self.index, self.group_index,
                                                                   str(self.dtype).replace("torch.", ""),
                                                                   self.indices)
 
+    def trainable(self):
+        return any(p.requires_grad for p in self.params)
+
     def complete_in_backward(self):
-        """Every hooked parameter has its gradient, and no parameter without a hook needs one (a
-        parameter unfrozen after the hooks were made holds its bucket back until step())."""
-        if not self.hooked or len(self.ready) < len(self.hooked):
+        """Every trainable parameter has its gradient in this backward. A frozen parameter
+        (requires_grad=False) is not waited for; one unfrozen after the hooks were made has no
+        hook yet and holds its bucket back until step() makes one."""
+        return all(j in self.ready or not p.requires_grad for j, p in enumerate(self.params))
+
+    def adopt(self, j):
+        """Makes parameter j's .grad the view into this bucket (copying a gradient that autograd
+        made elsewhere: the first backward, or after zero_grad(set_to_none=True)); later
+        backward passes accumulate into the view in place. Runs on the thread that owns the
+        gradient (backward's hook, or step())."""
+        p, view = self.params[j], self.grad_views[j]
+        g = p.grad
+        if g is None:
+            return
+        if g.is_sparse:
+            raise RuntimeError("signlion: parameter %d has a sparse gradient; DistributedLion takes dense gradients "
+                               "only" % self.indices[j])
+        if g.data_ptr() == view.data_ptr() and g.stride() == view.stride():
+            return
+        view.copy_(g)
+        p.grad = view
+
+    def grads_changed(self):
+        """Whether a gradient of this bucket changed since it was complete: a write into the
+        gradient buffer (clip_grad_norm_, unscaling, any in-place op bumps its version counter)
+        or a .grad replaced by another tensor."""
+        if self.seen_version is None:
             return False
-        return all(j in self.hooked or not p.requires_grad for j, p in enumerate(self.params))
+        if self.grad._version != self.seen_version:
+            return True
+        return any(p.grad is not None and p.grad.data_ptr() != v.data_ptr() for p, v in zip(self.params,
+                                                                                         self.grad_views))
 
     def save(self):
         """The state as bytes (a CPU uint8 tensor) and its momentum and master copy as fp32 views.
@@ -442,23 +500,37 @@ class DistributedLion(torch.optim.Optimizer):
     and its sign all-reduce) starts at once, on a background thread (CPU tensors) or a side
     CUDA stream, while backward goes on. Buckets start strictly in bucket order on every rank
     (bucket k after 0..k-1: the ranks' collectives must come in the same order), so a bucket
-    not complete at the end of backward (unused parameters, a gradient that is None on this
-    rank) and every bucket after it start in step(). step() starts what is left, waits for all
-    of it, and returns; an error of a background step is raised by step() (or the next call)
-    naming the bucket, and the optimizer refuses to go on. Consequences:
-      - a bucket's gradients are read when it starts, during backward: clipping, unscaling or
-        any other change of .grad between backward() and step() has no effect on it; use
-        overlap=False for that;
-      - every backward outside no_sync() that completes a bucket steps it, whether step()
-        follows or not (inspect gradients inside no_sync());
-      - the learning rate and other hyper-parameters are read when a bucket starts (after the
-        previous step(), so schedulers work as usual);
+    not complete at the end of backward (an unused parameter, a gradient that is None on this
+    rank) and every bucket after it start in step(). A frozen parameter (requires_grad=False)
+    is not waited for. step() starts what is left, waits for all of it, and returns; an error
+    of a background step is raised by step() (or the next call) naming the bucket.
+
+    Between backward() and step() (docs/LION.md): a step uses the gradients and the
+    hyper-parameters as they are when step() is called, with overlap on or off alike, so
+    clip_grad_norm_, GradScaler (scaler.step(opt)), a learning rate set before step() and any
+    other change of .grad work as with any torch optimizer. The first step tells the optimizer
+    what the loop does: if it changes a gradient (its version counter moves, or .grad is
+    replaced) or a hyper-parameter between backward() and step(), or a GradScaler drives the
+    step, every later step starts its buckets in step() (the overlap with backward is given
+    up, since a clipped gradient is only known once backward is over); otherwise buckets start
+    during backward from the second step on, and a later step that finds such a change raises
+    RuntimeError on every rank rather than use the gradient it read during backward.
+      - every backward outside no_sync() that completes a bucket steps it (once overlapping),
+        whether step() follows or not (inspect gradients inside no_sync());
       - gradient accumulation over several backward passes needs `with opt.no_sync():` around
         all but the last (as with DDP): inside it, backward only accumulates; a gradient that
         arrives for a bucket already started since the last step() is a RuntimeError;
-      - skip_nonfinite decides per bucket.
+      - skip_nonfinite decides per bucket; with a GradScaler a step with an inf or NaN on any
+        rank is skipped on every rank, nothing touched (each rank's scaler still backs off
+        from its own infs only, on torch 2.x).
     overlap=False keeps every step inside step() (the same buckets: results are bit for bit
     those of overlap=True).
+
+    Gradients: each parameter's .grad becomes a view into its bucket's gradient buffer (as
+    DDP's gradient_as_bucket_view: one copy of the gradients, not two); with
+    zero_grad(set_to_none=False) backward accumulates straight into it. A parameter listed
+    twice (tied weights) is one parameter; parameters keep their memory format
+    (channels_last); frozen parameters get buckets of their own and cost nothing per step.
 
     As a torch.optim optimizer: param_groups (lr, betas, weight_decay, maximize, foreach, fused,
     capturable, differentiable) are read at every step, so schedulers work, lr = 0 included;
@@ -468,9 +540,10 @@ class DistributedLion(torch.optim.Optimizer):
     always one fused call per bucket); capturable and differentiable are refused.
 
     Across ranks (every aggregation but "local"): at construction and in add_param_group (both
-    collective) the ranks check that their parameters (count, shapes, dtypes) and group
-    hyper-parameters are identical, a ValueError naming the first difference on every rank
-    otherwise, and, with broadcast_parameters (the default), take rank 0's parameter values. At
+    collective) the ranks check that their parameters (count, shapes, dtypes, requires_grad),
+    group hyper-parameters and the settings that shape the collectives (aggregation, options,
+    vote rules, bucket_cap_mb, overlap, broadcast_parameters) are identical, a ValueError
+    naming the first difference on every rank otherwise, and, with broadcast_parameters (the default), take rank 0's parameter values. At
     every step the ranks agree on which parameters have a gradient (a sum all-reduce of one float
     per parameter: one per step without overlap, one per bucket with it): a parameter with a
     gradient on some rank steps on every rank, with a zero gradient where a rank has None; one
@@ -485,17 +558,23 @@ class DistributedLion(torch.optim.Optimizer):
     rank, the bucket, the timeout and the library's error), raised by step() or, with overlap, by
     the next gradient hook or step(); the communicator is aborted at once (no thread stays
     blocked on it, and the peers still waiting fail too) and the optimizer refuses every further
-    step and state_dict(). Restart the job from a checkpoint (docs/LION.md, "When a rank fails").
+    step and state_dict(). Any other error inside a step on one rank (a replaced .data, a sparse
+    gradient, KeyboardInterrupt) aborts the communicator too, so the peers get CommError at
+    once rather than after the timeout. Restart the job from a checkpoint (docs/LION.md, "When a rank fails").
 
     CUDA tensors (all parameters on one GPU) use the ncclComm_t of the process group's NCCL
     backend (PyTorch 2.8 or later) and the current stream; the optimizer state lives on that
-    GPU. Call close() before destroying the process group.
+    GPU. Call close() before destroying the process group; every later call raises.
 
     Debugging: launch_observer, when set to a callable, is called as observer(event,
     bucket_index, in_backward) with event "launch" (on the thread that starts the bucket: the
     backward's, or step()'s), "run" and "done" (when its step begins and ends: on the
     background thread for CPU tensors; when it is enqueued for CUDA tensors).
     """
+
+    # GradScaler.step() then always calls step(), which skips a step with an inf or NaN on every
+    # rank alike (a rank-local skip would leave the others waiting in the collective).
+    _step_supports_amp_scaling = True
 
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, aggregation="mavo",
                  process_group=None, master_weights=False, momentum_average_every=0, skip_nonfinite=False,
@@ -554,6 +633,15 @@ class DistributedLion(torch.optim.Optimizer):
         # Overlap: the next bucket to launch, whether backward launches (not inside no_sync()),
         # what runs the launched steps, and the first error of a launched step.
         self._lock = threading.RLock()
+        self._closed = False
+        self._comm_aborted = False
+        self._abort_lock = threading.Lock()
+        # Overlap: "probe" until the first step tells whether the loop changes gradients or
+        # hyper-parameters between backward() and step(); then "overlap" (buckets start in
+        # backward) or "deferred" (they start in step()). _hyper_seen: the hyper-parameters when
+        # this backward's first gradient was ready.
+        self._mode = "probe"
+        self._hyper_seen = None
         self._next_launch = 0
         self._accumulating = False
         self._executor = None
@@ -612,11 +700,12 @@ class DistributedLion(torch.optim.Optimizer):
             self._state_cache = None
 
     def _param_indices(self):
-        """Each parameter's index in state_dict() (torch's numbering: groups in order)."""
+        """Each parameter's index in state_dict() (torch's numbering: groups in order, a
+        parameter listed twice numbered where it first appears)."""
         out, i = {}, 0
         for g in self.param_groups:
             for p in g["params"]:
-                out[id(p)] = i
+                out.setdefault(id(p), i)
                 i += 1
         return out
 
@@ -624,13 +713,15 @@ class DistributedLion(torch.optim.Optimizer):
         """What must be identical on every rank, as [name, value] pairs (values JSON-able)."""
         d = [["aggregation", self.aggregation], ["options", _jsonable(sorted(self._options.items()))],
              ["vote rules", list(self._rules)], ["device type", self.device.type],
+             ["bucket_cap_mb", self.bucket_cap_mb if math.isfinite(self.bucket_cap_mb) else "inf"],
+             ["overlap", self.overlap], ["broadcast_parameters", bool(self._broadcast_parameters)],
              ["number of param groups", len(self.param_groups)]]
         for gi in group_indices:
             g = self.param_groups[gi]
             d += [["group %d: %s" % (gi, k), _jsonable(g[k])] for k in _HYPERPARAMETERS]
             d.append(["group %d: number of parameters" % gi, len(g["params"])])
-            d += [["group %d, parameter %d: shape, dtype" % (gi, j), [list(p.shape), str(p.dtype)]]
-                  for j, p in enumerate(g["params"])]
+            d += [["group %d, parameter %d: shape, dtype, requires_grad" % (gi, j),
+                   [list(p.shape), str(p.dtype), bool(p.requires_grad)]] for j, p in enumerate(g["params"])]
         return json.loads(json.dumps(d))
 
     def _check_across_ranks(self, group_indices):
@@ -692,7 +783,9 @@ class DistributedLion(torch.optim.Optimizer):
     def close(self):
         """Waits for the steps in flight, frees the optimizer states now and, for CUDA parameters,
         what signlion cached for the process group's NCCL communicator (ncclSignCommRelease): call
-        it before torch.distributed.destroy_process_group(). The optimizer cannot step afterwards."""
+        it before torch.distributed.destroy_process_group(). Every later step(), state_dict() or
+        load_state_dict() raises RuntimeError."""
+        self._closed = True
         try:
             self._wait_in_flight(raise_failure=False)
         finally:
@@ -746,25 +839,47 @@ class DistributedLion(torch.optim.Optimizer):
                     b.grad_accumulators.append(accumulator)  # the node lives as long as a reference to it
                 b.hooked.add(j)
 
+    def _hyperparameters(self, group_index):
+        group = self.param_groups[group_index]
+        return (float(group["lr"]), tuple(float(b) for b in group["betas"]), float(group["weight_decay"]),
+                bool(group["maximize"]))
+
+    def _all_hyperparameters(self):
+        return [self._hyperparameters(gi) for gi in range(len(self.param_groups))]
+
     def _gradient_ready(self, bucket_index, position):
-        """A parameter's gradient is final in this backward: launch what is complete, in order."""
-        if self._accumulating or not self._ready:
+        """A parameter's gradient is final in this backward: its .grad becomes the bucket's view;
+        when overlapping, what is complete launches, in order."""
+        if not self._ready or self._closed:
             return
         with self._lock:
             self._raise_failure()
             if bucket_index >= len(self._buckets):
-                return  # closed
+                return
             b = self._buckets[bucket_index]
             if b.launched:
-                raise RuntimeError(
+                # Autograd has already accumulated into the gradient the started step reads: the
+                # step's result is undefined, so the optimizer fails (and its peers with it).
+                error = RuntimeError(
                     "signlion: a gradient of parameter %d arrived in a backward pass after its %s had started "
                     "its step (overlap=True starts a bucket's step during backward, as soon as its gradients are "
                     "ready, so gradients cannot be accumulated over several backward passes that way): run all "
                     "but the last backward of an accumulation inside `with optimizer.no_sync():`, call step() "
                     "after each backward, or make the optimizer with overlap=False"
                     % (b.indices[position], b.describe()))
+                self._fail(b, error)
+                raise error
+            with self._aborting_on_failure(b):
+                b.adopt(position)
+            if self._accumulating:
+                return
+            if self._hyper_seen is None:  # the first gradient of this backward
+                self._hyper_seen = self._all_hyperparameters()
             b.ready.add(position)
-            self._launch_in_order(in_backward=True)
+            if b.complete_in_backward():
+                b.seen_version = b.grad._version
+            if self._mode == "overlap":
+                self._launch_in_order(in_backward=True)
 
     def _launch_in_order(self, in_backward):
         """Launches the buckets from the next one on: in backward while they are complete; in
@@ -777,24 +892,28 @@ class DistributedLion(torch.optim.Optimizer):
             self._launch(b, in_backward)
 
     def _launch(self, b, in_backward):
-        """Starts bucket b's step: gradients and hyper-parameters are taken now."""
-        group = self.param_groups[b.group_index]
-        hyper = (float(group["lr"]), tuple(group["betas"]), float(group["weight_decay"]), bool(group["maximize"]))
-        grads = [p.grad for p in b.params]
-        b.launched = True
-        self._state_cache = None
-        if self.launch_observer is not None:
-            self.launch_observer("launch", b.index, in_backward)
-        if self._side_stream is not None:
-            try:
-                self._launch_on_side_stream(b, grads, hyper, in_backward)
-            except BaseException as e:
-                self._fail(b, e)
-                raise self._failure_error() from e
-        else:
-            self._executor.submit(self._run_in_background, b, grads, hyper, in_backward)
+        """Starts bucket b's step: which parameters have a gradient and the hyper-parameters are
+        taken now (a missing gradient's slice is zeroed here, on the thread that owns the
+        gradients); the step reads the gradients from the bucket's buffer."""
+        with self._aborting_on_failure(b):
+            has_grad = []
+            for j, p in enumerate(b.params):
+                b.adopt(j)
+                has_grad.append(p.grad is not None)
+                if p.grad is None:
+                    b.grad_views[j].zero_()
+            hyper = self._hyperparameters(b.group_index)
+            b.launched = True
+            b.seen_version = b.grad._version
+            self._state_cache = None
+            if self.launch_observer is not None:
+                self.launch_observer("launch", b.index, in_backward)
+            if self._side_stream is not None:
+                self._launch_on_side_stream(b, has_grad, hyper, in_backward)
+                return
+        self._executor.submit(self._run_in_background, b, has_grad, hyper, in_backward)
 
-    def _run_in_background(self, b, grads, hyper, in_backward):
+    def _run_in_background(self, b, has_grad, hyper, in_backward):
         """A bucket's agreement and step on the background thread; the first error is kept
         (step() raises it) and the buckets after it are not stepped."""
         if self._failure is not None:
@@ -803,24 +922,21 @@ class DistributedLion(torch.optim.Optimizer):
             if self.launch_observer is not None:
                 self.launch_observer("run", b.index, in_backward)
             with torch.no_grad():
-                self._step_bucket(b, grads, hyper, self._agree(b, grads))
+                self._step_bucket(b, hyper, self._agree(b, has_grad))
             if self.launch_observer is not None:
                 self.launch_observer("done", b.index, in_backward)
         except BaseException as e:
             self._fail(b, e)
 
-    def _launch_on_side_stream(self, b, grads, hyper, in_backward):
+    def _launch_on_side_stream(self, b, has_grad, hyper, in_backward):
         """CUDA: the bucket's step on the side stream, after what the launching thread's current
-        stream has enqueued so far (the gradients' accumulation)."""
+        stream has enqueued so far (the gradients' accumulation and their copy into the bucket)."""
         stream = self._side_stream
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream), torch.no_grad():
-            for g in grads:
-                if g is not None:
-                    g.record_stream(stream)  # used on the side stream: not freed before it is done
             if self.launch_observer is not None:
                 self.launch_observer("run", b.index, in_backward)
-            self._step_bucket(b, grads, hyper, self._agree(b, grads), stream)
+            self._step_bucket(b, hyper, self._agree(b, has_grad), stream)
             if self.launch_observer is not None:
                 self.launch_observer("done", b.index, in_backward)
 
@@ -834,14 +950,39 @@ class DistributedLion(torch.optim.Optimizer):
         if raise_failure:
             self._raise_failure()
 
+    @contextlib.contextmanager
+    def _aborting_on_failure(self, b):
+        """Any exception inside (an error of this rank, KeyboardInterrupt included) fails the
+        optimizer and aborts the host communicator, so that the peers waiting for this rank
+        fail at once instead of after the timeout; an Exception is raised as the optimizer's
+        failure (naming the bucket), anything else (KeyboardInterrupt, SystemExit) as itself."""
+        try:
+            yield
+        except BaseException as e:
+            if self._failure is not None and self._failure[1] is e:
+                raise
+            self._fail(b, e)
+            if isinstance(e, Exception):
+                raise self._failure_error() from e
+            raise
+
     def _fail(self, b, e):
-        """Keeps the first error of a step (bucket b's) and, when the host communicator failed,
-        aborts it: its links close, so the peers still waiting on this rank fail at once, and no
-        thread stays blocked on it. Called by the thread that ran the failed call (the only one
-        using the communicator then)."""
+        """Keeps the first error of a step (bucket b's) and aborts the host communicator: its
+        links close, so the peers waiting on this rank fail at once (a step that failed on one
+        rank only, for whatever reason, would otherwise leave them blocked for the whole
+        timeout), and no thread stays blocked on it. Callable from any thread."""
         if self._failure is None:
             self._failure = (b, e)
-        if isinstance(e, capi.SignError) and e.result != _NCCL_INVALID_ARGUMENT and self._comm is not None:
+        with self._abort_lock:
+            if self._comm is None or self._comm_aborted:
+                return
+            self._comm_aborted = True
+        if self._executor is not None and not self._executor.on_worker_thread():
+            # The background thread may be inside a call on the communicator, which an abort must
+            # not overlap (it frees the communicator): the abort runs there, after that call (the
+            # steps queued behind it see the failure and return at once).
+            self._executor.submit(self._comm.abort)
+        else:
             self._comm.abort()
 
     def _failure_error(self):
@@ -851,11 +992,11 @@ class DistributedLion(torch.optim.Optimizer):
         if isinstance(e, capi.SignError) and e.result != _NCCL_INVALID_ARGUMENT and comm is not None:
             timeout_s = comm.timeout_ms / 1000.0
             return CommError(
-                "signlion: rank %d of %d: the step of %s failed: %s. A peer exited or froze, or its link broke: no "
-                "data came from it for the timeout of %g s (%s), or its connection reported the loss (the library's "
-                "WARN line on stderr names the cause). The host communicator was aborted (the other ranks fail at "
-                "once) and this optimizer refuses further steps and state_dict(): what this rank applied of the "
-                "failed step is undefined. Restart the job from the last checkpoint (torchrun --max-restarts)."
+                "signlion: rank %d of %d: the step of %s failed: %s. A peer exited, froze or failed, or its link "
+                "broke: no data came from it for the timeout of %g s (%s), or its connection reported the loss (the "
+                "library's WARN line on stderr names the cause). The host communicator was aborted (the other ranks "
+                "fail at once) and this optimizer refuses further steps and state_dict(): what this rank applied of "
+                "the failed step is undefined. Restart the job from the last checkpoint (torchrun --max-restarts)."
                 % (comm.rank, comm.nranks, what, e, timeout_s, getattr(comm, "timeout_source", "its config")),
                 comm.rank, comm.nranks, timeout_s, e.result)
         return RuntimeError("signlion: the step of %s failed (%s: %s); the optimizer state is undefined and "
@@ -863,58 +1004,62 @@ class DistributedLion(torch.optim.Optimizer):
                             "the communicator failed)" % (what, type(e).__name__, e))
 
     def _raise_failure(self):
+        if self._closed:
+            raise RuntimeError("signlion: this DistributedLion was closed (close()); make a new optimizer to go on")
         if self._failure is not None:
             raise self._failure_error() from self._failure[1]
 
     # ---- the step ----
 
-    def _agree(self, b, grads):
+    def _agree(self, b, has_grad):
         """Per parameter of bucket b: whether some rank has a gradient for it (the same on every
         rank). One sum all-reduce of one float per parameter; a rank that has every gradient
         does not wait for its result (every parameter then has one somewhere)."""
-        local = [g is not None for g in grads]
         if self._channel is None or self._channel.nranks == 1:
-            return local
-        result = self._channel.sum_start(torch.tensor(local, dtype=torch.float32))
-        if all(local):
-            return local
+            return has_grad
+        result = self._channel.sum_start(torch.tensor(has_grad, dtype=torch.float32))
+        if all(has_grad):
+            return has_grad
         return [c > 0 for c in result().tolist()]
 
-    def _gradient_somewhere(self, grads_per_bucket):
+    def _gradient_somewhere(self, has_grad_per_bucket):
         """_agree for every bucket at once (overlap=False): one sum all-reduce per step."""
-        local = [[g is not None for g in grads] for grads in grads_per_bucket]
         if self._channel is None or self._channel.nranks == 1:
-            return local
-        flat = [x for per in local for x in per]
+            return has_grad_per_bucket
+        flat = [x for per in has_grad_per_bucket for x in per]
         result = self._channel.sum_start(torch.tensor(flat, dtype=torch.float32))
         if all(flat):
-            return local
+            return has_grad_per_bucket
         counts, out, i = result().tolist(), [], 0
-        for per in local:
+        for per in has_grad_per_bucket:
             out.append([c > 0 for c in counts[i:i + len(per)]])
             i += len(per)
         return out
 
-    def _step_bucket(self, b, grads, hyper, active, stream=None):
-        """Bucket b's Lion step from these gradients (None: zero) with hyper = (lr, betas,
-        weight_decay, maximize); parameters not active keep their values and state."""
+    def _any_rank(self, flag):
+        """Whether `flag` is true on some rank (every rank calls it, in the same place)."""
+        if self._channel is None or self._channel.nranks == 1:
+            return bool(flag)
+        return self._channel.sum(torch.tensor([1.0 if flag else 0.0]))[0].item() > 0
+
+    def _step_bucket(self, b, hyper, active, stream=None):
+        """Bucket b's Lion step from the gradients in its buffer (zero where a rank has none)
+        with hyper = (lr, betas, weight_decay, maximize); parameters not active keep their values
+        and state. Leaves the gradient buffer as it is (what the loop sees in .grad)."""
         if not any(active):
             return  # no rank has a gradient for this bucket: skipped everywhere, state and all
         lr, betas, weight_decay, maximize = hyper
         b.lion.set_hyperparameters(lr, betas, weight_decay)
-        for p, g_in, (offset, n, ptr) in zip(b.params, grads, b.slices):
+        for p, (offset, n, ptr) in zip(b.params, b.slices):
             if p.data.data_ptr() != ptr:
                 raise RuntimeError("signlion: a parameter's .data was replaced after the optimizer was made; "
                                    "copy into it in place (p.data.copy_(...)) instead")
-            g = b.grad[offset:offset + n]
-            if g_in is None:
-                g.zero_()
-            else:
-                if g_in.is_sparse:
-                    raise RuntimeError("signlion: sparse gradients are not supported")
-                g.copy_(g_in.reshape(-1))
-                if maximize:
-                    g.neg_()
+        grad = b.grad
+        if maximize:
+            if b.negated is None:
+                b.negated = torch.empty_like(b.grad)
+            torch.neg(b.grad, out=b.negated)
+            grad = b.negated
         idle = [(offset, n) for (offset, n, _), a in zip(b.slices, active) if not a]
         if idle:  # kept as they are: values, momentum and master copy
             before = b.save()
@@ -922,9 +1067,9 @@ class DistributedLion(torch.optim.Optimizer):
         if b.lion.on_device:
             if stream is None:
                 stream = torch.cuda.current_stream(self.device)
-            b.lion.step_async(b.flat.data_ptr(), b.grad.data_ptr(), stream.cuda_stream)
+            b.lion.step_async(b.flat.data_ptr(), grad.data_ptr(), stream.cuda_stream)
         else:
-            b.lion.step(b.flat.data_ptr(), b.grad.data_ptr())
+            b.lion.step(b.flat.data_ptr(), grad.data_ptr())
         if idle:
             after = b.save()
             for (o, n), v in zip(idle, values):
@@ -934,11 +1079,45 @@ class DistributedLion(torch.optim.Optimizer):
                     after[3][o:o + n] = before[3][o:o + n]
             b.load(after[0])
 
+    def _amp_inputs(self, grad_scaler):
+        """GradScaler's part in this step: (found_inf on this rank, grad_scale or None), or None
+        without a GradScaler. torch 2.x's GradScaler.step sets the attributes grad_scale (None
+        once unscale_ ran) and found_inf on an optimizer with _step_supports_amp_scaling; torch
+        1.13's passes itself as step(grad_scaler=...)."""
+        if grad_scaler is not None:
+            state = grad_scaler._per_optimizer_states[id(self)]
+            if not state["found_inf_per_device"]:  # unscale_ did not run: run it (it checks for infs)
+                grad_scaler.unscale_(self)
+            found = any(v.item() for v in state["found_inf_per_device"].values())
+            return found, None, state["found_inf_per_device"]
+        if not hasattr(self, "found_inf"):
+            return None
+        found = self.found_inf
+        found = bool(found.item()) if isinstance(found, torch.Tensor) else bool(found)
+        return found, getattr(self, "grad_scale", None), None
+
+    def _unscale(self, grad_scale):
+        """Divides the gradients by GradScaler's scale as GradScaler.unscale_ does (the same
+        kernel and the reciprocal taken in fp64), in place in the buckets."""
+        inv_scale = grad_scale.double().reciprocal().float()
+        for b in self._buckets:
+            scale = inv_scale.to(b.grad.device)
+            if b.grad.dtype == torch.float32:
+                b.grad.mul_(scale)
+            else:  # in fp32, rounded once to the gradient's dtype, as GradScaler's kernel does
+                b.grad.copy_(b.grad.float().mul_(scale))
+
     @torch.no_grad()
-    def step(self, closure=None):
-        """One step of every bucket. With overlap, the buckets not started during backward start
-        here, in bucket order, and step() returns once every bucket's step is done (CUDA: once
-        the current stream waits for them). Raises the error of a failed background step."""
+    def step(self, closure=None, **kwargs):
+        """One step of every bucket, from the gradients and hyper-parameters as they are now
+        (docs/LION.md, "Between backward() and step()"). With overlap, the buckets not started
+        during backward start here, in bucket order, and step() returns once every bucket's
+        step is done (CUDA: once the current stream waits for them). Raises the error of a
+        failed background step. With a GradScaler (scaler.step(optimizer)), a step in which any
+        rank found an inf or NaN is skipped on every rank, nothing touched."""
+        grad_scaler = kwargs.pop("grad_scaler", None)
+        if kwargs:
+            raise TypeError("signlion: step() got unexpected keyword arguments %s" % sorted(kwargs))
         with self._lock:
             self._raise_failure()
         loss = None
@@ -946,42 +1125,104 @@ class DistributedLion(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._state_cache = None
-        if not self.overlap:
-            grads = [[p.grad for p in b.params] for b in self._buckets]
-            b = self._buckets[0] if self._buckets else None
-            try:
-                for b, g, active in zip(self._buckets, grads, self._gradient_somewhere(grads)):
-                    group = self.param_groups[b.group_index]
-                    self._step_bucket(b, g, (float(group["lr"]), tuple(group["betas"]),
-                                             float(group["weight_decay"]), bool(group["maximize"])), active)
-            except BaseException as e:
-                self._fail(b, e)  # the buckets before b have stepped: the state is now undefined
-                raise self._failure_error() from e
-            return loss
         with self._lock:
             try:
-                self._launch_in_order(in_backward=False)
+                self._step_locked(grad_scaler)
             finally:
-                self._wait_in_flight(raise_failure=False)
-                self._next_launch = 0
-                for b in self._buckets:
-                    b.ready.clear()
-                    b.launched = False
-            self._raise_failure()
-            self._register_hooks(self._buckets)  # parameters unfrozen since the last step
+                if self.overlap:
+                    self._next_launch = 0
+                    for b in self._buckets:
+                        b.ready.clear()
+                        b.launched = False
+                        b.seen_version = None
+                    self._hyper_seen = None
+            if self.overlap:
+                self._register_hooks(self._buckets)  # parameters unfrozen since the last step
         self._state_cache = None
         return loss
+
+    def _step_locked(self, grad_scaler):
+        first = self._buckets[0] if self._buckets else None
+        changed = [b for b in self._buckets if b.seen_version is not None and b.grads_changed()]
+        hyper_changed = self._hyper_seen is not None and self._hyper_seen != self._all_hyperparameters()
+        amp = self._amp_inputs(grad_scaler)
+        if self.overlap and self._mode == "overlap":
+            started = [b for b in changed if b.launched]
+            if started or hyper_changed or (amp is not None and any(b.launched for b in self._buckets)):
+                what = ("the gradients of %s" % started[0].describe() if started else
+                        "a learning rate or other hyper-parameter" if hyper_changed else
+                        "GradScaler's scale")
+                error = RuntimeError(
+                    "signlion: %s changed after its step had started during backward (overlap=True): the "
+                    "previous steps left gradients and hyper-parameters as backward made them, so this optimizer "
+                    "overlapped its steps with backward. A loop that changes them between backward() and step() "
+                    "(clip_grad_norm_, GradScaler, a schedule) must do so from its first step, or make the "
+                    "optimizer with overlap=False (docs/LION.md, \"Between backward() and step()\")" % what)
+                try:
+                    self._wait_in_flight(raise_failure=False)
+                finally:
+                    self._fail(started[0] if started else first, error)
+                raise error
+        elif self.overlap and self._mode == "probe" and (self._hyper_seen is not None or changed or amp):
+            # The first step after backward decides: a loop that changes nothing between backward()
+            # and step() gets its buckets started during backward from the next step on.
+            self._mode = "deferred" if (changed or hyper_changed or amp is not None) else "overlap"
+        with self._aborting_on_failure(first):
+            for b in self._buckets:
+                if not b.launched:
+                    for j in range(len(b.params)):
+                        b.adopt(j)
+        if amp is not None:
+            found, grad_scale, per_device = amp
+            with self._aborting_on_failure(first):
+                found = self._any_rank(found)
+            if per_device is not None:  # torch 1.13: update() backs off on every rank alike
+                for t in per_device.values():
+                    t.fill_(1.0 if found else 0.0)
+            if found:
+                self._wait_in_flight()
+                return  # skipped on every rank: nothing launched, nothing touched
+            if grad_scale is not None:
+                self._unscale(grad_scale)
+        if not self.overlap:
+            with self._aborting_on_failure(first):
+                has_grad = []
+                for b in self._buckets:
+                    has_grad.append([p.grad is not None for p in b.params])
+                    for j, p in enumerate(b.params):
+                        if p.grad is None:
+                            b.grad_views[j].zero_()
+            b = first
+            try:
+                for b, active in zip(self._buckets, self._gradient_somewhere(has_grad)):
+                    self._step_bucket(b, self._hyperparameters(b.group_index), active)
+            except BaseException as e:
+                self._fail(b, e)  # the buckets before b have stepped: the state is now undefined
+                if isinstance(e, Exception):
+                    raise self._failure_error() from e
+                raise
+            return
+        try:
+            self._launch_in_order(in_backward=False)
+        finally:
+            try:
+                self._wait_in_flight(raise_failure=False)
+            except BaseException as e:  # KeyboardInterrupt while waiting: the peers must not hang
+                self._fail(first, e)
+                raise
+        self._raise_failure()
+
 
     def _collect_state(self):
         out = {}
         for b in self._buckets:
             _, _, momentum, master = b.save()
             applied, _ = b.lion.step_counts()
-            for p, (o, n, _) in zip(b.params, b.slices):
+            for p, (o, n, _), (shape, strides) in zip(b.params, b.slices, b.layouts):
                 st = {"step": torch.tensor(float(applied)),
-                      "exp_avg": momentum[o:o + n].clone().view(p.shape).to(p.device)}
+                      "exp_avg": _shaped(momentum, o, shape, strides).clone().to(p.device)}
                 if master is not None:
-                    st["master"] = master[o:o + n].clone().view(p.shape).to(p.device)
+                    st["master"] = _shaped(master, o, shape, strides).clone().to(p.device)
                 out[p] = st
         return out
 
@@ -1102,7 +1343,7 @@ class DistributedLion(torch.optim.Optimizer):
                 blob[:header] = h
             elif param_headers:
                 _take_counters(blob, [param_headers.get(position[id(p)]) for p in b.params])
-            for p, (o, n, _) in zip(b.params, b.slices):
+            for p, (o, n, _), (shape, strides) in zip(b.params, b.slices, b.layouts):
                 key = position[id(p)]
                 st = state.get(key, {})
                 if st and "exp_avg" not in st:
@@ -1115,11 +1356,11 @@ class DistributedLion(torch.optim.Optimizer):
                     if m.numel() != n:
                         raise ValueError("signlion: parameter %d's exp_avg has shape %s, the parameter %s" %
                                          (key, tuple(m.shape), tuple(p.shape)))
-                    momentum[o:o + n] = m.detach().reshape(-1).to("cpu", torch.float32)
+                    _shaped(momentum, o, shape, strides).copy_(m.detach().reshape(shape).to("cpu", torch.float32))
                 if master is not None:
                     src = st.get("master")
                     src = src if src is not None else p.detach()  # the master copy is the parameters' value
-                    master[o:o + n] = src.reshape(-1).to("cpu", torch.float32)
+                    _shaped(master, o, shape, strides).copy_(src.reshape(shape).to("cpu", torch.float32))
             blobs.append(blob)
         for b, blob in zip(self._buckets, blobs):
             try:

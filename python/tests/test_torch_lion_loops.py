@@ -1,0 +1,370 @@
+"""signlion.torch.DistributedLion under the training loops users write, CPU tensors, gloo
+process groups of 2 and 3 spawned ranks (docs/LION.md, "Between backward() and step()"):
+ 1. torch.nn.utils.clip_grad_norm_ between backward() and step(): overlap on equals overlap
+    off bit for bit, in every one of repeated runs, and clipping changes the result;
+ 2. the learning rate changed between backward() and step() at every step, a parameter used
+    on one rank only: overlap on equals overlap off, identical on every rank;
+ 3. a loop that starts changing gradients after steps that overlapped: step() raises on
+    every rank, naming the change (never a silently different result);
+ 4. GradScaler's protocol for optimizers that handle scaling themselves (the grad_scale and
+    found_inf attributes torch 2.x's GradScaler.step sets): an inf on one rank skips the step
+    on every rank with nothing touched; a scale is divided out exactly as GradScaler.unscale_;
+ 5. any failure inside a step on one rank (here a replaced .data) aborts the communicator:
+    the peers raise CommError within seconds, not after the 60 s timeout;
+ 6. frozen, unused and tied parameters: a bucket of frozen parameters and a parameter frozen
+    after construction hold no later bucket back (they start during backward) and cost no
+    state copy (a trainable bucket holding a parameter frozen later keeps that part by copying
+    its state: docs/LION.md); a parameter listed twice steps once, as listed once; channels_last kept;
+ 7. gradients are views into the buckets (no second copy of the gradients);
+ 8. bucket_cap_mb, overlap and broadcast_parameters compared across ranks (ValueError);
+ 9. close(): every later step() raises."""
+import os
+import sys
+import time
+import unittest
+
+try:
+    import torch
+    import torch.distributed as dist
+    import spawn_ranks
+    from test_torch_lion import LR, WD, grads_of
+    from test_torch_lion_api import assert_same_on_all_ranks, expect_value_error
+    from test_torch_lion_overlap import backward_with, make_params
+    HAVE_TORCH = True
+except ImportError as e:  # pragma: no cover
+    HAVE_TORCH, WHY = False, str(e)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def _mlp(seed=0):
+    """About 1.3M parameters: large enough that a bucket's step takes longer than the loop's
+    clipping after backward (where today's race shows)."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                               torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+
+
+def _batch(rank, step):
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    return torch.randn(64, 256, generator=g), torch.randint(0, 10, (64,), generator=g)
+
+
+def _train_mlp(rank, overlap, clip, steps=5, lr_between=False, cap=1.0):
+    from signlion.torch import DistributedLion
+    model = _mlp()
+    opt = DistributedLion(model.parameters(), lr=1e-3, weight_decay=0.1, overlap=overlap, bucket_cap_mb=cap)
+    for step in range(steps):
+        x, y = _batch(rank, step)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        if lr_between:
+            for g in opt.param_groups:
+                g["lr"] = 1e-3 * (step + 1)
+        opt.step()
+        opt.zero_grad()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    opt.close()
+    return flat
+
+
+# ---- 1. clipping ----
+
+def check_clipping(rank, world):
+    off = _train_mlp(rank, False, 0.5)
+    for run in range(3):
+        on = _train_mlp(rank, True, 0.5)
+        assert torch.equal(on, off), "run %d: overlap on and clip_grad_norm_ differ from overlap off" % run
+    assert_same_on_all_ranks([off], world, "clipped")
+    unclipped = _train_mlp(rank, True, None)
+    assert not torch.equal(unclipped, off), "clipping changed nothing: the test would not see it ignored"
+
+
+# ---- 2. the learning rate changed between backward() and step() ----
+
+def check_lr_between_backward_and_step(rank, world):
+    from signlion.torch import DistributedLion
+    results = []
+    for overlap in (True, False):
+        params = make_params()
+        opt = DistributedLion(params, lr=LR, weight_decay=WD, overlap=overlap, bucket_cap_mb=1e-4)
+        for step in range(4):
+            used = [True] * len(params)
+            used[1] = rank == 0  # a bucket complete in backward on rank 0 only
+            backward_with(params, grads_of(rank, step, [p.shape for p in params]), used)
+            for g in opt.param_groups:
+                g["lr"] = LR * (step + 2)
+            opt.step()
+            opt.zero_grad()
+        results.append(torch.cat([p.detach().float().reshape(-1) for p in params]))
+        assert_same_on_all_ranks(params, world, "lr changed between backward and step, overlap=%s" % overlap)
+        opt.close()
+    assert torch.equal(results[0], results[1]), "lr changed between backward and step: overlap on != off"
+
+
+# ---- 3. a change that starts after overlapped steps ----
+
+def check_late_change_raises(rank, world):
+    from signlion.torch import CommError, DistributedLion
+    model = _mlp()
+    opt = DistributedLion(model.parameters(), lr=1e-3, bucket_cap_mb=1.0)
+    for step in range(3):
+        x, y = _batch(rank, step)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        if step == 2:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            try:
+                opt.step()
+            except CommError:
+                pass  # the peer refused first and aborted the communicator
+            except RuntimeError as e:
+                msg = str(e)
+                assert "changed after" in msg and "overlap=False" in msg and "clip" in msg, msg
+            else:
+                raise AssertionError("a gradient changed after its bucket started: step() raised nothing")
+        else:
+            opt.step()
+            opt.zero_grad()
+    try:
+        opt.step()
+    except CommError:
+        pass
+    except RuntimeError as e:
+        assert "cannot be used again" in str(e), str(e)
+    else:
+        raise AssertionError("the optimizer went on after a refused step")
+
+
+# ---- 4. GradScaler's protocol ----
+
+def _scaled_step(opt, params, grads, scale, found_inf):
+    """What torch 2.x's GradScaler.step does for an optimizer with _step_supports_amp_scaling:
+    sets grad_scale and found_inf on it, calls step(), deletes them. (torch 1.13's GradScaler
+    runs on CUDA only, so on the CPU the protocol is driven here as GradScaler drives it.)"""
+    backward_with(params, [g * scale for g in grads], [True] * len(params))
+    opt.grad_scale = torch.tensor(float(scale))
+    opt.found_inf = torch.tensor(float(found_inf))
+    try:
+        opt.step()
+    finally:
+        del opt.grad_scale
+        del opt.found_inf
+    opt.zero_grad()
+
+
+def check_grad_scaler_protocol(rank, world):
+    from signlion.torch import DistributedLion
+    assert getattr(DistributedLion, "_step_supports_amp_scaling", False), "GradScaler would skip step() per rank"
+    for overlap in (True, False):
+        params = make_params()
+        plain = make_params()
+        opt = DistributedLion(params, lr=LR, weight_decay=WD, overlap=overlap, bucket_cap_mb=1e-4)
+        ref = DistributedLion(plain, lr=LR, weight_decay=WD, overlap=False, bucket_cap_mb=1e-4)
+        scale = 2.0 ** 10  # a power of two: the unscaled gradient is exact
+        for step in range(4):
+            grads = [g.float() for g in grads_of(rank, step, [p.shape for p in params])]
+            inf_here = step == 2 and rank == world - 1
+            before = [p.detach().clone() for p in params]
+            state_before = opt.state_dict()["signlion"]["buckets"]
+            _scaled_step(opt, params, grads, scale, inf_here)
+            if step == 2:  # skipped on every rank, nothing touched
+                assert all(torch.equal(a, p.detach()) for a, p in zip(before, params)), "a skipped step moved a value"
+                after = opt.state_dict()["signlion"]["buckets"]
+                assert all(torch.equal(a["header"], b["header"]) for a, b in zip(state_before, after)), \
+                    "a skipped step changed a counter"
+                continue
+            backward_with(plain, grads, [True] * len(plain))
+            ref.step()
+            ref.zero_grad()
+            for i, (p, q) in enumerate(zip(params, plain)):
+                assert torch.equal(p.detach(), q.detach()), "overlap=%s step %d: parameter %d differs from the " \
+                    "unscaled run" % (overlap, step, i)
+        opt.close()
+        ref.close()
+
+
+# ---- 5. a failure on one rank aborts ----
+
+def check_failure_aborts(rank, world):
+    from signlion.torch import CommError, DistributedLion
+    params = make_params()
+    opt = DistributedLion(params, lr=LR, bucket_cap_mb=1e-4, timeout=60.0)
+    used = [True] * len(params)
+    backward_with(params, grads_of(rank, 0, [p.shape for p in params]), used)
+    opt.step()
+    opt.zero_grad()
+    dist.barrier()
+    if rank == 1:
+        culprit = opt.bucket_layout()[1]["params"][0]
+        params[culprit].data = params[culprit].data.clone()  # refused at its bucket's step
+    started = time.monotonic()
+    try:
+        backward_with(params, grads_of(rank, 1, [p.shape for p in params]), used)
+        opt.step()
+    except CommError as e:
+        assert rank != 1, "the failing rank raised CommError: %s" % e
+        elapsed = time.monotonic() - started
+        assert elapsed < 20.0, "rank %d: CommError after %.1f s, the abort did not reach it" % (rank, elapsed)
+    except RuntimeError as e:
+        assert rank == 1 and ".data was replaced" in str(e), "rank %d: %s" % (rank, e)
+    else:
+        raise AssertionError("rank %d: no error" % rank)
+
+
+# ---- 6. frozen, tied, channels_last ----
+
+def check_frozen_and_tied(rank, world):
+    from signlion import torch as signlion_torch
+    from signlion.torch import DistributedLion
+    saves = []
+    original_save = signlion_torch._Bucket.save
+
+    def counting_save(self):
+        saves.append(self.index)
+        return original_save(self)
+
+    signlion_torch._Bucket.save = counting_save
+    try:
+        params = make_params()
+        params[0].requires_grad_(False)  # frozen at construction: a bucket of its own
+        opt = DistributedLion(params, lr=LR, bucket_cap_mb=float("inf"))
+        layout = opt.bucket_layout()
+        frozen = [i for i, b in enumerate(layout) if 0 in b["params"]]
+        assert layout[frozen[0]]["params"] == [0], layout
+        params[6].requires_grad_(False)  # frozen after construction, in the fp32 bucket with 7, 3, 1
+        log = []
+        opt.launch_observer = lambda event, bucket, in_backward: log.append((event, bucket, in_backward))
+        for step in range(3):
+            used = [p.requires_grad for p in params]
+            backward_with(params, grads_of(rank, step, [p.shape for p in params]), used)
+            opt.step()
+            opt.zero_grad()
+            if step >= 1:  # the first step starts every bucket in step() (docs/LION.md)
+                launches = [e for e in log if e[0] == "launch"]
+                assert all(in_backward for _, _, in_backward in launches), "a bucket was held to step(): %s" % log
+            log.clear()
+        assert frozen[0] not in saves, "a bucket of frozen parameters cost a state copy (buckets %s)" % saves
+        opt.close()
+    finally:
+        signlion_torch._Bucket.save = original_save
+    # A parameter listed twice (tied weights) steps once: as the same list without the repeat.
+    results = []
+    for listing in ("twice", "once"):
+        params = make_params()
+        listed = params + [params[2]] if listing == "twice" else params
+        opt = DistributedLion(listed, lr=LR, weight_decay=WD, bucket_cap_mb=1e-4)
+        for step in range(3):
+            backward_with(params, grads_of(rank, step, [p.shape for p in params]), [True] * len(params))
+            opt.step()
+            opt.zero_grad()
+        results.append(torch.cat([p.detach().float().reshape(-1) for p in params]))
+        opt.state_dict()
+        opt.close()
+    assert torch.equal(results[0], results[1]), "a parameter listed twice stepped differently from once"
+    # channels_last parameters stay channels_last, and step as their contiguous twins do.
+    outs = []
+    for fmt in (torch.channels_last, torch.contiguous_format):
+        torch.manual_seed(3)
+        conv = torch.nn.Conv2d(3, 8, 3)
+        conv = conv.to(memory_format=fmt)
+        opt = DistributedLion(conv.parameters(), lr=LR, weight_decay=WD)
+        for step in range(3):
+            g = torch.Generator().manual_seed(10 * rank + step)
+            x = torch.randn(2, 3, 8, 8, generator=g).to(memory_format=fmt)
+            conv(x).square().sum().backward()
+            opt.step()
+            opt.zero_grad()
+        assert conv.weight.is_contiguous(memory_format=fmt), "the weight's memory format was changed"
+        exp_avg = opt.state[conv.weight]["exp_avg"]
+        assert exp_avg.shape == conv.weight.shape
+        outs.append((conv.weight.detach().contiguous(), exp_avg.contiguous()))
+        opt.close()
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1]), \
+        "channels_last stepped differently"
+
+
+# ---- 7. gradients as views ----
+
+def check_gradients_are_bucket_views(rank, world):
+    from signlion.torch import DistributedLion
+    params = make_params()
+    opt = DistributedLion(params, lr=LR, bucket_cap_mb=float("inf"))
+    for step in range(2):
+        backward_with(params, grads_of(rank, step, [p.shape for p in params]), [True] * len(params))
+        opt.step()
+        for b in opt._buckets:
+            lo, hi = b.grad.data_ptr(), b.grad.data_ptr() + b.grad.numel() * b.grad.element_size()
+            for p in b.params:
+                assert lo <= p.grad.data_ptr() < hi, "a gradient is not a view into its bucket"
+        opt.zero_grad(set_to_none=False)
+    opt.close()
+
+
+# ---- 8. settings compared across ranks ----
+
+def check_settings_compared(rank, world):
+    from signlion.torch import DistributedLion
+    for name, mine in (("bucket_cap_mb", dict(bucket_cap_mb=1.0 if rank == 0 else 2.0)),
+                       ("overlap", dict(overlap=rank == 0)),
+                       ("broadcast_parameters", dict(broadcast_parameters=rank == 0))):
+        expect_value_error(lambda: DistributedLion(make_params(), lr=LR, **mine), name)
+
+
+# ---- 9. close() ----
+
+def check_close_refuses(rank, world):
+    from signlion.torch import DistributedLion
+    params = make_params()
+    opt = DistributedLion(params, lr=LR)
+    opt.close()
+    for call in (opt.step, opt.state_dict):
+        try:
+            call()
+        except RuntimeError as e:
+            assert "closed" in str(e), str(e)
+        else:
+            raise AssertionError("%s after close() raised nothing" % call.__name__)
+
+
+def run_ranks(world, scenario):
+    spawn_ranks.run_gloo_ranks(world, "test_torch_lion_loops", scenario)
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+class Loops(unittest.TestCase):
+    def test_clipping_world2(self):
+        run_ranks(2, "check_clipping")
+
+    def test_clipping_world3(self):
+        run_ranks(3, "check_clipping")
+
+    def test_lr_between_backward_and_step_world2(self):
+        run_ranks(2, "check_lr_between_backward_and_step")
+
+    def test_late_change_raises_world2(self):
+        run_ranks(2, "check_late_change_raises")
+
+    def test_grad_scaler_protocol_world2(self):
+        run_ranks(2, "check_grad_scaler_protocol")
+
+    def test_failure_aborts_world3(self):
+        run_ranks(3, "check_failure_aborts")
+
+    def test_frozen_and_tied_world2(self):
+        run_ranks(2, "check_frozen_and_tied")
+
+    def test_gradients_are_bucket_views_world2(self):
+        run_ranks(2, "check_gradients_are_bucket_views")
+
+    def test_settings_compared_world2(self):
+        run_ranks(2, "check_settings_compared")
+
+    def test_close_refuses_world2(self):
+        run_ranks(2, "check_close_refuses")
+
+
+if __name__ == "__main__":
+    import unittest_main
+    unittest_main.main(HAVE_TORCH, None if HAVE_TORCH else WHY)
