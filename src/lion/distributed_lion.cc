@@ -68,7 +68,7 @@ ncclResult_t checkConfig(const ncclSignLionConfig_t& c, const char* caller) {
 Optimizer::Optimizer(size_t count, ncclDataType_t type, const ncclSignLionConfig_t& config,
                      std::unique_ptr<Communicator> comm)
     : count_(count), type_(type), config_(config), comm_(std::move(comm)) {
-  if (comm_ == nullptr) comm_ = std::make_unique<HostCommunicator>(nullptr, ncclSignCallConfig_t NCCL_SIGN_CALL_CONFIG_INITIALIZER);
+  if (comm_ == nullptr) comm_ = std::make_unique<HostCommunicator>(nullptr);
   status_ = allocateState();
 }
 

@@ -78,8 +78,10 @@ class Communicator {
 // for an optimizer that never communicates: aggregation "local").
 class HostCommunicator final : public Communicator {
  public:
-  // rules: what every sign all-reduce of the optimizer passes.
-  HostCommunicator(ncclSignComm_t comm, const ncclSignCallConfig_t& rules);
+  // rules: what every sign all-reduce of the optimizer passes (by default
+  // the communicator's).
+  explicit HostCommunicator(ncclSignComm_t comm,
+                            const ncclSignCallConfig_t& rules = ncclSignCallConfig_t NCCL_SIGN_CALL_CONFIG_INITIALIZER);
   int nranks() const override { return nranks_; }
   int rank() const override { return rank_; }
   bool onDevice() const override { return false; }
