@@ -540,7 +540,6 @@ class DistributedLion(torch.optim.Optimizer):
             self._nccl_comm = 0
             if aggregation != "local":
                 self._nccl_comm = nccl_comm_from_process_group(process_group, self.device)
-                capi.nccl_comm_set_config(self._nccl_comm, zero_rule, tie_rule)
                 self._channel = _ProcessGroupChannel(process_group, self.device)
         elif aggregation != "local":
             if self._comm is None:
@@ -663,7 +662,8 @@ class DistributedLion(torch.optim.Optimizer):
                 with torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext():
                     b.lion = capi.Lion(b.numel, _DTYPES[b.dtype], self._comm, lr=float(group["lr"]),
                                        betas=group["betas"], weight_decay=float(group["weight_decay"]),
-                                       aggregation=self.aggregation, nccl_comm=self._nccl_comm, **self._options)
+                                       aggregation=self.aggregation, nccl_comm=self._nccl_comm,
+                                       zero_rule=self._rules[0], tie_rule=self._rules[1], **self._options)
                 new.append(b)
         if self._broadcast_parameters and self._channel is not None and self._channel.nranks > 1:
             with torch.no_grad():
