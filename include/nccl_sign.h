@@ -330,7 +330,8 @@ ncclResult_t ncclSignHostSumAllReduce(const void* sendbuff, void* recvbuff, size
  * work is enqueued on `stream`), collective over every rank of comm, with
  * the same count, datatype and op. sendbuff == recvbuff is in place. The
  * zero rule, tie rule and algorithm are the communicator's (see
- * ncclSignCommSetConfig; SIGNLION_ALGO forces an algorithm). Calls on one
+ * ncclSignCommSetConfig; SIGNLION_ALGO forces an algorithm); a call with
+ * rules of its own is ncclSignAllReduceWithConfig. Calls on one
  * comm run one after another even when made on different streams (they
  * share its scratch). The call issues NCCL operations and kernels that
  * depend on one another, so it must not be made between ncclGroupStart and
