@@ -157,6 +157,34 @@ typedef struct ncclSignConfig_v1 {
  * size/magic/version or an out-of-range enum or timeout. */
 ncclResult_t ncclSignConfigCheck(const ncclSignConfig_t* config);
 
+/* Vote rules that travel with one call or one optimizer instead of living
+ * on a communicator. A communicator's rules (the config of
+ * ncclSignCommInitRank, or of ncclSignCommSetConfig on an NCCL comm) are
+ * shared by every caller of that communicator: one library, optimizer or
+ * thread setting them changes them for all the others, and
+ * ncclSignCommRelease resets an NCCL comm's to the defaults. Rules given
+ * here are the call's own: nothing done to the communicator changes them.
+ * A field left at NCCL_SIGN_RULE_OF_COMM (the initializer's value) takes
+ * the communicator's rule at the time of the call, as the calls without a
+ * config do. Every rank must pass the same rules in the same call, as for
+ * count, datatype and op. */
+#define NCCL_SIGN_RULE_OF_COMM (-1)
+
+typedef struct ncclSignCallConfig_v1 {
+  size_t size;          /* sizeof(ncclSignCallConfig_t), set by the initializer */
+  unsigned int magic;   /* NCCL_SIGN_CALL_CONFIG_MAGIC, set by the initializer */
+  unsigned int version; /* NCCL_SIGN_VERSION_CODE of the header used */
+  int zeroRule;         /* ncclSignZeroRule_t, or NCCL_SIGN_RULE_OF_COMM (default) */
+  int tieRule;          /* ncclSignTieRule_t, or NCCL_SIGN_RULE_OF_COMM (default) */
+} ncclSignCallConfig_t;
+
+#define NCCL_SIGN_CALL_CONFIG_MAGIC 0x43414c4cu /* "CALL" */
+#define NCCL_SIGN_CALL_CONFIG_INITIALIZER                                                                      \
+  {                                                                                                            \
+    sizeof(ncclSignCallConfig_t), NCCL_SIGN_CALL_CONFIG_MAGIC, NCCL_SIGN_VERSION_CODE, NCCL_SIGN_RULE_OF_COMM, \
+        NCCL_SIGN_RULE_OF_COMM                                                                                 \
+  }
+
 /* ---------------------------------------------------------------------------
  * Host communicator: sign all-reduce over CPU buffers.
  *
@@ -257,6 +285,17 @@ ncclResult_t ncclSignCommGetInterNodeWireBytes(const ncclSignComm_t comm, int* n
 ncclResult_t ncclSignHostAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                    ncclSignOp_t op, ncclSignComm_t comm);
 
+/* ncclSignHostAllReduce with this call's own vote rules (config, see
+ * ncclSignCallConfig_t; NULL: the communicator's, as ncclSignHostAllReduce).
+ * One communicator serves calls with different rules; each call's rules
+ * travel in its messages, so ranks that pass different rules fail the call
+ * as any other disagreement does.
+ * Errors: those of ncclSignHostAllReduce, and ncclInvalidArgument for a
+ * config of a wrong size, magic or version or with a rule out of range. */
+ncclResult_t ncclSignHostAllReduceWithConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                             ncclDataType_t datatype, ncclSignOp_t op,
+                                             const ncclSignCallConfig_t* config, ncclSignComm_t comm);
+
 /* A plain sum all-reduce (ring reduce-scatter + all-gather) of fp32 or bf16
  * on the same communicator and links: what plain Lion or AdamW would send,
  * the baseline the sign all-reduce is measured against. bf16 is summed in
@@ -291,7 +330,8 @@ ncclResult_t ncclSignHostSumAllReduce(const void* sendbuff, void* recvbuff, size
  * work is enqueued on `stream`), collective over every rank of comm, with
  * the same count, datatype and op. sendbuff == recvbuff is in place. The
  * zero rule, tie rule and algorithm are the communicator's (see
- * ncclSignCommSetConfig; SIGNLION_ALGO forces an algorithm). Calls on one
+ * ncclSignCommSetConfig; SIGNLION_ALGO forces an algorithm); a call with
+ * rules of its own is ncclSignAllReduceWithConfig. Calls on one
  * comm run one after another even when made on different streams (they
  * share its scratch). The call issues NCCL operations and kernels that
  * depend on one another, so it must not be made between ncclGroupStart and
@@ -304,10 +344,25 @@ ncclResult_t ncclSignHostSumAllReduce(const void* sendbuff, void* recvbuff, size
 ncclResult_t ncclSignAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                ncclSignOp_t op, ncclComm_t comm, cudaStream_t stream);
 
+/* ncclSignAllReduce with this call's own vote rules (config, see
+ * ncclSignCallConfig_t; NULL: the communicator's, as ncclSignAllReduce).
+ * Libraries and optimizers that share the framework's comm should pass
+ * their rules here rather than set them on the comm with
+ * ncclSignCommSetConfig: the rules given are used whatever another user of
+ * comm sets, and ncclSignCommRelease does not reset them. Calls with
+ * different rules share the comm's cache (schedules are kept per rule set).
+ * Errors: those of ncclSignAllReduce, and ncclInvalidArgument for a config
+ * of a wrong size, magic or version or with a rule out of range. */
+ncclResult_t ncclSignAllReduceWithConfig(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                         ncclSignOp_t op, const ncclSignCallConfig_t* config, ncclComm_t comm,
+                                         cudaStream_t stream);
+
 /* Sets the zero rule, tie rule and algorithm of ncclSignAllReduce on comm
  * (timeoutMs and netPlugin do not apply to NCCL communicators); the calls
  * enqueued after it use them. Every rank must set the same. NULL restores
- * the defaults. SIGNLION_ALGO, when set, still forces the algorithm. The
+ * the defaults. The rules so set are the comm's, shared by every user of
+ * comm; a call or an optimizer that names its own rules
+ * (ncclSignAllReduceWithConfig, ncclSignLionConfig_t) is not affected. SIGNLION_ALGO, when set, still forces the algorithm. The
  * hostId is used by the comm's first call (set it before); a later change
  * is ignored with a WARN until ncclSignCommRelease.
  * Errors: ncclInvalidArgument (a NULL comm, a config ncclSignConfigCheck
@@ -318,8 +373,9 @@ ncclResult_t ncclSignCommSetConfig(ncclComm_t comm, const ncclSignConfig_t* conf
  * node communicator, and the config of ncclSignCommSetConfig) once the
  * work already enqueued on it outside graph capture is done; CUDA graphs that captured calls on comm
  * must not be replayed afterwards. Not collective; comm may be used again
- * afterwards (the cache is made anew, with the default config). A comm never
- * used is fine.
+ * afterwards (the cache is made anew, with the default config: rules set
+ * with ncclSignCommSetConfig are gone, rules passed with a call or an
+ * optimizer's config stay theirs). A comm never used is fine.
  * Errors: ncclInvalidArgument (a NULL comm), CUDA's errors (everything is
  * freed regardless). */
 ncclResult_t ncclSignCommRelease(ncclComm_t comm);
@@ -366,13 +422,21 @@ typedef struct ncclSignLionConfig_v1 {
                                averaged over the ranks (Lion Cub; fp32 sum all-reduce); 0 = never */
   int skipNonFinite;    /* 1: a step in which any rank has a non-finite gradient changes
                            nothing on any rank (the ranks agree through the communicator) */
+  /* The vote rules of this optimizer's sign all-reduces, its own whatever
+     other users of the communicator set (ncclSignCallConfig_t):
+     ncclSignZeroRule_t / ncclSignTieRule_t, or NCCL_SIGN_RULE_OF_COMM (the
+     initializer's) for the communicator's rule at each step. A struct of an
+     older header without these two fields is accepted (its size says so) and
+     takes the communicator's rules. */
+  int zeroRule;
+  int tieRule;
 } ncclSignLionConfig_t;
 
 #define NCCL_SIGN_LION_CONFIG_MAGIC 0x4c494f4eu /* "LION" */
 #define NCCL_SIGN_LION_CONFIG_INITIALIZER                                                        \
   {                                                                                              \
     sizeof(ncclSignLionConfig_t), NCCL_SIGN_LION_CONFIG_MAGIC, NCCL_SIGN_VERSION_CODE, 1e-4f, 0.9f, \
-        0.99f, 0.0f, ncclSignLionMajority, 0, 0, 0                                               \
+        0.99f, 0.0f, ncclSignLionMajority, 0, 0, 0, NCCL_SIGN_RULE_OF_COMM, NCCL_SIGN_RULE_OF_COMM  \
   }
 
 typedef struct ncclSignLion* ncclSignLion_t;
@@ -382,8 +446,11 @@ typedef struct ncclSignLion* ncclSignLion_t;
  * must outlive the optimizer); it may be NULL only for ncclSignLionLocal.
  * Collective on comm only in that every rank must create its optimizer with
  * the same count, datatype and config before its first step.
- * The zero and tie rules of the votes are comm's (docs/LION.md).
- * Errors: ncclInvalidArgument (a NULL lion, a bad datatype, a bad config),
+ * The zero and tie rules of the votes are config's zeroRule and tieRule,
+ * or comm's where they are NCCL_SIGN_RULE_OF_COMM (docs/LION.md).
+ * Errors: ncclInvalidArgument (a NULL lion, a bad datatype, a bad config:
+ * a wrong size or magic, a value out of range, a rule that is neither an
+ * ncclSignZeroRule_t / ncclSignTieRule_t nor NCCL_SIGN_RULE_OF_COMM),
  * ncclSystemError when the state cannot be allocated. */
 ncclResult_t ncclSignLionCreate(ncclSignLion_t* lion, size_t count, ncclDataType_t datatype,
                                 const ncclSignLionConfig_t* config, ncclSignComm_t comm);
@@ -451,7 +518,11 @@ ncclResult_t ncclSignLionLoadState(ncclSignLion_t lion, const void* buffer, size
  * scratch (5 to 13 bytes per parameter) are allocated here, once; a step
  * allocates nothing of its own. Not collective, but every rank must create
  * its optimizer with the same count, datatype and config. The zero and tie
- * rules of the votes are comm's (ncclSignCommSetConfig).
+ * rules of the votes are config's zeroRule and tieRule: two optimizers on
+ * one comm may vote by different rules, and neither ncclSignCommSetConfig
+ * nor ncclSignCommRelease changes them. Where config leaves them at
+ * NCCL_SIGN_RULE_OF_COMM (or is of an older header without them), each step
+ * takes comm's rules (ncclSignCommSetConfig) at the time it is enqueued.
  * Errors: ncclInvalidArgument (a NULL lion, a bad datatype, a bad config, a
  * NULL comm with another aggregation, a comm NCCL rejects), ncclInvalidUsage
  * (an NCCL older than 2.19, a nonblocking comm still being initialized),

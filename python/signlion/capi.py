@@ -22,6 +22,9 @@ AGGREGATIONS = {"mavo": 0, "average": 1, "global": 2, "local": 3}
 UNIQUE_ID_BYTES = 128
 _CONFIG_MAGIC = 0x5349474E
 _LION_CONFIG_MAGIC = 0x4C494F4E
+_CALL_CONFIG_MAGIC = 0x43414C4C
+# NCCL_SIGN_RULE_OF_COMM: a rule field left to the communicator.
+_RULE_OF_COMM = -1
 
 
 class SignError(RuntimeError):
@@ -55,7 +58,15 @@ class LionConfig(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
                 ("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
                 ("weightDecay", ctypes.c_float), ("aggregation", ctypes.c_int), ("masterWeights", ctypes.c_int),
-                ("momentumAverageEvery", ctypes.c_int), ("skipNonFinite", ctypes.c_int)]
+                ("momentumAverageEvery", ctypes.c_int), ("skipNonFinite", ctypes.c_int),
+                ("zeroRule", ctypes.c_int), ("tieRule", ctypes.c_int)]
+
+
+class CallConfig(ctypes.Structure):
+    """ncclSignCallConfig_t: the vote rules one sign all-reduce carries (call_rules makes it)."""
+
+    _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
+                ("zeroRule", ctypes.c_int), ("tieRule", ctypes.c_int)]
 
 
 _HERE = pathlib.Path(__file__).resolve().parent
@@ -129,6 +140,7 @@ def _lib():
         "ncclSignCommGetInterNodeWireBytes": [vp, ctypes.POINTER(i), u64p, u64p],
         "ncclSignHostAllReduce": [vp, vp, sz, i, i, vp],
         "ncclSignHostSumAllReduce": [vp, vp, sz, i, vp],
+        "ncclSignHostAllReduceWithConfig": [vp, vp, sz, i, i, ctypes.POINTER(CallConfig), vp],
         "ncclSignLionCreate": [ctypes.POINTER(vp), sz, i, ctypes.POINTER(LionConfig), vp],
         "ncclSignLionDestroy": [vp],
         "ncclSignLionSetHyperparameters": [vp, ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_float],
@@ -145,6 +157,7 @@ def _lib():
         "ncclSignLionCreateNccl": [ctypes.POINTER(vp), sz, i, ctypes.POINTER(LionConfig), vp],
         "ncclSignLionStepAsync": [vp, vp, vp, vp],
         "ncclSignAllReduce": [vp, vp, sz, i, i, vp, vp],
+        "ncclSignAllReduceWithConfig": [vp, vp, sz, i, i, ctypes.POINTER(CallConfig), vp, vp],
     }
     for name, args in protos.items():
         f = getattr(lib, name)
@@ -269,14 +282,21 @@ class Comm:
         _check("ncclSignCommGetInterNodeWireBytes", self.handle, ctypes.byref(node), ctypes.byref(s), ctypes.byref(r))
         return node.value, s.value, r.value
 
-    def sign_all_reduce(self, send_ptr, recv_ptr, count, datatype, op=MAJORITY):
+    def sign_all_reduce(self, send_ptr, recv_ptr, count, datatype, op=MAJORITY, zero_rule=None, tie_rule=None):
         """The sign all-reduce on host buffers given by address (ncclSignHostAllReduce).
 
         count elements of datatype (FLOAT32, FLOAT16, BFLOAT16, INT8) at send_ptr vote;
         op MAJORITY writes sign(sum of votes), AVERAGE (sum of votes) / nranks, in the
         same datatype at recv_ptr (== send_ptr for in place), identical on every rank.
-        Collective: every rank calls it with the same count, datatype and op."""
-        _check("ncclSignHostAllReduce", send_ptr, recv_ptr, count, datatype, op, self.handle)
+        zero_rule / tie_rule (names as for the constructor): this call's own rules
+        (ncclSignHostAllReduceWithConfig); None: the communicator's.
+        Collective: every rank calls it with the same count, datatype, op and rules."""
+        if zero_rule is None and tie_rule is None:
+            _check("ncclSignHostAllReduce", send_ptr, recv_ptr, count, datatype, op, self.handle)
+            return
+        cfg = call_rules(zero_rule, tie_rule)
+        _check("ncclSignHostAllReduceWithConfig", send_ptr, recv_ptr, count, datatype, op, ctypes.byref(cfg),
+               self.handle)
 
     def sum_all_reduce(self, send_ptr, recv_ptr, count, datatype=FLOAT32):
         """A plain ring sum all-reduce of FLOAT32 or BFLOAT16 on the same links
@@ -316,21 +336,44 @@ def _config(zero_rule="positive", tie_rule="zero", algorithm=0, timeout_ms=0, ho
                   TIE_RULES[tie_rule], timeout_ms, None, host_id)
 
 
+def _rule_code(rules, value, what):
+    if value is None:
+        return _RULE_OF_COMM
+    if value not in rules:
+        raise ValueError("%s must be one of %s (or None for the communicator's), not %r" % (what, sorted(rules), value))
+    return rules[value]
+
+
+def call_rules(zero_rule=None, tie_rule=None):
+    """The ncclSignCallConfig_t of a call that votes by these rules (names as for Comm); a rule
+    left None is the communicator's."""
+    return CallConfig(ctypes.sizeof(CallConfig), _CALL_CONFIG_MAGIC, version_code(),
+                      _rule_code(ZERO_RULES, zero_rule, "zero_rule"), _rule_code(TIE_RULES, tie_rule, "tie_rule"))
+
+
 def nccl_comm_set_config(nccl_comm, zero_rule="positive", tie_rule="zero", algorithm=0, host_id=None):
     """ncclSignCommSetConfig: the vote rules and algorithm of the sign all-reduce on an
-    ncclComm_t (given as an integer address), for every rank and every user of that comm;
+    ncclComm_t (given as an integer address), for every rank and every user of that comm that
+    does not pass rules of its own (nccl_sign_all_reduce's zero_rule / tie_rule, Lion's);
     host_id as for Comm (read by the comm's first ncclSignAllReduce)."""
     _require_device_support()
     cfg = _config(zero_rule, tie_rule, algorithm, host_id=host_id)
     _check("ncclSignCommSetConfig", ctypes.c_void_p(nccl_comm), ctypes.byref(cfg))
 
 
-def nccl_sign_all_reduce(send_ptr, recv_ptr, count, datatype, op, nccl_comm, stream):
+def nccl_sign_all_reduce(send_ptr, recv_ptr, count, datatype, op, nccl_comm, stream, zero_rule=None, tie_rule=None):
     """ncclSignAllReduce: the sign all-reduce on device buffers (addresses) over an ncclComm_t
-    (an integer address), enqueued on `stream` (a cudaStream_t as an integer); returns at once."""
+    (an integer address), enqueued on `stream` (a cudaStream_t as an integer); returns at once.
+    zero_rule / tie_rule: this call's own rules (ncclSignAllReduceWithConfig), whatever the comm's
+    are; None: the comm's."""
     _require_device_support()
-    _check("ncclSignAllReduce", ctypes.c_void_p(send_ptr), ctypes.c_void_p(recv_ptr), count, datatype, op,
-           ctypes.c_void_p(nccl_comm), ctypes.c_void_p(stream or None))
+    if zero_rule is None and tie_rule is None:
+        _check("ncclSignAllReduce", ctypes.c_void_p(send_ptr), ctypes.c_void_p(recv_ptr), count, datatype, op,
+               ctypes.c_void_p(nccl_comm), ctypes.c_void_p(stream or None))
+        return
+    cfg = call_rules(zero_rule, tie_rule)
+    _check("ncclSignAllReduceWithConfig", ctypes.c_void_p(send_ptr), ctypes.c_void_p(recv_ptr), count, datatype, op,
+           ctypes.byref(cfg), ctypes.c_void_p(nccl_comm), ctypes.c_void_p(stream or None))
 
 
 def nccl_comm_release(nccl_comm):
@@ -350,17 +393,21 @@ class Lion:
     baseline) or "local" (no communication). master_weights keeps an fp32 copy of
     low-precision parameters; momentum_average_every > 0 averages the momentum every
     that many steps; skip_nonfinite skips, on every rank, a step in which any rank's
-    gradient holds an inf or a NaN. docs/LION.md has the algorithm.
+    gradient holds an inf or a NaN. zero_rule / tie_rule (names as for Comm) are the rules
+    of this optimizer's votes, its own whatever else uses the communicator
+    (ncclSignLionConfig_t's zeroRule, tieRule); None: the communicator's at each step.
+    docs/LION.md has the algorithm.
     """
 
     def __init__(self, count, datatype, comm=None, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0,
                  aggregation="mavo", master_weights=False, momentum_average_every=0, skip_nonfinite=False,
-                 nccl_comm=None):
+                 nccl_comm=None, zero_rule=None, tie_rule=None):
         if aggregation not in AGGREGATIONS:
             raise ValueError("aggregation must be one of %s, not %r" % (sorted(AGGREGATIONS), aggregation))
         cfg = LionConfig(ctypes.sizeof(LionConfig), _LION_CONFIG_MAGIC, version_code(), lr, betas[0], betas[1],
                          weight_decay, AGGREGATIONS[aggregation], int(master_weights), int(momentum_average_every),
-                         int(skip_nonfinite))
+                         int(skip_nonfinite), _rule_code(ZERO_RULES, zero_rule, "zero_rule"),
+                         _rule_code(TIE_RULES, tie_rule, "tie_rule"))
         self.handle = ctypes.c_void_p()
         self.on_device = nccl_comm is not None
         if self.on_device:

@@ -487,9 +487,9 @@ class DistributedLion(torch.optim.Optimizer):
     local, times lr, outside the sign. Options beyond the paper: master_weights (fp32
     master copy of fp16/bf16 parameters), momentum_average_every (Lion Cub), and
     skip_nonfinite (every rank skips a bucket's step where any rank's gradient in that bucket
-    holds inf/NaN). zero_rule / tie_rule set the vote rules (docs/SEMANTICS.md) of the host
-    communicator, or, for CUDA tensors, of the NCCL communicator (ncclSignCommSetConfig: for
-    every user of it).
+    holds inf/NaN). zero_rule / tie_rule are this optimizer's vote rules (docs/SEMANTICS.md),
+    carried by each of its sign all-reduces: other optimizers and sign_all_reduce calls on the
+    same communicator keep their own.
 
     Buckets: the parameters of each (param group, dtype) are flattened, in reverse registration
     order, into buckets of at most bucket_cap_mb MiB (a larger parameter is a bucket of its own),
@@ -619,7 +619,6 @@ class DistributedLion(torch.optim.Optimizer):
             self._nccl_comm = 0
             if aggregation != "local":
                 self._nccl_comm = nccl_comm_from_process_group(process_group, self.device)
-                capi.nccl_comm_set_config(self._nccl_comm, zero_rule, tie_rule)
                 self._channel = _ProcessGroupChannel(process_group, self.device)
         elif aggregation != "local":
             if self._comm is None:
@@ -754,7 +753,8 @@ class DistributedLion(torch.optim.Optimizer):
                 with torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext():
                     b.lion = capi.Lion(b.numel, _DTYPES[b.dtype], self._comm, lr=float(group["lr"]),
                                        betas=group["betas"], weight_decay=float(group["weight_decay"]),
-                                       aggregation=self.aggregation, nccl_comm=self._nccl_comm, **self._options)
+                                       aggregation=self.aggregation, nccl_comm=self._nccl_comm,
+                                       zero_rule=self._rules[0], tie_rule=self._rules[1], **self._options)
                 new.append(b)
         if self._broadcast_parameters and self._channel is not None and self._channel.nranks > 1:
             with torch.no_grad():
@@ -1371,4 +1371,4 @@ class DistributedLion(torch.optim.Optimizer):
 
 # The sign all-reduce for any PyTorch code and the DDP communication hook (one file of their own).
 from .sign_all_reduce import (HOST_COMM_CACHE_SIZE, SignHookState, clear_host_comm_cache,  # noqa: E402,F401
-                              host_comm_cache_info, sign_all_reduce, sign_majority_hook)
+                              host_comm_cache_info, release_host_comm, sign_all_reduce, sign_majority_hook)

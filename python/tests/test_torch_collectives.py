@@ -76,12 +76,12 @@ def check_sign_all_reduce(rank, world):
                     assert t.data_ptr() == ptr and t.dtype == dtype, "not in place"
                     what = "%s %s %s n=%d" % (dtype, op, zero_rule, n)
                     assert torch.equal(t.float(), want.float()), "%s: differs from the reference" % what
-    # The communicators were made once per rule set, then reused.
+    # One communicator for the group, whatever rules the calls carry (they travel with each call).
     info = host_comm_cache_info()
-    assert info["created"] == 2 and info["cached"] == 2, info
+    assert info["created"] == 1 and info["cached"] == 1, info
     t = values(rank, 10, torch.float32, 99)
     sign_all_reduce(t)
-    assert host_comm_cache_info()["created"] == 2, "a second call made a new communicator"
+    assert host_comm_cache_info()["created"] == 1, "a second call made a new communicator"
     # async_op: several in flight, completed in call order.
     ts = [values(rank, 257, torch.float32, 200 + i) for i in range(4)]
     wants = [reference(gather(t), "average", "positive", torch.float32) for t in ts]
@@ -118,6 +118,83 @@ def check_subgroup(rank, world):
     want = reference(gather(t), "majority", "positive", torch.float32)
     sign_all_reduce(t)
     assert torch.equal(t, want)
+
+
+def check_overlapping_subgroups(rank, world):
+    """Groups that overlap: x = {0, 1}, y, v and w = {1, 2}, so that rank 1 holds more host
+    communicators than ranks 0 and 2. With the bound lowered to what rank 1 holds, w's first call
+    fails with the same RuntimeError on ranks 1 and 2 (rank 2 is below the bound itself) and no
+    communicator is dropped: x and y keep working on every member. Once rank 1 releases v (with
+    rank 2, as a group's calls are made), w is made and every group still gives the reference.
+    An eviction by use (least recently used over all groups) would drop y on rank 1 only, and y's
+    next call would meet two different communicators: a hang until the timeout."""
+    import signlion.sign_all_reduce as sar
+    from signlion.torch import host_comm_cache_info, sign_all_reduce
+    groups = {name: (dist.new_group(members), members)
+              for name, members in (("x", [0, 1]), ("y", [1, 2]), ("v", [1, 2]), ("w", [1, 2]))}
+    seed = [300]
+
+    def call(name, zero_rule="positive"):
+        group, members = groups[name]
+        if rank not in members:
+            return
+        seed[0] += 1
+        t = values(rank, 300, torch.float32, seed[0])
+        want = reference(gather(t, group, 2), "majority", zero_rule, torch.float32)
+        sign_all_reduce(t, group=group, zero_rule=zero_rule)
+        assert torch.equal(t, want), "group %s: differs from the reference" % name
+
+    for name in ("x", "y", "v", "x", "y"):
+        call(name)
+    held = {0: 1, 1: 3, 2: 2}[rank]
+    assert host_comm_cache_info()["cached"] == held, host_comm_cache_info()
+    sar.HOST_COMM_CACHE_SIZE = 3  # what rank 1 holds: no room for w there
+    if rank in (1, 2):
+        try:
+            call("w")
+        except RuntimeError as e:
+            assert "HOST_COMM_CACHE_SIZE" in str(e) and "rank 1 holds 3" in str(e), str(e)
+            assert "rank 2 holds" not in str(e), str(e)
+        else:
+            raise AssertionError("rank %d: w's first call beyond the bound raised nothing" % rank)
+    assert host_comm_cache_info()["cached"] == held, "a communicator was dropped: %s" % host_comm_cache_info()
+    for name in ("y", "x", "y"):
+        call(name, "abstain")
+    if rank in (1, 2):
+        assert sar.release_host_comm(groups["v"][0])
+    for name in ("w", "x", "y", "w"):
+        call(name)
+    assert host_comm_cache_info()["cached"] == {0: 1, 1: 3, 2: 2}[rank], host_comm_cache_info()
+    sar.HOST_COMM_CACHE_SIZE = 16
+
+
+def check_threads_make_one_communicator(rank, world):
+    """Two threads of each rank make the group's first call at once: one communicator is made,
+    both calls run on it (the same values in both, so their order across ranks does not matter)."""
+    import threading
+    from signlion.torch import host_comm_cache_info, sign_all_reduce
+    ts = [values(rank, 1000, torch.float32, 500) for _ in range(2)]
+    want = reference(gather(ts[0]), "majority", "positive", torch.float32)
+    start = threading.Barrier(2)
+    errors = []
+
+    def run(t):
+        try:
+            start.wait()
+            sign_all_reduce(t, async_op=True).wait()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in ts]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert not errors, errors
+    for t in ts:
+        assert torch.equal(t, want), "differs from the reference"
+    info = host_comm_cache_info()
+    assert info["created"] == 1 and info["cached"] == 1, "two threads made %s" % info
 
 
 def check_sign_all_reduce_and_errors(rank, world):
@@ -199,6 +276,12 @@ class SignAllReduce(unittest.TestCase):
 
     def test_subgroup_world3(self):
         run_ranks(3, "check_subgroup")
+
+    def test_overlapping_subgroups_world3(self):
+        run_ranks(3, "check_overlapping_subgroups")
+
+    def test_threads_make_one_communicator_world2(self):
+        run_ranks(2, "check_threads_make_one_communicator")
 
     def test_needs_a_process_group(self):
         from signlion.torch import sign_all_reduce

@@ -202,6 +202,54 @@ def check_nccl_sign_all_reduce(rank, world):
     torch.cuda.current_stream().synchronize()
 
 
+def check_nccl_rules_per_optimizer(rank, world):
+    """Two optimizers with different vote rules on one process group (one ncclComm_t), stepping in
+    turn, each equal to a CPU optimizer with its rules; closing one (ncclSignCommRelease on the
+    comm) changes nothing for the other, nor for a sign_all_reduce with rules of its own after it.
+    Gradients of -1, 0, +1 give zero votes and ties, so that each rule set has its own result."""
+    from signlion.torch import DistributedLion, sign_all_reduce
+    gloo = dist.new_group(backend="gloo")
+    rules = [dict(zero_rule="abstain", tie_rule="negative"), dict(zero_rule="negative", tie_rule="positive")]
+    shapes = [(7, 9), (200,)]
+    pairs = []
+    for r in rules:
+        torch.manual_seed(0)
+        start = [torch.randn(s) for s in shapes]
+        cpu_params = [torch.nn.Parameter(x.clone()) for x in start]
+        cuda_params = [torch.nn.Parameter(x.clone().cuda()) for x in start]
+        kw = dict(lr=LR, weight_decay=WD, overlap=False, **r)
+        pairs.append((DistributedLion(cpu_params, process_group=gloo, **kw), DistributedLion(cuda_params, **kw),
+                      cpu_params, cuda_params))
+
+    def step(i, s):
+        cpu_opt, cuda_opt, cpu_params, cuda_params = pairs[i]
+        g = torch.Generator().manual_seed(100 * rank + 10 * i + s)
+        grads = [torch.randint(-1, 2, sh, generator=g).float() for sh in shapes]
+        for ps in (cpu_params, cuda_params):
+            for p, x in zip(ps, grads):
+                p.grad = x.to(p.device)
+        cpu_opt.step()
+        cuda_opt.step()
+        torch.cuda.current_stream().synchronize()
+        for a, b in zip(cpu_params, cuda_params):
+            assert torch.equal(a.detach(), b.detach().cpu()), "optimizer %d step %d: CUDA differs from CPU" % (i, s)
+
+    for s in range(3):
+        step(0, s)
+        step(1, s)
+    pairs[0][1].close()  # releases what signlion cached for the comm, the comm's rules with it
+    for s in range(3, 5):
+        step(1, s)
+    for zero_rule in ("abstain", "negative"):
+        g = torch.Generator().manual_seed(rank)
+        x = torch.randint(-1, 2, (1001,), generator=g).float()
+        cpu, cuda = x.clone(), x.cuda()
+        sign_all_reduce(cpu, group=gloo, zero_rule=zero_rule, tie_rule="positive")
+        sign_all_reduce(cuda, zero_rule=zero_rule, tie_rule="positive")
+        assert torch.equal(cuda.cpu(), cpu), "sign_all_reduce %s after close(): CUDA differs from CPU" % zero_rule
+    pairs[1][1].close()
+
+
 def _nccl_body(scenario, rank, world, init_file):
     # Two processes on one GPU: distinct host ids make NCCL treat them as two hosts,
     # which then talk through the net plugin (our socket transport on loopback).
@@ -293,6 +341,10 @@ class DistributedLionCuda(unittest.TestCase):
     @needs_nccl_group
     def test_nccl_world2_sign_all_reduce(self):
         spawn_ranks.run_ranks(2, _nccl_body, "check_nccl_sign_all_reduce", timeout=500)
+
+    @needs_nccl_group
+    def test_nccl_world2_rules_per_optimizer(self):
+        spawn_ranks.run_ranks(2, _nccl_body, "check_nccl_rules_per_optimizer", timeout=500)
 
     @unittest.skipUnless(have_cuda(), "no CUDA device")
     @unittest.skipUnless(have_device_library(), "libnccl-sign.so was built without NCCL")

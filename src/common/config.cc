@@ -99,6 +99,32 @@ ncclResult_t resolveConfig(const ncclSignConfig_t* config, const char* caller, R
   return ncclSuccess;
 }
 
+ncclResult_t checkRules(int zeroRule, int tieRule, const char* caller, const char* what, CallRules* out) {
+  const std::string zeroName = std::string(what) + "->zeroRule", tieName = std::string(what) + "->tieRule";
+  ARGCHECK(zeroRule == NCCL_SIGN_RULE_OF_COMM || (zeroRule >= 0 && zeroRule < ncclSignNumZeroRules), caller,
+           zeroName.c_str(), "%d is neither an ncclSignZeroRule_t nor NCCL_SIGN_RULE_OF_COMM", zeroRule);
+  ARGCHECK(tieRule == NCCL_SIGN_RULE_OF_COMM || (tieRule >= 0 && tieRule < ncclSignNumTieRules), caller,
+           tieName.c_str(), "%d is neither an ncclSignTieRule_t nor NCCL_SIGN_RULE_OF_COMM", tieRule);
+  out->zeroRule = zeroRule;
+  out->tieRule = tieRule;
+  return ncclSuccess;
+}
+
+ncclResult_t resolveCallConfig(const ncclSignCallConfig_t* config, const char* caller, CallRules* out) {
+  *out = CallRules();
+  if (config == nullptr) return ncclSuccess;
+  // Only the size of this header is known: a larger struct is of a newer
+  // header whose fields this library would silently ignore.
+  ARGCHECK(config->size == sizeof(ncclSignCallConfig_t), caller, "config->size",
+           "%zu does not match sizeof(ncclSignCallConfig_t)=%zu; start from NCCL_SIGN_CALL_CONFIG_INITIALIZER",
+           config->size, sizeof(ncclSignCallConfig_t));
+  ARGCHECK(config->magic == NCCL_SIGN_CALL_CONFIG_MAGIC, caller, "config->magic",
+           "0x%x is not NCCL_SIGN_CALL_CONFIG_MAGIC; start from NCCL_SIGN_CALL_CONFIG_INITIALIZER", config->magic);
+  ARGCHECK(headerVersionCompatible(config->version), caller, "config->version",
+           "%u is from an incompatible header (library %d)", config->version, NCCL_SIGN_VERSION_CODE);
+  return checkRules(config->zeroRule, config->tieRule, caller, "config", out);
+}
+
 }  // namespace signlion
 
 extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignConfigCheck(const ncclSignConfig_t* config) {

@@ -31,4 +31,27 @@ const char* algoName(int algo);
 // config may be NULL (all defaults). `caller` names the API call in WARN lines.
 ncclResult_t resolveConfig(const ncclSignConfig_t* config, const char* caller, ResolvedConfig* out);
 
+// The vote rules a call or an optimizer carries (ncclSignCallConfig_t):
+// each field an ncclSignZeroRule_t / ncclSignTieRule_t, or
+// NCCL_SIGN_RULE_OF_COMM for the communicator's.
+struct CallRules {
+  int zeroRule = NCCL_SIGN_RULE_OF_COMM;
+  int tieRule = NCCL_SIGN_RULE_OF_COMM;
+  // The rules of one call on a communicator whose own are `comm`'s.
+  ncclSignZeroRule_t zero(const ResolvedConfig& comm) const {
+    return zeroRule == NCCL_SIGN_RULE_OF_COMM ? comm.zeroRule : static_cast<ncclSignZeroRule_t>(zeroRule);
+  }
+  ncclSignTieRule_t tie(const ResolvedConfig& comm) const {
+    return tieRule == NCCL_SIGN_RULE_OF_COMM ? comm.tieRule : static_cast<ncclSignTieRule_t>(tieRule);
+  }
+};
+
+// Checks the two rule fields (`what` names their struct in WARN lines,
+// e.g. "config"): ncclInvalidArgument naming the field when out of range.
+ncclResult_t checkRules(int zeroRule, int tieRule, const char* caller, const char* what, CallRules* out);
+
+// config may be NULL (the communicator's rules). Errors: ncclInvalidArgument
+// with a WARN naming the field (size, magic, version, a rule out of range).
+ncclResult_t resolveCallConfig(const ncclSignCallConfig_t* config, const char* caller, CallRules* out);
+
 }  // namespace signlion

@@ -6,14 +6,20 @@
 
 #include "bits/bits.h"
 #include "common/checks.h"
+#include "common/config.h"
 #include "host/host_params.h"
 #include "host/communicator.h"
 
-extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostAllReduce(
-    const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclSignOp_t op, ncclSignComm_t comm) {
-  static const char* kFn = "ncclSignHostAllReduce";
+namespace {
+
+// Both entry points: rules of the call where config names them, else the
+// communicator's (its config at ncclSignCommInitRank).
+ncclResult_t hostAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                           ncclSignOp_t op, const ncclSignCallConfig_t* config, ncclSignComm_t comm, const char* kFn) {
   ncclSignComm* c = signlion::host::checkComm(comm, kFn);
   if (c == nullptr) return ncclInvalidArgument;
+  signlion::CallRules rules;
+  NCCLCHECK(signlion::resolveCallConfig(config, kFn, &rules));
   NCCLCHECK(signlion::bits::checkVoteArgs(datatype, (int)op, kFn));
   ARGCHECK(sendbuff != nullptr || count == 0, kFn, "sendbuff", "NULL with count %zu", count);
   ARGCHECK(recvbuff != nullptr || count == 0, kFn, "recvbuff", "NULL with count %zu", count);
@@ -24,7 +30,9 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostAllRe
            count, esize);
   NCCLCHECK(signlion::host::callStart(c, kFn));
 
-  signlion::algo::OpSpec spec{op, c->config.zeroRule, c->config.tieRule};
+  // The rules are part of the call's signature below, so ranks that pass
+  // different ones fail the call rather than mix them.
+  signlion::algo::OpSpec spec{op, rules.zero(c->config), rules.tie(c->config)};
   const size_t segment = signlion::host::hostSegmentElements();
   signlion::CallSignature h;
   h.seq = c->calls;
@@ -61,4 +69,17 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostAllRe
     done += n;
   } while (done < count && res == ncclSuccess);
   return signlion::host::callEnd(c, res);
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostAllReduce(
+    const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclSignOp_t op, ncclSignComm_t comm) {
+  return hostAllReduce(sendbuff, recvbuff, count, datatype, op, nullptr, comm, "ncclSignHostAllReduce");
+}
+
+extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostAllReduceWithConfig(
+    const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclSignOp_t op,
+    const ncclSignCallConfig_t* config, ncclSignComm_t comm) {
+  return hostAllReduce(sendbuff, recvbuff, count, datatype, op, config, comm, "ncclSignHostAllReduceWithConfig");
 }

@@ -48,7 +48,8 @@ CollectiveThread::~CollectiveThread() {
   thread_.join();
 }
 
-ncclResult_t CollectiveThread::start(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) {
+ncclResult_t CollectiveThread::start(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op,
+                                     const ncclSignCallConfig_t& rules) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (pending_) {
@@ -59,6 +60,7 @@ ncclResult_t CollectiveThread::start(void* votes, size_t count, ncclDataType_t t
     count_ = count;
     type_ = type;
     op_ = op;
+    rules_ = rules;
     result_ = ncclSuccess;
     pending_ = true;
   }
@@ -83,8 +85,9 @@ void CollectiveThread::loop() {
     const size_t count = count_;
     const ncclDataType_t type = type_;
     const ncclSignOp_t op = op_;
+    const ncclSignCallConfig_t rules = rules_;
     lock.unlock();
-    const ncclResult_t r = ncclSignHostAllReduce(votes, votes, count, type, op, comm_);
+    const ncclResult_t r = ncclSignHostAllReduceWithConfig(votes, votes, count, type, op, &rules, comm_);
     lock.lock();
     result_ = r;
     pending_ = false;

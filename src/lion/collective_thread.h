@@ -29,10 +29,12 @@ class CollectiveThread {
   CollectiveThread& operator=(const CollectiveThread&) = delete;
   ~CollectiveThread();
 
-  // Starts ncclSignHostAllReduce in place on votes and returns.
-  // ncclInternalError (and a WARN) when a call is still in flight: every
-  // start must have its wait first.
-  ncclResult_t start(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op);
+  // Starts ncclSignHostAllReduceWithConfig in place on votes, with the
+  // caller's rules (optimizers sharing the thread may vote by different
+  // ones), and returns. ncclInternalError (and a WARN) when a call is still
+  // in flight: every start must have its wait first.
+  ncclResult_t start(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op,
+                     const ncclSignCallConfig_t& rules);
   // Returns once the call started last has, with its result (ncclSuccess
   // when none was started).
   ncclResult_t wait();
@@ -51,6 +53,7 @@ class CollectiveThread {
   size_t count_ = 0;
   ncclDataType_t type_ = ncclInt8;
   ncclSignOp_t op_ = ncclSignMajority;
+  ncclSignCallConfig_t rules_ = NCCL_SIGN_CALL_CONFIG_INITIALIZER;
   std::thread thread_;
 };
 

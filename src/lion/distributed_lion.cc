@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "bits/bits.h"
@@ -20,7 +21,28 @@ bool usesMaster(const ncclSignLionConfig_t& c, ncclDataType_t type) {
   return c.masterWeights != 0 && type != ncclFloat32;
 }
 
+// sizeof of the struct of a header before zeroRule and tieRule: the fields
+// up to them, padded as the compiler pads the struct.
+constexpr size_t kConfigSizeWithoutRules =
+    (offsetof(ncclSignLionConfig_t, zeroRule) + alignof(ncclSignLionConfig_t) - 1) / alignof(ncclSignLionConfig_t) *
+    alignof(ncclSignLionConfig_t);
+static_assert(kConfigSizeWithoutRules < sizeof(ncclSignLionConfig_t), "the rules must lie past the older struct");
+
 }  // namespace
+
+ncclResult_t readConfig(const ncclSignLionConfig_t* config, const char* caller, ncclSignLionConfig_t* out) {
+  *out = NCCL_SIGN_LION_CONFIG_INITIALIZER;
+  if (config == nullptr) return ncclSuccess;
+  // Only as many bytes as the caller's struct has: one of an older header
+  // ends before the rules, which then stay the communicator's.
+  ARGCHECK(config->size == sizeof(ncclSignLionConfig_t) || config->size == kConfigSizeWithoutRules, caller,
+           "config->size", "%zu is neither sizeof(ncclSignLionConfig_t)=%zu nor %zu (a header without the rules); "
+           "start from NCCL_SIGN_LION_CONFIG_INITIALIZER", config->size, sizeof(ncclSignLionConfig_t),
+           kConfigSizeWithoutRules);
+  memcpy(out, config, config->size);
+  out->size = sizeof(ncclSignLionConfig_t);
+  return ncclSuccess;
+}
 
 ncclResult_t checkConfig(const ncclSignLionConfig_t& c, const char* caller) {
   ARGCHECK(c.size == sizeof(ncclSignLionConfig_t) && c.magic == NCCL_SIGN_LION_CONFIG_MAGIC, caller, "config",
@@ -38,6 +60,8 @@ ncclResult_t checkConfig(const ncclSignLionConfig_t& c, const char* caller) {
            c.aggregation);
   ARGCHECK(c.momentumAverageEvery >= 0, caller, "config.momentumAverageEvery", "%d (must be >= 0)",
            c.momentumAverageEvery);
+  CallRules rules;
+  NCCLCHECK(checkRules(c.zeroRule, c.tieRule, caller, "config", &rules));
   return ncclSuccess;
 }
 

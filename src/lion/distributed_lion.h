@@ -19,6 +19,10 @@
 namespace signlion {
 namespace lion {
 
+// The caller's config (NULL: the initializer's) as this header's struct:
+// one of an older header, without zeroRule and tieRule, gets them as
+// NCCL_SIGN_RULE_OF_COMM. Errors: ncclInvalidArgument for any other size.
+ncclResult_t readConfig(const ncclSignLionConfig_t* config, const char* caller, ncclSignLionConfig_t* out);
 // Checks a config (WARN naming the field, ncclInvalidArgument).
 ncclResult_t checkConfig(const ncclSignLionConfig_t& config, const char* caller);
 

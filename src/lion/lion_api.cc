@@ -35,8 +35,7 @@ ncclResult_t checkCreate(ncclSignLion_t* lion, size_t count, ncclDataType_t data
   ARGCHECK(lion != nullptr, fn, "lion", "NULL");
   ARGCHECK(datatype == ncclFloat32 || datatype == ncclFloat16 || datatype == ncclBfloat16, fn, "datatype",
            "%d (fp32, fp16 or bf16)", (int)datatype);
-  *c = NCCL_SIGN_LION_CONFIG_INITIALIZER;
-  if (config != nullptr) *c = *config;
+  NCCLCHECK(signlion::lion::readConfig(config, fn, c));
   NCCLCHECK(signlion::lion::checkConfig(*c, fn));
   ARGCHECK(haveComm || c->aggregation == ncclSignLionLocal, fn, "comm", "NULL with aggregation %d",
            c->aggregation);
@@ -44,6 +43,15 @@ ncclResult_t checkCreate(ncclSignLion_t* lion, size_t count, ncclDataType_t data
   // addressed is a bad count, not an allocation failure.
   ARGCHECK(count <= (SIZE_MAX >> 4), fn, "count", "%zu parameters cannot be addressed", count);
   return ncclSuccess;
+}
+
+// The rules every sign all-reduce of the optimizer carries (checked by
+// checkConfig): its own, so that no other user of the communicator changes them.
+ncclSignCallConfig_t rulesOf(const ncclSignLionConfig_t& c) {
+  ncclSignCallConfig_t call = NCCL_SIGN_CALL_CONFIG_INITIALIZER;
+  call.zeroRule = c.zeroRule;
+  call.tieRule = c.tieRule;
+  return call;
 }
 
 // The handle around an optimizer whose state lives in lc's memory space.
@@ -80,7 +88,7 @@ __attribute__((visibility("default"))) ncclResult_t ncclSignLionCreate(ncclSignL
     int n = 0;
     NCCLCHECK(ncclSignCommCount(comm, &n));  // also rejects a dead comm
   }
-  return makeLion(lion, count, datatype, c, std::make_unique<signlion::lion::HostCommunicator>(comm), fn);
+  return makeLion(lion, count, datatype, c, std::make_unique<signlion::lion::HostCommunicator>(comm, rulesOf(c)), fn);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclSignLionDestroy(ncclSignLion_t lion) {
@@ -168,7 +176,7 @@ __attribute__((visibility("default"))) ncclResult_t ncclSignLionCreateNccl(ncclS
   ncclSignLionConfig_t c;
   NCCLCHECK(checkCreate(lion, count, datatype, config, comm != nullptr, fn, &c));
   std::unique_ptr<signlion::lion::NcclCommunicator> device;
-  NCCLCHECK(signlion::lion::NcclCommunicator::create(comm, fn, &device));
+  NCCLCHECK(signlion::lion::NcclCommunicator::create(comm, rulesOf(c), fn, &device));
   signlion::lion::NcclCommunicator* d = device.get();
   NCCLCHECK(makeLion(lion, count, datatype, c, std::move(device), fn));
   (*lion)->device = d;

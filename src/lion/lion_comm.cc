@@ -8,14 +8,15 @@
 namespace signlion {
 namespace lion {
 
-HostCommunicator::HostCommunicator(ncclSignComm_t comm) : comm_(comm) {
+HostCommunicator::HostCommunicator(ncclSignComm_t comm, const ncclSignCallConfig_t& rules)
+    : comm_(comm), rules_(rules) {
   if (comm_ == nullptr) return;
   ncclSignCommCount(comm, &nranks_);
   ncclSignCommUserRank(comm, &rank_);
 }
 
 ncclResult_t HostCommunicator::signAllReduce(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) {
-  return ncclSignHostAllReduce(votes, votes, count, type, op, comm_);
+  return ncclSignHostAllReduceWithConfig(votes, votes, count, type, op, &rules_, comm_);
 }
 
 ncclResult_t HostCommunicator::signAllReduceStart(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) {
@@ -24,7 +25,7 @@ ncclResult_t HostCommunicator::signAllReduceStart(void* votes, size_t count, ncc
     noThread_ = thread_ == nullptr;
   }
   if (thread_ == nullptr) return signAllReduce(votes, count, type, op);
-  return thread_->start(votes, count, type, op);
+  return thread_->start(votes, count, type, op, rules_);
 }
 ncclResult_t HostCommunicator::signAllReduceWait() { return thread_ != nullptr ? thread_->wait() : ncclSuccess; }
 ncclResult_t HostCommunicator::sumAllReduce(float* x, size_t count) {

@@ -78,7 +78,10 @@ class Communicator {
 // for an optimizer that never communicates: aggregation "local").
 class HostCommunicator final : public Communicator {
  public:
-  explicit HostCommunicator(ncclSignComm_t comm);
+  // rules: what every sign all-reduce of the optimizer passes (by default
+  // the communicator's).
+  explicit HostCommunicator(ncclSignComm_t comm,
+                            const ncclSignCallConfig_t& rules = ncclSignCallConfig_t NCCL_SIGN_CALL_CONFIG_INITIALIZER);
   int nranks() const override { return nranks_; }
   int rank() const override { return rank_; }
   bool onDevice() const override { return false; }
@@ -107,6 +110,7 @@ class HostCommunicator final : public Communicator {
 
  private:
   ncclSignComm_t comm_;
+  ncclSignCallConfig_t rules_;
   int nranks_ = 1, rank_ = 0;
   std::shared_ptr<CollectiveThread> thread_;
   bool noThread_ = false;  // CollectiveThread::of failed: calls run on the caller's thread

@@ -22,8 +22,10 @@ const char* memoryTypeName(cudaMemoryType t) {
 
 }  // namespace
 
-ncclResult_t NcclCommunicator::create(ncclComm_t comm, const char* caller, std::unique_ptr<NcclCommunicator>* out) {
+ncclResult_t NcclCommunicator::create(ncclComm_t comm, const ncclSignCallConfig_t& rules, const char* caller,
+                                      std::unique_ptr<NcclCommunicator>* out) {
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
+  c->rules_ = rules;
   NCCLCHECK(c->init(comm, caller));
   *out = std::move(c);
   return ncclSuccess;
@@ -103,7 +105,7 @@ ncclResult_t NcclCommunicator::checkBuffer(const void* p, const char* caller, co
 }
 
 ncclResult_t NcclCommunicator::signAllReduce(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) {
-  return ncclSignAllReduce(votes, votes, count, type, op, comm_, stream_);
+  return ncclSignAllReduceWithConfig(votes, votes, count, type, op, &rules_, comm_, stream_);
 }
 
 ncclResult_t NcclCommunicator::sumAllReduce(float* x, size_t count) {

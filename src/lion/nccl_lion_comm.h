@@ -25,7 +25,9 @@ class NcclCommunicator final : public Communicator {
   // comm may be null (aggregation "local": no collective is ever called);
   // the device is then the current one. `caller` names the entry point in
   // the WARN lines.
-  static ncclResult_t create(ncclComm_t comm, const char* caller, std::unique_ptr<NcclCommunicator>* out);
+  // rules: what every sign all-reduce of the optimizer passes.
+  static ncclResult_t create(ncclComm_t comm, const ncclSignCallConfig_t& rules, const char* caller,
+                             std::unique_ptr<NcclCommunicator>* out);
   ~NcclCommunicator() override;
 
   int nranks() const override { return nranks_; }
@@ -63,6 +65,7 @@ class NcclCommunicator final : public Communicator {
   ncclResult_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 
   ncclComm_t comm_ = nullptr;
+  ncclSignCallConfig_t rules_ = NCCL_SIGN_CALL_CONFIG_INITIALIZER;
   decltype(&::ncclAllReduce) allReduce_ = nullptr;  // the process's NCCL
   int nranks_ = 1, rank_ = 0, device_ = -1;
   int callerDevice_ = -1;           // restored by endStep

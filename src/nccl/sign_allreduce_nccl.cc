@@ -1,6 +1,6 @@
-// ncclSignAllReduce, ncclSignCommSetConfig and ncclSignCommRelease: the sign
-// all-reduce on device buffers and the user's NCCL communicator
-// (docs/NCCL.md). Arguments are checked before anything touches CUDA or
+// ncclSignAllReduce(WithConfig), ncclSignCommSetConfig and
+// ncclSignCommRelease: the sign all-reduce on device buffers and the user's
+// NCCL communicator (docs/NCCL.md). Arguments are checked before anything touches CUDA or
 // NCCL where that is possible; long messages run as segments of
 // SIGNLION_NCCL_SEGMENT elements, each a whole schedule, so the scratch stays
 // bounded whatever the count.
@@ -22,6 +22,7 @@
 #include "nccl/nccl_params.h"
 #include "nccl/nccl_symbols.h"
 #include "nccl/segments.h"
+#include "nccl/sign_allreduce_nccl.h"
 
 #define SIGNLION_API extern "C" __attribute__((visibility("default")))
 
@@ -80,10 +81,14 @@ ncclResult_t checkCall(const NcclApi& api, CommContext& ctx, const algo::OpSpec&
   return checkAgreement(backend, mine, ctx.shape.nranks, scratch, ctx.checkTable.data(), kFn);
 }
 
-ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclSignOp_t op,
-                       ncclComm_t comm, cudaStream_t stream) {
-  static const char* kFn = "ncclSignAllReduce";
+}  // namespace
+
+ncclResult_t signAllReduce(const NcclApi* api, const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclSignOp_t op, const ncclSignCallConfig_t* config,
+                           ncclComm_t comm, cudaStream_t stream, const char* kFn) {
   ARGCHECK(comm != nullptr, kFn, "comm", "must not be NULL");
+  CallRules rules;
+  NCCLCHECK(resolveCallConfig(config, kFn, &rules));
   ARGCHECK(sendbuff != nullptr || count == 0, kFn, "sendbuff", "NULL with count %zu", count);
   ARGCHECK(recvbuff != nullptr || count == 0, kFn, "recvbuff", "NULL with count %zu", count);
   NCCLCHECK(bits::checkVoteArgs(datatype, (int)op, kFn));
@@ -93,8 +98,7 @@ ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
   ARGCHECK(count <= kMaxCount, kFn, "count", "%zu elements exceed the %llu that int64 block arithmetic holds", count,
            (unsigned long long)kMaxCount);
 
-  const NcclApi* api;
-  NCCLCHECK(ncclApi(&api));
+  if (api == nullptr) NCCLCHECK(ncclApi(&api));
   CommShape shape;
   NCCLCHECK(queryComm(*api, comm, kFn, &shape));
   TRACE(kSubsysColl, "%s send %p recv %p count %zu %s op %d comm %p (rank %d/%d, device %d) stream %p", kFn, sendbuff,
@@ -115,7 +119,9 @@ ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
     if (recvbuff != sendbuff) NCCLCHECK(checkDeviceBuffer(recvbuff, "recvbuff", shape.cudaDev, kFn));
   }
 
-  const algo::OpSpec spec{op, ctx->config.zeroRule, ctx->config.tieRule};
+  // Read under ctx->mu: a rule the call leaves to the comm is the comm's as
+  // ncclSignCommSetConfig last set it before this call.
+  const algo::OpSpec spec{op, rules.zero(ctx->config), rules.tie(ctx->config)};
   bool capturing;
   NCCLCHECK(ctx->beginCall(stream, &capturing));
   // The comm's first call learns its nodes (outside capture: beginCall
@@ -131,13 +137,12 @@ ncclResult_t allReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
   return end;
 }
 
-ncclResult_t setConfig(ncclComm_t comm, const ncclSignConfig_t* config) {
+ncclResult_t setCommConfig(const NcclApi* api, ncclComm_t comm, const ncclSignConfig_t* config) {
   static const char* kFn = "ncclSignCommSetConfig";
   ARGCHECK(comm != nullptr, kFn, "comm", "must not be NULL");
   ResolvedConfig resolved;
   NCCLCHECK(resolveConfig(config, kFn, &resolved));
-  const NcclApi* api;
-  NCCLCHECK(ncclApi(&api));
+  if (api == nullptr) NCCLCHECK(ncclApi(&api));
   CommShape shape;
   NCCLCHECK(queryComm(*api, comm, kFn, &shape));
   std::shared_ptr<CommContext> ctx;
@@ -154,7 +159,7 @@ ncclResult_t setConfig(ncclComm_t comm, const ncclSignConfig_t* config) {
   return ncclSuccess;
 }
 
-ncclResult_t release(ncclComm_t comm) {
+ncclResult_t releaseComm(ncclComm_t comm) {
   ARGCHECK(comm != nullptr, "ncclSignCommRelease", "comm", "must not be NULL");
   std::shared_ptr<CommContext> ctx = takeCommContext(comm);
   if (!ctx) return ncclSuccess;               // never used: nothing cached
@@ -163,17 +168,25 @@ ncclResult_t release(ncclComm_t comm) {
   return ctx->release();
 }
 
-}  // namespace
 }  // namespace nccl
 }  // namespace signlion
 
 SIGNLION_API ncclResult_t ncclSignAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                             ncclSignOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  return signlion::nccl::allReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+  return signlion::nccl::signAllReduce(nullptr, sendbuff, recvbuff, count, datatype, op, nullptr, comm, stream,
+                                       "ncclSignAllReduce");
+}
+
+SIGNLION_API ncclResult_t ncclSignAllReduceWithConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                                      ncclDataType_t datatype, ncclSignOp_t op,
+                                                      const ncclSignCallConfig_t* config, ncclComm_t comm,
+                                                      cudaStream_t stream) {
+  return signlion::nccl::signAllReduce(nullptr, sendbuff, recvbuff, count, datatype, op, config, comm, stream,
+                                       "ncclSignAllReduceWithConfig");
 }
 
 SIGNLION_API ncclResult_t ncclSignCommSetConfig(ncclComm_t comm, const ncclSignConfig_t* config) {
-  return signlion::nccl::setConfig(comm, config);
+  return signlion::nccl::setCommConfig(nullptr, comm, config);
 }
 
-SIGNLION_API ncclResult_t ncclSignCommRelease(ncclComm_t comm) { return signlion::nccl::release(comm); }
+SIGNLION_API ncclResult_t ncclSignCommRelease(ncclComm_t comm) { return signlion::nccl::releaseComm(comm); }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -160,6 +161,101 @@ TEST(DistributedLion, AverageEqualsReferenceVote) {
         checkAgainstReference(n, ncclSignLionAverage, n == 3 ? ncclFloat16 : ncclFloat32, master);
       }
   }
+}
+
+// Optimizers on one communicator vote by their own rules, stepping in turn:
+// two name theirs in the config (they differ from each other and from the
+// comm's), one passes the struct of an older header (no rule fields; the
+// bytes past its size hold values no rule has, which must not be read) and
+// so takes the comm's. Gradients of -1, 0, +1 give zero votes and ties, so
+// each rule set has its own result; with and without the pipelined step
+// (its collectives on the comm's shared thread).
+TEST(DistributedLion, OptimizersOnOneCommVoteByTheirOwnRules) {
+  struct Rules {
+    ncclSignZeroRule_t zero;
+    ncclSignTieRule_t tie;
+  };
+  const Rules comms{ncclSignZeroNegative, ncclSignTiePositive};
+  const Rules own[3] = {{ncclSignZeroAbstain, ncclSignTieNegative}, {ncclSignZeroPositive, ncclSignTieZero}, comms};
+  const size_t count = 300;
+  const int steps = 3;
+  const ncclDataType_t dt = ncclFloat32;
+  auto grads = [&](int opt, int rank, int step) {
+    std::mt19937 rng(100u * opt + 10u * rank + step);
+    Bytes g(count * 4);
+    for (size_t i = 0; i < count; i++) test::setElem(g, dt, i, (float)((int)(rng() % 3) - 1));
+    return g;
+  };
+  for (const char* chunk : {"0", "64"}) {
+    ScopedLionChunk scoped(chunk);
+    for (int n : {2, 3}) {
+      SCOPED_TRACE("chunk " + std::string(chunk) + " N " + std::to_string(n));
+      // The reference of each optimizer under its rules.
+      std::vector<std::vector<Bytes>> want(3, std::vector<Bytes>(steps + 1, startParams(dt, count)));
+      for (int o = 0; o < 3; o++) {
+        std::vector<test::LionReference> refs(n, test::LionReference(dt, count, 0.01f, 0.1f));
+        for (int st = 0; st < steps; st++) {
+          std::vector<std::vector<float>> cs;
+          for (int r = 0; r < n; r++) cs.push_back(refs[r].interpolate(grads(o, r, st)));
+          std::vector<float> u = test::referenceVoteOf(cs, ncclSignMajority, own[o].zero, own[o].tie);
+          want[o][st + 1] = want[o][st];
+          refs[0].apply(want[o][st + 1], u);
+        }
+      }
+      ASSERT_NE(want[0][steps], want[1][steps]) << "the inputs do not tell the rule sets apart";
+      ASSERT_NE(want[1][steps], want[2][steps]) << "the inputs do not tell the rule sets apart";
+      ncclSignConfig_t commConfig = NCCL_SIGN_CONFIG_INITIALIZER;
+      commConfig.timeoutMs = 20000;
+      commConfig.zeroRule = comms.zero;
+      commConfig.tieRule = comms.tie;
+      test::withRanks(n, commConfig, [&](int rank, ncclSignComm_t comm) {
+        ncclSignLion_t opts[3] = {};
+        for (int o = 0; o < 3; o++) {
+          ncclSignLionConfig_t c = lionConfig(ncclSignLionMajority);
+          c.zeroRule = own[o].zero;
+          c.tieRule = own[o].tie;
+          if (o == 2) {  // an older header's struct: it ends before the rules
+            c.size = (offsetof(ncclSignLionConfig_t, zeroRule) + alignof(ncclSignLionConfig_t) - 1) /
+                     alignof(ncclSignLionConfig_t) * alignof(ncclSignLionConfig_t);
+            c.zeroRule = 99;
+            c.tieRule = 99;
+          }
+          ASSERT_EQ(ncclSignLionCreate(&opts[o], count, dt, &c, comm), ncclSuccess) << "optimizer " << o;
+        }
+        std::vector<Bytes> params(3, startParams(dt, count));
+        for (int st = 0; st < steps; st++)
+          for (int o = 0; o < 3; o++) {
+            int applied = 0;
+            ASSERT_EQ(ncclSignLionStep(opts[o], params[o].data(), grads(o, rank, st).data(), &applied), ncclSuccess);
+            ASSERT_EQ(test::firstMismatch(params[o], want[o][st + 1]), std::string::npos)
+                << "optimizer " << o << " rank " << rank << " step " << st;
+          }
+        for (ncclSignLion_t l : opts) EXPECT_EQ(ncclSignLionDestroy(l), ncclSuccess);
+      });
+    }
+  }
+}
+
+// A rule that is neither a rule nor NCCL_SIGN_RULE_OF_COMM, and a config of
+// a size no header had, are refused with a WARN naming the field.
+TEST(DistributedLion, BadRulesInTheConfigAreNamed) {
+  onRanks(1, [&](int, ncclSignComm_t comm) {
+    test::WarnCapture warns;
+    ncclSignLion_t l = nullptr;
+    ncclSignLionConfig_t c = lionConfig(ncclSignLionMajority);
+    c.zeroRule = ncclSignNumZeroRules;
+    EXPECT_EQ(ncclSignLionCreate(&l, 10, ncclFloat32, &c, comm), ncclInvalidArgument);
+    EXPECT_EQ(warns.countContaining("'config->zeroRule'"), 1);
+    c = lionConfig(ncclSignLionMajority);
+    c.tieRule = -7;
+    EXPECT_EQ(ncclSignLionCreate(&l, 10, ncclFloat32, &c, comm), ncclInvalidArgument);
+    EXPECT_EQ(warns.countContaining("'config->tieRule'"), 1);
+    c = lionConfig(ncclSignLionMajority);
+    c.size = sizeof(c) - 4;
+    EXPECT_EQ(ncclSignLionCreate(&l, 10, ncclFloat32, &c, comm), ncclInvalidArgument);
+    EXPECT_EQ(warns.countContaining("'config->size'"), 1);
+    EXPECT_EQ(l, nullptr);
+  });
 }
 
 // The host communicator's thread-backed start/wait, recorded: what the

@@ -145,6 +145,127 @@ TEST(SignAllReduceRules, ZeroAndTieRules) {
   }
 }
 
+// Inputs of few distinct values (-1, 0, +1): many zeros and exact ties, so
+// that every rule set gives its own result.
+std::vector<Bytes> fewValueInputs(int n, size_t count, ncclDataType_t dt, uint32_t seed) {
+  std::vector<Bytes> in(n, Bytes(count * bits::typeSize(dt)));
+  std::mt19937 rng(seed);
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < count; i++) test::setElem(in[r], dt, i, (float)((int)(rng() % 3) - 1));
+  return in;
+}
+
+ncclSignCallConfig_t callRules(int zero, int tie) {
+  ncclSignCallConfig_t c = NCCL_SIGN_CALL_CONFIG_INITIALIZER;
+  c.zeroRule = zero;
+  c.tieRule = tie;
+  return c;
+}
+
+// One communicator (made with its own rules: negative zeros, positive ties)
+// serves calls that carry other rules, interleaved: each call gets its own
+// rules' result, a field left to the comm takes the comm's, and a call
+// without a config the comm's. The rule sets give different results on these
+// inputs, so a call run by any other rules would fail the comparison.
+TEST(SignAllReduceRules, RulesPerCallOnOneCommunicator) {
+  struct Case {
+    int zero, tie;
+    ncclSignZeroRule_t wantZero;
+    ncclSignTieRule_t wantTie;
+  };
+  const Case cases[] = {
+      {ncclSignZeroPositive, ncclSignTieZero, ncclSignZeroPositive, ncclSignTieZero},
+      {ncclSignZeroAbstain, ncclSignTieNegative, ncclSignZeroAbstain, ncclSignTieNegative},
+      {NCCL_SIGN_RULE_OF_COMM, NCCL_SIGN_RULE_OF_COMM, ncclSignZeroNegative, ncclSignTiePositive},
+      {ncclSignZeroAbstain, NCCL_SIGN_RULE_OF_COMM, ncclSignZeroAbstain, ncclSignTiePositive},
+      {ncclSignZeroPositive, ncclSignTieZero, ncclSignZeroPositive, ncclSignTieZero},
+  };
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather}) {
+    for (int n : {2, 4}) {
+      withRanks(n, makeConfig(algo, ncclSignZeroNegative, ncclSignTiePositive), [&](int rank, ncclSignComm_t comm) {
+        const size_t count = 1000;
+        uint32_t seed = 31;
+        for (int round = 0; round < 2; round++) {
+          for (const Case& c : cases) {
+            for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16}) {
+              std::vector<Bytes> in = fewValueInputs(n, count, dt, seed++);
+              const std::string what = std::string(algoName(algo)) + " N=" + std::to_string(n) + " rules " +
+                                       std::to_string(c.zero) + "/" + std::to_string(c.tie) + " " +
+                                       bits::typeName(dt);
+              Bytes want = test::referenceOutput(in, count, dt, ncclSignMajority, c.wantZero, c.wantTie);
+              // Not the comm's result unless the case asks for the comm's rules.
+              Bytes commWants = test::referenceOutput(in, count, dt, ncclSignMajority, ncclSignZeroNegative,
+                                                      ncclSignTiePositive);
+              ASSERT_EQ(want == commWants, c.wantZero == ncclSignZeroNegative) << what;
+              Bytes out = in[rank];
+              ncclSignCallConfig_t rules = callRules(c.zero, c.tie);
+              ASSERT_EQ(ncclSignHostAllReduceWithConfig(out.data(), out.data(), count, dt, ncclSignMajority, &rules,
+                                                        comm),
+                        ncclSuccess)
+                  << what;
+              ASSERT_EQ(test::firstMismatch(out, want), std::string::npos) << what << " rank " << rank;
+            }
+          }
+          // No config: the comm's rules, whatever the calls before carried.
+          std::vector<Bytes> in = fewValueInputs(n, count, ncclFloat32, seed++);
+          Bytes out = in[rank];
+          ASSERT_EQ(ncclSignHostAllReduceWithConfig(out.data(), out.data(), count, ncclFloat32, ncclSignMajority,
+                                                    nullptr, comm),
+                    ncclSuccess);
+          EXPECT_EQ(out, test::referenceOutput(in, count, ncclFloat32, ncclSignMajority, ncclSignZeroNegative,
+                                               ncclSignTiePositive));
+        }
+      });
+    }
+  }
+}
+
+// A bad call config is refused before anything moves (the comm stays
+// usable), with a WARN naming the field; ranks that pass different rules
+// fail the call on every rank, naming the rule where they see it.
+TEST(SignAllReduceRules, BadOrDisagreeingCallRules) {
+  std::vector<ncclResult_t> inits = test::runRanks(
+      2, [](int) { return makeConfig(ncclSignAlgoAuto, ncclSignZeroPositive, ncclSignTieZero, 5000); },
+      [&](int rank, ncclSignComm_t& comm) {
+    float x[4] = {1, -1, 0, 2};
+    const char* fn = "ncclSignHostAllReduceWithConfig";
+    if (rank == 0) {
+      test::WarnCapture warns;
+      ncclSignCallConfig_t bad = callRules(ncclSignNumZeroRules, ncclSignTieZero);
+      EXPECT_EQ(ncclSignHostAllReduceWithConfig(x, x, 4, ncclFloat32, ncclSignMajority, &bad, comm),
+                ncclInvalidArgument);
+      EXPECT_EQ(warns.countContaining("'config->zeroRule'"), 1) << fn;
+      bad = callRules(ncclSignZeroPositive, -2);
+      EXPECT_EQ(ncclSignHostAllReduceWithConfig(x, x, 4, ncclFloat32, ncclSignMajority, &bad, comm),
+                ncclInvalidArgument);
+      EXPECT_EQ(warns.countContaining("'config->tieRule'"), 1);
+      bad = callRules(ncclSignZeroPositive, ncclSignTieZero);
+      bad.size = sizeof(bad) + 8;  // a newer header's struct: fields this library cannot honour
+      EXPECT_EQ(ncclSignHostAllReduceWithConfig(x, x, 4, ncclFloat32, ncclSignMajority, &bad, comm),
+                ncclInvalidArgument);
+      EXPECT_EQ(warns.countContaining("'config->size'"), 1);
+      bad = callRules(ncclSignZeroPositive, ncclSignTieZero);
+      bad.magic = NCCL_SIGN_CONFIG_MAGIC;
+      EXPECT_EQ(ncclSignHostAllReduceWithConfig(x, x, 4, ncclFloat32, ncclSignMajority, &bad, comm),
+                ncclInvalidArgument);
+      EXPECT_EQ(warns.countContaining("'config->magic'"), 1);
+    }
+    // The comm is still good: a call both ranks make with the same rules.
+    ncclSignCallConfig_t same = callRules(ncclSignZeroAbstain, ncclSignTieZero);
+    float y[4] = {1, -1, 0, 2};
+    ASSERT_EQ(ncclSignHostAllReduceWithConfig(y, y, 4, ncclFloat32, ncclSignMajority, &same, comm), ncclSuccess);
+    EXPECT_EQ(y[2], 0.0f);  // both abstain
+    // Rank 1 votes by other rules: an error on both ranks, never a result.
+    test::WarnCapture warns;
+    ncclSignCallConfig_t mine = callRules(rank == 0 ? ncclSignZeroAbstain : ncclSignZeroPositive, ncclSignTieZero);
+    float z[4] = {1, -1, 0, 2};
+    EXPECT_NE(ncclSignHostAllReduceWithConfig(z, z, 4, ncclFloat32, ncclSignMajority, &mine, comm), ncclSuccess);
+    ncclSignCommAbort(comm);
+    comm = nullptr;
+  });
+  for (ncclResult_t r : inits) EXPECT_EQ(r, ncclSuccess);
+}
+
 // The hierarchical algorithm with ranks as threads grouped into nodes by a
 // host id per rank (config.hostId): nodes x ranks per node in {1..4} x
 // {1, 2, 3, 4, 8}, unequal and interleaved nodes; every dtype, op, count,

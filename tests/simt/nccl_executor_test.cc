@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -43,6 +44,7 @@
 #include "nccl/nccl_symbols.h"
 #include "nccl/node_groups.h"
 #include "nccl/segments.h"
+#include "nccl/sign_allreduce_nccl.h"
 
 // The runtime calls DeviceBackend makes beyond the emulator's (streams are
 // synchronous there, so an event orders nothing that is not already done).
@@ -61,6 +63,14 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status)
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+// Every buffer here is the emulator's device memory of device 0.
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* ptr) {
+  memset(attr, 0, sizeof(*attr));
+  attr->type = cudaMemoryTypeDevice;
+  attr->device = 0;
+  attr->devicePointer = const_cast<void*>(ptr);
+  return cudaSuccess;
+}
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                               cudaMemcpyKind, cudaStream_t) {
   for (size_t row = 0; row < height; row++)
@@ -148,6 +158,10 @@ ncclResult_t fakeCommUserRank(const ncclComm_t comm, int* rank) {
   *rank = fake(comm)->rank;
   return ncclSuccess;
 }
+ncclResult_t fakeCommCuDevice(const ncclComm_t, int* device) {
+  *device = 0;
+  return ncclSuccess;
+}
 
 // Split comms made and not yet destroyed, and splits ever made.
 std::atomic<int> gLiveSplits{0};
@@ -188,6 +202,7 @@ NcclApi fakeApi() {
   api.allGather = fakeAllGather;
   api.commCount = fakeCommCount;
   api.commUserRank = fakeCommUserRank;
+  api.commCuDevice = fakeCommCuDevice;
   api.commSplit = fakeCommSplit;
   api.commDestroy = fakeCommDestroy;
   return api;
@@ -527,6 +542,117 @@ TEST(NcclNodeGroupsOnSimt, WithoutCommSplitRunsFlat) {
     EXPECT_FALSE(run.learned[r].hierarchical());
     EXPECT_EQ(run.chosen[r], ncclSignAlgoHierarchical);  // over no nodes: halving-doubling's messages
   }
+}
+
+// The entry point's rules (sign_allreduce_nccl.h, the body of
+// ncclSignAllReduceWithConfig) on one comm: another user of the comm sets
+// the comm's rules (ncclSignCommSetConfig, as a second optimizer or library
+// would), yet each call runs by the rules it carries; a call without rules
+// takes the comm's; ncclSignCommRelease (as an optimizer's close() makes)
+// resets the comm's rules to the defaults but not a call's. Inputs of -1, 0
+// and +1 tell every rule set apart, so a call run by any rules but its own
+// fails the comparison.
+TEST(NcclEntryOnSimt, CallsCarryTheirOwnRulesWhateverTheCommSets) {
+  const NcclApi api = fakeApi();
+  struct Call {
+    bool release;  // ncclSignCommRelease before the call
+    int zero, tie;  // the call's config; zero < -1: no config
+    ncclSignZeroRule_t wantZero;
+    ncclSignTieRule_t wantTie;
+  };
+  const int kNoConfig = -100;
+  const Call calls[] = {
+      {false, ncclSignZeroAbstain, ncclSignTieNegative, ncclSignZeroAbstain, ncclSignTieNegative},
+      {false, ncclSignZeroPositive, ncclSignTieZero, ncclSignZeroPositive, ncclSignTieZero},
+      {false, kNoConfig, 0, ncclSignZeroNegative, ncclSignTiePositive},  // the comm's, as set
+      {false, NCCL_SIGN_RULE_OF_COMM, ncclSignTieZero, ncclSignZeroNegative, ncclSignTieZero},
+      {true, ncclSignZeroAbstain, ncclSignTieNegative, ncclSignZeroAbstain, ncclSignTieNegative},
+      {false, kNoConfig, 0, ncclSignZeroPositive, ncclSignTieZero},  // released: the defaults
+      {true, ncclSignZeroPositive, ncclSignTiePositive, ncclSignZeroPositive, ncclSignTiePositive},
+  };
+  const size_t count = 1000;
+  const ncclDataType_t dt = ncclFloat32;
+  for (int n : {2, 3}) {
+    SCOPED_TRACE("N=" + std::to_string(n));
+    const int ncalls = (int)(sizeof(calls) / sizeof(calls[0]));
+    std::vector<std::vector<test::Bytes>> in(ncalls), want(ncalls);
+    for (int k = 0; k < ncalls; k++) {
+      std::mt19937 rng(40 + k);
+      in[k].assign(n, test::Bytes(count * 4));
+      for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < count; i++) test::setElem(in[k][r], dt, i, (float)((int)(rng() % 3) - 1));
+      want[k].push_back(test::referenceOutput(in[k], count, dt, ncclSignMajority, calls[k].wantZero, calls[k].wantTie));
+      // The comm's rules at that point give another result: the call must not run by them.
+      const bool commRules = calls[k].zero == kNoConfig || calls[k].zero == NCCL_SIGN_RULE_OF_COMM;
+      if (!commRules)
+        EXPECT_NE(want[k][0], test::referenceOutput(in[k], count, dt, ncclSignMajority, ncclSignZeroNegative,
+                                                    ncclSignTiePositive))
+            << "call " << k;
+    }
+    std::vector<std::vector<ncclResult_t>> res(n, std::vector<ncclResult_t>(ncalls, ncclInternalError));
+    std::vector<std::vector<test::Bytes>> out(n, std::vector<test::Bytes>(ncalls));
+    std::vector<ncclResult_t> set(n, ncclInternalError), released(n, ncclInternalError);
+    test::FakeFabric fabric(n);
+    onFakeRanks(fabric, [&](int r, ncclComm_t comm) {
+      ncclSignConfig_t commConfig = NCCL_SIGN_CONFIG_INITIALIZER;
+      commConfig.zeroRule = ncclSignZeroNegative;
+      commConfig.tieRule = ncclSignTiePositive;
+      set[r] = setCommConfig(&api, comm, &commConfig);
+      int stream;
+      cudaStream_t s = reinterpret_cast<cudaStream_t>(&stream);
+      DeviceBytes buf(count * 4);
+      for (int k = 0; k < ncalls; k++) {
+        const Call& c = calls[k];
+        if (c.release) (void)releaseComm(comm);
+        ncclSignCallConfig_t config = NCCL_SIGN_CALL_CONFIG_INITIALIZER;
+        config.zeroRule = c.zero;
+        config.tieRule = c.tie;
+        memcpy(buf.p, in[k][r].data(), count * 4);
+        res[r][k] = signAllReduce(&api, buf.p, buf.p, count, dt, ncclSignMajority,
+                                  c.zero == kNoConfig ? nullptr : &config, comm, s, "ncclSignAllReduceWithConfig");
+        out[r][k].assign(static_cast<uint8_t*>(buf.p), static_cast<uint8_t*>(buf.p) + count * 4);
+      }
+      released[r] = releaseComm(comm);
+    });
+    EXPECT_TRUE(fabric.drained());
+    for (int r = 0; r < n; r++) {
+      EXPECT_EQ(set[r], ncclSuccess);
+      EXPECT_EQ(released[r], ncclSuccess);
+      for (int k = 0; k < ncalls; k++) {
+        ASSERT_EQ(res[r][k], ncclSuccess) << "rank " << r << " call " << k;
+        EXPECT_EQ(test::firstMismatch(out[r][k], want[k][0]), std::string::npos) << "rank " << r << " call " << k;
+      }
+    }
+  }
+}
+
+// A call config the entry point cannot honour is refused before NCCL or the
+// device is touched, with a WARN naming the field.
+TEST(NcclEntryOnSimt, BadCallConfigIsNamed) {
+  const NcclApi api = fakeApi();
+  test::FakeFabric fabric(1);
+  onFakeRanks(fabric, [&](int, ncclComm_t comm) {
+    test::WarnCapture warns;
+    DeviceBytes buf(64);
+    int stream;
+    cudaStream_t s = reinterpret_cast<cudaStream_t>(&stream);
+    ncclSignCallConfig_t c = NCCL_SIGN_CALL_CONFIG_INITIALIZER;
+    c.zeroRule = ncclSignNumZeroRules;
+    EXPECT_EQ(signAllReduce(&api, buf.p, buf.p, 4, ncclFloat32, ncclSignMajority, &c, comm, s, "fn"),
+              ncclInvalidArgument);
+    EXPECT_EQ(warns.countContaining("'config->zeroRule'"), 1);
+    c = NCCL_SIGN_CALL_CONFIG_INITIALIZER;
+    c.tieRule = ncclSignNumTieRules;
+    EXPECT_EQ(signAllReduce(&api, buf.p, buf.p, 4, ncclFloat32, ncclSignMajority, &c, comm, s, "fn"),
+              ncclInvalidArgument);
+    EXPECT_EQ(warns.countContaining("'config->tieRule'"), 1);
+    c = NCCL_SIGN_CALL_CONFIG_INITIALIZER;
+    c.version = NCCL_SIGN_VERSION_CODE + 100;  // another minor version's layout
+    EXPECT_EQ(signAllReduce(&api, buf.p, buf.p, 4, ncclFloat32, ncclSignMajority, &c, comm, s, "fn"),
+              ncclInvalidArgument);
+    EXPECT_EQ(warns.countContaining("'config->version'"), 1);
+    EXPECT_EQ(releaseComm(comm), ncclSuccess);
+  });
 }
 
 }  // namespace
