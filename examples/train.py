@@ -42,6 +42,7 @@ the ranks compare a digest of their parameters: a contender that communicates mu
 identical on every rank (exit 1 otherwise).
 """
 import argparse
+import contextlib
 import glob
 import hashlib
 import json
@@ -397,6 +398,33 @@ def parameter_digest(module):
     return h.hexdigest()
 
 
+# ---- mixed precision -------------------------------------------------------------------------
+
+def make_scaler(args):
+    """--amp fp16's GradScaler (None without --amp and for bf16, whose range needs no scaling)."""
+    if args.amp != "fp16":
+        return None
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):  # PyTorch 2.3 and later
+        return torch.amp.GradScaler("cuda")
+    return torch.cuda.amp.GradScaler()
+
+
+def autocast(args):
+    if args.amp is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type="cuda", dtype=torch.float16 if args.amp == "fp16" else torch.bfloat16)
+
+
+def agree_on_overflow(scaler, optimizer):
+    """After scaler.unscale_(optimizer): every rank sees the inf/NaN that any rank's gradients hold,
+    so that all ranks skip the step, and lower the scale, alike. DDP's gradients are the same on
+    every rank already; Distributed Lion's are each rank's own, and one rank skipping step() while
+    the others step would leave their collectives unmatched. GradScaler keeps the flags in a
+    private table (what torch's ShardedGradScaler all-reduces the same way)."""
+    for found in scaler._found_inf_per_device(optimizer).values():
+        dist.all_reduce(found, op=dist.ReduceOp.MAX)
+
+
 # ---- the run ---------------------------------------------------------------------------------
 
 def parse_args(argv=None):
@@ -413,6 +441,12 @@ def parse_args(argv=None):
     ap.add_argument("--weight-decay", type=float, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--clip-grad-norm", type=float, default=None, metavar="MAX",
+                    help="clip each rank's gradients to a total norm of MAX (torch.nn.utils.clip_grad_norm_) "
+                         "between backward() and step()")
+    ap.add_argument("--amp", nargs="?", const="fp16", choices=["fp16", "bf16"], default=None,
+                    help="--device cuda: forward under autocast, fp16 (--amp) with a GradScaler, or bf16 "
+                         "(--amp bf16) without one")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: torch's default)")
     ap.add_argument("--ckpt-dir", default=None)
     ap.add_argument("--ckpt-every", type=int, default=0, help="steps between checkpoints (0: none)")
@@ -439,6 +473,11 @@ def parse_args(argv=None):
         args.overlap = "on" if args.optimizer.startswith("signlion") and train_baselines.overlap_supported() else "off"
     if (args.resume or args.ckpt_every) and not args.ckpt_dir:
         ap.error("--resume and --ckpt-every need --ckpt-dir")
+    if args.clip_grad_norm is not None and not args.clip_grad_norm > 0:
+        ap.error("--clip-grad-norm %s: the largest gradient norm must be a number > 0" % args.clip_grad_norm)
+    if args.amp and args.device != "cuda":
+        ap.error("--amp is for --device cuda (autocast %s%s on the GPU); this run's device is %s: run it without "
+                 "--amp" % (args.amp, " with a GradScaler" if args.amp == "fp16" else "", args.device))
     if args.keep < 1:
         ap.error("--keep %d: the checkpoints to keep must be 1 or more (the newest is the one to resume from)"
                  % args.keep)
@@ -495,14 +534,15 @@ def train(args, device, rank):
         print("train.py: %s" % e, file=sys.stderr, flush=True)
         dist.destroy_process_group()
         return 3
-    scaler = None
+    scaler = make_scaler(args)
     if ck is not None:
         load_checkpoint(ck, module, optimizer, scaler)
         ck = None
     if rank == 0:
-        print("train.py: %s, %s (%.1fM parameters), %d ranks x %d examples, lr %g, overlap %s, steps %d..%d"
-              % (args.workload, args.optimizer, nparams / 1e6, world, args.batch, args.lr, args.overlap, first,
-                 args.steps), flush=True)
+        print("train.py: %s, %s (%.1fM parameters), %d ranks x %d examples, lr %g, overlap %s%s%s, steps %d..%d"
+              % (args.workload, args.optimizer, nparams / 1e6, world, args.batch, args.lr, args.overlap,
+                 "" if args.clip_grad_norm is None else ", clip-grad-norm %g" % args.clip_grad_norm,
+                 "" if args.amp is None else ", amp %s" % args.amp, first, args.steps), flush=True)
 
     def evaluate():
         model.eval()
@@ -525,12 +565,22 @@ def train(args, device, rank):
         if device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        loss = work.loss(model, x, y)
-        loss.backward()
+        with autocast(args):
+            loss = work.loss(model, x, y)
+        (loss if scaler is None else scaler.scale(loss)).backward()
         if device.type == "cuda":
             torch.cuda.synchronize()
         t1 = time.perf_counter()
-        optimizer.step()
+        if scaler is not None:
+            scaler.unscale_(optimizer)  # the true gradients, for clipping and the optimizer
+            agree_on_overflow(scaler, optimizer)
+        if args.clip_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)  # skipped on every rank where a gradient overflowed
+            scaler.update()
         optimizer.zero_grad(set_to_none=True)
         if device.type == "cuda":
             torch.cuda.synchronize()
