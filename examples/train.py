@@ -23,9 +23,15 @@ signlion-average, local-lion, ddp-adamw, ddp-lion, ddp-fp16-lion, ddp-powersgd-l
 allgather-lion. Every rank draws its own --batch examples per step (a global batch of
 --batch x WORLD_SIZE) in an order fixed by --seed and the step number, so a checkpoint (the
 model, this rank's optimizer state_dict, the step and the RNG states, written every
---ckpt-every steps to a temporary file, then renamed) resumes exactly where the run left off:
---resume continues from the newest step whose checkpoint every rank has complete and ends
-with the parameters an uninterrupted run has, bit for bit.
+--ckpt-every steps to a temporary file, then renamed; the --keep newest kept) resumes exactly
+where the run left off: --resume continues from the newest step whose checkpoint every rank
+has complete and ends with the parameters an uninterrupted run has, bit for bit. It refuses a
+checkpoint whose run settings (every option that changes the result, and the rank count)
+differ from this run's, naming the first; a run without --resume refuses a --ckpt-dir that
+holds checkpoints when it writes its own.
+
+--clip-grad-norm MAX clips each rank's gradients between backward() and step(); --amp
+(--device cuda) runs the forward pass under autocast, fp16 with a GradScaler or bf16 without.
 
 A lost rank (killed, frozen, its link down) makes every other rank fail within --timeout
 seconds (the process group's timeout, which signlion's communicator follows) and exit with
@@ -308,20 +314,22 @@ def common_steps(ckpt_dir, rank):
 
 def find_checkpoint(args, rank):
     """--resume: (step, this rank's checkpoint) of the newest step every rank has complete, or
-    (0, None) without one; --ckpt-dir without --resume: (0, None), refused where some rank's
+    (0, None) without one; --ckpt-every without --resume: (0, None), refused where some rank's
     folder holds checkpoint files (of an earlier run, which the new run's would mix with and
     --keep would delete). A checkpoint whose run settings differ from this run's is refused on
     every rank, naming the first setting that differs. Collective: every rank returns or raises
     Refused alike."""
     world = dist.get_world_size()
+    if not args.resume and not args.ckpt_every:
+        return 0, None  # the folder is neither read nor written
     if not args.resume:
         per_rank = [None] * world
         dist.all_gather_object(per_rank, sorted(complete_steps(args.ckpt_dir, rank)))
         held = sorted(set().union(*per_rank))
         if held:
             raise Refused("train.py: --ckpt-dir %s holds the checkpoints of an earlier run (steps %s); continue "
-                             "it with --resume (with its settings), or give this run a folder of its own"
-                             % (args.ckpt_dir, ", ".join(str(s) for s in held)))
+                          "it with --resume (with its settings), or give this run a folder of its own"
+                          % (args.ckpt_dir, ", ".join(str(s) for s in held)))
         return 0, None
     common = common_steps(args.ckpt_dir, rank)
     if not common:
@@ -336,9 +344,9 @@ def find_checkpoint(args, rank):
     dist.all_gather_object(whys, why)
     for r, why in enumerate(whys):
         if why is not None:
-            raise Refused("train.py: --resume refused: the checkpoint of step %d in %s (rank %d's file) is of another "
-                             "run: %s. Resume with the settings it was written with, or give a new run a folder "
-                             "of its own" % (step, args.ckpt_dir, r, why))
+            raise Refused("train.py: --resume refused: the checkpoint of step %d in %s (rank %d's file) is of "
+                          "another run: %s. Resume with the settings it was written with, or give a new run a "
+                          "folder of its own" % (step, args.ckpt_dir, r, why))
     return step, ck
 
 
@@ -579,7 +587,7 @@ def train(args, device, rank):
         if scaler is None:
             optimizer.step()
         else:
-            scaler.step(optimizer)  # skipped on every rank where a gradient overflowed
+            scaler.step(optimizer)  # skipped on every rank when a gradient of any rank overflowed
             scaler.update()
         optimizer.zero_grad(set_to_none=True)
         if device.type == "cuda":
