@@ -147,6 +147,27 @@ class TrainExample(unittest.TestCase):
         self.assertIn("steps 4..6", out)
         self.assertEqual(self.checkpoint_files(ckpt), ["step%08d-rank%d.pt" % (s, r) for s in (5, 6) for r in (0, 1)])
 
+    def test_keep_one_after_interrupted_save(self):
+        """--keep 1 and a save of step 5 cut short (rank 0's file renamed into place, rank 1's
+        still a .tmp): --resume continues from step 4, ends as an uninterrupted run does, and its
+        saves remove the leftovers."""
+        ckpt = os.path.join(self.tmp, "ckpt")
+        whole = os.path.join(self.tmp, "whole")
+        parts = os.path.join(self.tmp, "parts")
+        opts = ["--optimizer", "ddp-lion", "--ckpt-dir", ckpt, "--keep", "1"]
+        self.torchrun("--optimizer", "ddp-lion", "--steps", "6", "--save-params", whole)
+        self.torchrun(*opts, "--steps", "4", "--ckpt-every", "2")
+        self.assertEqual(self.checkpoint_files(ckpt), ["step00000004-rank0.pt", "step00000004-rank1.pt"])
+        shutil.copy(os.path.join(ckpt, "step00000004-rank0.pt"), os.path.join(ckpt, "step00000005-rank0.pt"))
+        with open(os.path.join(ckpt, "step00000005-rank1.pt.tmp"), "wb") as f:
+            f.write(b"cut short")
+        out = self.torchrun(*opts, "--steps", "6", "--ckpt-every", "2", "--resume", "--save-params", parts)
+        self.assertIn("steps 4..6", out)
+        self.assertEqual(self.checkpoint_files(ckpt), ["step00000006-rank0.pt", "step00000006-rank1.pt"])
+        for rank, (a, b) in enumerate(zip(self.params(whole), self.params(parts))):
+            for i, (x, y) in enumerate(zip(a, b)):
+                self.assertTrue(torch.equal(x, y), "rank %d, parameter %d: the resumed run differs" % (rank, i))
+
     def test_keep_zero_refused(self):
         for k in ("0", "-1"):
             rc, out = self.train_py("--keep", k)
