@@ -7,9 +7,9 @@
 # where DistributedLion takes overlap=, on; DDP + Lion too); --resume refuses a
 # checkpoint of other run settings naming the setting, and a run without it a
 # folder holding checkpoints; --keep K leaves the K newest (also after a save
-# cut short), --keep 0 is refused;
-# --clip-grad-norm runs with identical ranks (and changes the result, overlap
-# off); --amp is refused on CPU and runs on CUDA (skipped without a GPU).
+# cut short), --keep 0 is refused; --clip-grad-norm runs with identical ranks
+# (and changes the result, overlap off); --amp is refused on CPU and runs on
+# CUDA (skipped without a GPU).
 signlion_python_tests(train_example test_train_example.py TrainExample
                       signlion_resume_exact_overlap_off signlion_resume_exact_overlap_on ddp_lion_resume_exact
                       resume_refuses_other_settings keep_last_k keep_one_after_interrupted_save keep_zero_refused
