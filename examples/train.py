@@ -23,9 +23,15 @@ signlion-average, local-lion, ddp-adamw, ddp-lion, ddp-fp16-lion, ddp-powersgd-l
 allgather-lion. Every rank draws its own --batch examples per step (a global batch of
 --batch x WORLD_SIZE) in an order fixed by --seed and the step number, so a checkpoint (the
 model, this rank's optimizer state_dict, the step and the RNG states, written every
---ckpt-every steps to a temporary file, then renamed) resumes exactly where the run left off:
---resume continues from the newest step whose checkpoint every rank has complete and ends
-with the parameters an uninterrupted run has, bit for bit.
+--ckpt-every steps to a temporary file, then renamed; the --keep newest kept) resumes exactly
+where the run left off: --resume continues from the newest step whose checkpoint every rank
+has complete and ends with the parameters an uninterrupted run has, bit for bit. It refuses a
+checkpoint whose run settings (every option that changes the result, and the rank count)
+differ from this run's, naming the first; a run without --resume refuses a --ckpt-dir that
+holds checkpoints when it writes its own.
+
+--clip-grad-norm MAX clips each rank's gradients between backward() and step(); --amp
+(--device cuda) runs the forward pass under autocast, fp16 with a GradScaler or bf16 without.
 
 A lost rank (killed, frozen, its link down) makes every other rank fail within --timeout
 seconds (the process group's timeout, which signlion's communicator follows) and exit with
@@ -42,6 +48,7 @@ the ranks compare a digest of their parameters: a contender that communicates mu
 identical on every rank (exit 1 otherwise).
 """
 import argparse
+import contextlib
 import glob
 import hashlib
 import json
@@ -210,25 +217,79 @@ def _atomic_save(obj, path):
         os.close(dirfd)
 
 
-CHECKPOINT_NAME = re.compile(r"step(\d{8})-rank(\d+)\.pt$")
+CHECKPOINT_NAME = re.compile(r"step(\d{8})-rank(\d+)\.pt(\.tmp)?$")
+
+# The options that do not change what a run computes: a resumed run may set them differently.
+# Every other option (and any added later) is a setting of the run, saved with its checkpoints
+# and compared by --resume. --threads may change the last bits of OpenBLAS's sums, but it is a
+# property of the machine the run continues on, not of the run.
+NOT_RUN_SETTINGS = {"steps", "threads", "ckpt_dir", "ckpt_every", "resume", "keep", "timeout", "eval_every",
+                    "val_size", "log_every", "json", "save_params"}
+# Options that only one workload reads.
+WORKLOAD_SETTINGS = {"width": "mlp", "context": "lm"}
 
 
-def save_checkpoint(args, step, module, optimizer, rank):
+def run_settings(args, world):
+    """What defines the run (its parameters after each step), in the order of the options; the
+    defaults resolved (--lr, --weight-decay, --overlap), the rank count last."""
+    settings = {}
+    for key, value in vars(args).items():
+        if key in NOT_RUN_SETTINGS or WORKLOAD_SETTINGS.get(key, args.workload) != args.workload:
+            continue
+        settings[key] = value
+    settings["ranks"] = world
+    return settings
+
+
+def _setting_name(key):
+    return "the rank count (WORLD_SIZE)" if key == "ranks" else "--" + key.replace("_", "-")
+
+
+def settings_difference(saved, current):
+    """None when the run settings are the same, else a sentence naming the first that differs."""
+    for key in list(current) + [k for k in saved if k not in current]:
+        if key not in saved:
+            return "%s is %r in this run and was not set in the checkpoint's" % (_setting_name(key), current[key])
+        if key not in current:
+            return "%s was %r in the checkpoint's run and is unknown to this train.py" % (_setting_name(key),
+                                                                                          saved[key])
+        if saved[key] != current[key]:
+            return "%s was %r and is %r now" % (_setting_name(key), saved[key], current[key])
+    return None
+
+
+class Refused(Exception):
+    """A checkpoint folder this run must not use (every rank raises it alike; train.py exits 2)."""
+
+
+def checkpoint_path(ckpt_dir, step, rank):
+    return os.path.join(ckpt_dir, "step%08d-rank%d.pt" % (step, rank))
+
+
+def save_checkpoint(args, step, module, optimizer, scaler, rank):
     """Every rank writes its own file (the optimizer states differ: each rank keeps its momentum)
     once its step has completed (a failed step raises before this, and its optimizer refuses
-    state_dict()); once all have, rank 0 renames LATEST to point at the step.
+    state_dict()); once all have, rank 0 renames LATEST to point at the step, and each rank
+    deletes its own files of the steps older than the --keep newest that every rank has.
     A failure during the writes leaves some ranks' files of that step: load_checkpoint() picks
-    the newest step every rank has."""
-    path = os.path.join(args.ckpt_dir, "step%08d-rank%d.pt" % (step, rank))
+    the newest step every rank has, which the deletions, done after every rank's write, spare;
+    a crash during the deletions leaves some of the files they would have deleted."""
+    world = dist.get_world_size()
     _atomic_save({"step": step, "model": module.state_dict(), "optimizer": optimizer.state_dict(),
-                  "torch_rng": torch.get_rng_state(), "optimizer_name": args.optimizer,
-                  "world": dist.get_world_size()}, path)
+                  "scaler": scaler.state_dict() if scaler is not None else None,
+                  "torch_rng": torch.get_rng_state(), "settings": run_settings(args, world)},
+                 checkpoint_path(args.ckpt_dir, step, rank))
     dist.barrier()
     if rank == 0:
         tmp = os.path.join(args.ckpt_dir, "LATEST.tmp")
         with open(tmp, "w") as f:
             f.write("%d\n" % step)
         os.replace(tmp, os.path.join(args.ckpt_dir, "LATEST"))
+    keep = sorted(s for s in common_steps(args.ckpt_dir, rank) if s <= step)[-args.keep:]
+    for name in os.listdir(args.ckpt_dir):
+        m = CHECKPOINT_NAME.match(name)  # this rank's files, and what a failed write of them left
+        if m and int(m.group(2)) == rank and int(m.group(1)) < step and int(m.group(1)) not in keep:
+            os.remove(os.path.join(args.ckpt_dir, name))
     dist.barrier()
 
 
@@ -238,30 +299,65 @@ def complete_steps(ckpt_dir, rank):
     steps = set()
     for name in os.listdir(ckpt_dir) if os.path.isdir(ckpt_dir) else []:
         m = CHECKPOINT_NAME.match(name)
-        if m and int(m.group(2)) == rank:
+        if m and int(m.group(2)) == rank and not m.group(3):
             steps.add(int(m.group(1)))
     return steps
 
 
-def load_checkpoint(args, module, optimizer, rank):
-    """The step to continue from (0 without a checkpoint): the newest step whose checkpoint every
-    rank has complete (the ranks agree on it: their directories may be on different machines);
-    model and optimizer state loaded. Collective."""
+def common_steps(ckpt_dir, rank):
+    """The steps whose checkpoint every rank has complete (the ranks agree on them: their folders
+    may be on different machines). Collective."""
     per_rank = [None] * dist.get_world_size()
-    dist.all_gather_object(per_rank, sorted(complete_steps(args.ckpt_dir, rank)))
-    common = set(per_rank[0]).intersection(*per_rank[1:])
+    dist.all_gather_object(per_rank, sorted(complete_steps(ckpt_dir, rank)))
+    return set(per_rank[0]).intersection(*per_rank[1:])
+
+
+def find_checkpoint(args, rank):
+    """--resume: (step, this rank's checkpoint) of the newest step every rank has complete, or
+    (0, None) without one; --ckpt-every without --resume: (0, None), refused where some rank's
+    folder holds checkpoint files (of an earlier run, which the new run's would mix with and
+    --keep would delete). A checkpoint whose run settings differ from this run's is refused on
+    every rank, naming the first setting that differs. Collective: every rank returns or raises
+    Refused alike."""
+    world = dist.get_world_size()
+    if not args.resume and not args.ckpt_every:
+        return 0, None  # the folder is neither read nor written
+    if not args.resume:
+        per_rank = [None] * world
+        dist.all_gather_object(per_rank, sorted(complete_steps(args.ckpt_dir, rank)))
+        held = sorted(set().union(*per_rank))
+        if held:
+            raise Refused("train.py: --ckpt-dir %s holds the checkpoints of an earlier run (steps %s); continue "
+                          "it with --resume (with its settings), or give this run a folder of its own"
+                          % (args.ckpt_dir, ", ".join(str(s) for s in held)))
+        return 0, None
+    common = common_steps(args.ckpt_dir, rank)
     if not common:
-        return 0
+        return 0, None
     step = max(common)
-    ck = torch.load(os.path.join(args.ckpt_dir, "step%08d-rank%d.pt" % (step, rank)))
-    if ck["optimizer_name"] != args.optimizer or ck["world"] != dist.get_world_size():
-        raise SystemExit("train.py: the checkpoint in %s is of --optimizer %s on %d ranks, this run %s on %d"
-                         % (args.ckpt_dir, ck["optimizer_name"], ck["world"], args.optimizer, dist.get_world_size()))
+    ck = torch.load(checkpoint_path(args.ckpt_dir, step, rank))
+    if "settings" in ck:
+        why = settings_difference(ck["settings"], run_settings(args, world))
+    else:
+        why = "it records no run settings (an earlier train.py wrote it), so it cannot be checked against this run"
+    whys = [None] * world
+    dist.all_gather_object(whys, why)
+    for r, why in enumerate(whys):
+        if why is not None:
+            raise Refused("train.py: --resume refused: the checkpoint of step %d in %s (rank %d's file) is of "
+                          "another run: %s. Resume with the settings it was written with, or give a new run a "
+                          "folder of its own" % (step, args.ckpt_dir, r, why))
+    return step, ck
+
+
+def load_checkpoint(ck, module, optimizer, scaler):
+    """Model, optimizer, GradScaler and RNG states from this rank's checkpoint (find_checkpoint)."""
     with torch.no_grad():
         module.load_state_dict(ck["model"])  # copies into the parameters in place
     optimizer.load_state_dict(ck["optimizer"])
+    if scaler is not None:
+        scaler.load_state_dict(ck["scaler"])
     torch.set_rng_state(ck["torch_rng"])
-    return step
 
 
 # ---- what rank 0 shows -----------------------------------------------------------------------
@@ -310,6 +406,33 @@ def parameter_digest(module):
     return h.hexdigest()
 
 
+# ---- mixed precision -------------------------------------------------------------------------
+
+def make_scaler(args):
+    """--amp fp16's GradScaler (None without --amp and for bf16, whose range needs no scaling)."""
+    if args.amp != "fp16":
+        return None
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):  # PyTorch 2.3 and later
+        return torch.amp.GradScaler("cuda")
+    return torch.cuda.amp.GradScaler()
+
+
+def autocast(args):
+    if args.amp is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type="cuda", dtype=torch.float16 if args.amp == "fp16" else torch.bfloat16)
+
+
+def agree_on_overflow(scaler, optimizer):
+    """After scaler.unscale_(optimizer): every rank sees the inf/NaN that any rank's gradients hold,
+    so that all ranks skip the step, and lower the scale, alike. DDP's gradients are the same on
+    every rank already; Distributed Lion's are each rank's own, and one rank skipping step() while
+    the others step would leave their collectives unmatched. GradScaler keeps the flags in a
+    private table (what torch's ShardedGradScaler all-reduces the same way)."""
+    for found in scaler._found_inf_per_device(optimizer).values():
+        dist.all_reduce(found, op=dist.ReduceOp.MAX)
+
+
 # ---- the run ---------------------------------------------------------------------------------
 
 def parse_args(argv=None):
@@ -326,11 +449,20 @@ def parse_args(argv=None):
     ap.add_argument("--weight-decay", type=float, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--clip-grad-norm", type=float, default=None, metavar="MAX",
+                    help="clip each rank's gradients to a total norm of MAX (torch.nn.utils.clip_grad_norm_) "
+                         "between backward() and step()")
+    ap.add_argument("--amp", nargs="?", const="fp16", choices=["fp16", "bf16"], default=None,
+                    help="--device cuda: forward under autocast, fp16 (--amp) with a GradScaler, or bf16 "
+                         "(--amp bf16) without one")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: torch's default)")
     ap.add_argument("--ckpt-dir", default=None)
     ap.add_argument("--ckpt-every", type=int, default=0, help="steps between checkpoints (0: none)")
     ap.add_argument("--resume", action="store_true",
-                    help="continue from the newest checkpoint in --ckpt-dir that every rank has complete")
+                    help="continue from the newest checkpoint in --ckpt-dir that every rank has complete; refused "
+                         "when it was written with other run settings")
+    ap.add_argument("--keep", type=int, default=3,
+                    help="checkpoints to keep: each save deletes the ones older than the K newest")
     ap.add_argument("--timeout", type=float, default=1800.0,
                     help="seconds: the process group's timeout (init_process_group(timeout=)), which bounds every "
                          "wait for a peer, signlion's included; a lost rank makes the others exit 1 within it")
@@ -349,6 +481,14 @@ def parse_args(argv=None):
         args.overlap = "on" if args.optimizer.startswith("signlion") and train_baselines.overlap_supported() else "off"
     if (args.resume or args.ckpt_every) and not args.ckpt_dir:
         ap.error("--resume and --ckpt-every need --ckpt-dir")
+    if args.clip_grad_norm is not None and not args.clip_grad_norm > 0:
+        ap.error("--clip-grad-norm %s: the largest gradient norm must be a number > 0" % args.clip_grad_norm)
+    if args.amp and args.device != "cuda":
+        ap.error("--amp is for --device cuda (autocast %s%s on the GPU); this run's device is %s: run it without "
+                 "--amp" % (args.amp, " with a GradScaler" if args.amp == "fp16" else "", args.device))
+    if args.keep < 1:
+        ap.error("--keep %d: the checkpoints to keep must be 1 or more (the newest is the one to resume from)"
+                 % args.keep)
     return args
 
 
@@ -386,6 +526,12 @@ def train(args, device, rank):
     if args.ckpt_dir:
         os.makedirs(args.ckpt_dir, exist_ok=True)
 
+    try:
+        first, ck = find_checkpoint(args, rank) if args.ckpt_dir else (0, None)
+    except Refused as e:
+        print(e, file=sys.stderr, flush=True)
+        dist.destroy_process_group()
+        return 2
     work = WORKLOADS[args.workload](args)
     torch.manual_seed(args.seed)
     module = work.model().to(device)
@@ -396,11 +542,15 @@ def train(args, device, rank):
         print("train.py: %s" % e, file=sys.stderr, flush=True)
         dist.destroy_process_group()
         return 3
-    first = load_checkpoint(args, module, optimizer, rank) if args.resume else 0
+    scaler = make_scaler(args)
+    if ck is not None:
+        load_checkpoint(ck, module, optimizer, scaler)
+        ck = None
     if rank == 0:
-        print("train.py: %s, %s (%.1fM parameters), %d ranks x %d examples, lr %g, overlap %s, steps %d..%d"
-              % (args.workload, args.optimizer, nparams / 1e6, world, args.batch, args.lr, args.overlap, first,
-                 args.steps), flush=True)
+        print("train.py: %s, %s (%.1fM parameters), %d ranks x %d examples, lr %g, overlap %s%s%s, steps %d..%d"
+              % (args.workload, args.optimizer, nparams / 1e6, world, args.batch, args.lr, args.overlap,
+                 "" if args.clip_grad_norm is None else ", clip-grad-norm %g" % args.clip_grad_norm,
+                 "" if args.amp is None else ", amp %s" % args.amp, first, args.steps), flush=True)
 
     def evaluate():
         model.eval()
@@ -423,12 +573,22 @@ def train(args, device, rank):
         if device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        loss = work.loss(model, x, y)
-        loss.backward()
+        with autocast(args):
+            loss = work.loss(model, x, y)
+        (loss if scaler is None else scaler.scale(loss)).backward()
         if device.type == "cuda":
             torch.cuda.synchronize()
         t1 = time.perf_counter()
-        optimizer.step()
+        if scaler is not None:
+            scaler.unscale_(optimizer)  # the true gradients, for clipping and the optimizer
+            agree_on_overflow(scaler, optimizer)
+        if args.clip_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)  # skipped on every rank when a gradient of any rank overflowed
+            scaler.update()
         optimizer.zero_grad(set_to_none=True)
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -458,7 +618,7 @@ def train(args, device, rank):
             if rank == 0:
                 print("eval step %d %s %.4f (train time %.1fs)" % (done, work.metric, m, train_time), flush=True)
         if args.ckpt_every and done % args.ckpt_every == 0:
-            save_checkpoint(args, done, module, optimizer, rank)
+            save_checkpoint(args, done, module, optimizer, scaler, rank)
 
     final = evaluate()
     record["evals"].append([args.steps, final, train_time])

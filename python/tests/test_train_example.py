@@ -1,7 +1,9 @@
 """examples/train.py under torchrun (python -m torch.distributed.run), 2 ranks on loopback:
 the ranks end with identical parameters, and a run of 2K steps equals, bit for bit on every
 rank, a run of K steps that checkpoints, then a --resume that runs the other K; with
-signlion's overlap off and, where DistributedLion takes overlap=, on.
+signlion's overlap off and, where DistributedLion takes overlap=, on. --resume refuses a
+checkpoint of other run settings, --keep K leaves the K newest checkpoints, --clip-grad-norm
+runs (and changes the result), --amp is refused on CPU and runs on CUDA where a GPU is.
 
   test_train_example.py [CASE...]    (SIGNLION_LIBRARY: the library to test)
 Exit 77 (skipped) when torch or torchrun cannot run here."""
@@ -55,15 +57,31 @@ class TrainExample(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def torchrun(self, *args):
+    def torchrun(self, *args, ok=True, ranks=2):
+        """train.py's output; ok: it must succeed with identical ranks, else it must fail."""
         env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
         env.pop("SIGNLION_SOCKET_IFNAME", None)  # signlion follows GLOO_SOCKET_IFNAME
-        cmd = TORCHRUN + ["--master_port", str(free_port()), "--nproc_per_node", "2", os.path.join(ROOT, "examples", "train.py")] + COMMON + list(args)
+        cmd = TORCHRUN + ["--master_port", str(free_port()), "--nproc_per_node", str(ranks),
+                          os.path.join(ROOT, "examples", "train.py")] + COMMON + list(args)
         p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
         print(p.stdout[-3000:])
+        if not ok:
+            self.assertNotEqual(p.returncode, 0, "torchrun %s succeeded" % " ".join(args))
+            return p.stdout
         self.assertEqual(p.returncode, 0, "torchrun %s exited %d" % (" ".join(args), p.returncode))
-        self.assertIn("parameters identical on all 2 ranks", p.stdout)
+        self.assertIn("parameters identical on all %d ranks" % ranks, p.stdout)
         return p.stdout
+
+    def train_py(self, *args):
+        """train.py without torchrun (its options are checked before it looks for torchrun's
+        environment): (exit status, output)."""
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train.py")] + list(args),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        print(p.stdout[-2000:])
+        return p.returncode, p.stdout
+
+    def checkpoint_files(self, ckpt):
+        return sorted(n for n in os.listdir(ckpt) if n != "LATEST")
 
     def params(self, prefix):
         return [torch.load("%s.rank%d" % (prefix, r)) for r in range(2)]
@@ -77,7 +95,9 @@ class TrainExample(unittest.TestCase):
         self.torchrun(*opts, "--steps", str(STEPS // 2), "--ckpt-dir", ckpt, "--ckpt-every", str(STEPS // 2))
         with open(os.path.join(ckpt, "LATEST")) as f:
             self.assertEqual(f.read().strip(), str(STEPS // 2))
-        out = self.torchrun(*opts, "--steps", str(STEPS), "--ckpt-dir", ckpt, "--resume", "--save-params", parts)
+        # the options that do not change the run may differ
+        out = self.torchrun(*opts, "--steps", str(STEPS), "--ckpt-dir", ckpt, "--resume", "--save-params", parts,
+                            "--log-every", "3", "--keep", "5", "--eval-every", "2")
         self.assertIn("steps %d..%d" % (STEPS // 2, STEPS), out)
         a, b = self.params(whole), self.params(parts)
         for rank in range(2):
@@ -96,6 +116,112 @@ class TrainExample(unittest.TestCase):
 
     def test_ddp_lion_resume_exact(self):
         self.check_resume_exact("ddp-lion", "off")
+
+    def test_resume_refuses_other_settings(self):
+        """A folder holding another run's checkpoint: --resume with other settings is refused,
+        naming the setting, and so is a run without --resume; the checkpoint is left as it was."""
+        ckpt = os.path.join(self.tmp, "ckpt")
+        self.torchrun("--optimizer", "ddp-lion", "--steps", "2", "--ckpt-dir", ckpt, "--ckpt-every", "2")
+        files = self.checkpoint_files(ckpt)
+        out = self.torchrun("--optimizer", "ddp-lion", "--steps", "4", "--ckpt-dir", ckpt, "--resume",
+                            "--lr", "0.0002", ok=False)
+        self.assertIn("train.py: --resume refused: the checkpoint of step 2 in %s" % ckpt, out)
+        self.assertIn("--lr was 0.0001 and is 0.0002 now", out)
+        self.assertNotIn("steps 2..4", out)
+        out = self.torchrun("--optimizer", "ddp-lion", "--steps", "4", "--ckpt-dir", ckpt, "--resume",
+                            "--clip-grad-norm", "1", ok=False)
+        self.assertIn("--clip-grad-norm was None and is 1.0 now", out)
+        out = self.torchrun("--optimizer", "ddp-lion", "--steps", "4", "--ckpt-dir", ckpt, "--ckpt-every", "2",
+                            ok=False)
+        self.assertIn("train.py: --ckpt-dir %s holds the checkpoints of an earlier run (steps 2)" % ckpt, out)
+        self.assertEqual(self.checkpoint_files(ckpt), files)
+
+    def test_keep_last_k(self):
+        """--keep 2 with a checkpoint every step leaves the 2 newest of every rank, also after
+        --resume."""
+        ckpt = os.path.join(self.tmp, "ckpt")
+        opts = ["--optimizer", "ddp-lion", "--ckpt-dir", ckpt, "--ckpt-every", "1", "--keep", "2"]
+        self.torchrun(*opts, "--steps", "4")
+        self.assertEqual(self.checkpoint_files(ckpt), ["step%08d-rank%d.pt" % (s, r) for s in (3, 4) for r in (0, 1)])
+        out = self.torchrun(*opts, "--steps", "6", "--resume")
+        self.assertIn("steps 4..6", out)
+        self.assertEqual(self.checkpoint_files(ckpt), ["step%08d-rank%d.pt" % (s, r) for s in (5, 6) for r in (0, 1)])
+
+    def test_keep_one_after_interrupted_save(self):
+        """--keep 1 and a save of step 5 cut short (rank 0's file renamed into place, rank 1's
+        still a .tmp): --resume continues from step 4, ends as an uninterrupted run does, and its
+        saves remove the leftovers."""
+        ckpt = os.path.join(self.tmp, "ckpt")
+        whole = os.path.join(self.tmp, "whole")
+        parts = os.path.join(self.tmp, "parts")
+        opts = ["--optimizer", "ddp-lion", "--ckpt-dir", ckpt, "--keep", "1"]
+        self.torchrun("--optimizer", "ddp-lion", "--steps", "6", "--save-params", whole)
+        self.torchrun(*opts, "--steps", "4", "--ckpt-every", "2")
+        self.assertEqual(self.checkpoint_files(ckpt), ["step00000004-rank0.pt", "step00000004-rank1.pt"])
+        shutil.copy(os.path.join(ckpt, "step00000004-rank0.pt"), os.path.join(ckpt, "step00000005-rank0.pt"))
+        with open(os.path.join(ckpt, "step00000005-rank1.pt.tmp"), "wb") as f:
+            f.write(b"cut short")
+        out = self.torchrun(*opts, "--steps", "6", "--ckpt-every", "2", "--resume", "--save-params", parts)
+        self.assertIn("steps 4..6", out)
+        self.assertEqual(self.checkpoint_files(ckpt), ["step00000006-rank0.pt", "step00000006-rank1.pt"])
+        for rank, (a, b) in enumerate(zip(self.params(whole), self.params(parts))):
+            for i, (x, y) in enumerate(zip(a, b)):
+                self.assertTrue(torch.equal(x, y), "rank %d, parameter %d: the resumed run differs" % (rank, i))
+
+    def test_keep_zero_refused(self):
+        for k in ("0", "-1"):
+            rc, out = self.train_py("--keep", k)
+            self.assertEqual(rc, 2)
+            self.assertIn("--keep %s: the checkpoints to keep must be 1 or more" % k, out)
+
+    def check_clip_grad_norm(self, optimizer, overlap, compare):
+        """--clip-grad-norm: the ranks end identical; compare: and unlike a run without it (the
+        clipping happened)."""
+        clipped = os.path.join(self.tmp, "clipped")
+        plain = os.path.join(self.tmp, "plain")
+        opts = ["--optimizer", optimizer, "--overlap", overlap, "--steps", "4"]
+        out = self.torchrun(*opts, "--clip-grad-norm", "0.01", "--save-params", clipped)
+        self.assertIn("clip-grad-norm 0.01", out)
+        if not compare:
+            return
+        self.torchrun(*opts, "--save-params", plain)
+        a, b = self.params(clipped), self.params(plain)
+        self.assertFalse(all(torch.equal(x, y) for x, y in zip(a[0], b[0])),
+                         "--clip-grad-norm 0.01 left the parameters those of a run without it")
+
+    def test_clip_grad_norm_signlion_overlap_off(self):
+        self.check_clip_grad_norm("signlion-mavo", "off", compare=True)
+
+    def test_clip_grad_norm_signlion_overlap_on(self):
+        if not overlap_supported():
+            self.skipTest("this signlion's DistributedLion has no overlap argument")
+        self.check_clip_grad_norm("signlion-mavo", "on", compare=False)
+
+    def test_clip_grad_norm_ddp_lion(self):
+        self.check_clip_grad_norm("ddp-lion", "off", compare=True)
+
+    def test_amp_refused_on_cpu(self):
+        for amp in (["--amp"], ["--amp", "bf16"]):
+            rc, out = self.train_py(*amp)
+            self.assertEqual(rc, 2)
+            self.assertIn("--amp is for --device cuda", out)
+            self.assertIn("this run's device is cpu: run it without --amp", out)
+
+    def test_amp_cuda(self):
+        """--amp (fp16, GradScaler) with --clip-grad-norm and --amp bf16 on CUDA, DDP + Lion and,
+        where signlion's CUDA path runs (PyTorch 2.8), Distributed Lion with overlap off: one rank
+        per GPU, at most 2, the ranks identical at the end."""
+        if not torch.cuda.is_available():
+            self.skipTest("no CUDA GPU here")
+        ranks = min(2, torch.cuda.device_count())
+        contenders = ["ddp-lion"]
+        if tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 8):
+            contenders.append("signlion-mavo")
+        for optimizer in contenders:
+            for amp, opts in (("fp16", ["--amp", "--clip-grad-norm", "1.0"]), ("bf16", ["--amp", "bf16"])):
+                out = self.torchrun("--device", "cuda", "--optimizer", optimizer, "--overlap", "off", "--steps", "4",
+                                    *opts, ranks=ranks)
+                self.assertIn("amp %s" % amp, out)
 
 
 if __name__ == "__main__":
