@@ -315,7 +315,7 @@ def _group_buckets(params, positions, cap_bytes):
     (the lowest registration position in a bucket comes last). A parameter listed twice (tied
     weights) is one parameter, placed once. Frozen parameters get buckets of their own, so that
     they never make a trainable bucket keep part of itself as it is at every step."""
-    unique = list({id(p): p for p in reversed(params)}.values())[::-1]  # first listing wins
+    unique = list({id(p): p for p in params}.values())  # in the order of their first listing
     buckets = []
     for dtype in _BUCKET_DTYPES:
         for trainable in (True, False):
@@ -383,6 +383,9 @@ class _Bucket:
         self.ready = set()
         self.launched = False
         self.seen_version = None
+        # The first step only: each gradient's bits when its hook fired, to see changes that
+        # bypass the version counter (writes through .data, as torch 1.13's clip_grad_value_).
+        self.probe_copy = None
 
     def describe(self):
         return "bucket %d (param group %d, %s, parameters %s)" % (self.index, self.group_index,
@@ -415,16 +418,32 @@ class _Bucket:
         view.copy_(g)
         p.grad = view
 
+    def record_probe(self, j):
+        """Keeps parameter j's gradient bits as its hook sees them (the first step only)."""
+        if self.probe_copy is None:
+            self.probe_copy = torch.empty_like(self.grad)
+        offset, n, _ = self.slices[j]
+        self.probe_copy[offset:offset + n].copy_(self.grad[offset:offset + n])
+
     def grads_changed(self):
-        """Whether a gradient of this bucket changed since it was complete: a write into the
-        gradient buffer (clip_grad_norm_, unscaling, any in-place op bumps its version counter)
-        or a .grad replaced by another tensor."""
+        """Whether a gradient of this bucket changed since its hook fired: a write into the
+        gradient buffer (clip_grad_norm_, unscaling, any in-place op bumps its version counter),
+        a .grad replaced by another tensor or set to None; on the first step also a write that
+        bypasses the version counter (through .data), seen by comparing the bits."""
         if self.seen_version is None:
             return False
         if self.grad._version != self.seen_version:
             return True
-        return any(p.grad is not None and p.grad.data_ptr() != v.data_ptr() for p, v in zip(self.params,
-                                                                                         self.grad_views))
+        for j, (p, v) in enumerate(zip(self.params, self.grad_views)):
+            if j in self.ready and (p.grad is None or p.grad.data_ptr() != v.data_ptr()):
+                return True
+        if self.probe_copy is not None:
+            bits = torch.int32 if self.grad.element_size() == 4 else torch.int16  # NaN == NaN here
+            for j in self.ready:
+                offset, n, _ = self.slices[j]
+                if not torch.equal(self.probe_copy[offset:offset + n].view(bits), self.grad[offset:offset + n].view(bits)):
+                    return True
+        return False
 
     def save(self):
         """The state as bytes (a CPU uint8 tensor) and its momentum and master copy as fp32 views.
@@ -607,6 +626,7 @@ class DistributedLion(torch.optim.Optimizer):
                              "one device" % ", ".join(sorted(str(d) for d in devices)))
         self.device = devices.pop() if devices else torch.device("cpu")
         self._comm = comm
+        self._owns_comm = comm is None  # a comm given stays the caller's: a failure does not abort it
         self._nccl_comm = None  # CUDA: the process group's ncclComm_t (0 for "local")
         self._channel = None  # how the ranks agree (None for "local")
         if self.device.type == "cuda":
@@ -641,6 +661,7 @@ class DistributedLion(torch.optim.Optimizer):
         # this backward's first gradient was ready.
         self._mode = "probe"
         self._hyper_seen = None
+        self._hooks_fire_twice = False
         self._next_launch = 0
         self._accumulating = False
         self._executor = None
@@ -875,9 +896,15 @@ class DistributedLion(torch.optim.Optimizer):
                 return
             if self._hyper_seen is None:  # the first gradient of this backward
                 self._hyper_seen = self._all_hyperparameters()
+            if position in b.ready:
+                # A second gradient in one backward (a weight used in two reentrant checkpointed
+                # segments): overlapping would start the bucket before the last of them.
+                self._hooks_fire_twice = True
             b.ready.add(position)
-            if b.complete_in_backward():
-                b.seen_version = b.grad._version
+            b.seen_version = b.grad._version
+            if self._mode == "probe":
+                with self._aborting_on_failure(b):
+                    b.record_probe(position)
             if self._mode == "overlap":
                 self._launch_in_order(in_backward=True)
 
@@ -974,7 +1001,7 @@ class DistributedLion(torch.optim.Optimizer):
         if self._failure is None:
             self._failure = (b, e)
         with self._abort_lock:
-            if self._comm is None or self._comm_aborted:
+            if self._comm is None or self._comm_aborted or not self._owns_comm:
                 return
             self._comm_aborted = True
         if self._executor is not None and not self._executor.on_worker_thread():
@@ -1135,6 +1162,7 @@ class DistributedLion(torch.optim.Optimizer):
                         b.ready.clear()
                         b.launched = False
                         b.seen_version = None
+                        b.probe_copy = None if self._mode != "probe" else b.probe_copy
                     self._hyper_seen = None
             if self.overlap:
                 self._register_hooks(self._buckets)  # parameters unfrozen since the last step
@@ -1143,12 +1171,20 @@ class DistributedLion(torch.optim.Optimizer):
 
     def _step_locked(self, grad_scaler):
         first = self._buckets[0] if self._buckets else None
-        changed = [b for b in self._buckets if b.seen_version is not None and b.grads_changed()]
-        hyper_changed = self._hyper_seen is not None and self._hyper_seen != self._all_hyperparameters()
-        amp = self._amp_inputs(grad_scaler)
+        changed = [b for b in self._buckets if b.grads_changed()]
+        now = self._all_hyperparameters()
+        # Compared per group that existed in backward, and (overlapping) only where a bucket of
+        # the group started: a group none of whose buckets started takes this step's values.
+        hyper_changed = self._hyper_seen is not None and any(
+            seen != now[gi] and (self._mode != "overlap" or any(b.launched for b in self._buckets if b.group_index == gi))
+            for gi, seen in enumerate(self._hyper_seen))
+        with self._aborting_on_failure(first):
+            amp = self._amp_inputs(grad_scaler)
         if self.overlap and self._mode == "overlap":
             started = [b for b in changed if b.launched]
-            if started or hyper_changed or (amp is not None and any(b.launched for b in self._buckets)):
+            # With a GradScaler the ranks would agree on found_inf by a collective that a rank with
+            # a bucket in flight issues in another order: refused before any, on every rank.
+            if started or hyper_changed or amp is not None:
                 what = ("the gradients of %s" % started[0].describe() if started else
                         "a learning rate or other hyper-parameter" if hyper_changed else
                         "GradScaler's scale")
@@ -1166,7 +1202,8 @@ class DistributedLion(torch.optim.Optimizer):
         elif self.overlap and self._mode == "probe" and (self._hyper_seen is not None or changed or amp):
             # The first step after backward decides: a loop that changes nothing between backward()
             # and step() gets its buckets started during backward from the next step on.
-            self._mode = "deferred" if (changed or hyper_changed or amp is not None) else "overlap"
+            self._mode = "deferred" if (changed or hyper_changed or amp is not None or self._hooks_fire_twice) \
+                else "overlap"
         with self._aborting_on_failure(first):
             for b in self._buckets:
                 if not b.launched:
