@@ -13,6 +13,9 @@
 #   signlion-mavo signlion-average            signlion, overlap off
 #   signlion-mavo+overlap signlion-average+overlap   overlap on (when this
 #                            signlion's DistributedLion takes overlap=)
+#   any contender +clip      the same with --clip-grad-norm CLIP (default 1.0):
+#                            clip_grad_norm_ between backward() and step()
+#                            (not in the default lists; timed per run only)
 # For each N and workload: every contender of CONV_CONTENDERS first trains
 # CONV_STEPS steps at CONV_RATE with an evaluation every EVAL_EVERY steps (the
 # accuracy or loss curve; the overlapped variants and allgather-lion apply the
@@ -70,10 +73,12 @@ import train_baselines; print(int(train_baselines.overlap_supported()))" 2>/dev/
 knob() { local v="$1_$2"; echo "${!v:-$3}"; }  # knob NAME WORKLOAD DEFAULT: NAME_<workload> or DEFAULT
 
 run_contender() {  # label n rate workload steps eval_every phase
-  local label=$1 n=$2 rate=$3 wl=$4 steps=$5 every=$6 phase=$7 r rc=0 name overlap port
-  name=${label%+overlap}
+  local label=$1 n=$2 rate=$3 wl=$4 steps=$5 every=$6 phase=$7 r rc=0 name overlap port clip=()
+  [[ $label == *+clip ]] && clip=(--clip-grad-norm "${CLIP:-1.0}")
+  name=${label%+clip}
+  name=${name%+overlap}
   [[ $name == compute ]] && name=local-lion
-  overlap=off; [[ $label == *+overlap ]] && overlap=on
+  overlap=off; [[ ${label%+clip} == *+overlap ]] && overlap=on
   if [[ $overlap == on && $OVERLAP_OK != 1 ]]; then
     SKIPPED+=("$label (this signlion's DistributedLion has no overlap argument)")
     return 0
@@ -82,7 +87,7 @@ run_contender() {  # label n rate workload steps eval_every phase
   local log=$OUT/logs/$tag.txt json=$OUT/runs/$tag.json
   local args=(--workload "$wl" --optimizer "$name" --overlap "$overlap" --steps "$steps" --eval-every "$every"
               --batch "$(knob BATCH "$wl" 16)" --val-size "$(knob VAL_SIZE "$wl" 500)" --threads 1
-              --width "$WIDTH" --context "$CONTEXT" --log-every 1 --json "$json")
+              --width "$WIDTH" --context "$CONTEXT" --log-every 1 --json "$json" "${clip[@]}")
   echo "== $phase $wl N=$n $rate $label, $steps steps ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
   rm -f "$json"
   port=$((29500 + RANDOM % 2000))

@@ -302,6 +302,9 @@ def _broadcast_bytes(channel, data, root):
     return bytes(channel.sum(buf).to(torch.uint8).tolist())
 
 
+# Elements of fp16/bf16 gradient unscaled (GradScaler) per pass through the fp32 scratch.
+_UNSCALE_CHUNK = 1 << 20
+
 # Bucket order within a param group: parameters in reverse registration order (the order in
 # which backward usually finishes their gradients), cut into buckets of at most the cap.
 _BUCKET_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -662,6 +665,7 @@ class DistributedLion(torch.optim.Optimizer):
         self._mode = "probe"
         self._hyper_seen = None
         self._hooks_fire_twice = False
+        self._unscale_scratch = None  # GradScaler's unscaling of fp16/bf16 buckets
         self._next_launch = 0
         self._accumulating = False
         self._executor = None
@@ -1126,13 +1130,20 @@ class DistributedLion(torch.optim.Optimizer):
     def _unscale(self, grad_scale):
         """Divides the gradients by GradScaler's scale as GradScaler.unscale_ does (the same
         kernel and the reciprocal taken in fp64), in place in the buckets."""
-        inv_scale = grad_scale.double().reciprocal().float()
+        inv_scale = grad_scale.double().reciprocal().float().to(self.device)
         for b in self._buckets:
-            scale = inv_scale.to(b.grad.device)
             if b.grad.dtype == torch.float32:
-                b.grad.mul_(scale)
-            else:  # in fp32, rounded once to the gradient's dtype, as GradScaler's kernel does
-                b.grad.copy_(b.grad.float().mul_(scale))
+                b.grad.mul_(inv_scale)
+                continue
+            # fp16/bf16: in fp32, rounded once to the gradient's dtype, as GradScaler's kernel
+            # does, through a bounded fp32 scratch made once (no allocation per step).
+            if self._unscale_scratch is None:
+                self._unscale_scratch = torch.empty(_UNSCALE_CHUNK, dtype=torch.float32, device=self.device)
+            for start in range(0, b.numel, _UNSCALE_CHUNK):
+                part = b.grad[start:start + _UNSCALE_CHUNK]
+                scratch = self._unscale_scratch[:part.numel()]
+                scratch.copy_(part).mul_(inv_scale)
+                part.copy_(scratch)
 
     @torch.no_grad()
     def step(self, closure=None, **kwargs):
