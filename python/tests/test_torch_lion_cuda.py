@@ -7,8 +7,9 @@ PyTorch 2.8+). Checked bit for bit against the same optimizer on CPU tensors:
    optimizer on a gloo group of the same ranks, parameters after every step and state_dicts.
 Issue 17 (gradients on some ranks, rank 0's values, the error for models that differ, lr
 through 0, per-parameter state, maximize) on CUDA tensors against CPU tensors, likewise.
-Overlap (hooks during backward, steps on a side stream) against overlap=False on CPU, and
-sign_all_reduce on CUDA tensors against CPU tensors. The message for a PyTorch without
+Overlap (hooks during backward, steps on a side stream) against overlap=False on CPU, also
+with clip_grad_norm_ and torch's GradScaler in the loop, and sign_all_reduce on CUDA tensors
+against CPU tensors. The message for a PyTorch without
 _comm_ptr is checked on any machine. Exit code 77 (skip)
 when everything asked for needed what this machine lacks (torch, CUDA, _comm_ptr, NCCL)."""
 import os
@@ -250,6 +251,53 @@ def check_nccl_rules_per_optimizer(rank, world):
     pairs[1][1].close()
 
 
+def check_nccl_clipping_and_grad_scaler(rank, world):
+    """The loops of test_torch_lion_loops on CUDA tensors with overlap on, against overlap=False
+    on CPU tensors over gloo: clip_grad_norm_ between backward() and step(); then torch's own
+    GradScaler (scale 2^10, exact) with unscale_ and clipping, an inf on the last rank at step
+    2 skipping that step on every rank, the CPU run fed the unscaled gradients and skipping
+    the same step."""
+    from signlion.torch import DistributedLion
+    from test_torch_lion_overlap import backward_with, make_params
+    gloo = dist.new_group(backend="gloo")
+    torch.cuda.set_device(0)
+    scaler_type = getattr(torch.amp, "GradScaler", None)
+    for use_scaler in (False, True):
+        cpu_params, cuda_params = make_params("cpu"), make_params("cuda")
+        kw = dict(lr=LR, weight_decay=WD, bucket_cap_mb=1e-4)
+        cpu_opt = DistributedLion(cpu_params, process_group=gloo, overlap=False, **kw)
+        cuda_opt = DistributedLion(cuda_params, overlap=True, **kw)
+        scaler = (scaler_type("cuda", init_scale=2.0 ** 10, growth_interval=1000) if scaler_type else
+                  torch.cuda.amp.GradScaler(init_scale=2.0 ** 10, growth_interval=1000)) if use_scaler else None
+        for step in range(4):
+            grads = grads_of(rank, step, [p.shape for p in cpu_params])
+            inf_step = use_scaler and step == 2
+            if inf_step and rank == world - 1:
+                grads[0][0, 0] = float("inf")
+            if scaler is None:
+                backward_with(cuda_params, grads, [True] * len(grads))
+                torch.nn.utils.clip_grad_norm_(cuda_params, 0.5)
+                cuda_opt.step()
+            else:
+                backward_with(cuda_params, [g * scaler.get_scale() for g in grads], [True] * len(grads))
+                scaler.unscale_(cuda_opt)
+                torch.nn.utils.clip_grad_norm_(cuda_params, 0.5)
+                scaler.step(cuda_opt)
+                scaler.update()
+            cuda_opt.zero_grad()
+            if not inf_step:
+                backward_with(cpu_params, grads, [True] * len(grads))
+                torch.nn.utils.clip_grad_norm_(cpu_params, 0.5)
+                cpu_opt.step()
+            cpu_opt.zero_grad()
+            torch.cuda.current_stream().synchronize()
+            for i, (a, b) in enumerate(zip(cpu_params, cuda_params)):
+                assert torch.equal(a.detach(), b.detach().cpu()), "scaler %s step %d: parameter %d differs" % (
+                    use_scaler, step, i)
+        cuda_opt.close()
+        cpu_opt.close()
+
+
 def _nccl_body(scenario, rank, world, init_file):
     # Two processes on one GPU: distinct host ids make NCCL treat them as two hosts,
     # which then talk through the net plugin (our socket transport on loopback).
@@ -341,6 +389,10 @@ class DistributedLionCuda(unittest.TestCase):
     @needs_nccl_group
     def test_nccl_world2_sign_all_reduce(self):
         spawn_ranks.run_ranks(2, _nccl_body, "check_nccl_sign_all_reduce", timeout=500)
+
+    @needs_nccl_group
+    def test_nccl_world2_clipping_and_grad_scaler(self):
+        spawn_ranks.run_ranks(2, _nccl_body, "check_nccl_clipping_and_grad_scaler", timeout=500)
 
     @needs_nccl_group
     def test_nccl_world2_rules_per_optimizer(self):
