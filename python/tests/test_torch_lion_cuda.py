@@ -264,6 +264,9 @@ def check_nccl_clipping_and_grad_scaler(rank, world):
     scaler_type = getattr(torch.amp, "GradScaler", None)
     for use_scaler in (False, True):
         cpu_params, cuda_params = make_params("cpu"), make_params("cuda")
+        if use_scaler:  # GradScaler unscales fp32 gradients only (autocast keeps parameters fp32)
+            cpu_params, cuda_params = ([torch.nn.Parameter(p.detach().float()) for p in ps]
+                                       for ps in (cpu_params, cuda_params))
         kw = dict(lr=LR, weight_decay=WD, bucket_cap_mb=1e-4)
         cpu_opt = DistributedLion(cpu_params, process_group=gloo, overlap=False, **kw)
         cuda_opt = DistributedLion(cuda_params, overlap=True, **kw)
