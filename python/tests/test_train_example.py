@@ -193,9 +193,16 @@ class TrainExample(unittest.TestCase):
         self.check_clip_grad_norm("signlion-mavo", "off", compare=True)
 
     def test_clip_grad_norm_signlion_overlap_on(self):
+        """With overlap on, the clipped gradient is what every step uses: the parameters are
+        those of overlap off, bit for bit."""
         if not overlap_supported():
             self.skipTest("this signlion's DistributedLion has no overlap argument")
         self.check_clip_grad_norm("signlion-mavo", "on", compare=False)
+        on = self.params(os.path.join(self.tmp, "clipped"))
+        self.check_clip_grad_norm("signlion-mavo", "off", compare=False)
+        off = self.params(os.path.join(self.tmp, "clipped"))
+        self.assertTrue(all(torch.equal(x, y) for x, y in zip(on[0], off[0])),
+                        "--clip-grad-norm with overlap on stepped differently from overlap off")
 
     def test_clip_grad_norm_ddp_lion(self):
         self.check_clip_grad_norm("ddp-lion", "off", compare=True)
@@ -209,7 +216,7 @@ class TrainExample(unittest.TestCase):
 
     def test_amp_cuda(self):
         """--amp (fp16, GradScaler) with --clip-grad-norm and --amp bf16 on CUDA, DDP + Lion and,
-        where signlion's CUDA path runs (PyTorch 2.8), Distributed Lion with overlap off: one rank
+        where signlion's CUDA path runs (PyTorch 2.8), Distributed Lion with overlap off and on: one rank
         per GPU, at most 2, the ranks identical at the end."""
         if not torch.cuda.is_available():
             self.skipTest("no CUDA GPU here")
@@ -218,10 +225,11 @@ class TrainExample(unittest.TestCase):
         if tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 8):
             contenders.append("signlion-mavo")
         for optimizer in contenders:
-            for amp, opts in (("fp16", ["--amp", "--clip-grad-norm", "1.0"]), ("bf16", ["--amp", "bf16"])):
-                out = self.torchrun("--device", "cuda", "--optimizer", optimizer, "--overlap", "off", "--steps", "4",
-                                    *opts, ranks=ranks)
-                self.assertIn("amp %s" % amp, out)
+            for overlap in (("off", "on") if optimizer.startswith("signlion") else ("off",)):
+                for amp, opts in (("fp16", ["--amp", "--clip-grad-norm", "1.0"]), ("bf16", ["--amp", "bf16"])):
+                    out = self.torchrun("--device", "cuda", "--optimizer", optimizer, "--overlap", overlap,
+                                        "--steps", "4", *opts, ranks=ranks)
+                    self.assertIn("amp %s" % amp, out)
 
 
 if __name__ == "__main__":
