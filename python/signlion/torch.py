@@ -552,7 +552,9 @@ class DistributedLion(torch.optim.Optimizer):
     DDP's gradient_as_bucket_view: one copy of the gradients, not two); with
     zero_grad(set_to_none=False) backward accumulates straight into it. A parameter listed
     twice (tied weights) is one parameter; parameters keep their memory format
-    (channels_last); frozen parameters get buckets of their own and cost nothing per step.
+    (channels_last); frozen parameters get buckets of their own and cost nothing per step
+    (parameters frozen or unfrozen later are moved at the step that finds them so, every rank
+    alike).
 
     As a torch.optim optimizer: param_groups (lr, betas, weight_decay, maximize, foreach, fused,
     capturable, differentiable) are read at every step, so schedulers work, lr = 0 included;
@@ -762,7 +764,10 @@ class DistributedLion(torch.optim.Optimizer):
                              "parameters, shapes, dtypes and hyper-parameters): on rank %d, %s; ranks differing from "
                              "rank 0: %s" % (bad[0], first, bad))
 
-    def _add_buckets(self, group_indices):
+    def _requires_grad_pattern(self):
+        return tuple(bool(p.requires_grad) for g in self.param_groups for p in g["params"])
+
+    def _add_buckets(self, group_indices, broadcast=True):
         """Buckets for these param groups: checked across ranks, then rank 0's values everywhere."""
         if self._channel is not None and self._channel.nranks > 1:
             self._check_across_ranks(group_indices)
@@ -781,13 +786,33 @@ class DistributedLion(torch.optim.Optimizer):
                                        aggregation=self.aggregation, nccl_comm=self._nccl_comm,
                                        zero_rule=self._rules[0], tie_rule=self._rules[1], **self._options)
                 new.append(b)
-        if self._broadcast_parameters and self._channel is not None and self._channel.nranks > 1:
+        if broadcast and self._broadcast_parameters and self._channel is not None and self._channel.nranks > 1:
             with torch.no_grad():
                 for b in new:
                     self._channel.broadcast_(b.flat)
         self._buckets += new
+        self._layout_pattern = self._requires_grad_pattern()
         if self.overlap:
             self._register_hooks(new)
+
+    def _rebucket_if_frozen_changed(self):
+        """When parameters were frozen or unfrozen since the buckets were made, makes the buckets
+        anew (frozen ones apart, as at construction) and moves the state into them (momenta,
+        master copies and counters, as a load across layouts does): a trainable bucket would
+        otherwise keep its frozen part as it is by copying its whole state at every step. Every
+        rank freezes alike, so every rank makes the same buckets at the same step (checked
+        across ranks as at construction)."""
+        if self._requires_grad_pattern() == self._layout_pattern:
+            return
+        saved = self.state_dict()
+        for b in self._buckets:
+            for h in b.hook_handles:
+                h.remove()
+            b.lion.destroy()
+        self._buckets = []
+        self._next_launch = 0
+        self._add_buckets(range(len(self.param_groups)), broadcast=False)
+        self.load_state_dict(saved)
 
     def bucket_layout(self):
         """The buckets in launch order: [{"group", "dtype", "params" (indices as in state_dict()),
@@ -1175,6 +1200,8 @@ class DistributedLion(torch.optim.Optimizer):
                         b.seen_version = None
                         b.probe_copy = None if self._mode != "probe" else b.probe_copy
                     self._hyper_seen = None
+            if self._failure is None:
+                self._rebucket_if_frozen_changed()
             if self.overlap:
                 self._register_hooks(self._buckets)  # parameters unfrozen since the last step
         self._state_cache = None

@@ -13,8 +13,8 @@ process groups of 2 and 3 spawned ranks (docs/LION.md, "Between backward() and s
     the peers raise CommError within seconds, not after the 60 s timeout;
  6. frozen, unused and tied parameters: a bucket of frozen parameters and a parameter frozen
     after construction hold no later bucket back (they start during backward) and cost no
-    state copy (a trainable bucket holding a parameter frozen later keeps that part by copying
-    its state: docs/LION.md); a parameter listed twice steps once, as listed once; channels_last kept;
+    state copy (a parameter frozen later is moved to a bucket of its own at the step that
+    finds it frozen); a parameter listed twice steps once, as listed once; channels_last kept;
  7. gradients are views into the buckets (no second copy of the gradients);
  8. bucket_cap_mb, overlap and broadcast_parameters compared across ranks (ValueError);
  9. close(): every later step() raises."""
@@ -248,7 +248,8 @@ def check_frozen_and_tied(rank, world):
         params[6].requires_grad_(False)  # frozen after construction, in the fp32 bucket with 7, 3, 1
         log = []
         opt.launch_observer = lambda event, bucket, in_backward: log.append((event, bucket, in_backward))
-        for step in range(3):
+        before = params[6].detach().clone()
+        for step in range(4):
             used = [p.requires_grad for p in params]
             backward_with(params, grads_of(rank, step, [p.shape for p in params]), used)
             opt.step()
@@ -256,8 +257,26 @@ def check_frozen_and_tied(rank, world):
             if step >= 1:  # the first step starts every bucket in step() (docs/LION.md)
                 launches = [e for e in log if e[0] == "launch"]
                 assert all(in_backward for _, _, in_backward in launches), "a bucket was held to step(): %s" % log
+                assert not saves, "step %d: a frozen parameter cost a state copy (buckets %s)" % (step, saves)
+            if step == 0:  # the step that found parameter 6 frozen made the buckets anew: 6 apart
+                home = [b["params"] for b in opt.bucket_layout() if 6 in b["params"]][0]
+                assert sorted(home) == [0, 6], opt.bucket_layout()  # with the other frozen one
             log.clear()
-        assert frozen[0] not in saves, "a bucket of frozen parameters cost a state copy (buckets %s)" % saves
+            saves.clear()
+        assert torch.equal(before, params[6].detach()), "a frozen parameter moved"
+        assert_same_on_all_ranks(params, world, "after freezing")
+        opt.close()
+        # The same run with a bucket per parameter (nothing to move): the same values, bit for bit.
+        alone = make_params()
+        alone[0].requires_grad_(False)
+        opt = DistributedLion(alone, lr=LR, bucket_cap_mb=1e-5, overlap=False)
+        alone[6].requires_grad_(False)
+        for step in range(4):
+            backward_with(alone, grads_of(rank, step, [p.shape for p in alone]), [p.requires_grad for p in alone])
+            opt.step()
+            opt.zero_grad()
+        for i, (a, b) in enumerate(zip(params, alone)):
+            assert torch.equal(a.detach(), b.detach()), "parameter %d: moving buckets changed a value" % i
         opt.close()
     finally:
         signlion_torch._Bucket.save = original_save
