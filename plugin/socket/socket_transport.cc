@@ -180,6 +180,7 @@ struct Comm : CommHeader {
   // on sends complete without being delivered.
   std::atomic<bool> peerClosed{false};
   std::atomic<bool> closing{false};        // set by close before it shuts the streams down
+  bool aborted = false;                    // socketAbortComm cut the streams: close says no bye
   int64_t byeCheckMs = 0;                  // send: last look for a bye while blocked (caller's thread)
   std::atomic<int64_t> dataProgressMs{0};  // last time any thread moved data-stream bytes
   std::atomic<int> queuedTasks{0};         // sum of the streams' `queued`: test() skips them all at 0
@@ -1647,6 +1648,22 @@ ncclResult_t socketCloseSend(void* sendComm) {
   return ncclSuccess;
 }
 
+ncclResult_t socketAbortComm(void* comm) {
+  Comm* c = asComm(comm, kCommSend);
+  if (c == nullptr) c = asComm(comm, kCommRecv);
+  ARGCHECK(c != nullptr, "abortComm", "comm", "%p is not a send or recv comm", comm);
+  // Our helpers fail on the streams cut below: that is the abort, not news.
+  c->closing.store(true, std::memory_order_release);
+  c->aborted = true;
+  // Both directions of every data stream: the peer's reader sees the end of
+  // its stream and its writer a reset, with no bye before them, which is what
+  // a killed process leaves. The control socket may be shared with the
+  // opposite comm of the pair (socket_pairing.h); it ends with the comm.
+  for (Stream& s : c->streams)
+    if (s.fd >= 0) shutdown(s.fd, SHUT_RDWR);
+  return ncclSuccess;
+}
+
 ncclResult_t socketCloseRecv(void* recvComm) {
   if (recvComm == nullptr) return ncclSuccess;
   Comm* c = asComm(recvComm, kCommRecv);
@@ -1663,7 +1680,7 @@ ncclResult_t socketCloseRecv(void* recvComm) {
   if (nlost > 0)
     WARN("NET/signlion: recv comm %p closed with %d message(s) no receive claimed:%s%s", (void*)c, nlost, lost.c_str(),
          nlost > 8 ? " ..." : "");
-  sayBye(c);
+  if (!c->aborted) sayBye(c);  // an aborted comm's peer must see a failure, not an orderly close
   destroyComm(c);
   return ncclSuccess;
 }

@@ -117,6 +117,12 @@ void socketCommWaitAny(void* const* comms, size_t n, int timeoutMs);
 // Data streams of a send or receive comm of this socket transport (the
 // connector's choice, socketDeviceStreams); 0 for anything else.
 int socketCommStreams(void* comm);
+// Ends a send or recv comm's link as a crash would, at once: the peer's
+// pending and later operations on it fail (ncclRemoteError) instead of
+// ending as after an orderly close, where a closed receiver's sends complete
+// undelivered. Waits for nothing; the comm must still be closed (closeSend /
+// closeRecv), and is then closed without a bye. For a communicator's abort.
+ncclResult_t socketAbortComm(void* comm);
 ncclResult_t socketCloseSend(void* sendComm);
 ncclResult_t socketCloseRecv(void* recvComm);
 ncclResult_t socketCloseListen(void* listenComm);
