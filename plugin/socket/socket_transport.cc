@@ -1657,10 +1657,13 @@ ncclResult_t socketAbortComm(void* comm) {
   c->aborted = true;
   // Both directions of every data stream: the peer's reader sees the end of
   // its stream and its writer a reset, with no bye before them, which is what
-  // a killed process leaves. The control socket may be shared with the
-  // opposite comm of the pair (socket_pairing.h); it ends with the comm.
+  // a killed process leaves. A send comm also ends its direction of the
+  // control stream, where the peer's receives wait for headers (only ours:
+  // a control socket shared by the pair, socket_pairing.h, carries the
+  // opposite comm's the other way).
   for (Stream& s : c->streams)
     if (s.fd >= 0) shutdown(s.fd, SHUT_RDWR);
+  if (c->isSend && c->ctrlFd >= 0) shutdown(c->ctrlFd, SHUT_WR);
   return ncclSuccess;
 }
 
