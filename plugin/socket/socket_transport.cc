@@ -1656,8 +1656,8 @@ ncclResult_t socketAbortComm(void* comm) {
   c->closing.store(true, std::memory_order_release);
   c->aborted = true;
   // Both directions of every data stream: the peer's reader sees the end of
-  // its stream and its writer a reset, with no bye before them, which is what
-  // a killed process leaves. A send comm also ends its direction of the
+  // its stream now, and its writer a reset once the close below us frees the
+  // sockets, with no bye before them: what a killed process leaves. A send comm also ends its direction of the
   // control stream, where the peer's receives wait for headers (only ours:
   // a control socket shared by the pair, socket_pairing.h, carries the
   // opposite comm's the other way).
