@@ -21,9 +21,10 @@
 # SIGSTOP, from TIMEOUT / 2 (a frozen peer is told from a slow one only by the
 # timeout) to TIMEOUT + MARGIN, MARGIN the library's propagation (the first
 # survivor's abort reaching the other) and the step's return to Python on a
-# loaded machine (after a SIGSTOP, gloo's timeout error instead where a
-# survivor was waiting in one of the process group's own collectives, bounded
-# the same; the run prints which); every
+# loaded machine (gloo's error instead where a survivor was waiting in one of
+# the process group's own collectives: a connection closed by the killed
+# peer, a timeout of the same length after a stop; bounded the same, the run
+# prints which); the signal came before the training ended; every
 # torchrun restarts its worker once and exits 0; the restarted job resumed from
 # a checkpoint (step > 0); and every rank's final parameters equal the
 # reference run's bit for bit.
@@ -39,10 +40,13 @@ TRANSPORTS=("$@")
 ((${#TRANSPORTS[@]})) || TRANSPORTS=(socket ucx)
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
-# STEPS - KILL_AT: the steps left when the signal goes. A step takes about
-# 8 ms on an idle machine, so 55 left (0.45 s) were fewer than the polling and
-# pgrep take on a loaded one, and the job could end before the signal landed.
-N=3 VICTIM=1 TIMEOUT=10 MARGIN=2 STEPS=400 CKPT_EVERY=50 KILL_AT=65 RUN_LIMIT=150
+# STEPS - KILL_AT: the steps left when the signal goes. A step takes 3 to 8 ms
+# on an idle machine, so 55 left (0.45 s), and then 335 (1 to 3 s), were at
+# times fewer than the polling and pgrep take on a loaded one (ctest -j2 on 2
+# cores shared with other jobs): the job ended before the signal landed. With
+# 1135 left the training outlasts them by seconds; a signal that still comes
+# after the end is a failure that says so.
+N=3 VICTIM=1 TIMEOUT=10 MARGIN=2 STEPS=1200 CKPT_EVERY=50 KILL_AT=65 RUN_LIMIT=240
 # How long the errors are looked for in the logs: the bound, and as long again
 # for a log written late by a starved process (the bound itself is checked on
 # train.py's timestamps).
@@ -164,11 +168,17 @@ for how in kill stop; do
   fi
   t0=$(date +%s.%N)
   [[ $how == kill ]] && kill -KILL "$victim" || kill -STOP "$victim"
+  if grep -q "^final step" "$DIR/$tag.rank0.log"; then
+    fail "$tag: the training had ended before the signal (raise STEPS)"
+    [[ $how == stop ]] && kill -CONT "$victim"
+    wait_job "$tag"; continue
+  fi
   echo "$tag: SIG${how^^} to rank $VICTIM's worker (pid $victim)"
   # every survivor must fail within the bounds above: with signlion's
   # CommError, or, where it was waiting in one of the process group's own
-  # collectives (train.py's, PyTorch's) when the peer stopped, with gloo's
-  # timeout of the same length; which one depends on where the stop caught it.
+  # collectives (train.py's, PyTorch's) when the peer was lost, with gloo's
+  # error (a connection closed by the killed peer, or a timeout of the same
+  # length after a stop); which one depends on where the signal caught it.
   # All survivors are looked for at once, each until its error shows or COLLECT
   # has passed.
   if [[ $how == kill ]]; then lo=0 hi=$(echo "$TIMEOUT / 2" | bc -l); else
@@ -183,6 +193,10 @@ for how in kill stop; do
         grep -q "train.py: rank $r failed at [^ ]* (RuntimeError: .*gloo.*Timed out waiting $((TIMEOUT * 1000))ms" \
           "$DIR/$tag.rank$r.log"; then
         by[$r]="gloo's timeout"
+      elif [[ $how == kill ]] &&
+        grep -q "train.py: rank $r failed at [^ ]* (RuntimeError: .*gloo.*Connection closed by peer" \
+          "$DIR/$tag.rank$r.log"; then
+        by[$r]="gloo's closed connection"
       fi
     done
     ((${#by[@]} == N - 1)) && break
@@ -192,7 +206,7 @@ for how in kill stop; do
   for ((r = 0; r < N; r++)); do
     ((r == VICTIM)) && continue
     if [[ -z ${by[$r]:-} ]]; then
-      fail "$tag: rank $r reported no CommError (or gloo timeout) within $COLLECT s"
+      fail "$tag: rank $r reported no CommError (nor gloo's error) within $COLLECT s"
       tail -5 "$DIR/$tag.rank$r.log"
       continue
     fi
