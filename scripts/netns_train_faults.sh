@@ -40,13 +40,11 @@ TRANSPORTS=("$@")
 ((${#TRANSPORTS[@]})) || TRANSPORTS=(socket ucx)
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
-# STEPS - KILL_AT: the steps left when the signal goes. A step takes 3 to 8 ms
-# on an idle machine, so 55 left (0.45 s), and then 335 (1 to 3 s), were at
-# times fewer than the polling and pgrep take on a loaded one (ctest -j2 on 2
-# cores shared with other jobs): the job ended before the signal landed. With
-# 1135 left the training outlasts them by seconds; a signal that still comes
-# after the end is a failure that says so.
-N=3 VICTIM=1 TIMEOUT=10 MARGIN=2 STEPS=1200 CKPT_EVERY=50 KILL_AT=65 RUN_LIMIT=240
+# The signal goes SETTLE s after the first checkpoint (CKPT_EVERY), with about
+# STEPS - CKPT_EVERY steps left: a step takes 3 to 8 ms on an idle machine, so
+# the training outlasts the signal by seconds; a signal that still comes after
+# the end is a failure that says so.
+N=3 VICTIM=1 TIMEOUT=10 MARGIN=2 STEPS=1200 CKPT_EVERY=50 SETTLE=0.2 RUN_LIMIT=240
 # How long the errors are looked for in the logs: the bound, and as long again
 # for a log written late by a starved process (the bound itself is checked on
 # train.py's timestamps).
@@ -126,7 +124,7 @@ worker_of() {
   local t agent
   t=$(pgrep -P "${PIDS[$1]}" -x timeout || echo "${PIDS[$1]}")
   agent=$(pgrep -P "$t" | head -1)
-  [[ -n $agent ]] && pgrep -P "$agent" | head -1
+  [[ -n $agent ]] && pgrep -P "$agent" -f train.py | head -1
 }
 
 compare_params() {  # TAG: every rank's final parameters against the reference's, bit for bit
@@ -158,18 +156,23 @@ transport_env "$transport"
 for how in kill stop; do
   tag=$transport-$how ckpt=$DIR/$transport-$how.ckpt
   start_job "$tag" --ckpt-dir "$ckpt" --ckpt-every "$CKPT_EVERY" --resume --save-params "$DIR/$tag.params"
-  # rank 0 logs every step: once it has done step KILL_AT, every rank is inside the
-  # training steps, away from a checkpoint (CKPT_EVERY)
-  for ((i = 0; i < 600; i++)); do grep -q "^step $KILL_AT " "$DIR/$tag.rank0.log" && break; sleep 0.1; done
+  # The moment comes from the workers' own files, not from their logs, which
+  # reach DIR through torchrun's tee and lagged by seconds on a loaded machine
+  # (a signal meant for step 65 once came after the last step): rank 0 writes
+  # LATEST once every rank has written its checkpoint of step CKPT_EVERY. The
+  # victim is found first, so that nothing slow stands between the file and
+  # the signal; SETTLE lets the ranks leave the checkpoint's barriers.
+  for ((i = 0; i < 600; i++)); do [[ -s $ckpt/LATEST ]] && break; sleep 0.1; done
   victim=$(worker_of "$VICTIM")
-  if ! grep -q "^step $KILL_AT " "$DIR/$tag.rank0.log" || [[ -z $victim ]]; then
-    fail "$tag: rank 0 did not reach step $KILL_AT in 60 s"
+  if [[ ! -s $ckpt/LATEST || -z $victim ]]; then
+    fail "$tag: no checkpoint of step $CKPT_EVERY (or no worker of rank $VICTIM) in 60 s"
     wait_job "$tag"; continue
   fi
+  sleep "$SETTLE"
   t0=$(date +%s.%N)
   [[ $how == kill ]] && kill -KILL "$victim" || kill -STOP "$victim"
-  if grep -q "^final step" "$DIR/$tag.rank0.log"; then
-    fail "$tag: the training had ended before the signal (raise STEPS)"
+  if (($(cat "$ckpt/LATEST") >= STEPS - CKPT_EVERY)) || grep -q "^final step" "$DIR/$tag.rank0.log"; then
+    fail "$tag: the training had (nearly) ended before the signal (raise STEPS)"
     [[ $how == stop ]] && kill -CONT "$victim"
     wait_job "$tag"; continue
   fi
