@@ -22,8 +22,8 @@
 # timeout) to TIMEOUT + MARGIN, MARGIN the library's propagation (the first
 # survivor's abort reaching the other) and the step's return to Python on a
 # loaded machine (gloo's error instead where a survivor was waiting in one of
-# the process group's own collectives: a connection closed by the killed
-# peer, a timeout of the same length after a stop; bounded the same, the run
+# the process group's own collectives: a connection closed or reset by the
+# killed peer, a timeout of the same length after a stop; bounded the same, the run
 # prints which); the signal came before the training ended; every
 # torchrun restarts its worker once and exits 0; the restarted job resumed from
 # a checkpoint (step > 0); and every rank's final parameters equal the
@@ -197,7 +197,7 @@ for how in kill stop; do
           "$DIR/$tag.rank$r.log"; then
         by[$r]="gloo's timeout"
       elif [[ $how == kill ]] &&
-        grep -q "train.py: rank $r failed at [^ ]* (RuntimeError: .*gloo.*Connection closed by peer" \
+        grep -Eq "train.py: rank $r failed at [^ ]* \(RuntimeError: .*gloo.*Connection (closed|reset) by peer" \
           "$DIR/$tag.rank$r.log"; then
         by[$r]="gloo's closed connection"
       fi
@@ -210,7 +210,8 @@ for how in kill stop; do
     ((r == VICTIM)) && continue
     if [[ -z ${by[$r]:-} ]]; then
       fail "$tag: rank $r reported no CommError (nor gloo's error) within $COLLECT s"
-      tail -5 "$DIR/$tag.rank$r.log"
+      # what it did report (its log's tail may be the restarted job's end)
+      grep -m5 "failed at\|Error\|SignalException" "$DIR/$tag.rank$r.log" || tail -5 "$DIR/$tag.rank$r.log"
       continue
     fi
     at=$(grep -o -m1 "^train.py: rank $r failed at [^ ]*" "$DIR/$tag.rank$r.log" | awk '{print $NF}')
