@@ -512,11 +512,13 @@ def main(argv=None):
         # A lost peer (signlion's CommError, gloo's error) or any other failure: exit at once and
         # non-zero, without the teardown that would wait on the lost peer, so that torchrun stops
         # the other workers and restarts the job (--max-restarts), which resumes from the newest
-        # complete checkpoint (--resume).
+        # complete checkpoint (--resume). The time is taken before the traceback is printed: it
+        # says when the error reached this process, for comparing ranks' logs.
+        failed_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
         import traceback
         traceback.print_exc()
-        print("train.py: rank %d failed (%s: %s); exiting with status 1" % (rank, type(e).__name__, e),
-              file=sys.stderr, flush=True)
+        print("train.py: rank %d failed at %s (%s: %s); exiting with status 1"
+              % (rank, failed_at, type(e).__name__, e), file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(1)
 

@@ -224,8 +224,12 @@ ncclResult_t ncclSignCommInitRank(ncclSignComm_t* comm, int nranks, ncclSignUniq
 /* Frees the communicator once its operations are done. Not collective. */
 ncclResult_t ncclSignCommDestroy(ncclSignComm_t comm);
 
-/* Frees the communicator at once, whatever its state: links are closed so
- * peers blocked on it see an error. Use after an error; then make a new one.
+/* Frees the communicator at once, whatever its state. Its links end first,
+ * all of them, as they would if this process had died: a peer waiting in a
+ * call to receive from it or to send to it fails at once (with signlion's own
+ * transports; with another net plugin, when that plugin's close tells it),
+ * and nothing waits on a peer (a frozen one never answers). Use after an
+ * error; then make a new one.
  * Like every call on a communicator, it must not overlap another call on the
  * same communicator from another thread. */
 ncclResult_t ncclSignCommAbort(ncclSignComm_t comm);

@@ -3,6 +3,7 @@
 // older releases for v10, v9, v8). The version script keeps every other
 // symbol hidden.
 #include "socket/socket_net.h"
+#include "socket/socket_transport.h"
 
 #define SIGNLION_EXPORT __attribute__((visibility("default")))
 
@@ -12,4 +13,7 @@ SIGNLION_EXPORT ncclNet_v11_t ncclNetPlugin_v11 = *signlion::net::socketNetV11()
 SIGNLION_EXPORT ncclNet_v10_t ncclNetPlugin_v10 = *signlion::net::socketNetV10();
 SIGNLION_EXPORT ncclNet_v9_t ncclNetPlugin_v9 = *signlion::net::socketNetV9();
 SIGNLION_EXPORT ncclNet_v8_t ncclNetPlugin_v8 = *signlion::net::socketNetV8();
+// signlion's own extension, read by its host communicator (src/host/net.h):
+// ends a comm's link as a crash would, for ncclSignCommAbort. NCCL never calls it.
+SIGNLION_EXPORT ncclResult_t signlionNetAbortComm(void* comm) { return signlion::net::socketAbortComm(comm); }
 }

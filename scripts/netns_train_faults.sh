@@ -15,9 +15,16 @@
 #         survivors have reported (it then fails on the closed links itself).
 # Each faulted run passes when: both survivors print signlion's CommError
 # naming their rank and the timeout (--timeout, the process group's, which the
-# communicator follows) within TIMEOUT + MARGIN seconds of the signal (after a
-# SIGSTOP, gloo's timeout error instead where a survivor was waiting in one of
-# the process group's own collectives; the run prints which); every
+# communicator follows), at a time (train.py's own timestamp of the error, so
+# neither the polling here nor a late flush of the log counts) after the
+# signal of: SIGKILL, under TIMEOUT / 2 (a broken connection is seen at once);
+# SIGSTOP, from TIMEOUT / 2 (a frozen peer is told from a slow one only by the
+# timeout) to TIMEOUT + MARGIN, MARGIN the library's propagation (the first
+# survivor's abort reaching the other) and the step's return to Python on a
+# loaded machine (gloo's error instead where a survivor was waiting in one of
+# the process group's own collectives: a connection closed or reset by the
+# killed peer, a timeout of the same length after a stop; bounded the same, the run
+# prints which); the signal came before the training ended; every
 # torchrun restarts its worker once and exits 0; the restarted job resumed from
 # a checkpoint (step > 0); and every rank's final parameters equal the
 # reference run's bit for bit.
@@ -33,10 +40,15 @@ TRANSPORTS=("$@")
 ((${#TRANSPORTS[@]})) || TRANSPORTS=(socket ucx)
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
-# STEPS - KILL_AT: the steps left when the signal goes. A step takes about
-# 8 ms on an idle machine, so 55 left (0.45 s) were fewer than the polling and
-# pgrep take on a loaded one, and the job could end before the signal landed.
-N=3 VICTIM=1 TIMEOUT=10 MARGIN=5 STEPS=400 CKPT_EVERY=50 KILL_AT=65 RUN_LIMIT=150
+# The signal goes SETTLE s after the first checkpoint (CKPT_EVERY), with about
+# STEPS - CKPT_EVERY steps left: a step takes 3 to 8 ms on an idle machine, so
+# the training outlasts the signal by seconds; a signal that still comes after
+# the end is a failure that says so.
+N=3 VICTIM=1 TIMEOUT=10 MARGIN=2 STEPS=1200 CKPT_EVERY=50 SETTLE=0.2 RUN_LIMIT=240
+# How long the errors are looked for in the logs: the bound, and as long again
+# for a log written late by a starved process (the bound itself is checked on
+# train.py's timestamps).
+COLLECT=$((2 * (TIMEOUT + MARGIN)))
 # the UCX plugin: UCX_PLUGIN, else where the build puts it beside LIBNCCL_SIGN
 UCX_PLUGIN=${UCX_PLUGIN:-$(dirname "$(dirname "$(dirname "$LIB")")")/lib/libnccl-net-signlion-ucx.so}
 
@@ -112,7 +124,7 @@ worker_of() {
   local t agent
   t=$(pgrep -P "${PIDS[$1]}" -x timeout || echo "${PIDS[$1]}")
   agent=$(pgrep -P "$t" | head -1)
-  [[ -n $agent ]] && pgrep -P "$agent" | head -1
+  [[ -n $agent ]] && pgrep -P "$agent" -f train.py | head -1
 }
 
 compare_params() {  # TAG: every rank's final parameters against the reference's, bit for bit
@@ -144,44 +156,74 @@ transport_env "$transport"
 for how in kill stop; do
   tag=$transport-$how ckpt=$DIR/$transport-$how.ckpt
   start_job "$tag" --ckpt-dir "$ckpt" --ckpt-every "$CKPT_EVERY" --resume --save-params "$DIR/$tag.params"
-  # rank 0 logs every step: once it has done step KILL_AT, every rank is inside the
-  # training steps, away from a checkpoint (CKPT_EVERY)
-  for ((i = 0; i < 600; i++)); do grep -q "^step $KILL_AT " "$DIR/$tag.rank0.log" && break; sleep 0.1; done
+  # The moment comes from the workers' own files, not from their logs, which
+  # reach DIR through torchrun's tee and lagged by seconds on a loaded machine
+  # (a signal meant for step 65 once came after the last step): rank 0 writes
+  # LATEST once every rank has written its checkpoint of step CKPT_EVERY. The
+  # victim is found first, so that nothing slow stands between the file and
+  # the signal; SETTLE lets the ranks leave the checkpoint's barriers.
+  for ((i = 0; i < 600; i++)); do [[ -s $ckpt/LATEST ]] && break; sleep 0.1; done
   victim=$(worker_of "$VICTIM")
-  if ! grep -q "^step $KILL_AT " "$DIR/$tag.rank0.log" || [[ -z $victim ]]; then
-    fail "$tag: rank 0 did not reach step $KILL_AT in 60 s"
+  if [[ ! -s $ckpt/LATEST || -z $victim ]]; then
+    fail "$tag: no checkpoint of step $CKPT_EVERY (or no worker of rank $VICTIM) in 60 s"
     wait_job "$tag"; continue
   fi
+  sleep "$SETTLE"
   t0=$(date +%s.%N)
   [[ $how == kill ]] && kill -KILL "$victim" || kill -STOP "$victim"
+  if (($(cat "$ckpt/LATEST") >= STEPS - CKPT_EVERY)) || grep -q "^final step" "$DIR/$tag.rank0.log"; then
+    fail "$tag: the training had (nearly) ended before the signal (raise STEPS)"
+    [[ $how == stop ]] && kill -CONT "$victim"
+    wait_job "$tag"; continue
+  fi
   echo "$tag: SIG${how^^} to rank $VICTIM's worker (pid $victim)"
-  # every survivor must fail within the timeout and the margin: with signlion's
+  # every survivor must fail within the bounds above: with signlion's
   # CommError, or, where it was waiting in one of the process group's own
-  # collectives (train.py's, PyTorch's) when the peer stopped, with gloo's
-  # timeout of the same length; which one depends on where the stop caught it.
+  # collectives (train.py's, PyTorch's) when the peer was lost, with gloo's
+  # error (a connection closed by the killed peer, or a timeout of the same
+  # length after a stop); which one depends on where the signal caught it.
+  # All survivors are looked for at once, each until its error shows or COLLECT
+  # has passed.
+  if [[ $how == kill ]]; then lo=0 hi=$(echo "$TIMEOUT / 2" | bc -l); else
+    lo=$(echo "$TIMEOUT / 2" | bc -l) hi=$((TIMEOUT + MARGIN)); fi
+  declare -A by=()
+  for ((k = 0; k < 10 * COLLECT + 10; k++)); do
+    for ((r = 0; r < N; r++)); do
+      ((r == VICTIM)) || [[ -n ${by[$r]:-} ]] && continue
+      if grep -q "train.py: rank $r failed at [^ ]* (CommError: signlion: rank $r of $N" "$DIR/$tag.rank$r.log"; then
+        by[$r]=CommError
+      elif [[ $how == stop ]] &&
+        grep -q "train.py: rank $r failed at [^ ]* (RuntimeError: .*gloo.*Timed out waiting $((TIMEOUT * 1000))ms" \
+          "$DIR/$tag.rank$r.log"; then
+        by[$r]="gloo's timeout"
+      elif [[ $how == kill ]] &&
+        grep -Eq "train.py: rank $r failed at [^ ]* \(RuntimeError: .*gloo.*Connection (closed|reset) by peer" \
+          "$DIR/$tag.rank$r.log"; then
+        by[$r]="gloo's closed connection"
+      fi
+    done
+    ((${#by[@]} == N - 1)) && break
+    (($(echo "$(date +%s.%N) - $t0 < $COLLECT" | bc))) || break
+    sleep 0.1
+  done
   for ((r = 0; r < N; r++)); do
     ((r == VICTIM)) && continue
-    seen="" by=""
-    while [[ -z $seen ]] && (($(echo "$(date +%s.%N) - $t0 < $TIMEOUT + $MARGIN" | bc))); do
-      if grep -q "train.py: rank $r failed (CommError: signlion: rank $r of $N" "$DIR/$tag.rank$r.log"; then
-        by=CommError
-      elif [[ $how == stop ]] &&
-        grep -q "train.py: rank $r failed (RuntimeError: .*gloo.*Timed out waiting $((TIMEOUT * 1000))ms" \
-          "$DIR/$tag.rank$r.log"; then
-        by="gloo's timeout"
-      fi
-      [[ -n $by ]] && seen=$(echo "$(date +%s.%N) - $t0" | bc)
-      [[ -n $seen ]] || sleep 0.1
-    done
-    if [[ -z $seen ]]; then
-      fail "$tag: rank $r reported no CommError (or gloo timeout) within $((TIMEOUT + MARGIN)) s"
-      tail -5 "$DIR/$tag.rank$r.log"
-    else
-      printf '%s: rank %d raised %s %.1f s after the signal\n' "$tag" "$r" "$by" "$seen"
-      [[ $by != CommError ]] || grep -q "timeout of $TIMEOUT s (the process group's timeout)" "$DIR/$tag.rank$r.log" ||
-        fail "$tag: rank $r's error does not name the timeout"
+    if [[ -z ${by[$r]:-} ]]; then
+      fail "$tag: rank $r reported no CommError (nor gloo's error) within $COLLECT s"
+      # what it did report (its log's tail may be the restarted job's end)
+      grep -m5 "failed at\|Error\|SignalException" "$DIR/$tag.rank$r.log" || tail -5 "$DIR/$tag.rank$r.log"
+      continue
     fi
+    at=$(grep -o -m1 "^train.py: rank $r failed at [^ ]*" "$DIR/$tag.rank$r.log" | awk '{print $NF}')
+    seen=$(echo "$(date -d "$at" +%s.%N) - $t0" | bc -l)
+    printf '%s: rank %d raised %s %.2f s after the signal (bound %g to %g s)\n' "$tag" "$r" "${by[$r]}" "$seen" \
+      "$lo" "$hi"
+    (($(echo "$seen >= $lo && $seen <= $hi" | bc -l))) ||
+      fail "$tag: rank $r's error came $seen s after the signal, outside [$lo, $hi] s"
+    [[ ${by[$r]} != CommError ]] || grep -q "timeout of $TIMEOUT s (the process group's timeout)" "$DIR/$tag.rank$r.log" ||
+      fail "$tag: rank $r's error does not name the timeout"
   done
+  unset by
   [[ $how == stop ]] && kill -CONT "$victim"
   wait_job "$tag"
   resumed=$(grep -ho "overlap on, steps [0-9]*\.\." "$DIR/$tag.rank0.log" | sed -n 2p | grep -o "[0-9]*")

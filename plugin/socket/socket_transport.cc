@@ -180,6 +180,7 @@ struct Comm : CommHeader {
   // on sends complete without being delivered.
   std::atomic<bool> peerClosed{false};
   std::atomic<bool> closing{false};        // set by close before it shuts the streams down
+  bool aborted = false;                    // socketAbortComm cut the streams: close says no bye
   int64_t byeCheckMs = 0;                  // send: last look for a bye while blocked (caller's thread)
   std::atomic<int64_t> dataProgressMs{0};  // last time any thread moved data-stream bytes
   std::atomic<int> queuedTasks{0};         // sum of the streams' `queued`: test() skips them all at 0
@@ -1647,6 +1648,25 @@ ncclResult_t socketCloseSend(void* sendComm) {
   return ncclSuccess;
 }
 
+ncclResult_t socketAbortComm(void* comm) {
+  Comm* c = asComm(comm, kCommSend);
+  if (c == nullptr) c = asComm(comm, kCommRecv);
+  ARGCHECK(c != nullptr, "abortComm", "comm", "%p is not a send or recv comm", comm);
+  // Our helpers fail on the streams cut below: that is the abort, not news.
+  c->closing.store(true, std::memory_order_release);
+  c->aborted = true;
+  // Both directions of every data stream: the peer's reader sees the end of
+  // its stream now, and its writer a reset once the close below us frees the
+  // sockets, with no bye before them: what a killed process leaves. A send comm also ends its direction of the
+  // control stream, where the peer's receives wait for headers (only ours:
+  // a control socket shared by the pair, socket_pairing.h, carries the
+  // opposite comm's the other way).
+  for (Stream& s : c->streams)
+    if (s.fd >= 0) shutdown(s.fd, SHUT_RDWR);
+  if (c->isSend && c->ctrlFd >= 0) shutdown(c->ctrlFd, SHUT_WR);
+  return ncclSuccess;
+}
+
 ncclResult_t socketCloseRecv(void* recvComm) {
   if (recvComm == nullptr) return ncclSuccess;
   Comm* c = asComm(recvComm, kCommRecv);
@@ -1663,7 +1683,7 @@ ncclResult_t socketCloseRecv(void* recvComm) {
   if (nlost > 0)
     WARN("NET/signlion: recv comm %p closed with %d message(s) no receive claimed:%s%s", (void*)c, nlost, lost.c_str(),
          nlost > 8 ? " ..." : "");
-  sayBye(c);
+  if (!c->aborted) sayBye(c);  // an aborted comm's peer must see a failure, not an orderly close
   destroyComm(c);
   return ncclSuccess;
 }

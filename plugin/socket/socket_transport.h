@@ -117,6 +117,14 @@ void socketCommWaitAny(void* const* comms, size_t n, int timeoutMs);
 // Data streams of a send or receive comm of this socket transport (the
 // connector's choice, socketDeviceStreams); 0 for anything else.
 int socketCommStreams(void* comm);
+// Ends a send or recv comm's link as a crash would: the peer's pending and
+// later operations on it fail (ncclRemoteError) instead of ending as after an
+// orderly close, where a closed receiver's sends complete undelivered. A
+// receiver waiting on an aborted send comm fails at once; a sender to an
+// aborted recv comm once that comm is closed (its sockets' reset), which the
+// caller does next, without a bye. Waits for nothing. For a communicator's
+// abort, which aborts every link before it closes any.
+ncclResult_t socketAbortComm(void* comm);
 ncclResult_t socketCloseSend(void* sendComm);
 ncclResult_t socketCloseRecv(void* recvComm);
 ncclResult_t socketCloseListen(void* listenComm);

@@ -1424,6 +1424,24 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
 
 // ---- Close ---------------------------------------------------------------------------
 
+ncclResult_t ucxAbortComm(void* comm) {
+  Comm* c = asComm(comm, kCommSend);
+  if (c == nullptr) c = asComm(comm, kCommRecv);
+  ARGCHECK(c != nullptr, "abortComm", "comm", "%p is not a send or recv comm", comm);
+  std::lock_guard<std::mutex> lk(workerLock());
+  // The out-of-band socket ends with no bye before it: the peer reads the
+  // end of file of a process that died (OobWatch::kDead), so its pending and
+  // later operations on this link fail at once. After a bye its sends would
+  // complete undelivered instead, which a peer waiting in a collective counts
+  // as progress: it then waited out a whole timeout more. Our own reads of
+  // the socket now see the end too, so the close below waits on nothing the
+  // peer would have to do (no flush, no drain: a frozen peer never answers).
+  c->byeSent = true;
+  if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
+  (void)checkPeer(c, true);
+  return ncclSuccess;
+}
+
 ncclResult_t ucxCloseSend(void* sendComm) {
   Comm* c = asComm(sendComm, kCommSend);
   ARGCHECK(c != nullptr, "closeSend", "sendComm", "%p is not a send comm", sendComm);

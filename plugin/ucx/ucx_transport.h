@@ -78,6 +78,11 @@ ncclResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, c
                       void** request);
 ncclResult_t ucxIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
 ncclResult_t ucxTest(void* request, int* done, int* sizes);
+// Ends a send or recv comm's link as a crash would, at once (no bye on its
+// out-of-band socket): the peer's pending and later operations on it fail.
+// Waits for nothing; the comm must still be closed, which then waits on
+// nothing of the peer's either. For a communicator's abort.
+ncclResult_t ucxAbortComm(void* comm);
 ncclResult_t ucxCloseSend(void* sendComm);
 ncclResult_t ucxCloseRecv(void* recvComm);
 ncclResult_t ucxCloseListen(void* listenComm);

@@ -152,6 +152,11 @@ SIGNLION_API ncclResult_t ncclSignCommAbort(ncclSignComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   ncclSignComm* c = checkComm(comm, "ncclSignCommAbort");
   if (c == nullptr) return ncclInvalidArgument;
+  // Every link first, as a crash would end it: peers waiting in a collective
+  // on this rank (to receive from it or to send to it) fail now, not after
+  // their own timeout, and not only once the close of a link to a frozen
+  // peer has given up.
+  if (c->net) c->links.abort(*c->net);
   if (c->bootstrap) c->bootstrap->abort();
   signlion::host::destroy(c);
   return ncclSuccess;

@@ -131,6 +131,13 @@ done:
   return res;
 }
 
+void Links::abort(const Net& net) {
+  for (Link& l : links_) {
+    net.abortComm(l.sendComm);
+    net.abortComm(l.recvComm);
+  }
+}
+
 void Links::close(const Net& net) {
   for (Link& l : links_) {
     if (l.sendComm != nullptr) net.api().closeSend(l.sendComm);

@@ -28,6 +28,11 @@ class Links {
                        int nodeRanks = 0);
   // Closes every comm. Safe to call twice.
   void close(const Net& net);
+  // Ends every comm as a crash would (Net::abortComm), all of them before
+  // any is closed: each peer's pending operations on its link to this rank
+  // fail at once, whatever its place in the order of closes (closing one
+  // link may wait). The comms must still be closed.
+  void abort(const Net& net);
 
   const Link& peer(int rank) const { return links_[rank]; }
   const std::vector<int>& peers() const { return peers_; }

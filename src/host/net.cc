@@ -101,11 +101,14 @@ ncclResult_t Net::open(const char* plugin, std::unique_ptr<Net>* out) {
     bool isPath = lib.find('/') != std::string::npos || (lib.size() > 3 && lib.compare(lib.size() - 3, 3, ".so") == 0);
     if (!isPath) lib = "libnccl-net-" + lib + ".so";
     NCCLCHECK(acquirePlugin(lib, &n->dl_, &n->api_));
+    // Optional: any other NCCL net plugin lacks it.
+    n->abortComm_ = reinterpret_cast<ncclResult_t (*)(void*)>(dlsym(n->dl_, kAbortCommSymbol));
   }
   // Only the built-in transport's comms may be read as ours (byte counters,
   // waits): a dlopen'ed library of the same name may be another build with
   // another comm layout.
   n->ours_ = n->api_ == net::socketNetV11();
+  if (n->ours_) n->abortComm_ = net::socketAbortComm;
   ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
   NCCLCHECK(n->api_->init(&n->ctx_, 0, &config, nullptr, nullptr));
   int ndev = 0;
@@ -148,6 +151,10 @@ void Net::waitAny(void* const* comms, size_t n, int timeoutMs) const {
   } else {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+}
+
+void Net::abortComm(void* comm) const {
+  if (abortComm_ != nullptr && comm != nullptr) (void)abortComm_(comm);
 }
 
 bool Net::wireBytes(void* comm, uint64_t* sent, uint64_t* received) const {

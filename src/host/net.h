@@ -40,6 +40,15 @@ class Net {
   void waitAny(void* const* comms, size_t n, int timeoutMs) const;
   // Bytes on the wire of one of our comms; false for another plugin's.
   bool wireBytes(void* comm, uint64_t* sent, uint64_t* received) const;
+  // Ends a link comm as a crash would, waiting for nothing: the peer's
+  // pending and later operations on that link fail at once. A plain close
+  // is an orderly one, after which the peer's sends to a closed receiver
+  // complete undelivered, so a peer of an aborted rank went on waiting. The
+  // comm must still be closed. Signlion's transports can (the built-in one;
+  // a plugin library that exports kAbortCommSymbol); for another plugin this
+  // does nothing and the close is all the peer sees.
+  void abortComm(void* comm) const;
+  static constexpr const char* kAbortCommSymbol = "signlionNetAbortComm";
 
  private:
   Net() = default;
@@ -48,6 +57,7 @@ class Net {
   void* ctx_ = nullptr;
   int dev_ = 0;
   bool ours_ = false;
+  ncclResult_t (*abortComm_)(void* comm) = nullptr;
 };
 
 }  // namespace host

@@ -4,15 +4,19 @@
 // sum baseline.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <random>
 #include <string>
 #include <thread>
@@ -782,9 +786,11 @@ TEST(SignAllReduceNetPlugin, ThreadsLoadThePluginAtOnce) {
 // threads run in this process) and sends them to every child through a pipe:
 // forking before any thread exists means no child inherits a lock that a
 // thread held. Each child runs child(rank, ids) and exits with its status;
-// returns the exit codes (or 128 + signal).
+// parent(pids), when given, runs here once the ids are out (the ranks are
+// running); returns the exit codes (or 128 + signal).
 std::vector<int> forkRanks(int nranks, int nids,
-                           const std::function<int(int, const std::vector<ncclSignUniqueId>&)>& child) {
+                           const std::function<int(int, const std::vector<ncclSignUniqueId>&)>& child,
+                           const std::function<void(const std::vector<pid_t>&)>& parent = nullptr) {
   std::vector<pid_t> pids;
   std::vector<int> pipes;
   for (int r = 0; r < nranks; r++) {
@@ -813,6 +819,7 @@ std::vector<int> forkRanks(int nranks, int nids,
     EXPECT_EQ(k, (ssize_t)(sizeof(ncclSignUniqueId) * nids));
     close(fd);
   }
+  if (parent) parent(pids);
   std::vector<int> codes;
   for (pid_t pid : pids) {
     int status = 0;
@@ -876,6 +883,95 @@ void survivorsSeeAnError(bool kill) {
 
 TEST(SignAllReduceFailures, KilledRankIsAnErrorNotAHang) { survivorsSeeAnError(true); }
 TEST(SignAllReduceFailures, StalledRankIsAnErrorNotAHang) { survivorsSeeAnError(false); }
+
+// A rank frozen mid-run by SIGSTOP (its process keeps its sockets and sends
+// nothing, heartbeats included): every other rank's call fails, and its
+// abort returns, within the timeout plus kPropagationMs of the signal. A
+// survivor may be waiting on the frozen rank itself (its own timeout) or on
+// another survivor that is (that one's abort must reach it at once: a
+// receive from it fails, and so do sends to it, which an orderly close would
+// have completed undelivered, restarting the wait). The abort of a rank whose
+// peer is frozen must not wait for that peer either. Several rounds, each a
+// fresh set of processes frozen at another moment of the calls.
+void frozenRankSeenWithinTheTimeout(ncclSignAlgo_t algo) {
+  const int n = 3, victim = 1, timeoutMs = 2000, rounds = 3;
+  // Propagation (an abort reaching the ranks that wait on the aborting one)
+  // and a loaded machine's scheduling; the timeout itself is the library's.
+  const int64_t kPropagationMs = 1000;
+  struct Shared {
+    std::atomic<int64_t> stopNs;        // steady clock when the victim was stopped (0: not yet)
+    std::atomic<int> calls[3];          // calls completed per rank
+    std::atomic<int64_t> seenNs[3];     // steady clock when the rank's failed call and abort returned
+  };
+  auto nowNs = [] {
+    return (int64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  for (int round = 0; round < rounds; round++) {
+    void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(mem, MAP_FAILED);
+    Shared* sh = new (mem) Shared();
+    sh->stopNs = 0;
+    for (int r = 0; r < n; r++) sh->calls[r] = 0, sh->seenNs[r] = 0;
+    std::vector<int> codes = forkRanks(
+        n, 1,
+        [&](int rank, const std::vector<ncclSignUniqueId>& ids) {
+          ncclSignConfig_t cfg = makeConfig(algo, ncclSignZeroPositive, ncclSignTieZero, timeoutMs);
+          ncclSignComm_t comm;
+          if (ncclSignCommInitRank(&comm, n, ids[0], rank, &cfg) != ncclSuccess) return 2;
+          // Large enough that a call spans many messages (chunks), so the stop
+          // lands inside one as often as between two.
+          std::vector<float> x(1 << 18), y(x.size());
+          for (size_t i = 0; i < x.size(); i++) x[i] = (i + rank) % 3 ? 1.0f : -1.0f;
+          const int64_t end = nowNs() + 60 * 1000000000LL;  // bounded in time as in count
+          for (int call = 0; call < 100000 && nowNs() < end; call++) {
+            ncclResult_t res = ncclSignHostAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSignMajority, comm);
+            if (res == ncclSuccess) {
+              sh->calls[rank]++;
+              continue;
+            }
+            if (sh->stopNs.load() == 0) return 3;  // failed before anyone froze
+            ncclSignCommAbort(comm);  // as DistributedLion does: the peers still waiting on us fail now
+            sh->seenNs[rank] = nowNs();
+            return 0;
+          }
+          return 4;  // no failure: the frozen rank went unnoticed
+        },
+        [&](const std::vector<pid_t>& pids) {
+          // Stop the victim once every rank is well into its calls, at a
+          // moment that differs per round.
+          const int64_t deadline = nowNs() + 60 * 1000000000LL;
+          auto least = [&] { return std::min({sh->calls[0].load(), sh->calls[1].load(), sh->calls[2].load()}); };
+          while (least() < 5 + 3 * round && nowNs() < deadline) usleep(1000);
+          usleep(1000 * (round * 7 % 10));
+          sh->stopNs = nowNs();
+          kill(pids[victim], SIGSTOP);
+          // The survivors report, or fail the test by their bound's end.
+          const int64_t until = sh->stopNs + (timeoutMs + kPropagationMs + 20000) * 1000000LL;
+          while ((sh->seenNs[0] == 0 || sh->seenNs[2] == 0) && nowNs() < until) usleep(10000);
+          kill(pids[victim], SIGKILL);
+          for (int r = 0; r < n; r++)
+            if (r != victim && sh->seenNs[r] == 0) kill(pids[r], SIGKILL);
+        });
+    EXPECT_EQ(codes[victim], 128 + SIGKILL) << "round " << round;
+    for (int r = 0; r < n; r++) {
+      if (r == victim) continue;
+      EXPECT_EQ(codes[r], 0) << "round " << round << ", rank " << r << " (2: init, 3: failed early, 4: no failure)";
+      if (sh->seenNs[r] == 0) continue;
+      const double ms = (sh->seenNs[r] - sh->stopNs) / 1e6;
+      // Not before: a frozen peer is told from a slow one only by the timeout.
+      EXPECT_GE(ms, timeoutMs / 2) << "round " << round << ", rank " << r;
+      EXPECT_LE(ms, timeoutMs + kPropagationMs)
+          << "round " << round << ", rank " << r << ": the failure came " << ms << " ms after the stop";
+      printf("round %d: rank %d failed and aborted %.0f ms after the stop (timeout %d ms)\n", round, r, ms, timeoutMs);
+    }
+    munmap(mem, sizeof(Shared));
+  }
+}
+
+TEST(SignAllReduceFailures, FrozenRankSeenWithinTheTimeoutRing) { frozenRankSeenWithinTheTimeout(ncclSignAlgoRing); }
+TEST(SignAllReduceFailures, FrozenRankSeenWithinTheTimeoutAuto) { frozenRankSeenWithinTheTimeout(ncclSignAlgoAuto); }
 
 }  // namespace
 }  // namespace signlion

@@ -2,6 +2,7 @@
 // while its peer still sends announces the close; the peer's pending and new
 // sends then complete (their data discarded) and its own close frees
 // everything, with no error and no WARN.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -180,6 +181,76 @@ TEST_P(Teardown, OrderlyCloseWithThePeerInThisProcessIsNotHeldToItsBound) {
     EXPECT_EQ(net_.closeRecv(r), ncclSuccess);
   }
   EXPECT_LT(closing, 4000) << "the closes waited for their bound";
+}
+
+// signlionNetAbortComm, which the host communicator's abort calls on every
+// link before it closes them: once the aborted comm is closed, its peer
+// fails (ncclRemoteError) instead of completing as after the orderly closes
+// above, long before SIGNLION_SOCKET_TIMEOUT could end its wait: a sender's
+// pending sends (far more than the socket buffers hold, none received) and
+// new ones, a receiver's posted receive. The close after the abort waits on
+// nothing. Anything but a live send or recv comm is ncclInvalidArgument.
+TEST_P(Teardown, AbortedCommFailsThePeersOperationsAtOnce) {
+  Env timeout("SIGNLION_SOCKET_TIMEOUT", "30000");
+  using AbortFn = ncclResult_t (*)(void*);
+  auto abortComm = reinterpret_cast<AbortFn>(dlsym(lib_, "signlionNetAbortComm"));
+  ASSERT_NE(abortComm, nullptr) << "the plugin exports no signlionNetAbortComm";
+  int dummy = 0;
+  EXPECT_EQ(abortComm(nullptr), ncclInvalidArgument);
+  EXPECT_EQ(abortComm(&dummy), ncclInvalidArgument);
+  for (bool abortReceiver : {true, false}) {
+    SCOPED_TRACE(abortReceiver ? "receiver aborted" : "sender aborted");
+    void *s, *r;
+    pair(&s, &r);
+    std::string err;
+    ASSERT_TRUE(transfer(net_, s, r, 70000, 70000, 1, &err)) << err;
+    std::vector<char> buf(size_t(4) << 20, 3);
+    std::vector<void*> reqs;
+    void* recvReq = nullptr;
+    if (abortReceiver) {
+      for (int i = 0; i < 8; i++) {  // 32 MiB: beyond what the socket buffers hold
+        void* req = nullptr;
+        ASSERT_EQ(net_.isend(s, buf.data(), buf.size(), 10 + i, nullptr, &req), ncclSuccess);
+        if (req != nullptr) reqs.push_back(req);
+      }
+      ASSERT_FALSE(reqs.empty());
+    } else {
+      void* d = buf.data();
+      size_t cap = buf.size();
+      int tag = 10;
+      ASSERT_EQ(net_.irecv(r, 1, &d, &cap, &tag, nullptr, &recvReq), ncclSuccess);
+      ASSERT_NE(recvReq, nullptr);
+    }
+    int64_t start = nowMs();
+    ASSERT_EQ(abortComm(abortReceiver ? r : s), ncclSuccess);
+    EXPECT_EQ(abortReceiver ? net_.closeRecv(r) : net_.closeSend(s), ncclSuccess);
+    EXPECT_LT(nowMs() - start, 1000) << "the close after an abort waited on the peer";
+    ncclResult_t seen = ncclSuccess;
+    if (abortReceiver) {
+      // Some send fails: a pending one or, once every pending one is
+      // through, the next one posted.
+      for (int round = 0; seen == ncclSuccess && nowMs() - start < 10000; round++) {
+        for (size_t i = 0; i < reqs.size() && seen == ncclSuccess;) {
+          int done = 0;
+          seen = net_.test(reqs[i], &done, nullptr);
+          if (done)
+            reqs.erase(reqs.begin() + (std::ptrdiff_t)i);  // a done request is tested no more
+          else
+            i++;
+        }
+        if (seen == ncclSuccess && reqs.empty()) {
+          void* req = nullptr;
+          seen = net_.isend(s, buf.data(), 1000, 100 + round, nullptr, &req);
+          if (req != nullptr) reqs.push_back(req);
+        }
+      }
+    } else {
+      seen = waitReq(recvReq, nullptr, 10000);
+    }
+    EXPECT_EQ(seen, ncclRemoteError) << "the peer of the aborted comm";
+    EXPECT_LT(nowMs() - start, 5000) << "the peer saw the abort only after a timeout";
+    EXPECT_EQ(abortReceiver ? net_.closeSend(s) : net_.closeRecv(r), ncclSuccess);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Latest, Teardown, ::testing::Values(12),
