@@ -395,9 +395,6 @@ class _Bucket:
                                                                   str(self.dtype).replace("torch.", ""),
                                                                   self.indices)
 
-    def trainable(self):
-        return any(p.requires_grad for p in self.params)
-
     def complete_in_backward(self):
         """Every trainable parameter has its gradient in this backward. A frozen parameter
         (requires_grad=False) is not waited for; one unfrozen after the hooks were made has no
@@ -420,6 +417,17 @@ class _Bucket:
             return
         view.copy_(g)
         p.grad = view
+
+    def prepare_gradients(self):
+        """Before the step: every .grad adopted into the buffer, the slice of a parameter without
+        one zeroed (its vote comes from its momentum); returns which parameters have one here."""
+        has_grad = []
+        for j, p in enumerate(self.params):
+            self.adopt(j)
+            has_grad.append(p.grad is not None)
+            if p.grad is None:
+                self.grad_views[j].zero_()
+        return has_grad
 
     def record_probe(self, j):
         """Keeps parameter j's gradient bits as its hook sees them (the first step only)."""
@@ -952,12 +960,7 @@ class DistributedLion(torch.optim.Optimizer):
         taken now (a missing gradient's slice is zeroed here, on the thread that owns the
         gradients); the step reads the gradients from the bucket's buffer."""
         with self._aborting_on_failure(b):
-            has_grad = []
-            for j, p in enumerate(b.params):
-                b.adopt(j)
-                has_grad.append(p.grad is not None)
-                if p.grad is None:
-                    b.grad_views[j].zero_()
+            has_grad = b.prepare_gradients()
             hyper = self._hyperparameters(b.group_index)
             b.launched = True
             b.seen_version = b.grad._version
@@ -1198,7 +1201,8 @@ class DistributedLion(torch.optim.Optimizer):
                         b.ready.clear()
                         b.launched = False
                         b.seen_version = None
-                        b.probe_copy = None if self._mode != "probe" else b.probe_copy
+                        if self._mode != "probe":
+                            b.probe_copy = None  # the first step is over: its copy is not needed
                     self._hyper_seen = None
             if self._failure is None:
                 self._rebucket_if_frozen_changed()
@@ -1261,12 +1265,7 @@ class DistributedLion(torch.optim.Optimizer):
                 self._unscale(grad_scale)
         if not self.overlap:
             with self._aborting_on_failure(first):
-                has_grad = []
-                for b in self._buckets:
-                    has_grad.append([p.grad is not None for p in b.params])
-                    for j, p in enumerate(b.params):
-                        if p.grad is None:
-                            b.grad_views[j].zero_()
+                has_grad = [b.prepare_gradients() for b in self._buckets]
             b = first
             try:
                 for b, active in zip(self._buckets, self._gradient_somewhere(has_grad)):
@@ -1286,7 +1285,6 @@ class DistributedLion(torch.optim.Optimizer):
                 self._fail(first, e)
                 raise
         self._raise_failure()
-
 
     def _collect_state(self):
         out = {}
