@@ -13,9 +13,10 @@
 //     and rendezvous), every one must complete, arrive whole and be right;
 //   - sender aborts: the sender posts some sends and closes with them in
 //     flight, the receiver posts every receive and closes once each ended
-//     (arrived right, or failed) or after a while;
+//     (arrived right, or failed) or a while after the sender closed;
 //   - receiver aborts: the receiver posts some receives and closes with them
-//     in flight, the sender tests its sends until each ended or a while.
+//     in flight, the sender tests its sends until each ended or failed and
+//     closes once the receiver has closed.
 // Every payload that is reported received is checked byte for byte and by
 // size, also on aborted comms. Outside the transport, the receiver tells the
 // sender by a file in --dir that it has the hello and, on a normal comm,
@@ -279,7 +280,6 @@ class ThreadRun {
     if (a.state == 2) {  // the receiver has the hello (so it knows the fate)
       if (!acked(o_.role[0], a, 'h')) return;
       a.state = 3;
-      a.phaseMs = nowMs();
       fates_[a.plan.fate]++;
       return;
     }
@@ -317,20 +317,25 @@ class ThreadRun {
       if (done) a.ended[i] = true, a.endedCount++;
       return;
     }
-    // Nothing left to post or test (or broken): close. A receiver that aborts
-    // may leave our sends in flight until its close shows: a while, then close.
-    // A normal comm closes once the receiver has every message (as NCCL
-    // closes only after its peers are done: a sender's close may cut off
-    // what the receiver has not read yet, docs/PLUGIN.md).
+    // Nothing left to post or test (or broken): close. A normal comm closes
+    // once the receiver has every message, and a comm whose receiver aborts
+    // once the receiver has closed (its close may leave our sends in flight
+    // until then), as NCCL closes only after its peers are done: a sender's
+    // close may cut off what the receiver has not read yet, docs/PLUGIN.md,
+    // and fail receives the receiver still has posted, which is not what a
+    // receiver-aborts comm tests. A receiver that never closes is caught by
+    // the round's limit.
     bool allEnded = a.endedCount == a.posted && a.posted == goal;
-    if ((allEnded && (p.fate != kNormal || acked(o_.role[0], a, 'd'))) || a.broken ||
-        (p.fate == kReceiverAborts && nowMs() - a.phaseMs > 3000))
+    if (p.fate == kNormal ? allEnded && acked(o_.role[0], a, 'd')
+        : p.fate == kReceiverAborts ? acked(o_.role[0], a, 'c')
+                                    : allEnded || a.broken)
       closeActor(a, p.fate == kNormal);
   }
 
   // The receiver's word to the sender, outside the transport: a file
   // <dir>/ack-<sender role>-<thread>-<round>-<comm>-<stage>, stage 'h' (it
-  // has the hello) or 'd' (it has every message of a normal comm).
+  // has the hello), 'd' (it has every message of a normal comm) or 'c' (it
+  // closed a comm whose receiver aborts).
   std::string ackPath(char sender, const Actor& a, char stage) const {
     char b[96];
     snprintf(b, sizeof(b), "/ack-%c-%d-%d-%d-%c", sender, t_, a.round, a.comm, stage);
@@ -339,9 +344,13 @@ class ThreadRun {
   bool acked(char sender, const Actor& a, char stage) const {
     return access(ackPath(sender, a, stage).c_str(), F_OK) == 0;
   }
-  void ack(const Actor& a, char stage) {
-    int fd = open(ackPath(peerRole(), a, stage).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
-    if (fd < 0) fail(o_, "cannot write %s", ackPath(peerRole(), a, stage).c_str());
+  void ack(const Actor& a, char stage) { touch(ackPath(peerRole(), a, stage)); }
+  // The sender's word to the receiver, the same way: stage 's' (it closed a
+  // comm whose sender aborts).
+  void say(const Actor& a, char stage) { touch(ackPath(o_.role[0], a, stage)); }
+  void touch(const std::string& path) {
+    int fd = open(path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0) fail(o_, "cannot write %s", path.c_str());
     close(fd);
   }
 
@@ -427,7 +436,10 @@ class ThreadRun {
     }
     bool allEnded = a.endedCount == a.posted && a.posted == goal;
     if (allEnded && p.fate == kNormal) ack(a, 'd');
-    if (allEnded || a.broken || (p.fate == kSenderAborts && nowMs() - a.phaseMs > 3000))
+    // A sender that aborts may leave our receives posted: once it has closed
+    // (its word 's'), they end soon; a while after, close with them.
+    if (allEnded || a.broken ||
+        (p.fate == kSenderAborts && acked(peerRole(), a, 's') && nowMs() - a.phaseMs > 3000))
       closeActor(a, p.fate == kNormal);
   }
 
@@ -444,6 +456,8 @@ class ThreadRun {
     if (dereg && a.mr != nullptr) check(net_.deregMr(a.c, a.mr), a, "deregMr");
     check(a.send ? net_.closeSend(a.c) : net_.closeRecv(a.c), a, "close");
     a.closed = true;
+    if (!a.send && a.plan.fate == kReceiverAborts) ack(a, 'c');  // the sender may close now
+    if (a.send && a.plan.fate == kSenderAborts) say(a, 's');     // the receiver may give up now
   }
 
   char peerRole() const { return o_.role == "a" ? 'b' : 'a'; }
