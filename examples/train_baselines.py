@@ -95,8 +95,8 @@ class OrderedPowerSGD:
     while backward goes on issuing the next buckets' all-reduces on its own thread: the order
     in which a rank issues its collectives then differs between ranks, and gloo (which matches
     collectives by the order they are issued) aborts, e.g. "op.preamble.length <= op.nbytes.
-    16424 vs 4096" (PyTorch 1.13, any model whose gradients span more than one bucket: DDP's
-    first bucket holds at most 1 MB). Waiting, when a bucket becomes ready, for the previous
+    16424 vs 4096" (PyTorch 1.13, and 2.15 still: "2088 vs 512", on any model whose gradients
+    span more than one bucket: DDP's first bucket holds at most 1 MB). Waiting, when a bucket becomes ready, for the previous
     bucket's round to finish keeps the order the same on every rank; a round still runs while
     backward computes the gradients of the next bucket."""
 

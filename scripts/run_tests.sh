@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds signlion and runs every test: the full CTest suite (unit, multirank,
-# plugin, netns; gpu tests skip without a device), then the unit, multirank and concurrency tests again
+# plugin, netns, python under Debian's PyTorch 1.13 and torch2.* under a
+# PyTorch 2.x that scripts/setup_torch2.sh installs in a virtual environment;
+# gpu tests skip without a device), then the unit, multirank and concurrency tests again
 # under AddressSanitizer + UndefinedBehaviorSanitizer, then the multirank and plugin tests
 # under ThreadSanitizer (host only), then a short run of every fuzz target
 # (tests/fuzz, docs/FUZZING.md). README command (2).
@@ -23,8 +25,18 @@ summarize() {  # ctest log -> "passed failed skipped"
   echo "$((total - failed - skipped)) $failed $skipped"
 }
 
+echo "== PyTorch 2.x beside Debian's 1.13 (scripts/setup_torch2.sh) =="
+# The torch2.* tests run signlion.torch and the training example under it.
+# SIGNLION_TORCH2=0 leaves them out (CTest then says so at configure time).
+TORCH2_PYTHON=${SIGNLION_TORCH2_VENV:-$HOME/.cache/signlion/torch2-venv}/bin/python
+if [ "${SIGNLION_TORCH2:-1}" != 0 ]; then
+  bash scripts/setup_torch2.sh
+else
+  TORCH2_PYTHON=/nonexistent
+fi
+
 echo "== build ($BUILD) =="
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSIGNLION_TORCH2_PYTHON="$TORCH2_PYTHON"
 cmake --build "$BUILD" -j "$JOBS"
 
 echo "== ctest ($BUILD) =="

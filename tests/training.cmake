@@ -1,26 +1,6 @@
 # Training with torchrun (docs/TRAINING.md), included from tests/CMakeLists.txt
 # inside its python block (SIGNLION_PYTHON exists, not a sanitizer build).
 #
-# python.train_example.*: examples/train.py under torchrun, 2 ranks on loopback
-# (python/tests/test_train_example.py): the ranks end identical and 2K steps
-# equal K steps + checkpoint + --resume + K steps bit for bit (overlap off and,
-# where DistributedLion takes overlap=, on; DDP + Lion too); --resume refuses a
-# checkpoint of other run settings naming the setting, and a run without it a
-# folder holding checkpoints; --keep K leaves the K newest (also after a save
-# cut short), --keep 0 is refused; --clip-grad-norm runs with identical ranks
-# (and changes the result, overlap off); --amp is refused on CPU and runs on
-# CUDA (skipped without a GPU).
-signlion_python_tests(train_example test_train_example.py TrainExample
-                      signlion_resume_exact_overlap_off signlion_resume_exact_overlap_on ddp_lion_resume_exact
-                      resume_refuses_other_settings keep_last_k keep_one_after_interrupted_save keep_zero_refused
-                      clip_grad_norm_signlion_overlap_off clip_grad_norm_signlion_overlap_on clip_grad_norm_ddp_lion
-                      amp_refused_on_cpu amp_cuda
-                      TIMEOUT 600 ENVIRONMENT "SIGNLION_LIBRARY=$<TARGET_FILE:nccl-sign>")
-# python.train_baselines.*: the baselines that adapt a PyTorch part, 2 ranks over gloo
-# (python/tests/test_train_baselines.py): DDP's PowerSGD hook one bucket's round at a time
-# equals the serial reference bit for bit; the bf16 hook runs or is refused with its reason.
-signlion_python_tests(train_baselines test_train_baselines.py TrainBaselines
-                      powersgd_ordered_matches_serial bf16_hook_or_clear_refusal)
 # The training benchmark's smoke configuration: every contender of
 # scripts/train_bench.sh, 2 ranks on loopback, 3 steps of the mlp workload;
 # fails when a run fails or a synchronous contender's ranks differ.

@@ -17,7 +17,9 @@ process groups of 2 and 3 spawned ranks (docs/LION.md, "Between backward() and s
     finds it frozen); a parameter listed twice steps once, as listed once; channels_last kept;
  7. gradients are views into the buckets (no second copy of the gradients);
  8. bucket_cap_mb, overlap and broadcast_parameters compared across ranks (ValueError);
- 9. close(): every later step() raises."""
+ 9. close(): every later step() raises;
+10. a torch.compile'd model (PyTorch 2.x) with overlap on: buckets start during backward, and
+    the result equals overlap off bit for bit, identical on every rank."""
 import os
 import sys
 import time
@@ -359,6 +361,43 @@ def check_close_refuses(rank, world):
             raise AssertionError("%s after close() raised nothing" % call.__name__)
 
 
+# ---- 10. a torch.compile'd model ----
+
+def _train_compiled(rank, overlap, log=None, steps=4):
+    from signlion.torch import DistributedLion
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                                torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    # aot_eager: the autograd structure every torch.compile backend has (one compiled backward
+    # node whose gradients reach the parameters through AccumulateGrad, where the optimizer's
+    # hooks sit), without inductor's C++ code generation, which costs a minute per process here.
+    compiled = torch.compile(model, backend="aot_eager")
+    opt = DistributedLion(model.parameters(), lr=1e-3, weight_decay=0.1, overlap=overlap, bucket_cap_mb=0.1)
+    if log is not None:
+        opt.launch_observer = lambda event, bucket, in_backward: log.append((event, bucket, in_backward))
+    for step in range(steps):
+        g = torch.Generator().manual_seed(1000 * rank + step)
+        x, y = torch.randn(32, 64, generator=g), torch.randint(0, 10, (32,), generator=g)
+        torch.nn.functional.cross_entropy(compiled(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        if log is not None and step >= 1:  # the first step starts every bucket in step() (docs/LION.md)
+            launches = [e for e in log if e[0] == "launch"]
+            assert len(launches) >= 2 and all(e[2] for e in launches), "a bucket waited for step(): %s" % log
+        if log is not None:
+            log.clear()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    opt.close()
+    return flat
+
+
+def check_compiled_model(rank, world):
+    on = _train_compiled(rank, True, log=[])
+    off = _train_compiled(rank, False)
+    assert torch.equal(on, off), "a compiled model: overlap on differs from overlap off"
+    assert_same_on_all_ranks([on], world, "compiled model")
+
+
 def run_ranks(world, scenario):
     spawn_ranks.run_gloo_ranks(world, "test_torch_lion_loops", scenario)
 
@@ -394,6 +433,10 @@ class Loops(unittest.TestCase):
 
     def test_close_refuses_world2(self):
         run_ranks(2, "check_close_refuses")
+
+    @unittest.skipUnless(HAVE_TORCH and hasattr(torch, "compile"), "torch.compile needs PyTorch 2.0 or later")
+    def test_compiled_model_world2(self):
+        run_ranks(2, "check_compiled_model")
 
 
 if __name__ == "__main__":
