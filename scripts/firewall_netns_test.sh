@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # sign_allreduce_perf across two "nodes" x 2 ranks (network namespaces on a
 # bridge, 198.18.0.0/24) whose firewalls (nftables, in each node's namespace)
-# accept only what docs/SCALE.md ("Ports and firewalls") says to open and drop
+# accept only what docs/ADMIN.md ("Ports and firewalls") says to open and drop
 # every other TCP packet (a counter counts the drops):
 #  open     SIGNLION_SOCKET_PORT_RANGE=50000-50099 on every rank, that range
 #           opened: the job passes, and no TCP packet was dropped;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything signlion checks and measures on a machine with an NVIDIA GPU, in
-# one command, every log and a summary into OUT_DIR (docs/GPU.md):
+# one command, every log and a summary into OUT_DIR (docs/dev/GPU.md):
 #
 #   bash scripts/gpu_checks.sh OUT_DIR [STEP ...]
 #

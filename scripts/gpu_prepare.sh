@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares, on a machine with the package registries, what a bare GPU machine
 # lacks, in one git-ignored folder copied with the working tree to the GPU
-# machine (docs/GPU.md):
+# machine (docs/dev/GPU.md):
 #
 #   .gpu-carry/prefix/      GoogleTest, GoogleMock and Google Benchmark (headers,
 #                           libraries, CMake packages) copied from this machine's
@@ -16,7 +16,7 @@
 #
 #   NCCL_TESTS_SRC=/path/to/nccl-tests bash scripts/gpu_prepare.sh
 #
-# Then, on the GPU machine (the README of docs/GPU.md has the device command):
+# Then, on the GPU machine (the README of docs/dev/GPU.md has the device command):
 #   bash scripts/gpu_checks.sh OUT_DIR
 # Nothing here is committed; the folder is rebuilt from scratch on every run.
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # sign_allreduce_perf across two "nodes" (network namespaces of this machine
 # on a bridge, veth links limited by tc tbf, 198.18.0.0/24), two ranks each,
-# launched the two ways a cluster user launches it (docs/SCALE.md):
+# launched the two ways a cluster user launches it (docs/dev/SCALE.md):
 #  1. mpirun -H node0:2,node1:2: mpirun runs outside the nodes and starts one
 #     orted per node through its remote-launch agent (here
 #     scripts/netns_ssh_agent.sh, which enters the namespace where ssh would

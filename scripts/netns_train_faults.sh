@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A rank lost mid-training (docs/LION.md, "When a rank fails"): examples/train.py
+# A rank lost mid-training (docs/PYTORCH.md, "When a rank fails"): examples/train.py
 # with signlion's DistributedLion on 3 ranks, each rank a torchrun of its own
 # (--nnodes 3 --node_rank i, static rendezvous at rank 0's address,
 # --max_restarts 1) in its own network namespace of netns_lib.sh's star

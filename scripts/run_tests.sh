@@ -5,7 +5,7 @@
 # gpu tests skip without a device), then the unit, multirank and concurrency tests again
 # under AddressSanitizer + UndefinedBehaviorSanitizer, then the multirank and plugin tests
 # under ThreadSanitizer (host only), then a short run of every fuzz target
-# (tests/fuzz, docs/FUZZING.md). README command (2).
+# (tests/fuzz, docs/dev/FUZZING.md). README command (2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real Slurm across two "nodes" (network namespaces of this machine on a
 # bridge, 198.18.0.0/24; scripts/slurm_netns_lib.sh runs slurmctld and one
-# slurmd per node), launched as docs/SCALE.md's recipes say, from the hub
+# slurmd per node), launched as docs/dev/SCALE.md's recipes say, from the hub
 # namespace (the login node):
 #  1. srun -N 2 --ntasks-per-node 2 scripts/slurm_rank.sh ID_FILE sign_allreduce_perf ...
 #     (no MPI: srun's variables mapped onto the rank options; -A hier, ring, auto);

@@ -6,7 +6,7 @@
 # --id-file ID_FILE`: task 0 writes the unique id to ID_FILE (a path every
 # node sees: a shared file system), the others wait for it. SIGNLION_HOSTID
 # defaults to $SLURMD_NODENAME, the node's name as Slurm knows it (ranks with
-# equal host ids form a node; docs/HOST.md). docs/SCALE.md has the table of
+# equal host ids form a node; docs/HOST.md). docs/dev/SCALE.md has the table of
 # srun's variables. Under srun --mpi=pmix with an MPI-built
 # sign_allreduce_perf, this script is not needed: it initializes MPI itself.
 set -euo pipefail

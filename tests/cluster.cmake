@@ -1,4 +1,4 @@
-# Launching across machines as docs/SCALE.md ("Running across machines") says,
+# Launching across machines as docs/ADMIN.md ("Launching") says,
 # on "nodes" that are network namespaces of this machine (label netns; root;
 # each skips, exit 77, with its reason where namespaces or a tool are missing).
 #
@@ -21,7 +21,7 @@ if(SIGNLION_BUILD_PERF)
 endif()
 
 # netns.firewall_documented_ports_only: the same two nodes behind nftables
-# firewalls that open only docs/SCALE.md's ports ("Ports and firewalls") and
+# firewalls that open only docs/ADMIN.md's ports ("Ports and firewalls") and
 # drop the rest: sign_allreduce_perf passes with SIGNLION_SOCKET_PORT_RANGE set
 # and opened (over the socket transport, and over UCX with UCX_TCP_PORT_RANGE
 # opened too), and with the ephemeral range narrowed and opened (then also the

@@ -1,4 +1,4 @@
-# A rank lost mid-training (docs/LION.md, "When a rank fails"), included from
+# A rank lost mid-training (docs/PYTORCH.md, "When a rank fails"), included from
 # tests/CMakeLists.txt inside its Python block (SIGNLION_PYTHON exists, not a
 # sanitizer build).
 #

@@ -30,7 +30,7 @@ SIGNLION_PARAM(SocketChunkSize, "SOCKET_CHUNKSIZE", 128 * 1024)
 // Messages up to this size travel inline on the control stream. 64 KiB, not
 // 16: a 32 KiB message on a data stream took one more send/recv pair than
 // inline (its header goes apart), 1.5x the plain ping-pong instead of ~1.05x
-// (docs/PERFORMANCE.md, "Why medium messages cost what they cost"); NCCL's 128 KiB+ slices still spread.
+// (docs/dev/PLUGIN_INTERNALS.md, "Why medium messages cost what they cost"); NCCL's 128 KiB+ slices still spread.
 SIGNLION_PARAM(SocketInline, "SOCKET_INLINE", 64 * 1024)
 // Speed (Mbit/s) reported when sysfs has none (virtual interfaces, lo).
 SIGNLION_PARAM(SocketDefaultSpeed, "SOCKET_DEFAULT_SPEED", 10000)

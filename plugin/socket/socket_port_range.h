@@ -1,7 +1,7 @@
 // The ports signlion's listening sockets may take (SIGNLION_SOCKET_PORT_RANGE),
 // for clusters whose firewall opens a fixed range between nodes. Unset, every
 // listener takes a port the kernel picks from its ephemeral range
-// (net.ipv4.ip_local_port_range). docs/PARAMETERS.md and docs/SCALE.md
+// (net.ipv4.ip_local_port_range). docs/PARAMETERS.md and docs/ADMIN.md
 // ("Ports and firewalls") have the user's view.
 #pragma once
 

@@ -18,7 +18,7 @@
 // order of tags (transport/tag_matcher.h); one that no open receive holds
 // is kept until one is posted. A recv comm's close writes a bye on its data
 // streams, against the data: the peer's sender then completes its sends
-// without delivering them instead of failing (docs/PLUGIN.md, "Teardown").
+// without delivering them instead of failing (docs/dev/PLUGIN_INTERNALS.md, "Teardown").
 #pragma once
 
 #include <atomic>

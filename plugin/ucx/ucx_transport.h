@@ -1,6 +1,6 @@
 // The UCX transport, version-neutral (ucx_net.cc dresses it as ncclNet).
 //
-// Design (docs/PLUGIN.md, "UCX transport"):
+// Design (docs/dev/PLUGIN_INTERNALS.md, "UCX transport"):
 //   - one UCP context per process (created by the first init, kept until
 //     exit: UCX's own threads must never outlive its code);
 //   - two UCP workers per process, shared by every comm: the sending one
@@ -11,7 +11,7 @@
 //     holds one process-wide mutex; after a comm ends uncleanly, comms of
 //     its side made later get a fresh worker (ucx_transport.cc, Global);
 //   - a close with requests in flight returns once UCX is done with the
-//     caller's buffers (waitForCallerBuffers; docs/PLUGIN.md, "Concurrency
+//     caller's buffers (waitForCallerBuffers; docs/dev/PLUGIN_INTERNALS.md, "Concurrency
 //     and teardown");
 //   - the send comm holds the only endpoint, to the receiving worker of the
 //     recv side's process, made from the worker address the acceptor returns over the

@@ -20,7 +20,7 @@ It keeps torch.optim's shape (param_groups read at every step, add_param_group,
 state[p]["exp_avg"], torch's state_dict format) with the distributed part behind
 it: the ranks check at construction that they hold the same parameters, take
 rank 0's values, and agree at every step on which parameters have a gradient
-(docs/LION.md, "As a torch.optim optimizer").
+(docs/PYTORCH.md, "As a torch.optim optimizer").
 
 sign_all_reduce(tensor, op, group, async_op) is the sign all-reduce shaped like
 torch.distributed.all_reduce, and sign_majority_hook a DDP communication hook made of it
@@ -55,7 +55,7 @@ class CommError(RuntimeError):
     its link broke, and no data came from it for the communicator's timeout (or its connection
     reported the loss at once). The communicator has been aborted, so the other ranks fail at
     once too, and the optimizer refuses every further step and state_dict(): what this rank
-    applied of the failed step is undefined. Restart the job from a checkpoint (docs/LION.md,
+    applied of the failed step is undefined. Restart the job from a checkpoint (docs/PYTORCH.md,
     "When a rank fails"). Attributes: rank, nranks, timeout_s (the bound on a wait), result
     (the ncclResult_t)."""
 
@@ -535,7 +535,7 @@ class DistributedLion(torch.optim.Optimizer):
     is not waited for. step() starts what is left, waits for all of it, and returns; an error
     of a background step is raised by step() (or the next call) naming the bucket.
 
-    Between backward() and step() (docs/LION.md): a step uses the gradients and the
+    Between backward() and step() (docs/PYTORCH.md): a step uses the gradients and the
     hyper-parameters as they are when step() is called, with overlap on or off alike, so
     clip_grad_norm_, GradScaler (scaler.step(opt)), a learning rate set before step() and any
     other change of .grad work as with any torch optimizer. The first step tells the optimizer
@@ -592,7 +592,7 @@ class DistributedLion(torch.optim.Optimizer):
     blocked on it, and the peers still waiting fail too) and the optimizer refuses every further
     step and state_dict(). Any other error inside a step on one rank (a replaced .data, a sparse
     gradient, KeyboardInterrupt) aborts the communicator too, so the peers get CommError at
-    once rather than after the timeout. Restart the job from a checkpoint (docs/LION.md, "When a rank fails").
+    once rather than after the timeout. Restart the job from a checkpoint (docs/PYTORCH.md, "When a rank fails").
 
     CUDA tensors (all parameters on one GPU) use the ncclComm_t of the process group's NCCL
     backend (PyTorch 2.8 or later) and the current stream; the optimizer state lives on that
@@ -1176,7 +1176,7 @@ class DistributedLion(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None, **kwargs):
         """One step of every bucket, from the gradients and hyper-parameters as they are now
-        (docs/LION.md, "Between backward() and step()"). With overlap, the buckets not started
+        (docs/PYTORCH.md, "Between backward() and step()"). With overlap, the buckets not started
         during backward start here, in bucket order, and step() returns once every bucket's
         step is done (CUDA: once the current stream waits for them). Raises the error of a
         failed background step. With a GradScaler (scaler.step(optimizer)), a step in which any
@@ -1235,7 +1235,7 @@ class DistributedLion(torch.optim.Optimizer):
                     "previous steps left gradients and hyper-parameters as backward made them, so this optimizer "
                     "overlapped its steps with backward. A loop that changes them between backward() and step() "
                     "(clip_grad_norm_, GradScaler, a schedule) must do so from its first step, or make the "
-                    "optimizer with overlap=False (docs/LION.md, \"Between backward() and step()\")" % what)
+                    "optimizer with overlap=False (docs/PYTORCH.md, \"Between backward() and step()\")" % what)
                 try:
                     self._wait_in_flight(raise_failure=False)
                 finally:

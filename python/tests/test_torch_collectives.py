@@ -6,7 +6,7 @@ over gloo, the votes counted in NumPy):
     wait(), is_completed() and get_future(); a subgroup; the communicator cached (a second call
     makes none); bad input named in the error;
  2. sign_majority_hook: a DDP model's gradients after backward equal the majority of the
-    ranks' sign(grad) of the same model without DDP (the recipe of docs/LION.md)."""
+    ranks' sign(grad) of the same model without DDP (the recipe of docs/PYTORCH.md)."""
 import os
 import sys
 import unittest
@@ -225,7 +225,7 @@ def check_errors(rank, world):
     assert torch.equal(t, torch.ones(3))
 
 
-# ---- the DDP recipe (docs/LION.md, "signSGD with majority vote for any DDP model") ----
+# ---- the DDP recipe (docs/PYTORCH.md, "signSGD with majority vote for any DDP model") ----
 
 def make_net():
     torch.manual_seed(0)

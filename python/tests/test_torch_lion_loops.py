@@ -1,5 +1,5 @@
 """signlion.torch.DistributedLion under the training loops users write, CPU tensors, gloo
-process groups of 2 and 3 spawned ranks (docs/LION.md, "Between backward() and step()"):
+process groups of 2 and 3 spawned ranks (docs/PYTORCH.md, "Between backward() and step()"):
  1. torch.nn.utils.clip_grad_norm_ between backward() and step(): overlap on equals overlap
     off bit for bit, in every one of repeated runs, and clipping changes the result;
  2. the learning rate changed between backward() and step() at every step, a parameter used
@@ -256,7 +256,7 @@ def check_frozen_and_tied(rank, world):
             backward_with(params, grads_of(rank, step, [p.shape for p in params]), used)
             opt.step()
             opt.zero_grad()
-            if step >= 1:  # the first step starts every bucket in step() (docs/LION.md)
+            if step >= 1:  # the first step starts every bucket in step() (docs/PYTORCH.md)
                 launches = [e for e in log if e[0] == "launch"]
                 assert all(in_backward for _, _, in_backward in launches), "a bucket was held to step(): %s" % log
                 assert not saves, "step %d: a frozen parameter cost a state copy (buckets %s)" % (step, saves)

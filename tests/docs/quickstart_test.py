@@ -8,8 +8,10 @@ marker, `<!-- quickstart: NAME -->` or `<!-- quickstart: NAME, needs a GPU -->`.
 `run` executes the block's text itself with bash (errexit, pipefail) in a
 scratch copy of the source tree (the files git would commit), where `build`
 is BUILD_DIR (only for a block that names `build`) and HOME is a scratch
-folder, with QUICKSTART_PYTHON (if set) as `python3` and SIGNLION_LIBRARY
-unset. A line ending in `# needs a GPU`, or a block marked so, runs
+folder, with the caller's PATH as it is (no `python3` put in front: the block
+must find its Python as a user's shell does) and SIGNLION_LIBRARY unset.
+QUICKSTART_PYTHON, if set, is passed as PY, the variable the PyTorch blocks
+document for naming the Python that has PyTorch, as a user would set it. A line ending in `# needs a GPU`, or a block marked so, runs
 only where `nvidia-smi -L` lists a GPU; otherwise the line is skipped, and a
 block with nothing left exits 77 (CTest: skipped), saying why.
 """
@@ -104,12 +106,10 @@ def run(source, build, name):
         env = dict(os.environ, HOME=os.path.join(scratch, "home"))
         env.pop("SIGNLION_LIBRARY", None)  # as a user's shell: the package finds its own library
         os.makedirs(env["HOME"])
+        env.pop("QUICKSTART_PYTHON", None)
         python = os.environ.get("QUICKSTART_PYTHON")
         if python:
-            shim = os.path.join(scratch, "bin")
-            os.makedirs(shim)
-            os.symlink(python, os.path.join(shim, "python3"))
-            env["PATH"] = shim + os.pathsep + env.get("PATH", "")
+            env["PY"] = python  # the block's documented choice of Python; PATH stays the machine's
         script = "set -euo pipefail\nset -x\n" + "\n".join(lines) + "\n"
         print("running quick start '%s' in %s:\n%s" % (name, tree, text))
         sys.stdout.flush()

@@ -80,7 +80,7 @@ ncclResult_t connectPair(NetDriver& net, int dev, void** sendComm, void** recvCo
 // listener's handle (handles[i]: a connect in progress keeps its state
 // there), driving connect and accept in turns as NCCL's proxy does: a
 // transport's connect may need the listener's accept to complete
-// (docs/PLUGIN.md, "Connect and accept"). Done once every handle has its send
+// (docs/dev/PLUGIN_INTERNALS.md, "Connect and accept"). Done once every handle has its send
 // comm and n recv comms were accepted (appended to *recvComms, in the order
 // accept returned them, which need not be the senders' order).
 ncclResult_t connectAccept(NetDriver& net, int dev, void* listenComm, int n, char* const* handles, void** sendComms,

@@ -336,7 +336,7 @@ TEST_P(PluginV11, OneListenCommAcceptsManyConnections) {
   std::vector<char*> h(kConns);
   for (int i = 0; i < kConns; i++) h[i] = copies[i].data();
   // Three connected one after the other, three started together (connect
-  // and accept in turns: docs/PLUGIN.md, "Connect and accept").
+  // and accept in turns: docs/dev/PLUGIN_INTERNALS.md, "Connect and accept").
   std::string err;
   for (int i = 0; i < 3; i++) ASSERT_EQ(connectAccept(net_, dev_, l, 1, &h[i], &sends[i], &recvs, &err), ncclSuccess) << err;
   ASSERT_EQ(connectAccept(net_, dev_, l, 3, &h[3], &sends[3], &recvs, &err), ncclSuccess) << err;
@@ -1058,7 +1058,7 @@ TEST_P(PluginV11, StrangersAreRefusedAndRealPeersStillConnect) {
   char wrong[NCCL_NET_HANDLE_MAXSIZE];
   memcpy(wrong, handle, sizeof(wrong));
   wrong[8] ^= 0x55;
-  // connect and accept in turns (docs/PLUGIN.md, "Connect and accept"):
+  // connect and accept in turns (docs/dev/PLUGIN_INTERNALS.md, "Connect and accept"):
   // accept refuses all three. The wrong-secret connect either returns its
   // comm (the socket transport's connect does not wait for the listener's
   // answer: it cannot know) or fails (UCX's waits for the listener's reply,

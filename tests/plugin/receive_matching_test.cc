@@ -405,7 +405,7 @@ TEST_P(ReceiveMatching, LateReceiveWhileOtherMessagesFlowIsNoError) {
 // says the kept-message limit is why, not a hang.
 TEST_P(ReceiveMatching, KeptMessageLimitIsAClearErrorAfterTheTimeout) {
   // UCP keeps unclaimed messages in its worker's unexpected queue, which has
-  // no count limit to reach (docs/PLUGIN.md, "UCX transport"): the UCX form
+  // no count limit to reach (docs/dev/PLUGIN_INTERNALS.md, "UCX transport"): the UCX form
   // of this contract is the next test.
   if (!socketTransport()) GTEST_SKIP() << "the UCX transport has no kept-message limit (UCP's unexpected queue)";
   Env timeout("SIGNLION_SOCKET_TIMEOUT", "1000");
