@@ -381,7 +381,7 @@ def _train_compiled(rank, overlap, log=None, steps=4):
         torch.nn.functional.cross_entropy(compiled(x), y).backward()
         opt.step()
         opt.zero_grad()
-        if log is not None and step >= 1:  # the first step starts every bucket in step() (docs/LION.md)
+        if log is not None and step >= 1:  # the first step starts every bucket in step() (docs/PYTORCH.md)
             launches = [e for e in log if e[0] == "launch"]
             assert len(launches) >= 2 and all(e[2] for e in launches), "a bucket waited for step(): %s" % log
         if log is not None:
