@@ -277,9 +277,11 @@ def check_accumulation(rank, world):
     backward_with(params, grads_of(rank, 3, [p.shape for p in params]), used)
     opt.step()
     opt.zero_grad()
-    backward_with(params, grads_of(rank, 0, [p.shape for p in params]), used)
     from signlion.torch import CommError
     try:
+        # The first backward starts the buckets; a peer that got further may already have
+        # refused and aborted, which this rank learns as CommError in either backward.
+        backward_with(params, grads_of(rank, 0, [p.shape for p in params]), used)
         backward_with(params, grads_of(rank, 1, [p.shape for p in params]), used)
     except CommError:
         pass  # the peer refused first and aborted the communicator: this rank learns it so
