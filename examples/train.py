@@ -30,7 +30,7 @@ checkpoint whose run settings (every option that changes the result, and the ran
 differ from this run's, naming the first; a run without --resume refuses a --ckpt-dir that
 holds checkpoints when it writes its own.
 
---trace FILE (signlion contenders) records the optimizer's step timeline over --trace-steps steps
+--trace FILE (signlion-* and local-lion) records the optimizer's step timeline over --trace-steps steps
 (3) after --trace-warmup steps (5): each rank writes its own Chrome/Perfetto trace, FILE with
 .rank<r> before its extension (trace.json: trace.rank0.json, trace.rank1.json, ...), to open in
 ui.perfetto.dev or chrome://tracing beside torch.profiler's (docs/TRAINING.md, "Where a step's
@@ -497,7 +497,7 @@ def parse_args(argv=None):
     if args.amp and args.device != "cuda":
         ap.error("--amp is for --device cuda (autocast %s%s on the GPU); this run's device is %s: run it without "
                  "--amp" % (args.amp, " with a GradScaler" if args.amp == "fp16" else "", args.device))
-    if args.trace is not None and not args.optimizer.startswith("signlion"):
+    if args.trace is not None and not (args.optimizer.startswith("signlion") or args.optimizer == "local-lion"):
         ap.error("--trace records signlion's DistributedLion; for %s use torch.profiler" % args.optimizer)
     if args.trace_warmup < 0 or args.trace_steps < 1:
         ap.error("--trace-warmup must be >= 0 and --trace-steps >= 1")

@@ -882,7 +882,11 @@ class DistributedLion(torch.optim.Optimizer):
         """Starts recording the step timeline (see the class's "Timeline"); call it between steps.
         A trace already on is discarded and started again. Not collective."""
         self._wait_in_flight()
-        rank = self._channel.rank if self._channel is not None else 0
+        # The trace's pid: the rank in the default group (the same across the optimizers of subgroups).
+        if dist.is_available() and dist.is_initialized():
+            rank = dist.get_rank()
+        else:
+            rank = self._channel.rank if self._channel is not None else 0
         timeline = _Timeline(rank)
         if self.device.type != "cuda":
             for b in self._buckets:
