@@ -29,4 +29,5 @@ signlion_python_tests(loops test_torch_lion_loops.py Loops
 # DistributedLion's step timeline (python/tests/test_torch_lion_timeline.py): the chrome trace of
 # 2 ranks, overlap on and off, each bucket in one piece and pipelined in chunks: every bucket's
 # events in order per step, parameters equal with tracing on and off, nothing recorded when off.
-signlion_python_tests(timeline test_torch_lion_timeline.py Timeline trace_world2 trace_pipelined_world2)
+signlion_python_tests(timeline test_torch_lion_timeline.py Timeline trace_world2 trace_pipelined_world2
+                      local_and_merge)

@@ -98,3 +98,19 @@ def merge_chrome_traces(paths, out_path):
             events += json.load(f)["traceEvents"]
     with open(out_path, "w") as f:
         json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+
+
+def main(argv=None):
+    """python3 -m signlion.timeline OUT IN...: merge_chrome_traces(IN..., OUT)."""
+    import sys
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2:
+        print("usage: python3 -m signlion.timeline OUT.json IN.json... (writes the traces IN in one file OUT)",
+              file=sys.stderr)
+        return 2
+    merge_chrome_traces(args[1:], args[0])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

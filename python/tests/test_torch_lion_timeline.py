@@ -136,6 +136,36 @@ def _scenario(chunk, rank, world):
 
 @unittest.skipUnless(HAVE_TORCH, "torch not available")
 class Timeline(unittest.TestCase):
+    def test_local_and_merge(self):
+        """aggregation="local", no process group: pass 1 and 2 per bucket and step, no
+        all-reduce, pid 0; merge_chrome_traces (python3 -m signlion.timeline) concatenates
+        traces."""
+        from signlion.timeline import main as timeline_main, merge_chrome_traces
+        from signlion.torch import DistributedLion
+        model = _model()
+        opt = DistributedLion(model.parameters(), lr=1e-3, aggregation="local", bucket_cap_mb=0.1)
+        opt.start_trace()
+        for step in range(2):
+            torch.nn.functional.cross_entropy(model(torch.randn(8, 64)), torch.randint(0, 10, (8,))).backward()
+            opt.step()
+        opt.stop_trace()
+        with tempfile.TemporaryDirectory() as tmp:
+            one, both = os.path.join(tmp, "one.json"), os.path.join(tmp, "both.json")
+            opt.export_chrome_trace(one)
+            spans = [e for e in opt.trace_events()["traceEvents"] if e["ph"] == "X"]
+            self.assertEqual({e["pid"] for e in spans}, {0})
+            n = len(opt.bucket_layout())
+            for phase in ("vote (pass 1)", "apply (pass 2)"):
+                self.assertEqual(sorted((e["args"]["step"], e["args"]["bucket"]) for e in spans
+                                        if e["args"].get("phase") == phase),
+                                 [(s, b) for s in range(2) for b in range(n)], phase)
+            self.assertFalse([e for e in spans if e["args"].get("phase") == "sign all-reduce"])
+            merge_chrome_traces([one, one], both)
+            with open(both) as f:
+                self.assertEqual(len(json.load(f)["traceEvents"]), 2 * len(opt.trace_events()["traceEvents"]))
+            self.assertEqual(timeline_main([both]), 2)
+        opt.close()
+
     def test_trace_world2(self):
         spawn_ranks.run_gloo_ranks(2, "test_torch_lion_timeline", "scenario_one_piece")
 
