@@ -1384,12 +1384,12 @@ class DistributedLion(torch.optim.Optimizer):
         if not self.overlap:
             with self._aborting_on_failure(first):
                 has_grad = [b.prepare_gradients() for b in self._buckets]
-            b = first
             timeline = self._timeline
             if timeline is not None:
                 t = _now_us()
-                for b in self._buckets:
-                    self._trace_launch(timeline, b, t)
+                for bucket in self._buckets:
+                    self._trace_launch(timeline, bucket, t)
+            b = first
             try:
                 for b, active in zip(self._buckets, self._gradient_somewhere(has_grad)):
                     self._step_bucket(b, self._hyperparameters(b.group_index), active)
