@@ -39,6 +39,7 @@ class Timeline:
     def __init__(self, rank):
         self.rank = rank
         self.step = 0  # steps completed since the trace started
+        self.step_called_us = 0  # when the step in progress called step()
         self.events = []
         self.thread_names = {}
         # The wall clock minus the monotonic one, taken once: the events' "ts" are wall-clock times.

@@ -925,11 +925,11 @@ class DistributedLion(torch.optim.Optimizer):
         with open(path, "w") as f:
             json.dump(trace, f)
 
-    def _trace_launch(self, timeline, b, launched_us):
-        """Notes when bucket b's step started and when its gradients were ready: its last hook in
-        this backward when backward completed it, else the start itself."""
-        ready = launched_us
-        if b.trace_ready is not None and b.complete_in_backward():
+    def _trace_launch(self, timeline, b, launched_us, ready_us=None):
+        """Notes when bucket b's step started and when its gradients were ready: ready_us when
+        given, else its last hook in this backward when backward completed it, else the start."""
+        ready = launched_us if ready_us is None else ready_us
+        if ready_us is None and b.trace_ready is not None and b.complete_in_backward():
             ready = min(b.trace_ready[1], launched_us)
         b.trace_launch = (timeline.step, ready, launched_us)
         b.trace_ready = None
@@ -1305,6 +1305,8 @@ class DistributedLion(torch.optim.Optimizer):
         self._state_cache = None
         timeline = self._timeline
         t = _now_us() if timeline is not None else 0
+        if timeline is not None:
+            timeline.step_called_us = t
         with self._lock:
             try:
                 self._step_locked(grad_scaler)
@@ -1387,8 +1389,8 @@ class DistributedLion(torch.optim.Optimizer):
             timeline = self._timeline
             if timeline is not None:
                 t = _now_us()
-                for bucket in self._buckets:
-                    self._trace_launch(timeline, bucket, t)
+                for bucket in self._buckets:  # without hooks, the gradients are known final when step() is called
+                    self._trace_launch(timeline, bucket, t, timeline.step_called_us)
             b = first
             try:
                 for b, active in zip(self._buckets, self._gradient_somewhere(has_grad)):
