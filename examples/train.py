@@ -30,6 +30,12 @@ checkpoint whose run settings (every option that changes the result, and the ran
 differ from this run's, naming the first; a run without --resume refuses a --ckpt-dir that
 holds checkpoints when it writes its own.
 
+--trace FILE (signlion-* and local-lion) records the optimizer's step timeline over --trace-steps steps
+(3) after --trace-warmup steps (5): each rank writes its own Chrome/Perfetto trace, FILE with
+.rank<r> before its extension (trace.json: trace.rank0.json, trace.rank1.json, ...), to open in
+ui.perfetto.dev or chrome://tracing beside torch.profiler's (docs/TRAINING.md, "Where a step's
+time goes"); signlion.timeline.merge_chrome_traces puts the ranks in one file.
+
 --clip-grad-norm MAX clips each rank's gradients between backward() and step(); --amp
 (--device cuda) runs the forward pass under autocast, fp16 with a GradScaler or bf16 without.
 
@@ -471,6 +477,11 @@ def parse_args(argv=None):
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--json", default=None, help="rank 0 writes its measurements here")
     ap.add_argument("--save-params", default=None, help="rank r writes its final parameters to PATH.rank<r>")
+    ap.add_argument("--trace", default=None, metavar="FILE",
+                    help="signlion: record the optimizer's step timeline; rank r writes a Chrome/Perfetto trace to "
+                         "FILE with .rank<r> before its extension")
+    ap.add_argument("--trace-warmup", type=int, default=5, help="--trace: steps run before the trace starts")
+    ap.add_argument("--trace-steps", type=int, default=3, help="--trace: steps traced")
     args = ap.parse_args(argv)
     family = "adamw" if args.optimizer == "ddp-adamw" else "lion"
     if args.lr is None:
@@ -486,10 +497,27 @@ def parse_args(argv=None):
     if args.amp and args.device != "cuda":
         ap.error("--amp is for --device cuda (autocast %s%s on the GPU); this run's device is %s: run it without "
                  "--amp" % (args.amp, " with a GradScaler" if args.amp == "fp16" else "", args.device))
+    if args.trace is not None and not (args.optimizer.startswith("signlion") or args.optimizer == "local-lion"):
+        ap.error("--trace records signlion's DistributedLion; for %s use torch.profiler" % args.optimizer)
+    if args.trace_warmup < 0 or args.trace_steps < 1:
+        ap.error("--trace-warmup must be >= 0 and --trace-steps >= 1")
     if args.keep < 1:
         ap.error("--keep %d: the checkpoints to keep must be 1 or more (the newest is the one to resume from)"
                  % args.keep)
     return args
+
+
+def trace_path(path, rank):
+    """--trace FILE for rank r: FILE with .rank<r> before its extension (trace.json: trace.rank0.json)."""
+    root, ext = os.path.splitext(path)
+    return "%s.rank%d%s" % (root, rank, ext)
+
+
+def trace_window(args, first):
+    """The steps --trace records, [start, stop): --trace-steps after --trace-warmup from the first
+    step this run takes, ending no later than the last step."""
+    stop = min(first + args.trace_warmup + args.trace_steps, args.steps)
+    return max(first, stop - args.trace_steps), stop
 
 
 def main(argv=None):
@@ -568,7 +596,10 @@ def train(args, device, rank):
               "tx_bytes": []}
     progress = Progress(args.steps, first, rank == 0)
     train_time = 0.0
+    trace_start, trace_stop = trace_window(args, first) if args.trace else (None, None)
     for step in range(first, args.steps):
+        if step == trace_start:
+            optimizer.start_trace()
         x, y = work.batch(step, rank, world, args.batch, args.seed)
         x, y = x.to(device), y.to(device)
         sent0, tx0 = comm_sent() if comm_sent else None, interface_tx_bytes()
@@ -606,6 +637,12 @@ def train(args, device, rank):
         record["sent_bytes"].append(sent)
         record["tx_bytes"].append(tx)
         done = step + 1
+        if done == trace_stop:
+            optimizer.stop_trace()
+            optimizer.export_chrome_trace(trace_path(args.trace, rank))
+            if rank == 0:
+                print("trace of steps %d..%d written to %s" % (trace_start + 1, done, trace_path(args.trace, rank)),
+                      flush=True)
         if rank == 0:
             rate = args.batch * world / (t2 - t0)
             progress.update(done, "loss %.4f %.0f samples/s" % (loss.item(), rate))

@@ -495,6 +495,49 @@ ncclResult_t ncclSignLionGetStateSize(const ncclSignLion_t lion, size_t* bytes);
 ncclResult_t ncclSignLionSaveState(const ncclSignLion_t lion, void* buffer, size_t bytes);
 ncclResult_t ncclSignLionLoadState(ncclSignLion_t lion, const void* buffer, size_t bytes);
 
+/* When each phase of a step ran, for a timeline of the step (profiling).
+ * A host optimizer's ncclSignLionStep runs, per chunk (one chunk unless the
+ * step is pipelined, see ncclSignLionStep), pass 1 (the momentum interpolation
+ * and this rank's vote), the sign all-reduce of the votes and pass 2 (the
+ * update applied); pipelined, chunk i's all-reduce runs on comm's thread while
+ * the calling thread runs pass 1 of chunk i + 1 and pass 2 of chunk i - 1.
+ * With aggregation ncclSignLionGlobal the all-reduce is the fp32 sum of the
+ * gradients, before pass 1; ncclSignLionLocal has none. The other collectives
+ * of a step (skipNonFinite's flag, momentumAverageEvery's mean) are not
+ * recorded. Times are microseconds of CLOCK_MONOTONIC (std::chrono::steady_clock),
+ * read on the thread that ran the phase (an all-reduce: from when that thread
+ * began the call to when it returned). */
+typedef enum {
+  ncclSignLionPhaseVote = 0,      /* pass 1 */
+  ncclSignLionPhaseAllReduce = 1, /* the collective */
+  ncclSignLionPhaseApply = 2,     /* pass 2 */
+  ncclSignLionNumPhases = 3
+} ncclSignLionPhase_t;
+
+typedef struct {
+  int phase;       /* ncclSignLionPhase_t */
+  int chunk;       /* which chunk of the step, from 0 */
+  int64_t beginUs; /* when it began and ended */
+  int64_t endUs;
+} ncclSignLionPhaseTime_t;
+
+/* enable != 0: every later step records its phases (ncclSignLionGetPhases
+ * reads the last step's); 0 (the default) stops: a step then reads no clock
+ * and records nothing. Not collective. Errors: ncclInvalidArgument,
+ * ncclInvalidUsage for an optimizer on device buffers (its steps are
+ * enqueued by the call, not run). */
+ncclResult_t ncclSignLionRecordPhases(ncclSignLion_t lion, int enable);
+
+/* The phases of the last step recorded, in the order the step finished with
+ * them (per chunk: pass 1, the all-reduce, pass 2): copies the first
+ * min(capacity, *count) into phases (may be NULL when capacity is 0) and sets
+ * *count to how many the step recorded (0 before the first recorded step; a
+ * step skipped for a non-finite gradient records its pass 2 only).
+ * Errors: ncclInvalidArgument (a NULL count, capacity < 0, a NULL phases with
+ * capacity > 0). */
+ncclResult_t ncclSignLionGetPhases(const ncclSignLion_t lion, ncclSignLionPhaseTime_t* phases, int capacity,
+                                   int* count);
+
 #ifdef NCCL_SIGN_HAVE_NCCL
 /* ---------------------------------------------------------------------------
  * Distributed Lion on the user's NCCL communicator (device buffers).

@@ -33,6 +33,9 @@
 #   variants and allgather-lion> CONV_STEPS_mlp=100 CONV_STEPS_lm=150
 #   EVAL_EVERY=5 TIME_STEPS=5 TIMED=3 BATCH_mlp=16 BATCH_lm=4 CONTEXT=32
 #   VAL_SIZE_mlp=500 VAL_SIZE_lm=64 RUN_TIMEOUT=900 (seconds per run)
+#   TRACE=DIR: the timed runs of the DistributedLion contenders (signlion-*,
+#     compute) also record the step timeline of their last TIMED steps (train.py
+#     --trace): DIR/<run>.rank<r>.json per rank, for ui.perfetto.dev
 #   SMOKE=1: loopback, no namespaces, N=2, every contender 3 steps of the mlp
 #     workload at width 256 (the CTest smoke test; exits 1 if a run fails or
 #     ranks differ)
@@ -84,10 +87,14 @@ run_contender() {  # label n rate workload steps eval_every phase
     return 0
   fi
   local tag=$phase-$wl-n$n-$rate-$label
-  local log=$OUT/logs/$tag.txt json=$OUT/runs/$tag.json
+  local log=$OUT/logs/$tag.txt json=$OUT/runs/$tag.json trace=()
+  if [[ -n ${TRACE:-} && $phase == time && ($name == signlion-* || $name == local-lion) ]]; then
+    mkdir -p "$TRACE"
+    trace=(--trace "$(realpath -m "$TRACE")/$tag.json" --trace-warmup $((steps - TIMED)) --trace-steps "$TIMED")
+  fi
   local args=(--workload "$wl" --optimizer "$name" --overlap "$overlap" --steps "$steps" --eval-every "$every"
               --batch "$(knob BATCH "$wl" 16)" --val-size "$(knob VAL_SIZE "$wl" 500)" --threads 1
-              --width "$WIDTH" --context "$CONTEXT" --log-every 1 --json "$json" "${clip[@]}")
+              --width "$WIDTH" --context "$CONTEXT" --log-every 1 --json "$json" "${clip[@]}" "${trace[@]}")
   echo "== $phase $wl N=$n $rate $label, $steps steps ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
   rm -f "$json"
   port=$((29500 + RANDOM % 2000))

@@ -26,3 +26,8 @@ signlion_python_tests(loops test_torch_lion_loops.py Loops
                       late_change_raises_world2 grad_scaler_protocol_world2 failure_aborts_world3
                       frozen_and_tied_world2 gradients_are_bucket_views_world2 settings_compared_world2
                       close_refuses_world2 compiled_model_world2)
+# DistributedLion's step timeline (python/tests/test_torch_lion_timeline.py): the chrome trace of
+# 2 ranks, overlap on and off, each bucket in one piece and pipelined in chunks: every bucket's
+# events in order per step, parameters equal with tracing on and off, nothing recorded when off.
+signlion_python_tests(timeline test_torch_lion_timeline.py Timeline trace_world2 trace_pipelined_world2
+                      local_and_merge)

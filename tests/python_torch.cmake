@@ -47,12 +47,13 @@ set_tests_properties(${SIGNLION_TEST_ROOT}.lion_step_bench_cpu PROPERTIES LABELS
 # folder holding checkpoints; --keep K leaves the K newest (also after a save
 # cut short), --keep 0 is refused; --clip-grad-norm runs with identical ranks
 # (and changes the result, overlap off); --amp is refused on CPU and runs on
-# CUDA (skipped without a GPU).
+# CUDA (skipped without a GPU); --trace writes each rank's step timeline and
+# leaves the parameters as they are.
 signlion_python_tests(train_example test_train_example.py TrainExample
                       signlion_resume_exact_overlap_off signlion_resume_exact_overlap_on ddp_lion_resume_exact
                       resume_refuses_other_settings keep_last_k keep_one_after_interrupted_save keep_zero_refused
                       clip_grad_norm_signlion_overlap_off clip_grad_norm_signlion_overlap_on clip_grad_norm_ddp_lion
-                      amp_refused_on_cpu amp_cuda
+                      amp_refused_on_cpu amp_cuda trace
                       TIMEOUT 600 ENVIRONMENT "SIGNLION_LIBRARY=$<TARGET_FILE:nccl-sign>")
 # ROOT.train_baselines.*: the baselines that adapt a PyTorch part, 2 ranks over gloo
 # (python/tests/test_train_baselines.py): DDP's PowerSGD hook one bucket's round at a time

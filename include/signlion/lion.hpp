@@ -152,6 +152,19 @@ class DistributedLion {
     check(ncclSignLionLoadState(lion_, state.data(), state.size()), "ncclSignLionLoadState");
   }
 
+  // The step timeline (host optimizers; nccl_sign.h, ncclSignLionRecordPhases):
+  // on, every later step records when its passes and all-reduces ran, per
+  // chunk; phases() is the last recorded step's. Off (the default), a step
+  // reads no clock.
+  void recordPhases(bool on) { check(ncclSignLionRecordPhases(lion_, on ? 1 : 0), "ncclSignLionRecordPhases"); }
+  std::vector<ncclSignLionPhaseTime_t> phases() const {
+    int n = 0;
+    check(ncclSignLionGetPhases(lion_, nullptr, 0, &n), "ncclSignLionGetPhases");
+    std::vector<ncclSignLionPhaseTime_t> out((size_t)n);
+    check(ncclSignLionGetPhases(lion_, out.data(), n, &n), "ncclSignLionGetPhases");
+    return out;
+  }
+
   ncclSignLion_t handle() const { return lion_; }
 
  private:

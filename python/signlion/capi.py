@@ -69,6 +69,13 @@ class CallConfig(ctypes.Structure):
                 ("zeroRule", ctypes.c_int), ("tieRule", ctypes.c_int)]
 
 
+class PhaseTime(ctypes.Structure):
+    """ncclSignLionPhaseTime_t: when one phase of a step ran (Lion.phases)."""
+
+    _fields_ = [("phase", ctypes.c_int), ("chunk", ctypes.c_int), ("beginUs", ctypes.c_int64),
+                ("endUs", ctypes.c_int64)]
+
+
 _HERE = pathlib.Path(__file__).resolve().parent
 
 
@@ -149,6 +156,8 @@ def _lib():
         "ncclSignLionGetStateSize": [vp, ctypes.POINTER(sz)],
         "ncclSignLionSaveState": [vp, vp, sz],
         "ncclSignLionLoadState": [vp, vp, sz],
+        "ncclSignLionRecordPhases": [vp, i],
+        "ncclSignLionGetPhases": [vp, ctypes.POINTER(PhaseTime), i, ctypes.POINTER(i)],
     }
     # Only in a library built with NCCL (CUDA tensors, the user's ncclComm_t).
     device_protos = {
@@ -419,6 +428,7 @@ class Lion:
                    comm.handle if comm is not None else None)
         self.count = count
         self._comm = comm  # the optimizer uses the communicator until it is destroyed: keep it alive
+        self._phase_buffer = None  # phases(): made at the first read
 
     def __del__(self):
         if getattr(self, "handle", None):
@@ -465,6 +475,26 @@ class Lion:
     def load_state_from(self, ptr, nbytes):
         """Restores a state saved by an optimizer of the same count, datatype and options from address ptr."""
         _check("ncclSignLionLoadState", self.handle, ptr, nbytes)
+
+    def record_phases(self, enable):
+        """Whether the next steps record when each phase ran (phases()); off by default, and then
+        a step reads no clock. Host optimizers only (ncclSignLionRecordPhases)."""
+        _check("ncclSignLionRecordPhases", self.handle, int(bool(enable)))
+        self._phase_buffer = (PhaseTime * 3)() if enable else None
+
+    def phases(self):
+        """The phases of the last recorded step: [(phase, chunk, begin_us, end_us)], phase 0 the
+        vote (pass 1), 1 the all-reduce, 2 the apply (pass 2); microseconds of CLOCK_MONOTONIC
+        (time.monotonic_ns() // 1000 reads the same clock)."""
+        n = ctypes.c_int()
+        buf = self._phase_buffer
+        if buf is None:
+            buf = self._phase_buffer = (PhaseTime * 3)()
+        _check("ncclSignLionGetPhases", self.handle, buf, len(buf), ctypes.byref(n))
+        if n.value > len(buf):  # a pipelined step: more chunks than the buffer holds, read again
+            buf = self._phase_buffer = (PhaseTime * n.value)()
+            _check("ncclSignLionGetPhases", self.handle, buf, len(buf), ctypes.byref(n))
+        return [(p.phase, p.chunk, p.beginUs, p.endUs) for p in buf[:n.value]]
 
     def save_state(self):
         """This rank's state as bytes; load_state(data) continues training bit for bit. Not collective."""

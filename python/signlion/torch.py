@@ -41,6 +41,9 @@ import torch.distributed as dist
 
 from . import capi
 from .background import SerialExecutor as _SerialExecutor
+from .timeline import Timeline as _Timeline
+from .timeline import bucket_track as _bucket_track
+from .timeline import now_us as _now_us
 
 _DTYPES = {torch.float32: capi.FLOAT32, torch.float16: capi.FLOAT16, torch.bfloat16: capi.BFLOAT16}
 # Per group membership, how many host communicators this process made over it: the store key of
@@ -389,6 +392,10 @@ class _Bucket:
         # The first step only: each gradient's bits when its hook fired, to see changes that
         # bypass the version counter (writes through .data, as torch 1.13's clip_grad_value_).
         self.probe_copy = None
+        # While a trace is on (DistributedLion.start_trace): [first, last] hook times of this
+        # backward's gradients, and (step, ready, launched) of the step in flight (now_us).
+        self.trace_ready = None
+        self.trace_launch = None
 
     def describe(self):
         return "bucket %d (param group %d, %s, parameters %s)" % (self.index, self.group_index,
@@ -598,6 +605,13 @@ class DistributedLion(torch.optim.Optimizer):
     backend (PyTorch 2.8 or later) and the current stream; the optimizer state lives on that
     GPU. Call close() before destroying the process group; every later call raises.
 
+    Timeline: start_trace() records, until stop_trace(), when each bucket's gradients were ready,
+    when its step started, the library's phases (pass 1 = this rank's vote, the sign all-reduce
+    chunk by chunk, pass 2 = the update applied) and the waits in step(); export_chrome_trace(path)
+    writes them as torch.profiler does (Trace Event JSON, for chrome://tracing or ui.perfetto.dev;
+    docs/TRAINING.md, "Where a step's time goes"). Off by default: then no clock is read and nothing
+    is recorded. CUDA parameters: the events of the host only (the library's phases run on the GPU).
+
     Debugging: launch_observer, when set to a callable, is called as observer(event,
     bucket_index, in_backward) with event "launch" (on the thread that starts the bucket: the
     backward's, or step()'s), "run" and "done" (when its step begins and ends: on the
@@ -630,6 +644,7 @@ class DistributedLion(torch.optim.Optimizer):
         self.overlap = overlap
         self.bucket_cap_mb = cap
         self.launch_observer = None
+        self._timeline = None  # a signlion.timeline.Timeline while a trace is on
         self._options = dict(master_weights=master_weights, momentum_average_every=momentum_average_every,
                              skip_nonfinite=skip_nonfinite)
         self._rules = (zero_rule, tie_rule)
@@ -798,6 +813,9 @@ class DistributedLion(torch.optim.Optimizer):
             with torch.no_grad():
                 for b in new:
                     self._channel.broadcast_(b.flat)
+        if self._timeline is not None and self.device.type != "cuda":
+            for b in new:
+                b.lion.record_phases(True)
         self._buckets += new
         self._layout_pattern = self._requires_grad_pattern()
         if self.overlap:
@@ -859,6 +877,72 @@ class DistributedLion(torch.optim.Optimizer):
             if self._nccl_comm:
                 capi.nccl_comm_release(self._nccl_comm)
                 self._nccl_comm = None
+
+    def start_trace(self):
+        """Starts recording the step timeline (see the class's "Timeline"); call it between steps.
+        A trace already on is discarded and started again. Not collective."""
+        self._wait_in_flight()
+        # The trace's pid: the rank in the default group (the same across the optimizers of subgroups).
+        if dist.is_available() and dist.is_initialized():
+            rank = dist.get_rank()
+        else:
+            rank = self._channel.rank if self._channel is not None else 0
+        timeline = _Timeline(rank)
+        if self.device.type != "cuda":
+            for b in self._buckets:
+                b.lion.record_phases(True)
+        for b in self._buckets:
+            b.trace_ready = b.trace_launch = None
+        self._timeline = timeline
+
+    def stop_trace(self):
+        """Stops recording (after the steps in flight); what was recorded stays for
+        export_chrome_trace() and trace_events() until the next start_trace()."""
+        self._wait_in_flight(raise_failure=False)
+        timeline, self._timeline = self._timeline, None
+        if self.device.type != "cuda":
+            for b in self._buckets:
+                b.lion.record_phases(False)
+        if timeline is not None:
+            self._last_timeline = timeline
+
+    def _recorded_timeline(self):
+        timeline = self._timeline if self._timeline is not None else getattr(self, "_last_timeline", None)
+        if timeline is None:
+            raise RuntimeError("signlion: no trace was recorded: call start_trace() before the steps to trace")
+        return timeline
+
+    def trace_events(self):
+        """The recorded timeline as torch.profiler's chrome trace: {"traceEvents": [...]} (of the
+        trace on, or the last one stopped)."""
+        self._wait_in_flight(raise_failure=False)
+        return self._recorded_timeline().chrome_trace()
+
+    def export_chrome_trace(self, path):
+        """Writes trace_events() to `path` as JSON, like torch.profiler.profile.export_chrome_trace:
+        open it in chrome://tracing or ui.perfetto.dev."""
+        trace = self.trace_events()
+        with open(path, "w") as f:
+            json.dump(trace, f)
+
+    def _trace_launch(self, timeline, b, launched_us, ready_us=None):
+        """Notes when bucket b's step started and when its gradients were ready: ready_us when
+        given, else its last hook in this backward when backward completed it, else the start."""
+        ready = launched_us if ready_us is None else ready_us
+        if ready_us is None and b.trace_ready is not None and b.complete_in_backward():
+            ready = min(b.trace_ready[1], launched_us)
+        b.trace_launch = (timeline.step, ready, launched_us)
+        b.trace_ready = None
+
+    def _trace_bucket_step(self, timeline, b, begin_us):
+        """After bucket b's step on this thread: the library call, its phases and the bucket's span."""
+        end = _now_us()
+        step, ready, launched = b.trace_launch if b.trace_launch is not None else (timeline.step, begin_us, begin_us)
+        timeline.add("lion step b%d" % b.index, begin_us, end, step=step, bucket=b.index)
+        if not b.lion.on_device:
+            timeline.add_library_phases(b.index, step, b.lion.phases())
+        timeline.add("bucket %d" % b.index, ready, end, tid=_bucket_track(b.index), step=step, bucket=b.index,
+                     numel=b.numel, ready_to_start_us=launched - ready, start_to_applied_us=end - launched)
 
     def step_counts(self):
         """(applied, skipped) steps, from the first bucket."""
@@ -938,6 +1022,14 @@ class DistributedLion(torch.optim.Optimizer):
                 # segments): overlapping would start the bucket before the last of them.
                 self._hooks_fire_twice = True
             b.ready.add(position)
+            timeline = self._timeline
+            if timeline is not None:
+                t = _now_us()
+                if b.trace_ready is None:
+                    b.trace_ready = [t, t]
+                b.trace_ready[1] = t
+                if b.complete_in_backward():
+                    timeline.add("gradients b%d" % b.index, b.trace_ready[0], t, step=timeline.step, bucket=b.index)
             b.seen_version = b.grad._version
             if self._mode == "probe":
                 with self._aborting_on_failure(b):
@@ -959,6 +1051,10 @@ class DistributedLion(torch.optim.Optimizer):
         """Starts bucket b's step: which parameters have a gradient and the hyper-parameters are
         taken now (a missing gradient's slice is zeroed here, on the thread that owns the
         gradients); the step reads the gradients from the bucket's buffer."""
+        timeline = self._timeline
+        if timeline is not None:
+            t = _now_us()
+            self._trace_launch(timeline, b, t)
         with self._aborting_on_failure(b):
             has_grad = b.prepare_gradients()
             hyper = self._hyperparameters(b.group_index)
@@ -971,6 +1067,9 @@ class DistributedLion(torch.optim.Optimizer):
                 self._launch_on_side_stream(b, has_grad, hyper, in_backward)
                 return
         self._executor.submit(self._run_in_background, b, has_grad, hyper, in_backward)
+        if timeline is not None:
+            timeline.add("start b%d" % b.index, t, _now_us(), step=timeline.step, bucket=b.index,
+                         in_backward=in_backward)
 
     def _run_in_background(self, b, has_grad, hyper, in_backward):
         """A bucket's agreement and step on the background thread; the first error is kept
@@ -1076,23 +1175,32 @@ class DistributedLion(torch.optim.Optimizer):
         does not wait for its result (every parameter then has one somewhere)."""
         if self._channel is None or self._channel.nranks == 1:
             return has_grad
+        timeline = self._timeline
+        t = _now_us() if timeline is not None else 0
         result = self._channel.sum_start(torch.tensor(has_grad, dtype=torch.float32))
-        if all(has_grad):
-            return has_grad
-        return [c > 0 for c in result().tolist()]
+        agreed = has_grad if all(has_grad) else [c > 0 for c in result().tolist()]
+        if timeline is not None:
+            step = b.trace_launch[0] if b.trace_launch is not None else timeline.step
+            timeline.add("agree b%d" % b.index, t, _now_us(), step=step, bucket=b.index)
+        return agreed
 
     def _gradient_somewhere(self, has_grad_per_bucket):
         """_agree for every bucket at once (overlap=False): one sum all-reduce per step."""
         if self._channel is None or self._channel.nranks == 1:
             return has_grad_per_bucket
+        timeline = self._timeline
+        t = _now_us() if timeline is not None else 0
         flat = [x for per in has_grad_per_bucket for x in per]
         result = self._channel.sum_start(torch.tensor(flat, dtype=torch.float32))
         if all(flat):
-            return has_grad_per_bucket
-        counts, out, i = result().tolist(), [], 0
-        for per in has_grad_per_bucket:
-            out.append([c > 0 for c in counts[i:i + len(per)]])
-            i += len(per)
+            out = has_grad_per_bucket
+        else:
+            counts, out, i = result().tolist(), [], 0
+            for per in has_grad_per_bucket:
+                out.append([c > 0 for c in counts[i:i + len(per)]])
+                i += len(per)
+        if timeline is not None:
+            timeline.add("agree (all buckets)", t, _now_us(), step=timeline.step)
         return out
 
     def _any_rank(self, flag):
@@ -1123,12 +1231,16 @@ class DistributedLion(torch.optim.Optimizer):
         if idle:  # kept as they are: values, momentum and master copy
             before = b.save()
             values = [b.flat[o:o + n].clone() for o, n in idle]
+        timeline = self._timeline
+        t = _now_us() if timeline is not None else 0
         if b.lion.on_device:
             if stream is None:
                 stream = torch.cuda.current_stream(self.device)
             b.lion.step_async(b.flat.data_ptr(), grad.data_ptr(), stream.cuda_stream)
         else:
             b.lion.step(b.flat.data_ptr(), grad.data_ptr())
+        if timeline is not None:
+            self._trace_bucket_step(timeline, b, t)
         if idle:
             after = b.save()
             for (o, n), v in zip(idle, values):
@@ -1191,14 +1303,22 @@ class DistributedLion(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._state_cache = None
+        timeline = self._timeline
+        t = _now_us() if timeline is not None else 0
+        if timeline is not None:
+            timeline.step_called_us = t
         with self._lock:
             try:
                 self._step_locked(grad_scaler)
             finally:
+                if timeline is not None:
+                    timeline.add("step()", t, _now_us(), step=timeline.step)
+                    timeline.step += 1
                 if self.overlap:
                     self._next_launch = 0
                     for b in self._buckets:
                         b.ready.clear()
+                        b.trace_ready = None
                         b.launched = False
                         b.seen_version = None
                         if self._mode != "probe":
@@ -1266,6 +1386,11 @@ class DistributedLion(torch.optim.Optimizer):
         if not self.overlap:
             with self._aborting_on_failure(first):
                 has_grad = [b.prepare_gradients() for b in self._buckets]
+            timeline = self._timeline
+            if timeline is not None:
+                t = _now_us()
+                for bucket in self._buckets:  # without hooks, the gradients are known final when step() is called
+                    self._trace_launch(timeline, bucket, t, timeline.step_called_us)
             b = first
             try:
                 for b, active in zip(self._buckets, self._gradient_somewhere(has_grad)):
@@ -1280,7 +1405,11 @@ class DistributedLion(torch.optim.Optimizer):
             self._launch_in_order(in_backward=False)
         finally:
             try:
+                timeline = self._timeline
+                t = _now_us() if timeline is not None else 0
                 self._wait_in_flight(raise_failure=False)
+                if timeline is not None:
+                    timeline.add("wait for buckets", t, _now_us(), step=timeline.step)
             except BaseException as e:  # KeyboardInterrupt while waiting: the peers must not hang
                 self._fail(first, e)
                 raise

@@ -3,7 +3,9 @@ the ranks end with identical parameters, and a run of 2K steps equals, bit for b
 rank, a run of K steps that checkpoints, then a --resume that runs the other K; with
 signlion's overlap off and, where DistributedLion takes overlap=, on. --resume refuses a
 checkpoint of other run settings, --keep K leaves the K newest checkpoints, --clip-grad-norm
-runs (and changes the result), --amp is refused on CPU and runs on CUDA where a GPU is.
+runs (and changes the result), --amp is refused on CPU and runs on CUDA where a GPU is, --trace
+writes each rank's step timeline (and changes nothing) and is refused for a contender other than
+signlion.
 
   test_train_example.py [CASE...]    (SIGNLION_LIBRARY: the library to test)
 Exit 77 (skipped) when torch or torchrun cannot run here."""
@@ -206,6 +208,36 @@ class TrainExample(unittest.TestCase):
 
     def test_clip_grad_norm_ddp_lion(self):
         self.check_clip_grad_norm("ddp-lion", "off", compare=True)
+
+    def test_trace(self):
+        """--trace FILE: each rank writes FILE with .rank<r> before the extension, a Chrome trace of
+        the steps after the warm-up with every bucket's span per step; the parameters are those of
+        a run without it. Refused for a DDP contender."""
+        import json
+        traced, plain = os.path.join(self.tmp, "traced"), os.path.join(self.tmp, "plain")
+        trace = os.path.join(self.tmp, "trace.json")
+        opts = ["--optimizer", "signlion-mavo", "--steps", str(STEPS)]
+        out = self.torchrun(*opts, "--trace", trace, "--trace-warmup", "2", "--trace-steps", "3",
+                            "--save-params", traced)
+        self.assertIn("trace of steps 3..5 written to %s" % os.path.join(self.tmp, "trace.rank0.json"), out)
+        self.torchrun(*opts, "--save-params", plain)
+        for x, y in zip(self.params(traced)[0], self.params(plain)[0]):
+            self.assertTrue(torch.equal(x, y), "--trace changed the parameters")
+        for rank in range(2):
+            with open(os.path.join(self.tmp, "trace.rank%d.json" % rank)) as f:
+                events = json.load(f)["traceEvents"]
+            spans = [e for e in events if e["ph"] == "X"]
+            self.assertTrue(spans and all(e["pid"] == rank for e in spans))
+            buckets = {e["args"]["bucket"] for e in spans if e["name"].startswith("bucket ")}
+            self.assertTrue(buckets)
+            for step in range(3):
+                got = sorted(e["args"]["bucket"] for e in spans
+                             if e["name"].startswith("bucket ") and e["args"]["step"] == step)
+                self.assertEqual(got, sorted(buckets), "rank %d, traced step %d" % (rank, step))
+            self.assertEqual(sorted({e["args"]["step"] for e in spans}), [0, 1, 2])
+        rc, out = self.train_py("--optimizer", "ddp-lion", "--trace", trace)
+        self.assertEqual(rc, 2)
+        self.assertIn("--trace records signlion's DistributedLion", out)
 
     def test_amp_refused_on_cpu(self):
         for amp in (["--amp"], ["--amp", "bf16"]):

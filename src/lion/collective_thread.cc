@@ -6,6 +6,7 @@
 #include <exception>
 #include <map>
 
+#include "common/clock.h"
 #include "common/debug.h"
 
 namespace signlion {
@@ -49,7 +50,7 @@ CollectiveThread::~CollectiveThread() {
 }
 
 ncclResult_t CollectiveThread::start(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op,
-                                     const ncclSignCallConfig_t& rules) {
+                                     const ncclSignCallConfig_t& rules, bool timed) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (pending_) {
@@ -61,6 +62,7 @@ ncclResult_t CollectiveThread::start(void* votes, size_t count, ncclDataType_t t
     type_ = type;
     op_ = op;
     rules_ = rules;
+    timed_ = timed;
     result_ = ncclSuccess;
     pending_ = true;
   }
@@ -68,9 +70,13 @@ ncclResult_t CollectiveThread::start(void* votes, size_t count, ncclDataType_t t
   return ncclSuccess;
 }
 
-ncclResult_t CollectiveThread::wait() {
+ncclResult_t CollectiveThread::wait(int64_t* beginUs, int64_t* endUs) {
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [this] { return !pending_; });
+  if (timed_ && beginUs != nullptr && endUs != nullptr) {
+    *beginUs = beginUs_;
+    *endUs = endUs_;
+  }
   const ncclResult_t r = result_;
   result_ = ncclSuccess;
   return r;
@@ -86,9 +92,14 @@ void CollectiveThread::loop() {
     const ncclDataType_t type = type_;
     const ncclSignOp_t op = op_;
     const ncclSignCallConfig_t rules = rules_;
+    const bool timed = timed_;
     lock.unlock();
+    const int64_t begin = timed ? nowUs() : 0;
     const ncclResult_t r = ncclSignHostAllReduceWithConfig(votes, votes, count, type, op, &rules, comm_);
+    const int64_t end = timed ? nowUs() : 0;
     lock.lock();
+    beginUs_ = begin;
+    endUs_ = end;
     result_ = r;
     pending_ = false;
     changed_.notify_all();

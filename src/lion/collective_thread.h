@@ -9,6 +9,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -33,11 +34,14 @@ class CollectiveThread {
   // caller's rules (optimizers sharing the thread may vote by different
   // ones), and returns. ncclInternalError (and a WARN) when a call is still
   // in flight: every start must have its wait first.
+  // timed: the thread reads the clock when the call begins and returns
+  // (wait hands both over); untimed, it reads no clock.
   ncclResult_t start(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op,
-                     const ncclSignCallConfig_t& rules);
+                     const ncclSignCallConfig_t& rules, bool timed = false);
   // Returns once the call started last has, with its result (ncclSuccess
-  // when none was started).
-  ncclResult_t wait();
+  // when none was started). A timed call's begin and end (nowUs) go to
+  // *beginUs and *endUs where both are given; they are left alone otherwise.
+  ncclResult_t wait(int64_t* beginUs = nullptr, int64_t* endUs = nullptr);
 
  private:
   explicit CollectiveThread(ncclSignComm_t comm) : comm_(comm) {}
@@ -54,6 +58,8 @@ class CollectiveThread {
   ncclDataType_t type_ = ncclInt8;
   ncclSignOp_t op_ = ncclSignMajority;
   ncclSignCallConfig_t rules_ = NCCL_SIGN_CALL_CONFIG_INITIALIZER;
+  bool timed_ = false;
+  int64_t beginUs_ = 0, endUs_ = 0;  // the last timed call's
   std::thread thread_;
 };
 

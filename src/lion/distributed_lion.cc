@@ -99,8 +99,18 @@ ncclResult_t Optimizer::step(void* params, const void* grads, bool* applied, voi
   return res != ncclSuccess ? res : end;
 }
 
+void Optimizer::recordPhases(bool on) {
+  recording_ = on;
+  phases_.clear();
+  if (on) {  // a chunk's three phases per chunk: no allocation during the steps
+    const size_t chunk = lionChunkElements();
+    phases_.reserve(3 * (chunk > 0 && count_ > chunk ? (count_ + chunk - 1) / chunk : 1));
+  }
+}
+
 ncclResult_t Optimizer::runStep(void* params, const void* grads, bool* applied) {
   const int agg = config_.aggregation;
+  if (recording_) phases_.clear();
   const bool voted = agg == ncclSignLionMajority || agg == ncclSignLionAverage;
   float* momentum = momentum_.as<float>();
   float* master = master_.as<float>();
@@ -113,7 +123,9 @@ ncclResult_t Optimizer::runStep(void* params, const void* grads, bool* applied) 
   // checks it alone (a sum that overflows counts as non-finite too).
   if (agg == ncclSignLionGlobal) {
     NCCLCHECK(comm_->toFloat(type_, grads, meanGrad_.as<float>(), count_));
+    const int64_t t = mark();
     NCCLCHECK(comm_->sumAllReduce(meanGrad_.as<float>(), count_));
+    record(ncclSignLionPhaseAllReduce, 0, t);
   }
   const float* skip = nullptr;
   if (config_.skipNonFinite) {
@@ -142,17 +154,24 @@ ncclResult_t Optimizer::runStep(void* params, const void* grads, bool* applied) 
   } else {
     if (!skipKnown) {
       const bool global = agg == ncclSignLionGlobal;
+      int64_t t = mark();
       NCCLCHECK(comm_->interpolateAndVote(global ? ncclFloat32 : type_,
                                           global ? (const void*)meanGrad_.as<float>() : grads,
                                           global ? (float)comm_->nranks() : 1.0f, momentum,
                                           average ? VoteEncoding::kFloat32 : VoteEncoding::kSignInt8,
                                           votes_.as<void>(), count_, k, skip));
-      if (voted)
+      record(ncclSignLionPhaseVote, 0, t);
+      if (voted) {
+        t = mark();
         NCCLCHECK(comm_->signAllReduce(votes_.as<void>(), count_, voteType,
                                        average ? ncclSignAverage : ncclSignMajority));
+        record(ncclSignLionPhaseAllReduce, 0, t);
+      }
     }
+    const int64_t t = mark();
     NCCLCHECK(comm_->applyUpdate(type_, params, master, voteType, votes_.as<void>(), count_, config_.lr,
                                  config_.weightDecay, skip, skipped_.as<uint64_t>()));
+    record(ncclSignLionPhaseApply, 0, t);
   }
   if (skipKnown) INFO(kSubsysLion, "Lion step %llu skipped: non-finite gradient", (unsigned long long)steps_);
   // Lion Cub's periodic momentum synchronization: every rank gets the mean.
@@ -184,23 +203,36 @@ ncclResult_t Optimizer::pipelinedVoteAndApply(void* params, float* master, const
   auto length = [&](size_t i) { return std::min(chunk, count_ - i * chunk); };
   auto vote = [&](size_t i) {
     const size_t first = i * chunk;
-    return comm_->interpolateAndVote(type_, static_cast<const char*>(grads) + first * elementSize, 1.0f,
-                                     momentum + first, encoding, votes + first * voteSize, length(i), k, skip);
+    const int64_t t = mark();
+    const ncclResult_t r =
+        comm_->interpolateAndVote(type_, static_cast<const char*>(grads) + first * elementSize, 1.0f,
+                                  momentum + first, encoding, votes + first * voteSize, length(i), k, skip);
+    record(ncclSignLionPhaseVote, i, t);
+    return r;
   };
   auto apply = [&](size_t i) {
     const size_t first = i * chunk;
-    return comm_->applyUpdate(type_, static_cast<char*>(params) + first * elementSize,
-                              master != nullptr ? master + first : nullptr, voteType, votes + first * voteSize,
-                              length(i), config_.lr, config_.weightDecay, skip, skipped_.as<uint64_t>());
+    const int64_t t = mark();
+    const ncclResult_t r =
+        comm_->applyUpdate(type_, static_cast<char*>(params) + first * elementSize,
+                           master != nullptr ? master + first : nullptr, voteType, votes + first * voteSize,
+                           length(i), config_.lr, config_.weightDecay, skip, skipped_.as<uint64_t>());
+    record(ncclSignLionPhaseApply, i, t);
+    return r;
   };
   NCCLCHECK(vote(0));
   for (size_t i = 0; i < chunks; i++) {
-    NCCLCHECK(comm_->signAllReduceStart(votes + i * chunk * voteSize, length(i), voteType, op));
+    // A call that start runs itself (no thread) is timed here; one on the thread, by the thread.
+    int64_t begin = mark();
+    NCCLCHECK(comm_->signAllReduceStart(votes + i * chunk * voteSize, length(i), voteType, op, recording_));
+    int64_t end = mark();
     ncclResult_t passes = i + 1 < chunks ? vote(i + 1) : ncclSuccess;
     if (passes == ncclSuccess && i > 0) passes = apply(i - 1);
-    const ncclResult_t collective = comm_->signAllReduceWait();  // always: the votes are the thread's until then
+    // always: the votes are the thread's until then
+    const ncclResult_t collective = comm_->signAllReduceWait(&begin, &end);
     NCCLCHECK(collective);
     NCCLCHECK(passes);
+    if (recording_) phases_.push_back({ncclSignLionPhaseAllReduce, (int)i, begin, end});
   }
   return apply(chunks - 1);
 }

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/clock.h"
 #include "lion/lion_comm.h"
 #include "lion/lion_state.h"
 #include "nccl_sign.h"
@@ -54,6 +55,11 @@ class Optimizer {
   std::vector<float> momentum() const;
   std::vector<float> master() const;
 
+  // ncclSignLionRecordPhases / ncclSignLionGetPhases: when each phase of
+  // the last step ran (recorded only while on; off, no clock is read).
+  void recordPhases(bool on);
+  const std::vector<ncclSignLionPhaseTime_t>& phases() const { return phases_; }
+
   size_t stateSize() const;  // lion_state.h
   ncclResult_t saveState(void* buffer, size_t bytes) const;
   ncclResult_t loadState(const void* buffer, size_t bytes);
@@ -90,6 +96,12 @@ class Optimizer {
                                      const float* skip, size_t chunk);
   bool hasMaster() const;
   std::vector<float> copyOut(const Buffer& b) const;
+  // Recording: the clock now (0 when off), and a phase that began at `begin`
+  // and ends now.
+  int64_t mark() const { return recording_ ? nowUs() : 0; }
+  void record(ncclSignLionPhase_t phase, size_t chunk, int64_t begin) {
+    if (recording_) phases_.push_back({phase, (int)chunk, begin, nowUs()});
+  }
 
   size_t count_;
   ncclDataType_t type_;
@@ -105,6 +117,8 @@ class Optimizer {
   bool masterReady_ = false;
   uint64_t steps_ = 0;  // steps called: applied + skipped
   bool pipelineLogged_ = false;  // the INFO line of the first pipelined step
+  bool recording_ = false;       // ncclSignLionRecordPhases
+  std::vector<ncclSignLionPhaseTime_t> phases_;  // the last recorded step's, capacity reserved when turned on
 };
 
 }  // namespace lion

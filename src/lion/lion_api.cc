@@ -1,4 +1,5 @@
 // The C entry points of the Distributed Lion optimizer (nccl_sign.h).
+#include <algorithm>
 #include <memory>
 #include <new>
 
@@ -164,6 +165,36 @@ __attribute__((visibility("default"))) ncclResult_t ncclSignLionLoadState(ncclSi
   ncclSignLion* l = checkLion(lion, "ncclSignLionLoadState");
   if (l == nullptr) return ncclInvalidArgument;
   return l->opt->loadState(buffer, bytes);
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclSignLionRecordPhases(ncclSignLion_t lion, int enable) {
+  const char* fn = "ncclSignLionRecordPhases";
+  ncclSignLion* l = checkLion(lion, fn);
+  if (l == nullptr) return ncclInvalidArgument;
+  if (l->opt->onDevice()) {
+    WARN("%s: the optimizer works on device buffers, whose steps the host only enqueues: time them with the "
+         "CUDA profiler",
+         fn);
+    return ncclInvalidUsage;
+  }
+  l->opt->recordPhases(enable != 0);
+  return ncclSuccess;
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclSignLionGetPhases(const ncclSignLion_t lion,
+                                                                           ncclSignLionPhaseTime_t* phases,
+                                                                           int capacity, int* count) {
+  const char* fn = "ncclSignLionGetPhases";
+  ncclSignLion* l = checkLion(lion, fn);
+  if (l == nullptr) return ncclInvalidArgument;
+  ARGCHECK(count != nullptr, fn, "count", "NULL");
+  ARGCHECK(capacity >= 0, fn, "capacity", "%d", capacity);
+  ARGCHECK(phases != nullptr || capacity == 0, fn, "phases", "NULL with capacity %d", capacity);
+  const std::vector<ncclSignLionPhaseTime_t>& recorded = l->opt->phases();
+  const size_t n = std::min(recorded.size(), (size_t)capacity);
+  std::copy(recorded.begin(), recorded.begin() + n, phases);
+  *count = (int)recorded.size();
+  return ncclSuccess;
 }
 
 #ifdef SIGNLION_LION_ON_NCCL

@@ -19,15 +19,18 @@ ncclResult_t HostCommunicator::signAllReduce(void* votes, size_t count, ncclData
   return ncclSignHostAllReduceWithConfig(votes, votes, count, type, op, &rules_, comm_);
 }
 
-ncclResult_t HostCommunicator::signAllReduceStart(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) {
+ncclResult_t HostCommunicator::signAllReduceStart(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op,
+                                                  bool timed) {
   if (thread_ == nullptr && !noThread_ && overlapsCollectives()) {
     thread_ = CollectiveThread::of(comm_);
     noThread_ = thread_ == nullptr;
   }
   if (thread_ == nullptr) return signAllReduce(votes, count, type, op);
-  return thread_->start(votes, count, type, op, rules_);
+  return thread_->start(votes, count, type, op, rules_, timed);
 }
-ncclResult_t HostCommunicator::signAllReduceWait() { return thread_ != nullptr ? thread_->wait() : ncclSuccess; }
+ncclResult_t HostCommunicator::signAllReduceWait(int64_t* beginUs, int64_t* endUs) {
+  return thread_ != nullptr ? thread_->wait(beginUs, endUs) : ncclSuccess;
+}
 ncclResult_t HostCommunicator::sumAllReduce(float* x, size_t count) {
   return ncclSignHostSumAllReduce(x, x, count, ncclFloat32, comm_);
 }

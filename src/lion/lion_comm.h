@@ -42,12 +42,21 @@ class Communicator {
   // The same, split in two: start returns at once when overlapsCollectives()
   // (the votes are the collective's until wait returns, and only the passes
   // below may run meanwhile); else it runs the call and wait has nothing to
-  // wait for. Every successful start is followed by its wait.
+  // wait for. Every successful start is followed by its wait. timed: wait
+  // sets *beginUs and *endUs (nowUs) to when the call began and returned on
+  // the thread that ran it, if it ran on another thread; the caller times a
+  // call that start ran itself.
   virtual bool overlapsCollectives() const { return false; }
-  virtual ncclResult_t signAllReduceStart(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) {
+  virtual ncclResult_t signAllReduceStart(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op,
+                                          bool timed) {
+    (void)timed;
     return signAllReduce(votes, count, type, op);
   }
-  virtual ncclResult_t signAllReduceWait() { return ncclSuccess; }
+  virtual ncclResult_t signAllReduceWait(int64_t* beginUs, int64_t* endUs) {
+    (void)beginUs;
+    (void)endUs;
+    return ncclSuccess;
+  }
   // In place: x becomes the sum over all ranks, identical on every rank.
   virtual ncclResult_t sumAllReduce(float* x, size_t count) = 0;
 
@@ -89,8 +98,9 @@ class HostCommunicator final : public Communicator {
   // On the communicator's CollectiveThread, taken at the first start (the
   // calling thread runs the call where no thread could be started).
   bool overlapsCollectives() const override { return comm_ != nullptr && nranks_ > 1; }
-  ncclResult_t signAllReduceStart(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) override;
-  ncclResult_t signAllReduceWait() override;
+  ncclResult_t signAllReduceStart(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op,
+                                  bool timed) override;
+  ncclResult_t signAllReduceWait(int64_t* beginUs, int64_t* endUs) override;
   ncclResult_t sumAllReduce(float* x, size_t count) override;
 
   ncclResult_t allocate(size_t bytes, void** ptr) override;

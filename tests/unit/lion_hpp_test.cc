@@ -75,6 +75,28 @@ TEST(LionCpp, WrapperStepsSavesAndLoads) {
   EXPECT_EQ(a.options().weightDecay, 0.02f);
 }
 
+// recordPhases / phases(): nothing before recording, pass 1 then pass 2 of
+// a local step while on, nothing again once off.
+TEST(LionCpp, PhasesOfTheLastStep) {
+  const size_t count = 100;
+  LionOptions o;
+  o.aggregation = Aggregation::kLocal;
+  DistributedLion a(count, ncclBfloat16, o, nullptr);
+  Bytes p = makeParams(ncclBfloat16, count, 1);
+  a.step(p.data(), makeGrads(ncclBfloat16, count, 2, 0).data());
+  EXPECT_TRUE(a.phases().empty());
+  a.recordPhases(true);
+  a.step(p.data(), makeGrads(ncclBfloat16, count, 2, 1).data());
+  std::vector<ncclSignLionPhaseTime_t> got = a.phases();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].phase, ncclSignLionPhaseVote);
+  EXPECT_EQ(got[1].phase, ncclSignLionPhaseApply);
+  EXPECT_LE(got[0].endUs, got[1].beginUs);
+  a.recordPhases(false);
+  a.step(p.data(), makeGrads(ncclBfloat16, count, 2, 2).data());
+  EXPECT_TRUE(a.phases().empty());
+}
+
 #ifdef SIGNLION_LION_ON_NCCL
 // The device wrapper's argument checks need no GPU: a majority vote without
 // a communicator, a bad datatype. (tests/gpu/ steps it on a GPU.)

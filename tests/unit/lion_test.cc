@@ -235,6 +235,64 @@ TEST(LionApi, ZeroLearningRateKeepsParametersAndMovesMomentum) {
   }
 }
 
+// The step timeline (ncclSignLionRecordPhases, ncclSignLionGetPhases): off
+// by default and after it is turned off, a step records nothing; on, a step
+// records its passes in order (local: pass 1 and 2; majority through a
+// one-rank communicator: the all-reduce between them), and the values are
+// those of the step without recording. Bad arguments are refused.
+TEST_F(OneRank, PhasesRecordedOnlyWhenOn) {
+  const size_t count = 300;
+  ncclSignComm_t comm = makeComm(ncclSignZeroPositive);
+  ASSERT_NE(comm, nullptr);
+  for (int agg : {ncclSignLionLocal, ncclSignLionMajority}) {
+    SCOPED_TRACE("aggregation " + std::to_string(agg));
+    ncclSignLionConfig_t c = lionConfig(agg, 0.01f, 0.1f, false);
+    ncclSignLion_t timed = nullptr, plain = nullptr;
+    ASSERT_EQ(ncclSignLionCreate(&timed, count, ncclFloat32, &c, comm), ncclSuccess);
+    ASSERT_EQ(ncclSignLionCreate(&plain, count, ncclFloat32, &c, comm), ncclSuccess);
+    Bytes params = makeParams(ncclFloat32, count, 5), plainParams = params;
+    ncclSignLionPhaseTime_t phases[4];
+    int n = -1;
+    ASSERT_EQ(ncclSignLionGetPhases(timed, nullptr, 0, &n), ncclSuccess);
+    EXPECT_EQ(n, 0) << "phases before any step";
+    for (int step = 0; step < 4; step++) {
+      // Steps 1 and 2 recorded; 0 before and 3 after.
+      if (step == 1) ASSERT_EQ(ncclSignLionRecordPhases(timed, 1), ncclSuccess);
+      if (step == 3) ASSERT_EQ(ncclSignLionRecordPhases(timed, 0), ncclSuccess);
+      Bytes g = makeGrads(ncclFloat32, count, 6, step);
+      ASSERT_EQ(ncclSignLionStep(timed, params.data(), g.data(), nullptr), ncclSuccess);
+      ASSERT_EQ(ncclSignLionStep(plain, plainParams.data(), g.data(), nullptr), ncclSuccess);
+      ASSERT_EQ(params, plainParams) << "recording changed the step " << step;
+      n = -1;
+      ASSERT_EQ(ncclSignLionGetPhases(timed, phases, 4, &n), ncclSuccess);
+      if (step == 0 || step == 3) {
+        EXPECT_EQ(n, 0) << "step " << step << " recorded while off";
+        continue;
+      }
+      std::vector<int> expected = {ncclSignLionPhaseVote, ncclSignLionPhaseApply};
+      if (agg == ncclSignLionMajority) expected.insert(expected.begin() + 1, ncclSignLionPhaseAllReduce);
+      ASSERT_EQ(n, (int)expected.size()) << "step " << step;
+      for (int i = 0; i < n; i++) {
+        EXPECT_EQ(phases[i].phase, expected[i]) << i;
+        EXPECT_EQ(phases[i].chunk, 0) << i;
+        EXPECT_LE(phases[i].beginUs, phases[i].endUs) << i;
+        if (i > 0) EXPECT_LE(phases[i - 1].endUs, phases[i].beginUs) << i;
+      }
+      int only = -1;
+      ASSERT_EQ(ncclSignLionGetPhases(timed, phases, 1, &only), ncclSuccess);
+      EXPECT_EQ(only, n) << "the count is what the step recorded, whatever the capacity";
+    }
+    EXPECT_EQ(ncclSignLionGetPhases(timed, phases, 4, nullptr), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignLionGetPhases(timed, phases, -1, &n), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignLionGetPhases(timed, nullptr, 2, &n), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignLionGetPhases(nullptr, phases, 4, &n), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignLionRecordPhases(nullptr, 1), ncclInvalidArgument);
+    EXPECT_EQ(ncclSignLionDestroy(timed), ncclSuccess);
+    EXPECT_EQ(ncclSignLionDestroy(plain), ncclSuccess);
+  }
+  EXPECT_EQ(ncclSignCommDestroy(comm), ncclSuccess);
+}
+
 #ifdef SIGNLION_LION_ON_NCCL
 // The device entry points check their arguments before touching CUDA or
 // NCCL, so these hold on a machine without a GPU (where CI runs them).
