@@ -48,7 +48,7 @@ using algo::Range;
 using algo::Schedule;
 
 constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                     ncclSignAlgoFieldSum};
+                                     ncclSignAlgoFieldSum, ncclSignAlgoDirect};
 
 struct Spec {
   ncclSignOp_t op;
@@ -249,8 +249,9 @@ TEST(NcclPlan, ChunksGroupsStageAndLayoutOverTheMatrix) {
           }
 }
 
-// Ring and halving-doubling fuse the last add with the decide on every rank
-// that decides; allgather and field-sum run one collective and fuse nothing.
+// Ring, halving-doubling and direct fuse the last add with the decide on
+// every rank that decides; allgather and field-sum run one collective and
+// fuse nothing.
 TEST(NcclPlan, FusionAndExchanges) {
   const Spec sp = kSpecs[0];
   for (int n : {2, 3, 4, 5, 8}) {
@@ -266,7 +267,7 @@ TEST(NcclPlan, FusionAndExchanges) {
           EXPECT_EQ(p.steps[0].exchange, algo == ncclSignAlgoAllGather ? Exchange::kAllGather : Exchange::kAllReduce);
           EXPECT_TRUE(p.fused.empty());
         } else {
-          const bool decides = algo == ncclSignAlgoRing || r < p2;
+          const bool decides = algo == ncclSignAlgoRing || algo == ncclSignAlgoDirect || r < p2;
           EXPECT_EQ(!p.fused.empty(), decides) << "rank " << r;
           EXPECT_EQ(p.fusedStoresPlanes, decides);  // every decided shard is sent on
         }
