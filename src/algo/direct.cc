@@ -7,9 +7,11 @@
 // steps. See docs/ALGORITHMS.md.
 //
 // Both phases go in pairwise order: in step k = 1..N-1 rank r sends to rank
-// r+k and receives from rank r-k (mod N), so on a switch every rank receives
-// from exactly one peer in each step and no link carries two messages at
-// once. The all-gather is pairwise rather than a ring: the bytes and the
+// r+k and receives from rank r-k (mod N), so step by step every rank sends to
+// one peer and receives from one other: on a switch no rank's link is shared
+// by two senders. (The host executor overlaps steps: it posts a send as soon
+// as its blocks are ready, and the reduce-scatter's sends read only the
+// rank's own votes, so they may all be in flight at once.) The all-gather is pairwise rather than a ring: the bytes and the
 // number of steps are the same, but every result shard travels one hop from
 // its owner, so no step waits for the step before to forward what it
 // received (the executors may post every shard as soon as it is decided),

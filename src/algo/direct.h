@@ -4,8 +4,8 @@
 // SIGNLION_NSOCKS (up to 4) data streams each, with SIGNLION_NTHREADS (2)
 // helper threads per comm: about 10 sockets and 4 threads per peer
 // (docs/SCALE.md). So the direct algorithm is offered only up to
-// kMaxDirectRanks ranks: at 16, 15 peers, 152 sockets and 60 helper threads
-// per rank, the bound the hierarchical algorithm already holds a node to
+// kMaxDirectRanks ranks: at 16, 15 peers, at most 152 sockets and 60 helper
+// threads per rank (137 and 60 measured on loopback), the bound the hierarchical algorithm already holds a node to
 // (host::kMaxHierNodeRanks); past it, auto leaves direct out and the host
 // communicator makes no links for it, so a rank's sockets and threads stay
 // those of the logarithmic schedules however large N grows.
