@@ -31,7 +31,7 @@ PATH) shows test accuracy (the mean over --byzantine-seeds) against k.
 
   convergence_study.py [--dataset fashion|digits] [--workers 4 8 16] [--seeds 3] [--steps 500]
                        [--batch 128] [--grid full|medium|small] [--methods ...] [--byzantine] [--plot PNG]
-                       [--algorithm auto|ring|hd|allgather|fieldsum]
+                       [--algorithm auto|ring|hd|allgather|fieldsum|direct]
 """
 import argparse
 import math
@@ -136,7 +136,7 @@ def digits():
 
 
 # ncclSignAlgo_t (include/nccl_sign.h)
-ALGORITHMS = {"auto": 0, "ring": 1, "hd": 2, "allgather": 3, "fieldsum": 4}
+ALGORITHMS = {"auto": 0, "ring": 1, "hd": 2, "allgather": 3, "fieldsum": 4, "direct": 6}
 
 
 def worker_grads(model, flat, xb, yb, n):

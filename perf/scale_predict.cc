@@ -13,6 +13,11 @@
 //                           1 MiB..256 MiB of fp32), with the star's settings
 //                           (every rank its own node, SIGNLION_COST_BETA_MBPS
 //                           of the tbf rate), to compare with the measurements
+//   scale_predict crossover for N = 2..16 (every rank its own node) and links
+//                           of 1, 10 and 100 Gbit/s: the smallest power-of-two
+//                           count of fp32 elements from which on auto picks
+//                           the direct algorithm (majority, exact ties, and
+//                           with a tie rule), and what it picks just below
 //
 // The ring all-reduce rows are the alpha-beta ring of NCCL and of signlion's
 // ncclSignHostSumAllReduce: 2(N-1) steps of alpha + (bytes/N)/beta, the
@@ -28,6 +33,7 @@
 #include <vector>
 
 #include "algo/cost_model.h"
+#include "algo/direct.h"
 #include "algo/topology.h"
 #include "common/config.h"
 #include "common/param.h"
@@ -39,8 +45,8 @@ using signlion::algo::CostModel;
 using signlion::algo::CostParams;
 using signlion::algo::Topology;
 
-constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                     ncclSignAlgoFieldSum, ncclSignAlgoHierarchical};
+constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing,     ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
+                                     ncclSignAlgoFieldSum, ncclSignAlgoHierarchical,    ncclSignAlgoDirect};
 
 double ringAllReduceUs(const CostParams& p, int nranks, double bytes) {
   if (nranks < 2) return 0;
@@ -69,6 +75,7 @@ void rows(const char* tag, int nranks, int perNode, double gbit, uint64_t count,
   signlion::algo::OpSpec spec;
   unsigned available = signlion::algo::kAllAlgorithms;
   if (perNode <= 1) available &= ~signlion::algo::algoBit(ncclSignAlgoHierarchical);
+  if (!signlion::algo::directAllowed(nranks)) available &= ~signlion::algo::algoBit(ncclSignAlgoDirect);
   ncclSignAlgo_t chosen = ncclSignAlgoAuto;
   if (signlion::algo::chooseAlgorithm(nranks, count, spec, available, ncclSignAlgoAuto, model, &chosen, t) !=
       ncclSuccess)
@@ -86,14 +93,52 @@ void rows(const char* tag, int nranks, int perNode, double gbit, uint64_t count,
          ringAllReduceUs(p, nranks, 2.0 * (double)count), signlion::algoName(chosen));
 }
 
+// The smallest power of two from which on (up to 2^30 elements) auto picks
+// direct, as a communicator on a flat network of `gbit` links would.
+void crossoverRow(int nranks, double gbit, const signlion::algo::OpSpec& spec, const char* rules) {
+  setenv("SIGNLION_COST_BETA_MBPS", std::to_string((long long)(gbit * 125.0)).c_str(), 1);
+  signlion::paramResetCache();
+  CostModel model;
+  model.setHostExecutor(signlion::host::hostChunkBytes(), (int64_t)signlion::host::hostSegmentElements());
+  unsigned available = signlion::algo::kAllAlgorithms & ~signlion::algo::algoBit(ncclSignAlgoHierarchical);
+  uint64_t from = 0;
+  ncclSignAlgo_t below = ncclSignAlgoAuto;
+  for (int lg = 30; lg >= 6; lg--) {
+    ncclSignAlgo_t chosen = ncclSignAlgoAuto;
+    if (signlion::algo::chooseAlgorithm(nranks, uint64_t{1} << lg, spec, available, ncclSignAlgoAuto, model, &chosen) !=
+        ncclSuccess)
+      break;
+    if (chosen != ncclSignAlgoDirect) {
+      below = chosen;
+      break;
+    }
+    from = uint64_t{1} << lg;
+  }
+  printf("crossover,%d,%g,%s,%llu,%s\n", nranks, gbit, rules, (unsigned long long)from,
+         below == ncclSignAlgoAuto ? "-" : signlion::algoName(below));
+}
+
+int crossover() {
+  printf("grid,nranks,gbit,rules,direct_from_count,auto_picks_below\n");
+  signlion::algo::OpSpec ties, tieRule;
+  tieRule.tieRule = ncclSignTiePositive;
+  for (double gbit : {1.0, 10.0, 100.0})
+    for (int n = 2; n <= signlion::algo::kMaxDirectRanks; n++) {
+      crossoverRow(n, gbit, ties, "exact-ties");
+      crossoverRow(n, gbit, tieRule, "tie-rule");
+    }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "";
-  if (what != "cluster" && what != "star") {
-    fprintf(stderr, "usage: %s cluster|star   (CSV on stdout)\n", argv[0]);
+  if (what != "cluster" && what != "star" && what != "crossover") {
+    fprintf(stderr, "usage: %s cluster|star|crossover   (CSV on stdout)\n", argv[0]);
     return 2;
   }
+  if (what == "crossover") return crossover();
   printf("grid,nranks,ranks_per_node,gbit,count,contender,predicted_us,auto_picks\n");
   if (what == "cluster") {
     for (int perNode : {1, 8})

@@ -11,7 +11,7 @@
 #   scripts/ethernet_bench.sh [BUILD_DIR] [OUT_DIR]            (root)
 # Environment (defaults: the full sweep of docs/PERFORMANCE.md, section 3):
 #   RANKS="4 8" RATES="1gbit 10gbit" MINB=1M MAXB=256M FACTOR=4 ITERS=2 WARMUP=1
-#   CONTENDERS="sign-auto sign-ring sign-hd sign-allgather fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"
+#   CONTENDERS="sign-auto sign-ring sign-hd sign-allgather sign-direct fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"
 #   RUN_TIMEOUT=600 (seconds per contender run)
 #   POINT_BYTES=<bytes, K/M/G>: each size runs on its own, every contender in
 #     turn before the next size, with max(ITERS, POINT_BYTES / size) calls
@@ -36,7 +36,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 RANKS=${RANKS:-"4 8"}
 RATES=${RATES:-"1gbit 10gbit"}
 MINB=${MINB:-1M} MAXB=${MAXB:-256M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-2} WARMUP=${WARMUP:-1}
-CONTENDERS=${CONTENDERS:-"sign-auto sign-ring sign-hd sign-allgather fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"}
+CONTENDERS=${CONTENDERS:-"sign-auto sign-ring sign-hd sign-allgather sign-direct fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 BASELINE=${BASELINE:-}
 TRANSPORTS=${TRANSPORTS:-socket}
@@ -71,6 +71,8 @@ contender_args() {  # name nranks -> prints "ENV... -- ARGS..." or nothing when 
     sign-ring) echo "-- -o mavo -A ring ${b[*]}" ;;
     sign-hd) echo "-- -o mavo -A hd ${b[*]}" ;;
     sign-allgather) echo "-- -o mavo -A allgather ${b[*]}" ;;
+    # direct runs on at most 16 ranks (docs/ALGORITHMS.md)
+    sign-direct) (($2 <= 16)) && echo "-- -o mavo -A direct ${b[*]}" ;;
     fieldsum-4) (($2 <= 15)) && echo "SIGNLION_FIELD_BITS=4 -- -o mavo -A fieldsum ${b[*]}" ;;
     fieldsum-8) echo "SIGNLION_FIELD_BITS=8 -- -o mavo -A fieldsum ${b[*]}" ;;
     fp32-sum) echo "-- -o sum -d float ${b[*]}" ;;

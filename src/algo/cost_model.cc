@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "algo/direct.h"
 #include "common/checks.h"
 #include "common/config.h"
 #include "common/param.h"
@@ -237,6 +238,11 @@ ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, uns
   ncclSignAlgo_t best = ncclSignAlgoAuto;
   double bestUs = 0;
   std::string all;
+  // A rank's peers, and so its sockets and threads, stay bounded as N grows.
+  if (!directAllowed(nranks) && (available & algoBit(ncclSignAlgoDirect))) {
+    available &= ~algoBit(ncclSignAlgoDirect);
+    all += " direct (over " + std::to_string(kMaxDirectRanks) + " ranks)";
+  }
   for (int a = ncclSignAlgoAuto + 1; a < ncclSignNumAlgos; a++) {
     ncclSignAlgo_t algo = static_cast<ncclSignAlgo_t>(a);
     if (!(available & algoBit(algo))) continue;

@@ -86,7 +86,7 @@ void cpuCostParamsFrom(const char* prefix, int64_t packPs, int64_t decidePs, Cos
 constexpr unsigned algoBit(ncclSignAlgo_t algo) { return 1u << static_cast<unsigned>(algo); }
 constexpr unsigned kAllAlgorithms = algoBit(ncclSignAlgoRing) | algoBit(ncclSignAlgoHalvingDoubling) |
                                     algoBit(ncclSignAlgoAllGather) | algoBit(ncclSignAlgoFieldSum) |
-                                    algoBit(ncclSignAlgoHierarchical);
+                                    algoBit(ncclSignAlgoHierarchical) | algoBit(ncclSignAlgoDirect);
 
 class CostModel {
  public:
@@ -126,7 +126,8 @@ class CostModel {
 // ncclSignAlgoAuto picks the cheapest available one under `model` (ties go
 // to the lower enum value; the hierarchical algorithm only where topo has
 // several nodes and one of them several ranks, as elsewhere it is
-// halving-doubling or has nothing to cross), leaving out any that a setting rules out
+// halving-doubling or has nothing to cross; the direct algorithm only up to
+// kMaxDirectRanks ranks, algo/direct.h), leaving out any that a setting rules out
 // (settingsConflict) with one WARN per algorithm, N and setting value in the
 // process. The choice is logged at INFO (subsystem ALGO).
 // Errors: ncclInvalidArgument (with a WARN) for nranks < 1, an unknown

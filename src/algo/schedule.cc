@@ -161,6 +161,9 @@ ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nb
     case ncclSignAlgoHierarchical:
       detail::buildHierarchical(&s, *topo);
       break;
+    case ncclSignAlgoDirect:
+      detail::buildDirect(&s);
+      break;
     case ncclSignAlgoFieldSum: {
       // Fields as narrow as N allows, or fixed ones (Lion Cub: 4 or 8 bits).
       SettingConflict conflict;

@@ -257,6 +257,7 @@ void buildHalvingDoubling(Schedule* s);
 void buildAllGather(Schedule* s);
 void buildFieldSum(Schedule* s);
 void buildHierarchical(Schedule* s, const Topology& topo);
+void buildDirect(Schedule* s);
 // SIGNLION_FIELD_BITS read once: fieldBitsFor(it, nranks); when that is 0,
 // *conflict (if not null) says why.
 int fieldSumBits(int nranks, SettingConflict* conflict);

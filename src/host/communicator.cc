@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "algo/direct.h"
 #include "common/checks.h"
 #include "host/host_params.h"
 
@@ -57,6 +58,11 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
          "but a node of this communicator has more than %d ranks (%s): its sign all-reduce calls will fail with "
          "ncclInvalidArgument",
          rank, kMaxHierNodeRanks, comm->topology.describe(nranks).c_str());
+  if (comm->config.algorithm == ncclSignAlgoDirect && !algo::directAllowed(nranks))
+    WARN("ncclSignCommInitRank: rank %d: the direct algorithm is forced (config->algorithm or SIGNLION_ALGO), but it "
+         "talks to every rank and runs on at most %d ranks, not %d: its sign all-reduce calls will fail with "
+         "ncclInvalidArgument",
+         rank, algo::kMaxDirectRanks, nranks);
   NCCLCHECK(comm->links.connect(*comm->net, *comm->bootstrap,
                                 schedulePeers(nranks, rank, comm->topology, comm->hierNodeRanks > 0,
                                               comm->config.algorithm),
@@ -78,9 +84,11 @@ ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec
     return ncclSuccess;
   };
   // Without its links (one node, or nodes too large) the hierarchical
-  // algorithm is not available: auto leaves it out, forcing it fails.
+  // algorithm is not available: auto leaves it out, forcing it fails. So is
+  // the direct one past algo::kMaxDirectRanks ranks (no links made for it).
   unsigned available = algo::kAllAlgorithms;
   if (comm->hierNodeRanks == 0) available &= ~algo::algoBit(ncclSignAlgoHierarchical);
+  if (!algo::directAllowed(comm->nranks)) available &= ~algo::algoBit(ncclSignAlgoDirect);
   return comm->schedules.get(comm->nranks, comm->rank, nblocks, spec, comm->config.algorithm, available,
                              comm->costModel, finish, out, &comm->topology);
 }

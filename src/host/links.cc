@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "algo/direct.h"
 #include "algo/schedule.h"
 #include "common/checks.h"
 #include "common/clock.h"
@@ -33,7 +34,9 @@ const char* findHandle(const HandleSlot* row, int slots, int peer) {
 int maxPeerSlots(int nranks, int nodeRanks) {
   int lg = 0;
   while ((1 << lg) < nranks) lg++;
-  return 2 * lg + 4 + std::max(0, nodeRanks - 1);
+  const int logarithmic = 2 * lg + 4 + std::max(0, nodeRanks - 1);
+  // The direct algorithm's N-1 peers, where it may run.
+  return algo::directAllowed(nranks) ? std::max(logarithmic, nranks - 1) : logarithmic;
 }
 
 int hierarchicalNodeRanks(const algo::Topology& topo, int nranks, ncclSignAlgo_t configured) {
@@ -56,11 +59,12 @@ std::vector<int> schedulePeers(int nranks, int rank, const algo::Topology& topo,
   // setting rules out is passed over quietly: a call that forces it is where
   // the WARN belongs (and its peers, the ring's, are in already).
   for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum,
-                           ncclSignAlgoHierarchical}) {
+                           ncclSignAlgoHierarchical, ncclSignAlgoDirect}) {
     algo::Schedule s;
     if (configured != ncclSignAlgoAuto && a != configured) continue;
     if (algo::settingsConflict(a, nranks).name != nullptr) continue;
     if (a == ncclSignAlgoHierarchical && !withHier) continue;
+    if (a == ncclSignAlgoDirect && !algo::directAllowed(nranks)) continue;
     if (algo::buildSchedule(a, nranks, rank, 4 * (int64_t)nranks, algo::OpSpec{}, &s, &topo) != ncclSuccess) continue;
     for (const algo::Step& st : s.steps) {
       for (const algo::Send& x : st.sends) peers.insert(x.peer);

@@ -47,7 +47,8 @@ class Links {
 // (the hierarchical one, over `topo`, only when withHier), since the cost
 // model may pick any; with an algorithm forced (config or SIGNLION_ALGO),
 // that one's only, since no call runs another: a forced ring connects 2
-// peers, not halving-doubling's log2 N partners as well.
+// peers, not halving-doubling's log2 N partners as well. The direct
+// algorithm's N-1 peers only up to algo::kMaxDirectRanks ranks.
 std::vector<int> schedulePeers(int nranks, int rank, const algo::Topology& topo, bool withHier,
                                ncclSignAlgo_t configured = ncclSignAlgoAuto);
 
@@ -62,7 +63,8 @@ int hierarchicalNodeRanks(const algo::Topology& topo, int nranks, ncclSignAlgo_t
 
 // Handle slots each rank publishes at link setup: generously above the ring's
 // 2 neighbours plus halving-doubling's ceil(log2 N) partners and fold partner.
-// nodeRanks: hierarchicalNodeRanks (its intra-node peers come on top).
+// nodeRanks: hierarchicalNodeRanks (its intra-node peers come on top). At
+// least N-1 up to algo::kMaxDirectRanks ranks (the direct algorithm's peers).
 int maxPeerSlots(int nranks, int nodeRanks = 0);
 
 }  // namespace host

@@ -10,6 +10,7 @@ namespace test {
 void FakeFabric::post(Lock&, int from, int to, const void* data, size_t bytes) {
   const char* p = static_cast<const char*>(data);
   mail_[from * n_ + to].emplace_back(p, p + bytes);
+  posted_[from] += bytes;
   cv_.notify_all();
 }
 

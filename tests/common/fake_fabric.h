@@ -21,7 +21,7 @@ namespace test {
 class FakeFabric {
  public:
   using Lock = std::unique_lock<std::mutex>;
-  explicit FakeFabric(int nranks) : n_(nranks), mail_(nranks * nranks), slots_(nranks) {}
+  explicit FakeFabric(int nranks) : n_(nranks), mail_(nranks * nranks), slots_(nranks), posted_(nranks, 0) {}
 
   int size() const { return n_; }
   std::mutex& mutex() { return mu_; }
@@ -43,6 +43,9 @@ class FakeFabric {
   // After the ranks are done: every message was taken, and with its size.
   bool drained() const;
   int mismatches() const { return mismatches_; }
+  // Bytes rank `from` has posted point to point (what NCCL would send for
+  // it), since construction; after the ranks are done.
+  uint64_t bytesPosted(int from) const { return posted_[from]; }
 
  private:
   void barrier(Lock& held);
@@ -55,6 +58,7 @@ class FakeFabric {
   int arrived_ = 0;
   uint64_t generation_ = 0;
   int mismatches_ = 0;
+  std::vector<uint64_t> posted_;  // per sender
 };
 
 }  // namespace test

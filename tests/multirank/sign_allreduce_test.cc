@@ -107,7 +107,8 @@ TEST_P(SignAllReduceMatrix, EveryRankGetsTheReference) {
 
 std::vector<MatrixCase> matrixCases() {
   std::vector<MatrixCase> v;
-  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum})
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum,
+                           ncclSignAlgoDirect})
     for (int n = 1; n <= 16; n++) v.push_back({a, n});
   return v;
 }
@@ -133,8 +134,8 @@ void checkRulesOnFewValues(int rank, ncclSignComm_t comm, int n, ncclSignZeroRul
 
 // Zero and tie rules (and exact ties for even N) on every algorithm.
 TEST(SignAllReduceRules, ZeroAndTieRules) {
-  for (ncclSignAlgo_t algo :
-       {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum}) {
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
+                              ncclSignAlgoFieldSum, ncclSignAlgoDirect}) {
     for (int n : {2, 3, 4, 6}) {
       for (ncclSignZeroRule_t zero : {ncclSignZeroNegative, ncclSignZeroAbstain}) {
         for (ncclSignTieRule_t tie : {ncclSignTieZero, ncclSignTiePositive, ncclSignTieNegative}) {
@@ -184,7 +185,7 @@ TEST(SignAllReduceRules, RulesPerCallOnOneCommunicator) {
       {ncclSignZeroAbstain, NCCL_SIGN_RULE_OF_COMM, ncclSignZeroAbstain, ncclSignTiePositive},
       {ncclSignZeroPositive, ncclSignTieZero, ncclSignZeroPositive, ncclSignTieZero},
   };
-  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather}) {
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoDirect}) {
     for (int n : {2, 4}) {
       withRanks(n, makeConfig(algo, ncclSignZeroNegative, ncclSignTiePositive), [&](int rank, ncclSignComm_t comm) {
         const size_t count = 1000;
@@ -362,7 +363,7 @@ TEST(SignAllReduceLarge, MillionsOfElements) {
   };
   for (Case c : {Case{ncclSignAlgoRing, 5, 1000003}, Case{ncclSignAlgoHalvingDoubling, 6, 1000003},
                  Case{ncclSignAlgoAllGather, 3, 1000003}, Case{ncclSignAlgoRing, 4, (1u << 24) + 7},
-                 Case{ncclSignAlgoHalvingDoubling, 3, (1u << 24) + 7}}) {
+                 Case{ncclSignAlgoHalvingDoubling, 3, (1u << 24) + 7}, Case{ncclSignAlgoDirect, 7, 1000003}}) {
     std::vector<Bytes> in = test::randomVoteInputs(c.n, c.count, ncclFloat32, 11);
     Bytes want =
         test::referenceOutput(in, c.count, ncclFloat32, ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero);
@@ -382,7 +383,7 @@ TEST(SignAllReduceSegments, SeveralSegmentsGetTheReference) {
   setenv("SIGNLION_HOST_SEGMENT", "4096", 1);
   paramResetCache();
   const size_t counts[] = {4095, 4096, 4097, 3 * 4096 + 7, 5 * 4096};
-  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather}) {
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoDirect}) {
     for (int n : {3, 4, 5}) {
       withRanks(n, makeConfig(algo), [&](int rank, ncclSignComm_t comm) {
         uint32_t seed = 900;
@@ -426,7 +427,8 @@ TEST(SignAllReduceSegments, VotesPackedAheadGetTheReference) {
   for (Variant v : {Variant{true, SIZE_MAX}, Variant{true, 1}, Variant{false, SIZE_MAX}}) {
     setenv("SIGNLION_HOST_PACK_AHEAD", v.ahead ? "1" : "0", 1);
     paramResetCache();
-    for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoHierarchical}) {
+    for (ncclSignAlgo_t algo :
+         {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoHierarchical, ncclSignAlgoDirect}) {
       for (ncclSignZeroRule_t zero : {ncclSignZeroPositive, ncclSignZeroAbstain}) {
         const int n = 5;
         const std::string what = std::string(algoName(algo)) + " zero=" + std::to_string(zero) +
@@ -499,7 +501,7 @@ TEST_P(SignAllReduceOverlap, SmallChunksGetTheReference) {
 }
 INSTANTIATE_TEST_SUITE_P(Host, SignAllReduceOverlap,
                          ::testing::Values(ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                           ncclSignAlgoFieldSum, ncclSignAlgoHierarchical),
+                                           ncclSignAlgoFieldSum, ncclSignAlgoHierarchical, ncclSignAlgoDirect),
                          [](const ::testing::TestParamInfo<ncclSignAlgo_t>& info) {
                            return std::string(algoName(info.param));
                          });
@@ -508,7 +510,7 @@ INSTANTIATE_TEST_SUITE_P(Host, SignAllReduceOverlap,
 // (within 1%: the transport adds a header per message).
 TEST(SignAllReduceWire, BytesMatchTheSchedule) {
   const size_t count = 1 << 20;  // 4 MiB of fp32 input
-  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather}) {
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoDirect}) {
     for (int n : {4, 8}) {
       std::vector<Bytes> in = test::randomVoteInputs(n, count, ncclFloat32, 3);
       withRanks(n, makeConfig(algo), [&](int rank, ncclSignComm_t comm) {
@@ -523,6 +525,48 @@ TEST(SignAllReduceWire, BytesMatchTheSchedule) {
         double predicted = (double)s.bytesSent(), measured = (double)(s1 - s0);
         EXPECT_NEAR(measured, predicted, predicted * 0.01)
             << algoName(algo) << " N=" << n << " rank " << rank << ": " << measured / count * 8 << " bits/elem";
+      });
+    }
+  }
+}
+
+// The direct algorithm at the bound: the bytes each rank's transport counts
+// in one real call, as bits per element, equal (N-1)/N * (counters +
+// resultPlanes) within 1 % (the transport adds a header per message) at
+// every N = 2..16: majority with exact ties (2 result planes for even N, 1
+// for odd), with a tie rule (1), and in ternary mode (2 vote planes, 2 result
+// planes), written out here, not taken from the schedule. Bytes sent only:
+// a rank's transport may count bytes of a peer's next call as received
+// before this rank's call ends (AlgoDirect.WireBitsPerElementAreTheFormula
+// checks what the schedules receive).
+TEST(SignAllReduceWire, DirectBitsPerElementAreTheFormula) {
+  const size_t count = 1 << 20;
+  struct Rules {
+    ncclSignZeroRule_t zero;
+    ncclSignTieRule_t tie;
+  };
+  for (int n = 2; n <= 16; n++) {
+    std::vector<Bytes> in = test::randomVoteInputs(n, count, ncclFloat32, 40 + n);
+    for (Rules rules : {Rules{ncclSignZeroPositive, ncclSignTieZero}, Rules{ncclSignZeroPositive, ncclSignTiePositive},
+                        Rules{ncclSignZeroAbstain, ncclSignTieZero}}) {
+      const bool ternary = rules.zero == ncclSignZeroAbstain;
+      const int votePlanes = ternary ? 2 : 1;
+      const int resultPlanes = rules.tie != ncclSignTieZero ? 1 : ternary || n % 2 == 0 ? 2 : 1;
+      const double formula = (n - 1.0) / n * (votePlanes + resultPlanes);
+      withRanks(n, makeConfig(ncclSignAlgoDirect, rules.zero, rules.tie), [&](int rank, ncclSignComm_t comm) {
+        Bytes out(count * 4);
+        uint64_t s0, r0, s1, r1;
+        ASSERT_EQ(ncclSignCommGetWireBytes(comm, &s0, &r0), ncclSuccess);
+        ASSERT_EQ(ncclSignHostAllReduce(in[rank].data(), out.data(), count, ncclFloat32, ncclSignMajority, comm),
+                  ncclSuccess);
+        ASSERT_EQ(ncclSignCommGetWireBytes(comm, &s1, &r1), ncclSuccess);
+        const double sent = 8.0 * (double)(s1 - s0) / count;
+        const std::string what = "N=" + std::to_string(n) + " rank " + std::to_string(rank) +
+                                 " zero=" + std::to_string(rules.zero) + " tie=" + std::to_string(rules.tie);
+        EXPECT_NEAR(sent, formula, 0.01 * formula) << what;
+        if (rank == 0)
+          printf("direct N=%d zero=%d tie=%d: rank 0 sent %.4f bits per element (formula %.4f)\n", n, rules.zero,
+                 rules.tie, sent, formula);
       });
     }
   }

@@ -75,8 +75,8 @@ std::vector<long> warmAllocations(ncclSignAlgo_t algo, int n, size_t count, cons
 TEST(WarmPath, NoAllocationOnTheCallingThread) {
   const int n = 4;
   const size_t count = 300000;  // several chunks per transfer
-  for (ncclSignAlgo_t algo :
-       {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum}) {
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
+                              ncclSignAlgoFieldSum, ncclSignAlgoDirect}) {
     std::vector<long> warmAllocs = warmAllocations(algo, n, count, nullptr);
     for (int r = 0; r < n; r++) EXPECT_EQ(warmAllocs[r], 0) << "algorithm " << algo << " rank " << r;
   }
@@ -89,7 +89,8 @@ TEST(WarmPath, NoAllocationWithSegmentsPackedAhead) {
   signlion::paramResetCache();
   const int n = 4;
   const size_t count = 300000;
-  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoHierarchical}) {
+  for (ncclSignAlgo_t algo :
+       {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoHierarchical, ncclSignAlgoDirect}) {
     std::vector<long> warmAllocs =
         warmAllocations(algo, n, count, [](int r) -> const char* { return r < 2 ? "node-a" : "node-b"; });
     for (int r = 0; r < n; r++) EXPECT_EQ(warmAllocs[r], 0) << "algorithm " << algo << " rank " << r;

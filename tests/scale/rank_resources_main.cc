@@ -27,7 +27,13 @@
 // every rank on this host's one node), so the hierarchical algorithm has
 // nodes to group by.
 //
-// Usage: signlion_rank_resources --nranks N [--algos ring,hd,allgather,fieldsum,hier,auto]
+// The direct algorithm talks to every rank, so it runs on at most
+// algo::kMaxDirectRanks ranks (algo/direct.h). Forced on more, the
+// communicator makes no links for it (its peers are the ring neighbours of
+// the sum all-reduce) and refuses its calls with ncclInvalidArgument: there a
+// rank passes when its first call is refused so ("refused" in the table).
+//
+// Usage: signlion_rank_resources --nranks N [--algos ring,hd,allgather,fieldsum,hier,direct,auto]
 //        [--node-ranks G] [--check-bounds] [--markdown]
 // Exit status: 0 all ranks correct (and within bounds), 1 otherwise, 2 usage.
 #include <dirent.h>
@@ -45,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/direct.h"
 #include "algo/schedule.h"
 #include "algo/topology.h"
 #include "bits/bits.h"
@@ -82,7 +89,13 @@ struct Record {
   int peers;         // what the schedules need
   int socketBound, threadBound;
   int chosen;  // auto: the algorithm the model picked for the largest count (-1 unknown)
+  int refused;  // the algorithm cannot run on N ranks: its call was refused with ncclInvalidArgument
 };
+
+// Forced, the direct algorithm's calls are refused past its rank limit.
+bool refusedOn(ncclSignAlgo_t algo, int nranks) {
+  return algo == ncclSignAlgoDirect && !signlion::algo::directAllowed(nranks);
+}
 
 int64_t nowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -151,10 +164,12 @@ int schedulePeerCount(ncclSignAlgo_t algo, int nranks, int rank, const signlion:
   // Auto has the hierarchical algorithm only over several nodes; forced, it
   // runs over one node too.
   const bool severalNodes = topo.known() && topo.node.back() > 0;
-  std::vector<ncclSignAlgo_t> used{ncclSignAlgoRing, algo};
+  std::vector<ncclSignAlgo_t> used{ncclSignAlgoRing};
+  if (!refusedOn(algo, nranks)) used.push_back(algo);
   if (algo == ncclSignAlgoAuto) {
     used = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum};
     if (severalNodes) used.push_back(ncclSignAlgoHierarchical);
+    if (signlion::algo::directAllowed(nranks)) used.push_back(ncclSignAlgoDirect);
   }
   std::set<int> peers;
   for (ncclSignAlgo_t a : used) {
@@ -254,7 +269,17 @@ int childMain(const Options& o, const std::vector<Call>& calls, int rank, int id
     const int64_t t0 = nowUs();
     ncclResult_t res = ncclSignCommInitRank(&comm, o.nranks, ids[k], rank, &config);
     rec.initMs = (double)(nowUs() - t0) / 1000.0;
-    if (res == ncclSuccess) {
+    if (res == ncclSuccess && refusedOn(o.algos[k], o.nranks)) {
+      const Call& c = calls.back();
+      Bytes out(c.want.size());
+      rec.refused = ncclSignHostAllReduce(c.in[(size_t)rank].data(), out.data(), c.count, c.dt, c.op, comm) ==
+                    ncclInvalidArgument;
+      rec.ok = rec.refused;
+      rec.sockets = countSockets() - socketsBefore;
+      rec.threads = (int)(statusField("Threads") - threadsBefore);
+      rec.rssKb = privateKb();
+      ncclSignCommDestroy(comm);
+    } else if (res == ncclSuccess) {
       rec.calls = runCalls(comm, rank, calls, &rec.wrong);
       rec.ok = rec.calls > 0;
       rec.sockets = countSockets() - socketsBefore;
@@ -295,7 +320,7 @@ int main(int argc, char** argv) {
       o.nranks = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--algos") && i + 1 < argc) {
       if (!parseAlgos(argv[++i], &o.algos)) {
-        fprintf(stderr, "--algos %s: a list of auto, ring, hd, allgather, fieldsum, hier\n", argv[i]);
+        fprintf(stderr, "--algos %s: a list of auto, ring, hd, allgather, fieldsum, hier, direct\n", argv[i]);
         return 2;
       }
     } else if (!strcmp(argv[i], "--node-ranks") && i + 1 < argc) {
@@ -306,7 +331,7 @@ int main(int argc, char** argv) {
       o.markdown = true;
     } else {
       fprintf(stderr,
-              "usage: %s --nranks N [--algos ring,hd,allgather,fieldsum,hier,auto] [--node-ranks G] "
+              "usage: %s --nranks N [--algos ring,hd,allgather,fieldsum,hier,direct,auto] [--node-ranks G] "
               "[--check-bounds] [--markdown]\n",
               argv[0]);
       return 2;
@@ -317,8 +342,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.algos.empty())
-    o.algos = {ncclSignAlgoAuto,      ncclSignAlgoRing,     ncclSignAlgoHalvingDoubling,
-               ncclSignAlgoAllGather, ncclSignAlgoFieldSum, ncclSignAlgoHierarchical};
+    o.algos = {ncclSignAlgoAuto,     ncclSignAlgoRing,         ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
+               ncclSignAlgoFieldSum, ncclSignAlgoHierarchical, ncclSignAlgoDirect};
   // Loopback only: the ranks and the root listen there.
   setenv("SIGNLION_SOCKET_IFNAME", "lo", 0);
 
@@ -376,6 +401,7 @@ int main(int argc, char** argv) {
       w.socketsAfter = std::max(w.socketsAfter, rec.socketsAfter);
       w.peers = std::max(w.peers, rec.peers);
       w.calls = std::max(w.calls, rec.calls);
+      w.refused = std::max(w.refused, rec.refused);
       wrong[k] += rec.wrong;
       const bool over = o.checkBounds && (rec.sockets > rec.socketBound || rec.threads > rec.threadBound);
       if (!rec.ok || rec.wrong || rec.socketsAfter != 0 || over) {
@@ -404,7 +430,8 @@ int main(int argc, char** argv) {
   for (size_t k = 0; k < o.algos.size(); k++) {
     const Record& w = worst[k];
     printf("| %d | %s | %d | %d | %d | %.1f | %.0f | %d/%d | %s |\n", o.nranks, signlion::algoName(o.algos[k]), w.peers,
-           w.sockets, w.threads, w.rssKb / 1024.0, w.initMs, wrong[k], w.calls * o.nranks, bad[k] ? "FAIL" : "ok");
+           w.sockets, w.threads, w.rssKb / 1024.0, w.initMs, wrong[k], w.calls * o.nranks,
+           bad[k] ? "FAIL" : w.refused ? "refused" : "ok");
     total += bad[k];
   }
   return total ? 1 : 0;

@@ -14,6 +14,11 @@ set_tests_properties(scale.schedules_simulated_to_1024_ranks PROPERTIES LABELS s
 add_executable(signlion_rank_resources scale/rank_resources_main.cc scale/schedule_sim.cc)
 target_link_libraries(signlion_rank_resources PRIVATE signlion_host signlion_test_common)
 add_test(NAME scale.host_communicator_32_rank_processes
-         COMMAND signlion_rank_resources --nranks 32 --algos ring,hd,allgather,fieldsum,hier,auto --check-bounds)
+         COMMAND signlion_rank_resources --nranks 32 --algos ring,hd,allgather,fieldsum,hier,direct,auto --check-bounds)
 set_tests_properties(scale.host_communicator_32_rank_processes PROPERTIES LABELS scale TIMEOUT 600)
 
+# The direct algorithm at its rank limit (algo/direct.h): 16 processes, each
+# with links to the 15 others, within the bounds its peers need.
+add_test(NAME scale.host_communicator_16_rank_processes_direct
+         COMMAND signlion_rank_resources --nranks 16 --algos direct,auto --check-bounds)
+set_tests_properties(scale.host_communicator_16_rank_processes_direct PROPERTIES LABELS scale TIMEOUT 600)

@@ -295,7 +295,7 @@ void runEmulated(ncclSignAlgo_t algo, int n, size_t count, ncclDataType_t dt, co
 }
 
 constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                     ncclSignAlgoFieldSum};
+                                     ncclSignAlgoFieldSum, ncclSignAlgoDirect};
 constexpr Spec kSpecs[] = {
     {ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero},
     {ncclSignMajority, ncclSignZeroNegative, ncclSignTiePositive},

@@ -156,11 +156,12 @@ TEST(AlgoCostModel, SegmentsAreCostedOneByOne) {
 
 // The ethernet benchmark's star (scripts/ethernet_bench.sh: each namespace a
 // node, SIGNLION_COST_BETA_MBPS of the link rate), 256 MiB of fp32: auto picks
-// halving-doubling (2.5 and 3.125 bits per element at N = 4 and 8, against the
-// ring's 2.75 and 3.875, in the same number of steps or fewer; measured in
-// docs/PERFORMANCE.md, "Which algorithm"). The CPU costs are paid
-// once per element by every algorithm: they move every prediction by the same
-// amount and never the choice.
+// direct (2.25 and 2.625 bits per element at N = 4 and 8, against
+// halving-doubling's 2.5 and 3.125 and the ring's 2.75 and 3.875; its 2(N-1)
+// steps cost little next to that many bytes). Without direct it picks
+// halving-doubling (measured in docs/PERFORMANCE.md, "Which algorithm"). The
+// CPU costs, without overlap, are paid once per element by every algorithm:
+// they move every prediction by the same amount and never the choice.
 TEST(AlgoCostModel, AutoOnTheEmulatedEthernetStar) {
   const uint64_t count = uint64_t{64} << 20;
   for (double beta : {125.0, 1250.0})
@@ -177,8 +178,12 @@ TEST(AlgoCostModel, AutoOnTheEmulatedEthernetStar) {
       ASSERT_EQ(
           chooseAlgorithm(n, count, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, CostModel(noCpu), &without, &star),
           ncclSuccess);
-      EXPECT_EQ(withCpu, ncclSignAlgoHalvingDoubling) << "N=" << n << " beta " << beta;
+      EXPECT_EQ(withCpu, ncclSignAlgoDirect) << "N=" << n << " beta " << beta;
       EXPECT_EQ(withCpu, without) << "N=" << n << " beta " << beta;
+      const unsigned noDirect = kAllAlgorithms & ~algoBit(ncclSignAlgoDirect);
+      ASSERT_EQ(chooseAlgorithm(n, count, OpSpec(), noDirect, ncclSignAlgoAuto, CostModel(p), &withCpu, &star),
+                ncclSuccess);
+      EXPECT_EQ(withCpu, ncclSignAlgoHalvingDoubling) << "N=" << n << " beta " << beta;
       double hd = 0, ring = 0;
       ASSERT_EQ(CostModel(p).predict(ncclSignAlgoHalvingDoubling, n, count, OpSpec(), &hd, &star), ncclSuccess);
       ASSERT_EQ(CostModel(noCpu).predict(ncclSignAlgoRing, n, count, OpSpec(), &ring, &star), ncclSuccess);
@@ -188,18 +193,29 @@ TEST(AlgoCostModel, AutoOnTheEmulatedEthernetStar) {
       }
       // The host executor as it runs by default (512K chunks, 32M-element
       // segments, steps overlapped chunk by chunk): the pack and unpack run
-      // under the transfers but at the segments' edges, so halving-doubling
-      // (fewer bits, fewer steps) stays ahead at every point of the grid,
-      // near its wire time on the slow link.
+      // under the transfers but at the segments' edges. On the slow link the
+      // wire decides: direct. On the fast one the CPU does (64M elements
+      // packed and unpacked take longer than any algorithm's wire), and
+      // direct and halving-doubling come within 1 % of each other: either
+      // may be picked, the ring (more bits, the same CPU work) is not.
       CostModel host(p);
       host.setHostExecutor(512 << 10, 32 << 20);
       ncclSignAlgo_t onHost = ncclSignAlgoAuto;
       ASSERT_EQ(chooseAlgorithm(n, count, OpSpec(), kAllAlgorithms, ncclSignAlgoAuto, host, &onHost, &star),
                 ncclSuccess);
-      EXPECT_EQ(onHost, ncclSignAlgoHalvingDoubling) << "N=" << n << " beta " << beta;
-      double hostHd = 0, hostRing = 0;
+      double hostHd = 0, hostRing = 0, hostDirect = 0;
       ASSERT_EQ(host.predict(ncclSignAlgoHalvingDoubling, n, count, OpSpec(), &hostHd, &star), ncclSuccess);
       ASSERT_EQ(host.predict(ncclSignAlgoRing, n, count, OpSpec(), &hostRing, &star), ncclSuccess);
+      ASSERT_EQ(host.predict(ncclSignAlgoDirect, n, count, OpSpec(), &hostDirect, &star), ncclSuccess);
+      if (beta == 125.0) {
+        EXPECT_EQ(onHost, ncclSignAlgoDirect) << "N=" << n;
+        EXPECT_LT(hostDirect, 0.97 * hostHd) << "N=" << n;
+      } else {
+        EXPECT_TRUE(onHost == ncclSignAlgoDirect || onHost == ncclSignAlgoHalvingDoubling) << "N=" << n << " " << onHost;
+        EXPECT_NEAR(hostDirect, hostHd, 0.01 * hostHd) << "N=" << n;
+      }
+      ASSERT_EQ(chooseAlgorithm(n, count, OpSpec(), noDirect, ncclSignAlgoAuto, host, &onHost, &star), ncclSuccess);
+      EXPECT_EQ(onHost, ncclSignAlgoHalvingDoubling) << "N=" << n << " beta " << beta;
       if (beta == 125.0 && n == 4) {
         // Wire 167.8 ms (hd) and 184.6 ms (ring), plus two segments' edges.
         EXPECT_NEAR(hostHd, 174.3e3, 1e3);
@@ -219,26 +235,31 @@ TEST(AlgoCostModel, DefaultChoices) {
     EXPECT_EQ(choose(2, count, m), ncclSignAlgoAllGather) << count;
   // Tiny messages on few ranks: the fewest message steps.
   for (int n : {3, 4, 5, 6}) EXPECT_EQ(choose(n, 64, m), ncclSignAlgoAllGather) << n;
-  // Large messages: the fewest bits.
-  for (int n : {4, 8, 12, 16, 32}) {
+  // Large messages: the fewest bits. Direct up to its 16 ranks; past them it
+  // is left out, and halving-doubling or the ring sends the fewest.
+  for (int n : {3, 4, 8, 12, 16}) EXPECT_EQ(choose(n, uint64_t{1} << 28, m), ncclSignAlgoDirect) << n;
+  for (int n : {17, 32}) {
     ncclSignAlgo_t a = choose(n, uint64_t{1} << 28, m);
     EXPECT_TRUE(a == ncclSignAlgoHalvingDoubling || a == ncclSignAlgoRing) << n << " " << a;
   }
-  // Powers of two: halving-doubling sends fewer bits in fewer steps. Otherwise
-  // its fold sends the whole message twice more and the ring wins.
-  EXPECT_EQ(choose(16, uint64_t{1} << 28, m), ncclSignAlgoHalvingDoubling);
-  EXPECT_EQ(choose(12, uint64_t{1} << 28, m), ncclSignAlgoRing);
+  // Without direct: powers of two: halving-doubling sends fewer bits in fewer
+  // steps. Otherwise its fold sends the whole message twice more and the ring wins.
+  const unsigned noDirect = kAllAlgorithms & ~algoBit(ncclSignAlgoDirect);
+  EXPECT_EQ(choose(16, uint64_t{1} << 28, m, ncclSignAlgoAuto, noDirect), ncclSignAlgoHalvingDoubling);
+  EXPECT_EQ(choose(12, uint64_t{1} << 28, m, ncclSignAlgoAuto, noDirect), ncclSignAlgoRing);
+  EXPECT_EQ(choose(32, uint64_t{1} << 28, m), ncclSignAlgoHalvingDoubling);
   // Many ranks, tiny message: latency rules, halving-doubling has log N steps.
   EXPECT_EQ(choose(64, 64, m), ncclSignAlgoHalvingDoubling);
   // Only what is available is chosen.
   EXPECT_EQ(choose(2, 1000, m, ncclSignAlgoAuto, algoBit(ncclSignAlgoFieldSum)), ncclSignAlgoFieldSum);
-  EXPECT_EQ(choose(16, uint64_t{1} << 28, m, ncclSignAlgoAuto, kAllAlgorithms & ~algoBit(ncclSignAlgoHalvingDoubling)),
+  EXPECT_EQ(choose(16, uint64_t{1} << 28, m, ncclSignAlgoAuto, noDirect & ~algoBit(ncclSignAlgoHalvingDoubling)),
             ncclSignAlgoRing);
 }
 
 TEST(AlgoCostModel, ForcedAlgorithmIsRespected) {
   CostModel m;
-  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum})
+  for (ncclSignAlgo_t a :
+       {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum, ncclSignAlgoDirect})
     for (int n : {1, 2, 7, 16}) EXPECT_EQ(choose(n, 12345, m, a), a);
   WarnCapture w;
   ncclSignAlgo_t out;
@@ -250,7 +271,7 @@ TEST(AlgoCostModel, ForcedAlgorithmIsRespected) {
                             ncclSignAlgoHierarchical, m, &out),
             ncclInvalidArgument);
   EXPECT_EQ(w.countContaining("hier is forced"), 1);
-  EXPECT_EQ(w.countContaining("it can run: ring, hd, allgather, fieldsum;"), 1) << w.lines().back();
+  EXPECT_EQ(w.countContaining("it can run: ring, hd, allgather, fieldsum, direct;"), 1) << w.lines().back();
   EXPECT_EQ(w.countContaining("mask"), 0);
 }
 
@@ -370,10 +391,12 @@ TEST(AlgoCostModel, ParamsAndMeasuredValuesOverrideDefaults) {
   ASSERT_EQ(m.setMeasured(1e6, 1e6), ncclSuccess);
   EXPECT_DOUBLE_EQ(m.params().alphaUs, 1e6);
   EXPECT_EQ(choose(16, 1 << 16, m), ncclSignAlgoHalvingDoubling);
-  // No latency at all: bits alone decide, and 4 ranks prefer halving-doubling
-  // (2.5 bits per element) to the all-gather of votes (3).
+  // No latency at all: bits alone decide, and 4 ranks prefer direct (2.25
+  // bits per element) to halving-doubling (2.5) and the all-gather of votes (3).
   ASSERT_EQ(m.setMeasured(0.0, 1.0), ncclSuccess);
-  EXPECT_EQ(choose(4, 1 << 20, m), ncclSignAlgoHalvingDoubling);
+  EXPECT_EQ(choose(4, 1 << 20, m), ncclSignAlgoDirect);
+  EXPECT_EQ(choose(4, 1 << 20, m, ncclSignAlgoAuto, kAllAlgorithms & ~algoBit(ncclSignAlgoDirect)),
+            ncclSignAlgoHalvingDoubling);
   WarnCapture w;
   EXPECT_EQ(m.setMeasured(-1.0, 100.0), ncclInvalidArgument);
   EXPECT_EQ(m.setMeasured(1.0, 0.0), ncclInvalidArgument);
@@ -416,6 +439,49 @@ TEST(AlgoCostModel, ParamsFromAnotherPrefixKeepTheirDefaults) {
   EXPECT_DOUBLE_EQ(p.alphaUs, d.alphaUs);
   EXPECT_DOUBLE_EQ(p.betaBytesPerUs, d.betaBytesPerUs);
   EXPECT_DOUBLE_EQ(p.gammaUsPerPlane, d.gammaUsPerPlane);
+}
+
+// Direct against halving-doubling on a flat network (every rank its own
+// node, 1 Gbit/s links): direct sends fewer bits (2.25 / 2.625 / 2.8125 per
+// element at N = 4 / 8 / 16 against 2.5 / 3.125 / 3.5) in 2(N-1) steps
+// against 2 log2 N. Small messages go to the fewer steps, large ones to the
+// fewer bits, and the crossover moves to larger messages as N grows (the
+// extra steps grow faster than the bits saved); past 16 ranks direct is never
+// picked, however large the message. With links only (no CPU terms) the
+// crossover is where the extra steps' alpha equals the bits saved:
+// 2(N-1) - 2 log2 N steps of 20 us against (hd - direct) bits / 8 per element
+// at 125 B/us.
+TEST(AlgoCostModel, DirectWinsLargeMessagesUpToItsRankLimit) {
+  CostParams p = linksOnly(20.0, 125.0, 0.0);
+  CostModel m(p);
+  Topology none;
+  auto crossover = [&](int n) {  // the smallest power of two from which on direct is picked
+    uint64_t from = 0;
+    for (int lg = 34; lg >= 6; lg--) {
+      if (choose(n, uint64_t{1} << lg, m) != ncclSignAlgoDirect) break;
+      from = uint64_t{1} << lg;
+    }
+    return from;
+  };
+  const struct {
+    int n;
+    double hdBits, directBits;
+    int extraSteps;
+  } rows[] = {{4, 2.5, 2.25, 2}, {8, 3.125, 2.625, 8}, {16, 3.5, 2.8125, 22}};
+  uint64_t last = 0;
+  for (const auto& row : rows) {
+    const uint64_t from = crossover(row.n);
+    const double model = row.extraSteps * p.alphaUs / ((row.hdBits - row.directBits) / 8 / p.betaBytesPerUs);
+    EXPECT_GT(from, model / 2) << "N=" << row.n;
+    EXPECT_LE(from, 2 * model) << "N=" << row.n;
+    EXPECT_EQ(choose(row.n, from / 4, m), ncclSignAlgoHalvingDoubling) << "N=" << row.n;
+    EXPECT_GT(from, last) << "N=" << row.n;
+    last = from;
+  }
+  for (int n : {17, 24, 32, 64}) EXPECT_NE(choose(n, uint64_t{1} << 34, m), ncclSignAlgoDirect) << n;
+  // Forced past the limit, the model still returns it (the communicator
+  // refuses it: it has no links for it).
+  EXPECT_EQ(choose(32, 1000, m, ncclSignAlgoDirect), ncclSignAlgoDirect);
 }
 
 // Two link classes: on 2 nodes of 4 ranks joined by 1 Gbit/s links, the

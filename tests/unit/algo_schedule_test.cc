@@ -23,8 +23,8 @@ namespace {
 
 // Hierarchical with an unknown topology (every rank its own node) here; over
 // real node layouts in the AlgoHierarchical tests.
-constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                     ncclSignAlgoFieldSum, ncclSignAlgoHierarchical};
+constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing,     ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
+                                     ncclSignAlgoFieldSum, ncclSignAlgoHierarchical,    ncclSignAlgoDirect};
 
 std::vector<Schedule> buildAll(ncclSignAlgo_t algo, int n, int64_t nblocks, const OpSpec& spec,
                                const Topology* topo = nullptr) {
@@ -456,18 +456,19 @@ TEST(AlgoSchedule, SendsAndReceivesMatchAcrossRanks) {
 TEST(AlgoSchedule, WireCostMatchesDesignTable) {
   struct Row {
     int n;
-    double ring, hd, allgather, fieldsumIdeal, fp32;
+    double ring, hd, allgather, fieldsumIdeal, fp32, direct, directTieRule;
   };
-  const Row table[] = {{4, 2.75, 2.50, 3, 4.5, 48}, {8, 3.88, 3.12, 7, 7.0, 56}, {16, 4.94, 3.50, 15, 9.4, 60}};
+  const Row table[] = {{4, 2.75, 2.50, 3, 4.5, 48, 2.25, 1.50},
+                       {8, 3.88, 3.12, 7, 7.0, 56, 2.62, 1.75},
+                       {16, 4.94, 3.50, 15, 9.4, 60, 2.81, 1.88}};
   // Half a unit in the table's last digit (a few entries have fewer digits).
   auto near = [](double got, double table, double halfUlp) { return std::fabs(got - table) <= halfUlp + 1e-9; };
   const int64_t nblocks = int64_t{1} << 16;
-  OpSpec spec;  // majority, zero positive, tie zero: 2 result planes for even N
-  auto bitsPerElem = [&](ncclSignAlgo_t algo, int n) {
+  auto bitsPerElem = [&](ncclSignAlgo_t algo, int n, const OpSpec& sp = OpSpec()) {
     double worst = 0;
     for (int r = 0; r < n; r++) {
       Schedule s;
-      EXPECT_EQ(buildSchedule(algo, n, r, nblocks, spec, &s), ncclSuccess);
+      EXPECT_EQ(buildSchedule(algo, n, r, nblocks, sp, &s), ncclSuccess);
       worst = std::max(worst, 8.0 * s.bytesSent() / double(nblocks * kBlockElems));
     }
     return worst;
@@ -485,6 +486,10 @@ TEST(AlgoSchedule, WireCostMatchesDesignTable) {
     EXPECT_PRED3(near, ring * counterWidth(n), row.fieldsumIdeal, 0.05);
     EXPECT_NEAR(bitsPerElem(ncclSignAlgoFieldSum, n), ring * 64.0 / (64 / counterWidth(n)), 1e-3);
     EXPECT_PRED3(near, ring * 32, row.fp32, 0.005);  // fp32 ring all-reduce
+    EXPECT_PRED3(near, bitsPerElem(ncclSignAlgoDirect, n), row.direct, 0.005);
+    OpSpec tieRule;
+    tieRule.tieRule = ncclSignTiePositive;
+    EXPECT_PRED3(near, bitsPerElem(ncclSignAlgoDirect, n, tieRule), row.directTieRule, 0.005);
   }
 }
 
@@ -556,6 +561,119 @@ TEST(AlgoSchedule, WidthsGrowAndScratchIsDeclared) {
   EXPECT_EQ(partner.messageSteps(), 6);  // fold, 2 halving, 2 doubling, unfold
 }
 
+// The direct schedule, step by step: in step k of each phase rank r sends to
+// r+k and receives from r-k (so every rank receives from one peer per step),
+// its own shard's counter holds exactly k+1 votes after the k-th add (the
+// widths declared are the narrowest that hold them), every vote travels at
+// one bit, and the owner decides its shard once, in the step that opens the
+// all-gather, which sends that shard (and only it) to every other rank.
+TEST(AlgoDirect, PairwiseStepsAndExactWidths) {
+  for (int zr : {ncclSignZeroPositive, ncclSignZeroAbstain}) {
+    OpSpec spec;
+    spec.zeroRule = static_cast<ncclSignZeroRule_t>(zr);
+    const int counters = countersPerValue(spec.zeroRule);
+    for (int n = 1; n <= 16; n++) {
+      const int64_t nblocks = 3 * n + 1;
+      std::vector<Schedule> sch = buildAll(ncclSignAlgoDirect, n, nblocks, spec);
+      for (int r = 0; r < n; r++) {
+        const Schedule& s = sch[r];
+        SCOPED_TRACE("N=" + std::to_string(n) + " rank " + std::to_string(r) + " zero=" + std::to_string(zr));
+        auto shard = [&](int i) { return shardRange(nblocks, n, ((i % n) + n) % n); };
+        ASSERT_EQ(s.steps.size(), n == 1 ? 2u : size_t(2 * (n - 1)));
+        EXPECT_EQ(s.messageSteps(), 2 * (n - 1));
+        EXPECT_EQ(s.counterMax, n);
+        EXPECT_EQ(s.counterWidth, counterWidth(n));
+        ASSERT_EQ(s.steps[0].locals.size(), 1u);
+        EXPECT_EQ(s.steps[0].locals[0].op, LocalOp::kPackVotes);
+        const size_t gather = n == 1 ? 1 : size_t(n - 1);  // the step that decides
+        ASSERT_EQ(s.steps[gather].locals.size(), 1u);
+        const Local& d = s.steps[gather].locals[0];
+        EXPECT_EQ(d.op, LocalOp::kDecide);
+        EXPECT_TRUE(d.range == shard(r));
+        EXPECT_EQ(d.maxCount, n);
+        EXPECT_EQ(d.width, counterWidth(n));
+        for (int k = 1; k < n; k++) {
+          const Step& rs = s.steps[k - 1];
+          ASSERT_EQ(rs.sends.size(), 1u);
+          ASSERT_EQ(rs.recvs.size(), 1u);
+          const Send& snd = rs.sends[0];
+          const Recv& rcv = rs.recvs[0];
+          EXPECT_EQ(snd.peer, (r + k) % n);
+          EXPECT_EQ(snd.buf, Buffer::kCounter);
+          EXPECT_TRUE(snd.range == shard(r + k));
+          EXPECT_EQ(snd.maxCount, 1);
+          EXPECT_EQ(snd.width, 1);
+          EXPECT_EQ(snd.planes, counters);
+          EXPECT_EQ(rcv.peer, (r - k + n) % n);
+          EXPECT_EQ(rcv.op, RecvOp::kAdd);
+          EXPECT_TRUE(rcv.range == shard(r));
+          EXPECT_EQ(rcv.maxCount, 1);
+          EXPECT_EQ(rcv.localMax, k);
+          EXPECT_EQ(rcv.localWidth, counterWidth(k));
+          EXPECT_EQ(rcv.resultMax, k + 1);
+          EXPECT_EQ(rcv.resultWidth, counterWidth(k + 1));
+          const Step& ag = s.steps[n - 1 + k - 1];
+          ASSERT_EQ(ag.sends.size(), 1u);
+          ASSERT_EQ(ag.recvs.size(), 1u);
+          EXPECT_EQ(ag.sends[0].peer, (r + k) % n);
+          EXPECT_EQ(ag.sends[0].buf, Buffer::kResult);
+          EXPECT_TRUE(ag.sends[0].range == shard(r));
+          EXPECT_EQ(ag.sends[0].planes, s.resultPlanes);
+          EXPECT_EQ(ag.recvs[0].peer, (r - k + n) % n);
+          EXPECT_EQ(ag.recvs[0].op, RecvOp::kStore);
+          EXPECT_TRUE(ag.recvs[0].range == shard(r - k));
+        }
+      }
+    }
+  }
+}
+
+// Bits per element per rank of the direct schedule (its bytesSent, and its
+// bytesReceived) against the formula (N-1)/N * (counters + resultPlanes),
+// counters the vote planes (1, 2 in ternary mode) and resultPlanes the
+// decided result's planes (written out here, not taken from resultPlanes():
+// 1 with a tie rule or for odd N, 2 for exact ties at even N or ternary,
+// width(N) per counter for average): exactly where the shards are equal
+// (nblocks a multiple of every N here), within 1 % on a prime block count,
+// for every op, zero and tie rule at N = 2..16.
+TEST(AlgoDirect, WireBitsPerElementAreTheFormula) {
+  for (int op = 0; op < ncclSignNumOps; op++)
+    for (int zr = 0; zr < ncclSignNumZeroRules; zr++)
+      for (int tr = 0; tr < ncclSignNumTieRules; tr++)
+        for (int n = 2; n <= 16; n++) {
+          const OpSpec spec{static_cast<ncclSignOp_t>(op), static_cast<ncclSignZeroRule_t>(zr),
+                            static_cast<ncclSignTieRule_t>(tr)};
+          const bool ternary = spec.zeroRule == ncclSignZeroAbstain;
+          const int counters = ternary ? 2 : 1;
+          int planes;
+          if (spec.op == ncclSignAverage) {
+            planes = counters * (int)std::floor(std::log2(n) + 1);
+          } else {
+            const bool tieRule = spec.tieRule != ncclSignTieZero;
+            planes = !tieRule && (ternary || n % 2 == 0) ? 2 : 1;
+          }
+          const double formula = (n - 1.0) / n * (counters + planes);
+          for (int64_t nblocks : {int64_t{720720}, int64_t{10007}}) {  // lcm(1..16); a prime
+            const bool equalShards = nblocks % n == 0;
+            for (int r = 0; r < n; r++) {
+              Schedule s;
+              ASSERT_EQ(buildSchedule(ncclSignAlgoDirect, n, r, nblocks, spec, &s), ncclSuccess);
+              const double elems = double(nblocks) * kBlockElems;
+              const double sent = 8.0 * s.bytesSent() / elems, received = 8.0 * s.bytesReceived() / elems;
+              const std::string what = "N=" + std::to_string(n) + " rank " + std::to_string(r) + " op " +
+                                       std::to_string(op) + " zero " + std::to_string(zr) + " tie " +
+                                       std::to_string(tr) + " nblocks " + std::to_string(nblocks);
+              if (equalShards) {
+                EXPECT_DOUBLE_EQ(sent, formula) << what;
+                EXPECT_DOUBLE_EQ(received, formula) << what;
+              }
+              EXPECT_NEAR(sent, formula, 0.01 * formula) << what;
+              EXPECT_NEAR(received, formula, 0.01 * formula) << what;
+            }
+          }
+        }
+}
+
 // SIGNLION_FIELD_BITS: 0 is the narrowest width that holds N votes; a set
 // width must hold N and be at most 32; anything else is no width (0).
 // The shape the host executor's overlap relies on: every schedule that packs
@@ -565,7 +683,8 @@ TEST(AlgoSchedule, WidthsGrowAndScratchIsDeclared) {
 // of every N but 1 (pack and decide in one step there). Flipped in a copy: a
 // second write of a block, or a write in the pack step, is refused.
 TEST(AlgoSchedule, ResultWrittenOnceAfterPacks) {
-  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum})
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum,
+                           ncclSignAlgoDirect})
     for (int n = 1; n <= 16; n++)
       for (int64_t nb : {0, 1, 5, 1000}) {
         for (int r = 0; r < n; r++) {
@@ -586,7 +705,7 @@ TEST(AlgoSchedule, ResultWrittenOnceAfterPacks) {
   // Every write comes after the step whose transfers run the pack; a decide
   // moved into the step that holds the pack (the writes still tile) would
   // write the output before the pack is done.
-  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling}) {
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoDirect}) {
     Schedule s;
     ASSERT_EQ(buildSchedule(a, 4, 0, 1000, OpSpec(), &s), ncclSuccess);
     const size_t packStep = deferrablePack(s, 0) != nullptr ? 0 : 1;

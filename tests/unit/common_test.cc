@@ -192,6 +192,11 @@ TEST(Config, EnvironmentForcesAlgorithm) {
     EXPECT_EQ(r.algorithm, ncclSignAlgoHalvingDoubling);
   }
   {
+    EnvGuard g("SIGNLION_ALGO", "direct");
+    ASSERT_EQ(resolveConfig(nullptr, "test", &r), ncclSuccess);
+    EXPECT_EQ(r.algorithm, ncclSignAlgoDirect);
+  }
+  {
     EnvGuard g("SIGNLION_ALGO", "bogus");
     EXPECT_EQ(resolveConfig(nullptr, "test", &r), ncclInvalidArgument);
   }

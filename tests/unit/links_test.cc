@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "algo/direct.h"
 #include "host/links.h"
 
 namespace signlion {
@@ -31,6 +32,30 @@ TEST(Links, PeerCountFitsTheHandleSlots) {
       EXPECT_LE((int)schedulePeers(n, r, algo::Topology(), false).size(), maxPeerSlots(n)) << "N=" << n << " rank " << r;
     }
   }
+}
+
+// The direct algorithm talks to every other rank, on at most
+// algo::kMaxDirectRanks ranks: there auto and a forced direct connect all
+// N - 1 peers; past it neither does (a forced direct gets the ring
+// neighbours of the sum all-reduce only), so the peers stay logarithmic.
+TEST(Links, DirectPeersOnlyUpToItsRankLimit) {
+  for (int n = 2; n <= 40; n++) {
+    for (int r : {0, n / 2, n - 1}) {
+      const size_t forced = schedulePeers(n, r, algo::Topology(), false, ncclSignAlgoDirect).size();
+      const size_t automatic = schedulePeers(n, r, algo::Topology(), false).size();
+      const size_t ring = schedulePeers(n, r, algo::Topology(), false, ncclSignAlgoRing).size();
+      if (n <= algo::kMaxDirectRanks) {
+        EXPECT_EQ(forced, size_t(n - 1)) << "N=" << n << " rank " << r;
+        EXPECT_EQ(automatic, size_t(n - 1)) << "N=" << n << " rank " << r;
+      } else {
+        EXPECT_EQ(forced, ring) << "N=" << n << " rank " << r;
+        EXPECT_LT(automatic, size_t(n - 1)) << "N=" << n << " rank " << r;
+        EXPECT_LE((int)automatic, maxPeerSlots(n)) << "N=" << n << " rank " << r;
+      }
+    }
+  }
+  EXPECT_EQ(maxPeerSlots(16), 15);
+  EXPECT_EQ(maxPeerSlots(17), 2 * 5 + 4);  // the logarithmic sets' slots again
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ using algo::Range;
 using algo::Schedule;
 
 constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                     ncclSignAlgoFieldSum};
+                                     ncclSignAlgoFieldSum, ncclSignAlgoDirect};
 
 struct Spec {
   ncclSignOp_t op;
@@ -249,8 +249,9 @@ TEST(NcclPlan, ChunksGroupsStageAndLayoutOverTheMatrix) {
           }
 }
 
-// Ring and halving-doubling fuse the last add with the decide on every rank
-// that decides; allgather and field-sum run one collective and fuse nothing.
+// Ring, halving-doubling and direct fuse the last add with the decide on
+// every rank that decides; allgather and field-sum run one collective and
+// fuse nothing.
 TEST(NcclPlan, FusionAndExchanges) {
   const Spec sp = kSpecs[0];
   for (int n : {2, 3, 4, 5, 8}) {
@@ -266,7 +267,7 @@ TEST(NcclPlan, FusionAndExchanges) {
           EXPECT_EQ(p.steps[0].exchange, algo == ncclSignAlgoAllGather ? Exchange::kAllGather : Exchange::kAllReduce);
           EXPECT_TRUE(p.fused.empty());
         } else {
-          const bool decides = algo == ncclSignAlgoRing || r < p2;
+          const bool decides = algo == ncclSignAlgoRing || algo == ncclSignAlgoDirect || r < p2;
           EXPECT_EQ(!p.fused.empty(), decides) << "rank " << r;
           EXPECT_EQ(p.fusedStoresPlanes, decides);  // every decided shard is sent on
         }
@@ -465,9 +466,10 @@ void onRankThreads(int n, const std::function<void(int)>& body) {
 }
 
 // One call of `plans` (one per rank) on ranks as threads; every rank's
-// output against the reference.
+// output against the reference. posted (if not null): the bytes each rank
+// sent point to point.
 void runPlansOnCpu(const std::vector<RankPlan>& plans, size_t count, ncclDataType_t dt, const Spec& sp, bool inPlace,
-                   bool holdSide) {
+                   bool holdSide, std::vector<uint64_t>* posted = nullptr) {
   const int n = static_cast<int>(plans.size());
   std::vector<test::Bytes> in = test::randomVoteInputs(n, count, dt, 7 + (uint32_t)count + 131u * n);
   test::Bytes want = test::referenceOutput(in, count, dt, sp.op, sp.zero, sp.tie);
@@ -489,6 +491,8 @@ void runPlansOnCpu(const std::vector<RankPlan>& plans, size_t count, ncclDataTyp
     EXPECT_EQ(bad, std::string::npos) << "rank " << r << " first wrong byte " << bad << " (element "
                                       << bad / bits::typeSize(dt) << ")";
   }
+  if (posted != nullptr)
+    for (int r = 0; r < n; r++) posted->push_back(fabric.bytesPosted(r));
 }
 
 // The same with the plans of `algo`.
@@ -530,6 +534,38 @@ TEST(NcclExecutorOnCpu, ManyChunksAndOddRankCounts) {
     for (int n : {6, 11, 16}) {
       runOnCpu(algo, n, 100003, ncclBfloat16, kSpecs[2], true, 512, true);
       runOnCpu(algo, n, 20000, ncclFloat32, kSpecs[5], false, 4096, true);
+      if (HasFailure()) return;
+    }
+}
+
+// The direct algorithm on the NCCL executor sends what the formula says: the
+// bytes each rank posts (its ncclSends, counted by the fabric), as bits per
+// element, are (N-1)/N * (counters + resultPlanes) within 1 % at N = 2..16
+// (exactly where the shards are equal): majority with exact ties, with a tie
+// rule, and ternary; the formula written out here, not taken from the
+// schedule. 5040 blocks: equal shards for every N but 11 and 13.
+TEST(NcclExecutorOnCpu, DirectBitsPerElementAreTheFormula) {
+  const size_t count = 5040 * 64;
+  const Spec specs[] = {{ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero},
+                        {ncclSignMajority, ncclSignZeroPositive, ncclSignTiePositive},
+                        {ncclSignMajority, ncclSignZeroAbstain, ncclSignTieZero}};
+  for (int n = 2; n <= 16; n++)
+    for (const Spec& sp : specs) {
+      const int votePlanes = sp.zero == ncclSignZeroAbstain ? 2 : 1;
+      const int resultPlanes = sp.tie != ncclSignTieZero ? 1 : votePlanes == 2 || n % 2 == 0 ? 2 : 1;
+      const double formula = (n - 1.0) / n * (votePlanes + resultPlanes);
+      SCOPED_TRACE(name(ncclSignAlgoDirect, n, 5040, sp, 65536));
+      std::vector<RankPlan> plans = planAll(ncclSignAlgoDirect, n, 5040, sp, 65536);
+      std::vector<uint64_t> posted;
+      runPlansOnCpu(plans, count, ncclFloat32, sp, false, true, &posted);
+      ASSERT_EQ(posted.size(), size_t(n));
+      for (int r = 0; r < n; r++) {
+        const double bits = 8.0 * (double)posted[r] / count;
+        EXPECT_NEAR(bits, formula, 0.01 * formula) << "rank " << r;
+        if (5040 % n == 0) {
+          EXPECT_DOUBLE_EQ(bits, formula) << "rank " << r;
+        }
+      }
       if (HasFailure()) return;
     }
 }
