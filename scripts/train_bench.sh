@@ -33,6 +33,8 @@
 #   variants and allgather-lion> CONV_STEPS_mlp=100 CONV_STEPS_lm=150
 #   EVAL_EVERY=5 TIME_STEPS=5 TIMED=3 BATCH_mlp=16 BATCH_lm=4 CONTEXT=32
 #   VAL_SIZE_mlp=500 VAL_SIZE_lm=64 RUN_TIMEOUT=900 (seconds per run)
+#   STAR_LINK_ENV=1: tell signlion the link's rate (SIGNLION_COST_BETA_MBPS,
+#     SIGNLION_SOCKET_SPEED from the tbf rate) instead of letting it learn it
 #   SMOKE=1: loopback, no namespaces, N=2, every contender 3 steps of the mlp
 #     workload at width 256 (the CTest smoke test; exits 1 if a run fails or
 #     ranks differ)

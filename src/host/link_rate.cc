@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <vector>
+
+#include <unistd.h>
 
 #include "algo/cost_model.h"
 #include "common/checks.h"
@@ -64,7 +67,25 @@ struct RoundRow {
 struct PlanRow {
   int64_t betaSet;    // SIGNLION_COST_BETA_MBPS when set and valid, else 0
   int64_t wantProbe;  // several nodes, and not over the loopback interface
+  uint64_t stack;     // localNetworkStack()
 };
+
+// The network stack this process talks through: its machine (boot id) and
+// network namespace. Ranks that share one reach each other through the
+// kernel's loopback whatever interface they name, crossing no link: nodes
+// that a host id makes (SIGNLION_HOSTID) on one machine, unlike namespaces
+// joined by links.
+uint64_t localNetworkStack() {
+  std::string id;
+  if (FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char buf[64] = {0};
+    if (fgets(buf, sizeof(buf), f) != nullptr) id = buf;
+    fclose(f);
+  }
+  char ns[64] = {0};
+  if (readlink("/proc/self/ns/net", ns, sizeof(ns) - 1) > 0) id += ns;
+  return algo::hostIdHash(id);
+}
 
 // The probe's links and buffer, closed however the probe ends.
 struct ProbeLinks {
@@ -161,11 +182,13 @@ ncclResult_t learnLinkRate(const Net& net, Bootstrap& bootstrap, const algo::Top
   const int64_t beta = signlionParamCostBetaMBps();
   const bool several = nranks > 1 && topo.known() && topo.members(nranks).size() > 1;
   std::vector<PlanRow> plans(nranks);
-  plans[rank] = PlanRow{paramIsSet("COST_BETA_MBPS") && beta > 0 ? beta : 0, several && !net.loopback() ? 1 : 0};
+  plans[rank] = PlanRow{paramIsSet("COST_BETA_MBPS") && beta > 0 ? beta : 0, several && !net.loopback() ? 1 : 0,
+                        localNetworkStack()};
   NCCLCHECK(bootstrap.allGather(plans.data(), sizeof(PlanRow)));
-  bool allWant = true;
+  bool allWant = true, oneStack = true;
   for (int r = 0; r < nranks; r++) {
     allWant &= plans[r].wantProbe != 0;
+    oneStack &= plans[r].stack == plans[0].stack;
     if ((plans[r].betaSet > 0) != (plans[0].betaSet > 0)) {
       WARN("ncclSignCommInitRank: rank %d %s SIGNLION_COST_BETA_MBPS, rank 0 %s: every rank must set it or none "
            "(unset, the link's rate is measured) (seen by rank %d)",
@@ -178,9 +201,10 @@ ncclResult_t learnLinkRate(const Net& net, Bootstrap& bootstrap, const algo::Top
     out->how = "from SIGNLION_COST_BETA_MBPS";
     return ncclSuccess;
   }
-  if (!allWant) {
-    out->how = !several ? "not learned: one node, no network link between ranks"
-                        : "not learned: a rank's links run over the loopback interface";
+  if (!allWant || oneStack) {
+    out->how = !several  ? "not learned: one node, no network link between ranks"
+               : oneStack ? "not learned: every rank in one network stack (one machine and namespace), no link between"
+                          : "not learned: a rank's links run over the loopback interface";
     return ncclSuccess;
   }
   std::vector<double> measured;

@@ -63,8 +63,9 @@ struct LearnedLink {
 };
 
 // Learns the rate as above, the same on every rank, or takes it from
-// SIGNLION_COST_BETA_MBPS (x 8) when that is set. No probe (mbits 0) on one
-// node, or over the loopback interface, where no network link is crossed.
+// SIGNLION_COST_BETA_MBPS (x 8) when that is set. No probe (mbits 0) where
+// no network link is crossed: one node, the loopback interface, or every
+// rank in one machine's one network namespace (nodes made by host ids).
 // Errors: ncclInvalidUsage (a WARN naming the variable) when some ranks set
 // SIGNLION_COST_BETA_MBPS and others do not; the bootstrap's or the
 // network's errors.
