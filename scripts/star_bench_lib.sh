@@ -20,7 +20,7 @@
 #       takes: a veth reports 10000 whatever tbf lets through, and the socket
 #       transport picks its number of data streams from the link's speed.
 #   star_link_env RATE -> nothing: signlion learns the link's rate itself
-#       (docs/PARAMETERS.md, "Link rate"). With STAR_LINK_ENV=1, both
+#       (docs/PARAMETERS.md, "Host communicator"). With STAR_LINK_ENV=1, both
 #       settings above as NAME=VALUE words for env, as the benchmarks told
 #       signlion the link before it learned it (to compare the two).
 

@@ -1,7 +1,7 @@
 // The rate of the network link between a host communicator's nodes, learned
 // at ncclSignCommInitRank so that no user has to state it: the cost model's
 // beta, the host executor's chunk and the socket transport's data streams
-// follow it (docs/PARAMETERS.md, "Link rate").
+// follow it (docs/PARAMETERS.md, "Host communicator").
 //
 // How: a short probe when the communicator is made, not the first calls'
 // transfers. A call's choices (algorithm, chunks) are fixed before it moves

@@ -26,7 +26,7 @@ TEST(LinkRate, MeasurementsNameTheLineRate) {
   };
   for (Case c : {Case{95.2, 100}, Case{81, 100}, Case{72, 100}, Case{65, 65}, Case{110, 100}, Case{940, 1000}, Case{2400, 2500},
                  Case{8900, 10000}, Case{9500, 10000}, Case{23500, 25000}, Case{45000, 50000},
-                 Case{4000, 4000}, Case{60.4, 60}, Case{130, 130}, Case{0.3, 1}, Case{0, 1}}) {
+                 Case{4000, 5000}, Case{3000, 3000}, Case{60.4, 60}, Case{130, 130}, Case{0.3, 1}, Case{0, 1}}) {
     EXPECT_EQ(nominalLinkMbits(c.measured), c.nominal) << c.measured;
   }
 }
