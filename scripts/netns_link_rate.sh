@@ -8,7 +8,8 @@
 # each job is a new process and learns the rate anew. Choices are read from
 # the INFO log of rank 0. Where the machine does not sustain a rate (10 Gbit/s
 # on a small machine), the defaults are compared with the variables for the
-# rate they learned, and the script says so. Exit 77 (skipped) only when
+# rate they learned, and the script says so. Last, SIGNLION_HOST_CHUNK_BYTES
+# set on one rank only is refused at init. Exit 77 (skipped) only when
 # namespaces cannot be made.
 #   [LINK_RATES="100mbit 1gbit 10gbit"] netns_link_rate.sh SIGN_ALLREDUCE_PERF
 set -uo pipefail
@@ -41,8 +42,10 @@ job() {  # LABEL ENV... : one 4-rank run of sign_allreduce_perf; rank 0's log in
   rm -f "$idf"
   PIDS=()
   for ((r = N - 1; r >= 0; r--)); do
+    local only=()
+    ((r == 0)) && only=(${RANK0_ENV:-})
     ip netns exec "${STAR_NS[$r]}" env SIGNLION_SOCKET_IFNAME="=$STAR_IF" SIGNLION_HOSTID="ns$r" \
-      SIGNLION_DEBUG=INFO "$@" timeout 120 \
+      SIGNLION_DEBUG=INFO "$@" "${only[@]}" timeout 120 \
       "$PERF" --rank "$r" --nranks "$N" --id-file "$idf" -b 64K -e 16M -f 16 -n 2 -w 1 -c 1 -T 60 \
       >"$WORK/$label.rank$r.log" 2>&1 &
     PIDS+=($!)
@@ -51,7 +54,7 @@ job() {  # LABEL ENV... : one 4-rank run of sign_allreduce_perf; rank 0's log in
   PIDS=()
   cp "$WORK/$label.rank0.log" "$WORK/$label.log"
   if ((rc != 0)); then
-    echo "FAIL: job $label exited $rc"; tail -20 "$WORK/$label.rank"*.log
+    echo "FAIL: job $label exited $rc"; tail -n 20 "$WORK/$label.rank"*.log
     return 1
   fi
 }
@@ -95,4 +98,18 @@ for rate in ${LINK_RATES:-100mbit 1gbit 10gbit}; do
   fi
   echo "$rate: the defaults made the same choices"
 done
+# A variable that stops the chunk from following the rate, set on one rank
+# only with the value the others start from (so the settings check at init
+# sees no difference): refused at init, naming it, rather than ranks that
+# cut their messages differently.
+netns_star_rate 100mbit
+if RANK0_ENV=SIGNLION_HOST_CHUNK_BYTES=512K job one-rank-set >/dev/null 2>&1; then
+  echo "FAIL: a SIGNLION_HOST_CHUNK_BYTES set on rank 0 only was not refused"; fails=$((fails + 1))
+elif ! grep -q "did not set SIGNLION_HOST_CHUNK_BYTES\|set SIGNLION_HOST_CHUNK_BYTES, rank 0 did not\|rank 0 set it" \
+    "$WORK"/one-rank-set.rank*.log; then
+  echo "FAIL: no WARN names SIGNLION_HOST_CHUNK_BYTES"; grep -h WARN "$WORK"/one-rank-set.rank*.log | head -5
+  fails=$((fails + 1))
+else
+  echo "SIGNLION_HOST_CHUNK_BYTES on one rank only: refused at init: $(grep -ho 'rank [0-9] did not set SIGNLION_HOST_CHUNK_BYTES[^(]*' "$WORK"/one-rank-set.rank*.log | head -1)"
+fi
 ((fails == 0))

@@ -2,6 +2,7 @@
 #include "host/communicator.h"
 
 #include <cstring>
+#include <string>
 
 #include "common/checks.h"
 #include "host/host_params.h"
@@ -56,10 +57,11 @@ ncclResult_t followLinkRate(ncclSignComm* comm) {
   }
   if (comm->rank == 0)
     INFO(kSubsysInit | kSubsysNet,
-         "ncclSignCommInitRank: link rate %lld Mbit/s (%s): cost model beta %.0f MB/s, host chunk %lld bytes, "
-         "%d data streams per connection",
+         "ncclSignCommInitRank: link rate %lld Mbit/s (%s): cost model beta %.0f MB/s, host chunk %lld bytes, %s",
          (long long)link.mbits, link.how.c_str(), comm->costModel.params().betaBytesPerUs,
-         (long long)comm->costModel.params().overlapChunkBytes, streams);
+         (long long)comm->costModel.params().overlapChunkBytes,
+         streams > 0 ? (std::to_string(streams) + " data streams per connection").c_str()
+                     : "data streams as the net plugin picks them");
   return ncclSuccess;
 }
 

@@ -66,6 +66,7 @@ struct RoundRow {
 // rank probes or none does.
 struct PlanRow {
   int64_t betaSet;    // SIGNLION_COST_BETA_MBPS when set and valid, else 0
+  int64_t chunkSet;   // SIGNLION_HOST_CHUNK_BYTES is set (non-zero): the chunk does not follow the rate
   int64_t wantProbe;  // several nodes, and not over the loopback interface
   uint64_t stack;     // localNetworkStack()
 };
@@ -182,17 +183,23 @@ ncclResult_t learnLinkRate(const Net& net, Bootstrap& bootstrap, const algo::Top
   const int64_t beta = signlionParamCostBetaMBps();
   const bool several = nranks > 1 && topo.known() && topo.members(nranks).size() > 1;
   std::vector<PlanRow> plans(nranks);
-  plans[rank] = PlanRow{paramIsSet("COST_BETA_MBPS") && beta > 0 ? beta : 0, several && !net.loopback() ? 1 : 0,
-                        localNetworkStack()};
+  plans[rank] = PlanRow{paramIsSet("COST_BETA_MBPS") && beta > 0 ? beta : 0, signlionParamHostChunkBytes() != 0,
+                        several && !net.loopback() ? 1 : 0, localNetworkStack()};
   NCCLCHECK(bootstrap.allGather(plans.data(), sizeof(PlanRow)));
   bool allWant = true, oneStack = true;
   for (int r = 0; r < nranks; r++) {
     allWant &= plans[r].wantProbe != 0;
     oneStack &= plans[r].stack == plans[0].stack;
-    if ((plans[r].betaSet > 0) != (plans[0].betaSet > 0)) {
-      WARN("ncclSignCommInitRank: rank %d %s SIGNLION_COST_BETA_MBPS, rank 0 %s: every rank must set it or none "
-           "(unset, the link's rate is measured) (seen by rank %d)",
-           r, plans[r].betaSet > 0 ? "set" : "did not set", plans[0].betaSet > 0 ? "set it" : "did not", rank);
+    // A value set on some ranks only, equal to what the others compute,
+    // passes checkSettingsAgree; the others would then follow a learned rate.
+    const bool betaDiffers = (plans[r].betaSet > 0) != (plans[0].betaSet > 0);
+    const bool chunkDiffers = plans[r].chunkSet != plans[0].chunkSet;
+    if (betaDiffers || chunkDiffers) {
+      const char* var = betaDiffers ? "SIGNLION_COST_BETA_MBPS" : "SIGNLION_HOST_CHUNK_BYTES";
+      const bool setR = betaDiffers ? plans[r].betaSet > 0 : plans[r].chunkSet != 0;
+      WARN("ncclSignCommInitRank: rank %d %s %s, rank 0 %s: every rank must set it or none (unset, it follows the "
+           "link's measured rate) (seen by rank %d)",
+           r, setR ? "set" : "did not set", var, setR ? "did not" : "set it", rank);
       return ncclInvalidUsage;
     }
   }

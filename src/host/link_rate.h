@@ -67,7 +67,7 @@ struct LearnedLink {
 // no network link is crossed: one node, the loopback interface, or every
 // rank in one machine's one network namespace (nodes made by host ids).
 // Errors: ncclInvalidUsage (a WARN naming the variable) when some ranks set
-// SIGNLION_COST_BETA_MBPS and others do not; the bootstrap's or the
+// SIGNLION_COST_BETA_MBPS (or SIGNLION_HOST_CHUNK_BYTES) and others do not; the bootstrap's or the
 // network's errors.
 ncclResult_t learnLinkRate(const Net& net, Bootstrap& bootstrap, const algo::Topology& topo, int timeoutMs,
                            LearnedLink* out);
