@@ -84,6 +84,15 @@ if(SIGNLION_BUILD_TESTS)
                        FAIL_REGULAR_EXPRESSION "FAILED")
 endif()
 
+# With no SIGNLION_* tuning variable, the defaults learn the link and make the
+# choices the right variables make (algorithm, chunk, streams): a 4-rank star
+# at 100 Mbit/s, 1 and 10 Gbit/s, one job each (scripts/netns_link_rate.sh).
+if(SIGNLION_BUILD_TESTS)
+  add_test(NAME netns.link_rate_defaults
+           COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/netns_link_rate.sh $<TARGET_FILE:sign_allreduce_perf>)
+  set_tests_properties(netns.link_rate_defaults PROPERTIES LABELS netns SKIP_RETURN_CODE 77 TIMEOUT 600)
+endif()
+
 # A small emulated cluster (scripts/cluster_bench.sh): 2 namespaces as nodes,
 # 2 ranks each, 1 Gbit/s node links, int8 votes (SIGN_DTYPE), 2 sizes; every
 # contender checks its results, and the summary compares hier with the flat

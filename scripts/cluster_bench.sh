@@ -3,8 +3,8 @@
 # one tbf-limited veth link per node to a bridge), PER ranks per node as
 # processes inside each namespace (ranks of a node reach each other over the
 # namespace's loopback; SIGNLION_HOSTID=node<i> tells the communicator which
-# ranks share a node; SIGNLION_COST_BETA_MBPS tells the cost model and the
-# host chunk size the node link's rate). Rank r runs on node r / PER. Every contender runs on the
+# ranks share a node; the node link's rate is learned, or told with
+# STAR_LINK_ENV=1 as star_bench_lib.sh says). Rank r runs on node r / PER. Every contender runs on the
 # same namespaces in one run: the hierarchical sign all-reduce, the flat ones,
 # the fp32 ring sum. Writes OUT/cluster.csv (one row per contender and size,
 # with the socket transport's byte counters: the most any rank sent and the

@@ -6,8 +6,9 @@
 # needs python3-matplotlib) and every rank-0 table under OUT/logs (each with
 # the packets the links dropped during it). Deletes
 # every namespace it made, also on failure or interrupt. Each rank gets
-# SIGNLION_HOSTID=ns<r> (a namespace is a node) and SIGNLION_COST_BETA_MBPS of
-# its link's rate, so auto's cost model sees the emulated network.
+# SIGNLION_HOSTID=ns<r> (a namespace is a node) and no tuning variable: the
+# communicator learns the link's rate (STAR_LINK_ENV=1: tells it, as before,
+# SIGNLION_COST_BETA_MBPS and SIGNLION_SOCKET_SPEED from the tbf rate).
 #   scripts/ethernet_bench.sh [BUILD_DIR] [OUT_DIR]            (root)
 # Environment (defaults: the full sweep of docs/PERFORMANCE.md, section 3):
 #   RANKS="4 8" RATES="1gbit 10gbit" MINB=1M MAXB=256M FACTOR=4 ITERS=2 WARMUP=1
@@ -81,9 +82,9 @@ contender_args() {  # name nranks -> prints "ENV... -- ARGS..." or nothing when 
     mpi-fp32) echo "-- -o mpisum -d float ${b[*]}" ;;
   esac
 }
-# What the cost model is told about the links: each namespace is a node of
-# its own (SIGNLION_HOSTID; they share hostname and boot id) whose link runs at
-# the tbf rate (SIGNLION_COST_BETA_MBPS, MB/s), as a user would set them.
+# Each namespace is a node of its own (SIGNLION_HOSTID; they share hostname
+# and boot id); the link's rate is learned (star_link_env: nothing unless
+# STAR_LINK_ENV=1).
 to_bytes() { local v=${1%[KMGkmg]}; case ${1: -1} in K|k) echo $((v << 10)) ;; M|m) echo $((v << 20)) ;; G|g) echo $((v << 30)) ;; *) echo "$1" ;; esac; }
 sizes() { local b e; b=$(to_bytes "$MINB"); e=$(to_bytes "$MAXB"); while ((b <= e)); do echo "$b"; b=$((b * FACTOR)); done; }
 half() { local v=$1 s=${1//[0-9]/}; v=${v%[KMGkmg]}; case $s in M|m) echo "$((v * 512))K" ;; G|g) echo "$((v * 512))M" ;; K|k) echo "$((v * 512))" ;; *) echo $((v / 2)) ;; esac; }

@@ -19,8 +19,10 @@
 #   rate_mbits RATE -> the same rate in Mbit/s, what SIGNLION_SOCKET_SPEED
 #       takes: a veth reports 10000 whatever tbf lets through, and the socket
 #       transport picks its number of data streams from the link's speed.
-#   star_link_env RATE -> both settings as NAME=VALUE words for env: how every
-#       star benchmark tells signlion the link.
+#   star_link_env RATE -> nothing: signlion learns the link's rate itself
+#       (docs/PARAMETERS.md, "Host communicator"). With STAR_LINK_ENV=1, both
+#       settings above as NAME=VALUE words for env, as the benchmarks told
+#       signlion the link before it learned it (to compare the two).
 
 star_bench_cleanup() {
   local p
@@ -47,7 +49,10 @@ star_drops_note() {  # LOG LABEL
 
 rate_mbps() { local b; b=$(netns_rate_bits "$1") && echo $((b / 8000000)); }
 rate_mbits() { local b; b=$(netns_rate_bits "$1") && echo $((b / 1000000)); }
-star_link_env() { echo "SIGNLION_COST_BETA_MBPS=$(rate_mbps "$1") SIGNLION_SOCKET_SPEED=$(rate_mbits "$1")"; }
+star_link_env() {
+  [[ ${STAR_LINK_ENV:-0} == 1 ]] || return 0
+  echo "SIGNLION_COST_BETA_MBPS=$(rate_mbps "$1") SIGNLION_SOCKET_SPEED=$(rate_mbits "$1")"
+}
 
 star_bench_check_sizes() {
   local v

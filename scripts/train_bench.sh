@@ -36,6 +36,8 @@
 #   TRACE=DIR: the timed runs of the DistributedLion contenders (signlion-*,
 #     compute) also record the step timeline of their last TIMED steps (train.py
 #     --trace): DIR/<run>.rank<r>.json per rank, for ui.perfetto.dev
+#   STAR_LINK_ENV=1: tell signlion the link's rate (SIGNLION_COST_BETA_MBPS,
+#     SIGNLION_SOCKET_SPEED from the tbf rate) instead of letting it learn it
 #   SMOKE=1: loopback, no namespaces, N=2, every contender 3 steps of the mlp
 #     workload at width 256 (the CTest smoke test; exits 1 if a run fails or
 #     ranks differ)

@@ -62,20 +62,35 @@ bool nicsLocked(int dev, NicSet* out) {
   return false;
 }
 
+// The link rate a host communicator learned (socketSetLinkRate); 0: none.
+std::atomic<int> gLinkRateMbps{0};
+
 // Caller holds gDevMutex and has refreshed.
 int streamsLocked(const NicSet& nics) {
   static std::atomic<bool> warned{false};
   int64_t set = signlionParamNsocks();
   if (set != 0) return (int)paramClamp(set, 1, kSocketMaxStreams, "NSOCKS", &warned);
+  // SIGNLION_SOCKET_SPEED (in every device's speed, speedReal) wins over a
+  // learned rate, which wins over what the interfaces say.
+  const int learned = gLinkRateMbps.load(std::memory_order_relaxed);
   int slowest = 0;
   for (int i = 0; i < nics.n; i++) {
-    int speed = gDevs[nics.devs[i]].speedMbps;
+    const SocketDevice& d = gDevs[nics.devs[i]];
+    int speed = d.speedMbps;
+    if (signlionParamSocketSpeed() == 0 && learned > 0) speed = learned;
+    else if (!d.speedReal) speed = 0;  // unknown: one stream is safe on any link
     slowest = i == 0 ? speed : std::min(slowest, speed);
   }
-  return std::max(nics.n, slowest >= kSocketFastLinkMbps ? kSocketFastLinkStreams : 1);
+  return socketStreamsForRate(slowest, nics.n);
 }
 
 }  // namespace
+
+int socketStreamsForRate(int mbps, int nics) {
+  return std::max(nics, mbps >= kSocketFastLinkMbps ? kSocketFastLinkStreams : 1);
+}
+
+void socketSetLinkRate(int mbps) { gLinkRateMbps.store(std::max(0, mbps), std::memory_order_relaxed); }
 
 int socketDeviceStreams(const NicSet& nics) {
   std::lock_guard<std::mutex> lk(gDevMutex);

@@ -28,9 +28,21 @@ bool deviceNics(int dev, NicSet* out);
 constexpr int kSocketFastLinkMbps = 10000;
 constexpr int kSocketFastLinkStreams = 4;
 
+// Data streams for a link of `mbps` (0: unknown) over `nics` interfaces: one
+// per interface, and kSocketFastLinkStreams on a fast link.
+int socketStreamsForRate(int mbps, int nics);
+
+// The rate (Mbit/s; 0: none) a host communicator learned for the links it
+// makes next (src/host/link_rate.h). Process-wide: every communicator of a
+// process runs over the same interfaces, and the latest one's rate stands.
+void socketSetLinkRate(int mbps);
+
 // Data streams a comm on these interfaces opens: SIGNLION_NSOCKS when set
-// (1..kSocketMaxStreams); else one per interface, and kSocketFastLinkStreams
-// when the slowest is a fast link. Slower links get one stream per interface
+// (1..kSocketMaxStreams); else socketStreamsForRate of the slowest
+// interface's rate: SIGNLION_SOCKET_SPEED when set, else the learned rate
+// (socketSetLinkRate), else the interface's speed where it is real (a device
+// behind it, or no sysfs speed at all: SIGNLION_SOCKET_DEFAULT_SPEED); a
+// virtual interface's made-up speed counts as unknown (one stream). Slower links get one stream per interface
 // because several streams share a shallow switch queue badly: each loss halves
 // one stream's window, not the link's, so the queue keeps overflowing (four
 // streams at 100 Mbit/s behind a 20 ms queue: 1.3-3x the wire time of a sign

@@ -61,17 +61,23 @@ std::string addressString(const SocketAddress& a) {
 
 namespace {
 
-int readSpeed(const std::string& ifname) {
-  static std::atomic<bool> warned{false};
-  if (int64_t set = signlionParamSocketSpeed(); set != 0)
-    return (int)paramClamp(set, 1, 1 << 30, "SOCKET_SPEED", &warned);
+// The interface's speed in sysfs, Mbit/s; -1 when it states none (virtual
+// links: lo, many VMs' interfaces).
+int sysfsSpeed(const std::string& ifname) {
   std::string path = "/sys/class/net/" + ifname + "/speed";
   int speed = -1;
   if (FILE* f = fopen(path.c_str(), "r")) {
     if (fscanf(f, "%d", &speed) != 1) speed = -1;
     fclose(f);
   }
-  // Virtual links (veth, lo, many VMs) report nothing or -1.
+  return speed > 0 ? speed : -1;
+}
+
+int readSpeed(const std::string& ifname) {
+  static std::atomic<bool> warned{false};
+  if (int64_t set = signlionParamSocketSpeed(); set != 0)
+    return (int)paramClamp(set, 1, 1 << 30, "SOCKET_SPEED", &warned);
+  const int speed = sysfsSpeed(ifname);
   return speed > 0 ? speed : (int)signlionParamSocketDefaultSpeed();
 }
 
@@ -107,6 +113,7 @@ void collect(const IfnameFilter& filter, int family, int maxDevs, std::vector<So
     memcpy(&d.addr, it->ifa_addr, fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
     d.speedMbps = readSpeed(name);
     d.pciPath = readPciPath(name);
+    d.speedReal = signlionParamSocketSpeed() != 0 || !d.pciPath.empty() || sysfsSpeed(name) < 0;
     devs->push_back(d);
   }
   freeifaddrs(list);

@@ -22,6 +22,9 @@ struct SocketDevice {
   SocketAddress addr;   // the address we listen on (port 0)
   std::string pciPath;  // realpath of /sys/class/net/<if>/device, or empty
   int speedMbps = 0;    // sysfs speed, or SIGNLION_SOCKET_DEFAULT_SPEED
+  // False when speedMbps is what a virtual interface (no device behind it:
+  // veth, bridge, tun) makes up: a veth says 10000 whatever limits it.
+  bool speedReal = true;
 };
 
 // One parsed element of an interface filter.

@@ -14,6 +14,10 @@ namespace signlion {
 // a malformed value logs a WARN and yields the default.
 int64_t paramReadInt(const char* name, int64_t deflt);
 
+// Whether SIGNLION_<name> is set (non-empty): a default learned at run time
+// stands only where the variable does not.
+bool paramIsSet(const char* name);
+
 // SIGNLION_<name> or deflt when unset.
 std::string paramReadString(const char* name, const char* deflt);
 

@@ -2,10 +2,12 @@
 #include "host/communicator.h"
 
 #include <cstring>
+#include <string>
 
 #include "algo/direct.h"
 #include "common/checks.h"
 #include "host/host_params.h"
+#include "host/link_rate.h"
 
 #define SIGNLION_API extern "C" __attribute__((visibility("default")))
 
@@ -41,6 +43,29 @@ void destroy(ncclSignComm* comm) {
   delete comm;
 }
 
+// Learns the link's rate (link_rate.h: the same on every rank) and sets what
+// follows it, where no variable says otherwise: the cost model's beta, the
+// chunk, and the data streams of the links made next.
+ncclResult_t followLinkRate(ncclSignComm* comm) {
+  LearnedLink link;
+  NCCLCHECK(learnLinkRate(*comm->net, *comm->bootstrap, comm->topology, comm->config.timeoutMs, &link));
+  const int streams = comm->net->setLinkRate(link.mbits);
+  if (link.mbits > 0 && !paramIsSet("COST_BETA_MBPS")) {
+    const LinkSettings s = linkSettingsFor(link.mbits);
+    NCCLCHECK(comm->costModel.setMeasured(comm->costModel.params().alphaUs, (double)s.betaMBps));
+    if (signlionParamHostChunkBytes() == 0)
+      comm->costModel.setHostExecutor(s.chunkBytes, comm->costModel.params().segmentElements);
+  }
+  if (comm->rank == 0)
+    INFO(kSubsysInit | kSubsysNet,
+         "ncclSignCommInitRank: link rate %lld Mbit/s (%s): cost model beta %.0f MB/s, host chunk %lld bytes, %s",
+         (long long)link.mbits, link.how.c_str(), comm->costModel.params().betaBytesPerUs,
+         (long long)comm->costModel.params().overlapChunkBytes,
+         streams > 0 ? (std::to_string(streams) + " data streams per connection").c_str()
+                     : "data streams as the net plugin picks them");
+  return ncclSuccess;
+}
+
 ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id, int rank,
                       const ncclSignConfig_t* config) {
   NCCLCHECK(resolveConfig(config, "ncclSignCommInitRank", &comm->config));
@@ -52,6 +77,7 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
   // across ranks by the call check's settings).
   comm->costModel.setHostExecutor(hostChunkBytes(), (int64_t)hostSegmentElements());
   NCCLCHECK(checkSettingsAgree(*comm->bootstrap, comm->config, comm->costModel.params(), &comm->topology));
+  NCCLCHECK(followLinkRate(comm));
   comm->hierNodeRanks = hierarchicalNodeRanks(comm->topology, nranks, comm->config.algorithm);
   if (comm->config.algorithm == ncclSignAlgoHierarchical && comm->hierNodeRanks == 0)
     WARN("ncclSignCommInitRank: rank %d: the hierarchical algorithm is forced (config->algorithm or SIGNLION_ALGO), "
@@ -79,8 +105,8 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
 }  // namespace
 
 ncclResult_t scheduleFor(ncclSignComm* comm, int64_t nblocks, const algo::OpSpec& spec, const ScheduleEntry** out) {
-  auto finish = [](ScheduleEntry* e) {
-    makeHostPlan(e->schedule, &e->extra);
+  auto finish = [comm](ScheduleEntry* e) {
+    makeHostPlan(e->schedule, &e->extra, comm->costModel.params().overlapChunkBytes);
     return ncclSuccess;
   };
   // Without its links (one node, or nodes too large) the hierarchical

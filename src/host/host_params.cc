@@ -14,8 +14,11 @@ int64_t hostChunkBytes() {
   if (set != 0) return paramClamp(set, 64, int64_t{1} << 30, "HOST_CHUNK_BYTES", &warned);
   // A beta <= 0 is WARNed by the cost model, which keeps its default: so does this.
   const int64_t mbps = signlionParamCostBetaMBps();
-  const double beta = mbps > 0 ? (double)mbps : algo::CostParams().betaBytesPerUs;
-  const double perMs = beta * 1000;
+  return hostChunkBytesForBeta(mbps > 0 ? (double)mbps : algo::CostParams().betaBytesPerUs);
+}
+
+int64_t hostChunkBytesForBeta(double betaMBps) {
+  const double perMs = betaMBps * 1000;
   int64_t chunk = 128 << 10;
   while (chunk < (512 << 10) && 2 * chunk <= perMs) chunk *= 2;
   return chunk;

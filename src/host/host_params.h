@@ -23,6 +23,10 @@ namespace host {
 // and smaller chunks only add messages (docs/PERFORMANCE.md, "The host executor").
 // Ranks compare the result at init (SIGNLION_HOST_CHUNK_BYTES).
 int64_t hostChunkBytes();
+// The chunk for a link of betaMBps (MB/s) when SIGNLION_HOST_CHUNK_BYTES is
+// unset, as above: what a communicator uses once it has learned its link's
+// rate (link_rate.h).
+int64_t hostChunkBytesForBeta(double betaMBps);
 }  // namespace host
 }  // namespace signlion
 

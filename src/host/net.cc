@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "common/checks.h"
+#include "socket/socket_device_table.h"
 #include "socket/socket_devices.h"
 #include "socket/socket_net.h"
 #include "socket/socket_params.h"
@@ -159,6 +161,19 @@ void Net::abortComm(void* comm) const {
 
 bool Net::wireBytes(void* comm, uint64_t* sent, uint64_t* received) const {
   return ours_ && net::commBytes(comm, sent, received);
+}
+
+int Net::setLinkRate(int64_t mbps) const {
+  if (!ours_) return 0;
+  net::socketSetLinkRate((int)std::min<int64_t>(mbps, 1 << 30));
+  net::NicSet nics;
+  return net::deviceNics(dev_, &nics) ? net::socketDeviceStreams(nics) : 0;
+}
+
+bool Net::loopback() const {
+  ncclNetProperties_v11_t props;
+  return ours_ && api_->getProperties(dev_, &props) == ncclSuccess && props.name != nullptr &&
+         strcmp(props.name, "lo") == 0;
 }
 
 }  // namespace host

@@ -48,6 +48,14 @@ class Net {
   // a plugin library that exports kAbortCommSymbol); for another plugin this
   // does nothing and the close is all the peer sees.
   void abortComm(void* comm) const;
+  // Tells the built-in transport the link rate a communicator learned
+  // (Mbit/s; 0: none): the data streams of the links made next follow it
+  // (socketDeviceStreams). Returns how many a link now opens; 0 for another
+  // plugin, which does not hear it.
+  int setLinkRate(int64_t mbps) const;
+  // Whether dev() is the loopback interface (the built-in transport's "lo"):
+  // no network link to learn.
+  bool loopback() const;
   static constexpr const char* kAbortCommSymbol = "signlionNetAbortComm";
 
  private:

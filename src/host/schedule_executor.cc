@@ -62,8 +62,7 @@ algo::ScratchLayout hostScratchLayout(const algo::Schedule& s, int64_t chunkByte
 
 }  // namespace
 
-void makeHostPlan(const algo::Schedule& s, HostPlan* plan) {
-  const int64_t chunkBytes = hostChunkBytes();
+void makeHostPlan(const algo::Schedule& s, HostPlan* plan, int64_t chunkBytes) {
   plan->layout = hostScratchLayout(s, chunkBytes);
   algo::buildChunkGraph(s, chunkBytes, overlapBlocks(chunkBytes), &plan->graph);
 }

@@ -37,6 +37,7 @@
 #include "bits/bits.h"
 #include "host/arena.h"
 #include "host/call_check.h"
+#include "host/host_params.h"
 #include "host/links.h"
 #include "host/transfers.h"
 
@@ -47,13 +48,14 @@ namespace host {
 // cached with it (algo/schedule_cache.h), so a warm call does no layout or
 // dependency work: the arena layout (regions unaligned, the stage sized for
 // every staged message of the whole schedule at once, as the steps overlap)
-// and the chunks with their waits (algo::ChunkGraph), both for the
-// SIGNLION_HOST_CHUNK_BYTES read when it was made.
+// and the chunks with their waits (algo::ChunkGraph), both for chunkBytes:
+// the communicator's (SIGNLION_HOST_CHUNK_BYTES, or what its link's rate
+// gives, link_rate.h).
 struct HostPlan {
   algo::ScratchLayout layout;
   algo::ChunkGraph graph;
 };
-void makeHostPlan(const algo::Schedule& s, HostPlan* plan);
+void makeHostPlan(const algo::Schedule& s, HostPlan* plan, int64_t chunkBytes = hostChunkBytes());
 
 // A long call runs as segments, one schedule each (sign_allreduce.cc). While
 // a segment waits on the wire its rank's CPU is mostly idle, and the next

@@ -53,7 +53,7 @@ ncclResult_t ringSum(ncclSignComm* c, const char* send, char* recv, size_t count
     if (send != recv && count > 0) memmove(recv, send, count * es);
     return ncclSuccess;
   }
-  const size_t chunk = (size_t)hostChunkBytes() / es;
+  const size_t chunk = (size_t)c->costModel.params().overlapChunkBytes / es;
   const size_t shardMax = shardOf(count, n, 0).count;
   const size_t firstMax = kHeaderBytes + std::min(chunk, shardMax) * es;
   NCCLCHECK(c->arena.reserve((count + shardMax) * es + 2 * firstMax, *c->net, c->links));

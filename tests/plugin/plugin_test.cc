@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "plugin_fixture.h"
+#include "socket/socket_device_table.h"
 #include "socket/socket_devices.h"
 #include "socket/socket_net.h"
 #include "socket/socket_transport.h"
@@ -1456,4 +1457,42 @@ TEST(SocketStreams, FollowTheLinkSpeedUnlessSet) {
     net.closeRecv(r);
     net.finalize();
   }
+}
+
+// A rate the host communicator learned (socketSetLinkRate) picks the streams
+// of the comms made after it, over what the interface says (loopback: the
+// default 10000, four streams); SIGNLION_SOCKET_SPEED and SIGNLION_NSOCKS
+// still win; 0 forgets it.
+TEST(SocketStreams, FollowALearnedRateUnlessSet) {
+  struct Case {
+    int learned;
+    const char* speed;  // "0": unset
+    const char* nsocks;
+    int streams;
+  };
+  const Case cases[] = {{100, "0", "0", 1}, {1000, "0", "0", 1},    {10000, "0", "0", 4}, {0, "0", "0", 4},
+                        {100, "10000", "0", 4}, {10000, "100", "0", 1}, {100, "0", "3", 3}};
+  Env ifname("SIGNLION_SOCKET_IFNAME", "=lo");
+  for (const Case& c : cases) {
+    SCOPED_TRACE("learned " + std::to_string(c.learned) + " SIGNLION_SOCKET_SPEED=" + c.speed +
+                 " SIGNLION_NSOCKS=" + c.nsocks);
+    Env speed("SIGNLION_SOCKET_SPEED", c.speed);
+    Env nsocks("SIGNLION_NSOCKS", c.nsocks);
+    signlion::net::socketSetLinkRate(c.learned);
+    NetDriver net;
+    net.bindInProcess(11);
+    ASSERT_EQ(net.init(&PluginLog::logger), ncclSuccess);
+    int dev = findDevice(net, "lo");
+    ASSERT_GE(dev, 0);
+    void *s = nullptr, *r = nullptr;
+    std::string err;
+    ASSERT_EQ(connectPair(net, dev, &s, &r, &err), ncclSuccess) << err;
+    EXPECT_EQ(signlion::net::socketCommStreams(s), c.streams);
+    EXPECT_EQ(signlion::net::socketCommStreams(r), c.streams);
+    EXPECT_TRUE(transfer(net, s, r, size_t(1) << 20, size_t(1) << 20, 1, &err)) << err;
+    net.closeSend(s);
+    net.closeRecv(r);
+    net.finalize();
+  }
+  signlion::net::socketSetLinkRate(0);
 }
