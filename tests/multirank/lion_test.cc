@@ -274,13 +274,14 @@ class RecordingCommunicator final : public lion::Communicator {
     return inner_.signAllReduce(votes, count, type, op);
   }
   bool overlapsCollectives() const override { return inner_.overlapsCollectives(); }
-  ncclResult_t signAllReduceStart(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) override {
+  ncclResult_t signAllReduceStart(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op,
+                                  bool timed) override {
     record("start", count, votes, bits::typeSize(type));
-    return inner_.signAllReduceStart(votes, count, type, op);
+    return inner_.signAllReduceStart(votes, count, type, op, timed);
   }
-  ncclResult_t signAllReduceWait() override {
+  ncclResult_t signAllReduceWait(int64_t* beginUs, int64_t* endUs) override {
     events.push_back("wait");
-    const ncclResult_t r = inner_.signAllReduceWait();
+    const ncclResult_t r = inner_.signAllReduceWait(beginUs, endUs);
     return ++waits_ == failWait_ ? ncclSystemError : r;
   }
   ncclResult_t sumAllReduce(float* x, size_t count) override { return inner_.sumAllReduce(x, count); }
@@ -400,9 +401,9 @@ TEST(DistributedLion, CollectiveStartReturnsBeforeThePeersJoin) {
     lion::HostCommunicator host(comm);
     ASSERT_TRUE(host.overlapsCollectives());
     if (rank == 0) {
-      ASSERT_EQ(host.signAllReduceStart(votes[0].data(), count, ncclInt8, ncclSignMajority), ncclSuccess);
+      ASSERT_EQ(host.signAllReduceStart(votes[0].data(), count, ncclInt8, ncclSignMajority, false), ncclSuccess);
       started.set_value();
-      EXPECT_EQ(host.signAllReduceWait(), ncclSuccess);
+      EXPECT_EQ(host.signAllReduceWait(nullptr, nullptr), ncclSuccess);
     } else {
       ASSERT_EQ(startedOnRank0.wait_for(std::chrono::seconds(10)), std::future_status::ready)
           << "rank 0's start did not return before rank 1 joined its collective";
