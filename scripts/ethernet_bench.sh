@@ -10,7 +10,7 @@
 # communicator learns the link's rate (STAR_LINK_ENV=1: tells it, as before,
 # SIGNLION_COST_BETA_MBPS and SIGNLION_SOCKET_SPEED from the tbf rate).
 #   scripts/ethernet_bench.sh [BUILD_DIR] [OUT_DIR]            (root)
-# Environment (defaults: the full sweep of docs/PERFORMANCE.md, section 3):
+# Environment (defaults: the full sweep of docs/dev/SCALE.md, "The measured star: every contender"):
 #   RANKS="4 8" RATES="1gbit 10gbit" MINB=1M MAXB=256M FACTOR=4 ITERS=2 WARMUP=1
 #   CONTENDERS="sign-auto sign-ring sign-hd sign-allgather sign-direct fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"
 #   RUN_TIMEOUT=600 (seconds per contender run)

@@ -159,7 +159,7 @@ TEST(AlgoCostModel, SegmentsAreCostedOneByOne) {
 // direct (2.25 and 2.625 bits per element at N = 4 and 8, against
 // halving-doubling's 2.5 and 3.125 and the ring's 2.75 and 3.875; its 2(N-1)
 // steps cost little next to that many bytes). Without direct it picks
-// halving-doubling (measured in docs/PERFORMANCE.md, "Which algorithm"). The
+// halving-doubling (measured in docs/dev/SCALE.md, "The measured star: every contender"). The
 // CPU costs, without overlap, are paid once per element by every algorithm:
 // they move every prediction by the same amount and never the choice.
 TEST(AlgoCostModel, AutoOnTheEmulatedEthernetStar) {
