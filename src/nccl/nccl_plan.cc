@@ -19,6 +19,8 @@ template <class Transfers>
 void appendChunks(const Transfers& transfers, int64_t chunkBytes, bool recv, std::vector<ChunkGroup>* groups) {
   for (size_t t = 0; t < transfers.size(); t++) {
     const algo::Transfer& x = transfers[t];
+    // Every transfer travels as its planes here, trit coded results too (the
+    // coding, algo::Coding, is the host executor's): cut by planes.
     const int64_t step = algo::chunkBlocks(x.planes, chunkBytes);
     size_t k = 0;
     for (int64_t b = x.range.begin; b < x.range.end; b += step, k++) {
