@@ -135,13 +135,15 @@ void checkChunks(const RankPlan& rp, int64_t chunkBytes) {
           int64_t& at = (dir ? recvAt : sendAt)[c.index];
           EXPECT_EQ(c.begin, at) << "chunks out of order, step " << sp.step;
           EXPECT_GT(c.len, 0);
-          EXPECT_LE(8 * x.planes * c.len, std::max<int64_t>(chunkBytes, 8 * x.planes));
+          // A coded result's chunks are whole 5-block groups (64 bytes each).
+          EXPECT_LE(x.wireBytes(c.len), std::max<int64_t>(chunkBytes, x.coding == algo::Coding::kTrits ? 64 : 8 * x.planes));
           at = c.begin + c.len;
           const bool adds = dir && st.recvs[c.index].op == algo::RecvOp::kAdd;
-          EXPECT_EQ(c.stage >= 0, adds);
-          if (adds) {
-            actions = true;
-            Range r{c.stage, c.stage + x.planes * c.len};
+          const bool coded = x.coding == algo::Coding::kTrits;
+          EXPECT_EQ(c.stage >= 0, adds || coded);
+          if (adds || coded) {
+            actions = actions || dir;
+            Range r{c.stage, c.stage + x.wireBytes(c.len) / 8};
             EXPECT_LE(r.end, rp.p.stageWords);
             for (const Range& o : stage) EXPECT_FALSE(overlaps(r, o)) << "stage reused within step " << sp.step;
             stage.push_back(r);
@@ -373,6 +375,16 @@ class CpuBackend final : public Backend {
       for (int q = 0; q < planes; q++) std::memcpy(dst + q * dstStride, src + q * srcStride, nwords * 8);
     });
   }
+  ncclResult_t encodeTrits(const uint64_t* pos, const uint64_t* neg, size_t nwords, uint64_t* out) override {
+    return run([=] { k_.encodeTrits(pos, neg, nwords, reinterpret_cast<uint8_t*>(out)); });
+  }
+  // A malformed coded result is recorded (peer + 1), as the device backend's flag.
+  ncclResult_t decodeTrits(const uint64_t* in, size_t nwords, uint64_t* pos, uint64_t* neg, int peer) override {
+    return run([=] {
+      if (!k_.decodeTrits(reinterpret_cast<const uint8_t*>(in), nwords, pos, neg)) malformed = (uint32_t)peer + 1;
+    });
+  }
+  uint32_t malformed = 0;
 
   ncclResult_t groupStart() override {
     EXPECT_FALSE(inGroup_);
@@ -481,6 +493,7 @@ void runPlansOnCpu(const std::vector<RankPlan>& plans, size_t count, ncclDataTyp
     CpuBackend backend(fabric, r, holdSide);
     res[r] = runSchedule(plans[r].s, plans[r].p, scratch.data(), inPlace ? out[r].data() : in[r].data(), out[r].data(),
                          count, dt, backend);
+    if (backend.malformed != 0) res[r] = ncclSystemError;  // a coded result this rank could not decode
   });
   EXPECT_TRUE(fabric.drained()) << "messages left undelivered, or of another size than received";
   for (int r = 0; r < n; r++) {
@@ -523,6 +536,33 @@ INSTANTIATE_TEST_SUITE_P(AllAlgorithms, NcclExecutorOnCpu, ::testing::ValuesIn(k
                          [](const ::testing::TestParamInfo<ncclSignAlgo_t>& info) {
                            return std::string(algoName(info.param));
                          });
+
+// A coded result with a byte above 242 is recorded as malformed by the rank
+// that decodes it, naming the sender (the device backend's flag, which the
+// next call reports: CommContext::malformedResults). N = 2 ring, 20 blocks:
+// the result shards are 10 blocks, 2 groups, 128 bytes; no other message has
+// that size (the counter shards are 80), and the fabric delivers those with
+// their first byte 0xff.
+TEST(NcclExecutorOnCpu, MalformedCodedResultIsRecordedWithItsSender) {
+  const size_t count = 20 * 64;
+  const Spec exact{ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero};
+  std::vector<RankPlan> plans = planAll(ncclSignAlgoRing, 2, 20, exact, 1 << 20);
+  std::vector<test::Bytes> in = test::randomVoteInputs(2, count, ncclFloat32, 3);
+  test::FakeFabric fabric(2);
+  fabric.corruptSize(128);
+  uint32_t malformed[2] = {0, 0};
+  std::vector<test::Bytes> out(2, test::Bytes(count * 4));
+  onRankThreads(2, [&](int r) {
+    std::vector<uint64_t> scratch((size_t)plans[r].p.layout.words + 1, 0);
+    CpuBackend backend(fabric, r, false);
+    EXPECT_EQ(runSchedule(plans[r].s, plans[r].p, scratch.data(), in[r].data(), out[r].data(), count, ncclFloat32,
+                          backend),
+              ncclSuccess);
+    malformed[r] = backend.malformed;
+  });
+  EXPECT_EQ(malformed[0], 2u);  // from rank 1
+  EXPECT_EQ(malformed[1], 1u);  // from rank 0
+}
 
 // Larger and odd: many chunks per step, non-power-of-two folds.
 TEST(NcclExecutorOnCpu, ManyChunksAndOddRankCounts) {
