@@ -41,7 +41,7 @@ SIGNLION_KERNEL encodeTritsKernel(const uint32_t* __restrict__ pos, const uint32
     } else {
       // The tail: rest words of plane 0, then rest of plane 1, as half-words.
       const size_t t = u - groupBytes, first = groups * kGroupHalfWords;
-      const uint32_t w = t < 2 * rest ? pos[first + t] : neg[first + t - 2 * rest];
+      const uint32_t w = t < 2 * rest ? pos[first + t] : neg[first + t - 2 * rest] & ~pos[first + t - 2 * rest];
       reinterpret_cast<uint32_t*>(out + groupBytes)[t] = w;
     }
   }

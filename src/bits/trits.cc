@@ -49,7 +49,10 @@ constexpr uint64_t kGatherLsbs = 0x0102040810204080ull;
 
 void encodeTritTail(const uint64_t* pos, const uint64_t* neg, size_t first, size_t rest, uint8_t* out) {
   memcpy(out, pos + first, rest * 8);
-  memcpy(out + rest * 8, neg + first, rest * 8);
+  for (size_t w = 0; w < rest; w++) {
+    const uint64_t m = neg[first + w] & ~pos[first + w];  // +1 wins over both, as in a group
+    memcpy(out + (rest + w) * 8, &m, 8);
+  }
 }
 
 bool decodeTritTail(const uint8_t* in, size_t first, size_t rest, uint64_t* pos, uint64_t* neg) {

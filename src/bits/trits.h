@@ -55,8 +55,9 @@ void encodeTritsPortable(const uint64_t* pos, const uint64_t* neg, size_t nblock
 bool decodeTritsPortable(const uint8_t* in, size_t nblocks, uint64_t* pos, uint64_t* neg);
 
 // The partial last group (nblocks % 5 blocks, starting at block `first`) as
-// its planes; shared by every host coder. Decode returns false when an
-// element has both bits.
+// its planes (an element with both bits as +1, as in a group: what a sender
+// codes is never malformed); shared by every host coder. Decode returns
+// false when an element has both bits.
 void encodeTritTail(const uint64_t* pos, const uint64_t* neg, size_t first, size_t rest, uint8_t* out);
 bool decodeTritTail(const uint8_t* in, size_t first, size_t rest, uint64_t* pos, uint64_t* neg);
 

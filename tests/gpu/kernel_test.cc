@@ -489,19 +489,21 @@ void randomResult(size_t nw, std::mt19937_64& rng, std::vector<uint64_t>* planes
 // Sizes with whole groups of 5 blocks, partial ones, and none.
 const size_t kTritBlocks[] = {1, 4, 5, 6, 10, 13, 1000, (kLargeCount + 63) / 64};
 
+// Decided results, and planes with elements both +1 and -1 (coded as +1).
 TEST_F(GpuKernels, EncodeTritsEqualsCpu) {
   std::mt19937_64 rng(11);
-  for (size_t nw : kTritBlocks) {
-    std::vector<uint64_t> planes;
-    randomResult(nw, rng, &planes);
-    DeviceBytes in(16 * nw);
-    in.upload(planes);
-    DeviceBytes out(bits::tritBytes(nw));
-    finish(encodeTrits(in.words(), in.words() + nw, nw, static_cast<uint8_t*>(out.get()), stream_));
-    Bytes want(bits::tritBytes(nw));
-    cpu().encodeTrits(planes.data(), planes.data() + nw, nw, want.data());
-    EXPECT_EQ(test::firstMismatch(out.download(), want), std::string::npos) << "nblocks " << nw;
-  }
+  for (size_t nw : kTritBlocks)
+    for (int decided = 0; decided < 2; decided++) {
+      std::vector<uint64_t> planes = randomWords(2 * nw, rng);
+      if (decided) randomResult(nw, rng, &planes);
+      DeviceBytes in(16 * nw);
+      in.upload(planes);
+      DeviceBytes out(bits::tritBytes(nw));
+      finish(encodeTrits(in.words(), in.words() + nw, nw, static_cast<uint8_t*>(out.get()), stream_));
+      Bytes want(bits::tritBytes(nw));
+      cpu().encodeTrits(planes.data(), planes.data() + nw, nw, want.data());
+      EXPECT_EQ(test::firstMismatch(out.download(), want), std::string::npos) << "nblocks " << nw;
+    }
 }
 
 TEST_F(GpuKernels, DecodeTritsEqualsCpuAndFlagsMalformedBytes) {

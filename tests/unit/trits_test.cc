@@ -155,6 +155,24 @@ TEST(Trits, MalformedBytesAreReported) {
   }
 }
 
+// Planes no decide writes (an element both +1 and -1, as scratch nothing
+// decided holds) code as +1, in groups and in the tail alike: a sender never
+// sends a malformed result.
+TEST(Trits, BothBitsCodeAsPlusOne) {
+  const size_t nblocks = 7;
+  std::vector<uint64_t> both(nblocks, 0xa5a5a5a5a5a5a5a5ull), minus(nblocks, 0x0f0f0f0f0f0f0f0full);
+  for (const Kernels* k : implementations()) {
+    std::vector<uint8_t> out(tritBytes(nblocks));
+    k->encodeTrits(both.data(), minus.data(), nblocks, out.data());
+    std::vector<uint64_t> p(nblocks), m(nblocks);
+    ASSERT_TRUE(k->decodeTrits(out.data(), nblocks, p.data(), m.data())) << k->name;
+    for (size_t w = 0; w < nblocks; w++) {
+      EXPECT_EQ(p[w], both[w]) << k->name << " word " << w;
+      EXPECT_EQ(m[w], minus[w] & ~both[w]) << k->name << " word " << w;
+    }
+  }
+}
+
 // The implementations agree byte for byte, and with the kernels in use.
 TEST(Trits, ImplementationsAgree) {
   std::mt19937_64 rng(3);
