@@ -84,5 +84,17 @@ cudaError_t packFields(const void* src, ncclDataType_t dt, size_t count, ncclSig
 cudaError_t fieldsToPlanes(const uint64_t* words, int fieldBits, size_t first, size_t n, uint64_t* planes, int width,
                            size_t planeStride, cudaStream_t stream);
 
+// bits::Kernels::encodeTrits: the planes pos and neg over nblocks blocks (a
+// decided -1/0/+1 result) into bits::tritBytes(nblocks) bytes at out, coded 5
+// elements per byte (src/bits/trits.h). out must be 4-byte aligned.
+cudaError_t encodeTrits(const uint64_t* pos, const uint64_t* neg, size_t nblocks, uint8_t* out, cudaStream_t stream);
+// bits::Kernels::decodeTrits: tritBytes(nblocks) coded bytes at in (4-byte
+// aligned) into pos and neg. Malformed bytes (a byte above 242, a tail element
+// both +1 and -1) store badValue in *bad (memory the device writes: device or
+// mapped host memory; never cleared here); the planes are then unspecified,
+// and the caller must not use them.
+cudaError_t decodeTrits(const uint8_t* in, size_t nblocks, uint64_t* pos, uint64_t* neg, uint32_t* bad,
+                        uint32_t badValue, cudaStream_t stream);
+
 }  // namespace kernels
 }  // namespace signlion

@@ -202,6 +202,56 @@ void BM_Unpack(benchmark::State& state) {
   record(state, k.name, in.nw * 8 * 2, gElems * esize, gElems * esize, "vs", esize == 4 ? kWriteF32 : kWriteBf16);
 }
 
+// The result's wire coding (bits/trits.h): a decided -1/0/+1 result's 2
+// planes to 5 elements per byte (EncodeTrits, what a sender does per chunk)
+// and back (DecodeTrits, the receiver, checking every byte). Compared as
+// Unpack is, by elements: cmp_GBps counts 4 bytes per element against the
+// fp32 streaming write, so their ratio sits beside Unpack's (fp32) and
+// Decide's.
+struct TritInputs {
+  AlignedBuffer planes, coded;
+  size_t nw;
+  TritInputs()
+      : planes(sb::numWords(gElems) * 8 * 2), coded(sb::tritBytes(sb::numWords(gElems))), nw(sb::numWords(gElems)) {
+    std::mt19937_64 rng(2);
+    uint64_t* p = planes.as<uint64_t>();
+    for (size_t i = 0; i < nw; i++) {
+      uint64_t a = rng(), b = rng();
+      p[i] = a & b;        // +1
+      p[nw + i] = ~a & b;  // -1, never both
+    }
+    sb::portableKernels().encodeTrits(p, p + nw, nw, coded.as<uint8_t>());
+  }
+};
+
+TritInputs& tritInputs() {
+  static TritInputs in;
+  return in;
+}
+
+void BM_EncodeTrits(benchmark::State& state) {
+  const sb::Kernels& k = kernelsFor(state.range(0));
+  TritInputs& in = tritInputs();
+  const uint64_t* p = in.planes.as<uint64_t>();
+  for (auto _ : state) {
+    k.encodeTrits(p, p + in.nw, in.nw, in.coded.as<uint8_t>());
+    benchmark::ClobberMemory();
+  }
+  record(state, k.name, in.nw * 16, sb::tritBytes(in.nw), gElems * 4, "vs", kWriteF32);
+}
+
+void BM_DecodeTrits(benchmark::State& state) {
+  const sb::Kernels& k = kernelsFor(state.range(0));
+  TritInputs& in = tritInputs();
+  AlignedBuffer out(in.nw * 16);
+  uint64_t* p = out.as<uint64_t>();
+  for (auto _ : state) {
+    if (!k.decodeTrits(in.coded.as<uint8_t>(), in.nw, p, p + in.nw)) state.SkipWithError("decode refused its input");
+    benchmark::ClobberMemory();
+  }
+  record(state, k.name, sb::tritBytes(in.nw), in.nw * 16, gElems * 4, "vs", kWriteF32);
+}
+
 void registerAll() {
   auto reg = [](const char* name, void (*fn)(benchmark::State&), std::vector<int64_t> args) {
     benchmark::RegisterBenchmark(name, fn)->Args(args)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -223,6 +273,8 @@ void registerAll() {
       reg("Average", BM_Decide, {isa, esize, 8, 1});
       reg("Unpack", BM_Unpack, {isa, esize});
     }
+    reg("EncodeTrits", BM_EncodeTrits, {isa});
+    reg("DecodeTrits", BM_DecodeTrits, {isa});
   }
 }
 
@@ -311,7 +363,8 @@ int main(int argc, char** argv) {
 
   const char* baseName[] = {"", "read fp32", "read bf16", "write fp32", "write bf16"};
   printf("\n# summary: GB/s of the streamed array (input for Pack/Add, output for Decide/Average)\n");
-  printf("# and the ratio to a plain streaming read/write of the same bytes in this run (1.00 = as fast)\n");
+  printf("# and the ratio to a plain streaming read/write of the same bytes in this run (1.00 = as fast);\n");
+  printf("# EncodeTrits/DecodeTrits count 4 bytes per element, as Unpack fp32 does\n");
   printf("# %-40s %9s %-11s %9s %7s\n", "kernel", "GB/s", "baseline", "base GB/s", "ratio");
   for (const auto& row : reporter.rows) {
     double b = reporter.base.count(row.vs) ? reporter.base[row.vs] : 0.0;

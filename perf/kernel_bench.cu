@@ -1,5 +1,6 @@
 // Throughput of the CUDA kernels (kernels/sign_kernels.h) on large buffers:
 // pack (fp32, bf16; binary and ternary), add, sumVotes, decide, unpack,
+// encodeTrits / decodeTrits (the result's wire coding),
 // average, the fused last step and the field-sum conversions, as GB/s of the
 // bytes each one touches (reads + writes) and as the ratio to a
 // device-to-device cudaMemcpyAsync that touches as many bytes (it copies
@@ -218,6 +219,18 @@ int main(int argc, char** argv) {
                                  elems, dt, out, s);
     }, copyA, copyB);
   }
+  // The result's wire coding (bits/trits.h): 2 planes <-> 5 elements per
+  // byte. Encode first: decode reads what it wrote (every byte valid).
+  uint32_t* malformed = nullptr;
+  BENCHCHECK(cudaMalloc(&malformed, sizeof(uint32_t)));
+  BENCHCHECK(cudaMemset(malformed, 0, sizeof(uint32_t)));
+  const double coded = (double)sb::tritBytes(nw);
+  b.add("encodeTrits 2 planes -> 1.6 bits", 2 * pb + coded, [&] {
+    return sk::encodeTrits(plane(0), plane(1), nw, static_cast<uint8_t*>(out), s);
+  }, copyA, copyB);
+  b.add("decodeTrits 1.6 bits -> 2 planes", coded + 2 * pb, [&] {
+    return sk::decodeTrits(static_cast<const uint8_t*>(out), nw, plane(14), plane(15), malformed, 1, s);
+  }, copyA, copyB);
   b.add("packFields fp32 4-bit binary", e * 4 + fieldWords * 8.0, [&] {
     return sk::packFields(in, ncclFloat32, elems, ncclSignZeroPositive, fieldBits, static_cast<uint64_t*>(fields),
                           fieldWords, s);
@@ -227,6 +240,6 @@ int main(int argc, char** argv) {
   }, copyA, copyB);
 
   BENCHCHECK(cudaDeviceSynchronize());
-  for (void* p : {in, out, planes, fields, copyA, copyB}) cudaFree(p);
+  for (void* p : {in, out, planes, fields, copyA, copyB, static_cast<void*>(malformed)}) cudaFree(p);
   return 0;
 }

@@ -66,7 +66,7 @@ void cutIntoChunks(const Schedule& s, int64_t chunkBytes, int64_t pieceBlocks, s
   pieceBlocks = std::max<int64_t>(1, pieceBlocks);
   bool counterTouched = false;  // some earlier chunk reads or writes kCounter
   auto transfer = [&](Chunk::Kind kind, uint32_t step, uint32_t index, const Transfer& x) {
-    const int64_t len = chunkBlocks(x.planes, chunkBytes);
+    const int64_t len = chunkBlocks(x, chunkBytes);
     for (int64_t b = x.range.begin; b < x.range.end; b += len)
       out->push_back({kind, step, index, Range{b, std::min(b + len, x.range.end)}});
     counterTouched |= x.buf == Buffer::kCounter;

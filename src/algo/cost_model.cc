@@ -120,7 +120,7 @@ double CostModel::predict(const Schedule& s, const Topology* topo) const {
       const Step& st = s.steps[packStep];
       exposedPackUs = st.sends.empty()
                           ? 0
-                          : elems(std::min(chunkBlocks(st.sends[0].planes, chunk), st.sends[0].range.size())) * packUs;
+                          : elems(std::min(chunkBlocks(st.sends[0], chunk), st.sends[0].range.size())) * packUs;
     }
   }
   size_t lastMessageStep = 0;
@@ -140,7 +140,7 @@ double CostModel::predict(const Schedule& s, const Topology* topo) const {
       });
       for (const Recv& r : step.recvs)
         if (r.op == RecvOp::kStore && r.buf == Buffer::kResult)
-          lastChunk = std::max(lastChunk, std::min(chunkBlocks(r.planes, chunk), r.range.size()));
+          lastChunk = std::max(lastChunk, std::min(chunkBlocks(r, chunk), r.range.size()));
       // Unpacking spills into later steps' transfers: only the last message
       // step's last chunk, and what steps after it decide, follow the wire.
       if (i > lastMessageStep) lastChunk = written;

@@ -19,6 +19,10 @@ int resultPlanes(ncclSignOp_t op, ncclSignZeroRule_t zeroRule, ncclSignTieRule_t
   return bits::majorityPlanes(nranks, zeroRule, tieRule);
 }
 
+bool resultsTravelAsTrits(const OpSpec& spec, int resultPlanes) {
+  return spec.op == ncclSignMajority && resultPlanes == 2;
+}
+
 Range shardRange(int64_t count, int parts, int i) {
   int64_t q = count / parts, r = count % parts;
   Range out;
@@ -175,6 +179,15 @@ ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nb
     default:
       return ncclInternalError;  // excluded by the ARGCHECK above
   }
+  // Every builder's result transfers (makeResultSend, makeStoreRecv into
+  // kResult) get the result's wire coding here, in one place.
+  if (resultsTravelAsTrits(s.spec, s.resultPlanes))
+    for (Step& st : s.steps) {
+      for (Send& x : st.sends)
+        if (x.buf == Buffer::kResult) x.coding = Coding::kTrits;
+      for (Recv& x : st.recvs)
+        if (x.buf == Buffer::kResult) x.coding = Coding::kTrits;
+    }
   TRACE(kSubsysAlgo, "schedule %s nranks %d rank %d nblocks %lld: %zu steps, %lld bytes sent", algoName(algo), nranks,
         rank, (long long)nblocks, s.steps.size(), (long long)s.bytesSent());
   *out = std::move(s);

@@ -26,6 +26,7 @@
 
 #include "algo/topology.h"
 #include "bits/bits.h"
+#include "bits/trits.h"
 #include "nccl_sign.h"
 
 namespace signlion {
@@ -67,11 +68,20 @@ inline bool operator==(const Range& a, const Range& b) { return a.begin == b.beg
 
 // Blocks per chunk when an executor cuts a transfer of `planes` planes into
 // chunks of at most chunkBytes: as many as fit, at least one. Sender and
-// receiver cut with the same rule, so their chunks match.
+// receiver cut with the same rule, so their chunks match. (A transfer cuts
+// with chunkBlocks(Transfer, chunkBytes) below, which knows its coding.)
 inline int64_t chunkBlocks(int planes, int64_t chunkBytes) {
   const int64_t perBlock = 8 * static_cast<int64_t>(planes > 1 ? planes : 1);
   return chunkBytes / perBlock > 1 ? chunkBytes / perBlock : 1;
 }
+
+// How a transfer's payload travels.
+//  kPlanes: its planes, plane-major, 8 bytes per plane per unit of range.
+//  kTrits:  a decided -1/0/+1 result (2 planes in the buffer) coded 5 values
+//           per byte (src/bits/trits.h): 64 bytes per group of 5 blocks, a
+//           last partial group as its 2 planes; 1.6 bits per element.
+// Only the wire changes: both ends hold the planes in their buffers.
+enum class Coding : uint8_t { kPlanes, kTrits };
 
 // Algorithms whose exchange is one collective on an NCCL communicator
 // (ncclAllGather, ncclAllReduce) rather than one grouped step per schedule
@@ -125,8 +135,25 @@ struct Transfer {
   int planes = 0;        // 64-bit words per unit of range that travel
   int width = 0;         // per-counter width of the payload (kCounter/kVotes: planes/counters)
   int64_t maxCount = 0;  // max count of the payload (counters, votes, fields: per field)
-  int64_t bytes() const { return 8 * static_cast<int64_t>(planes) * range.size(); }
+  Coding coding = Coding::kPlanes;  // set by buildSchedule (codeResultTransfers)
+  // Bytes on the wire for `units` units of range starting at a chunk cut
+  // (chunkBlocks(Transfer)), and for the whole transfer.
+  int64_t wireBytes(int64_t units) const {
+    return coding == Coding::kTrits ? static_cast<int64_t>(bits::tritBytes(static_cast<size_t>(units)))
+                                    : 8 * static_cast<int64_t>(planes) * units;
+  }
+  int64_t bytes() const { return wireBytes(range.size()); }
 };
+
+// Blocks per chunk of transfer t, cut from the start of its range: a trit
+// coded transfer is cut at whole groups of 5 blocks (as many groups as fit
+// in chunkBytes, at least one), so that every chunk but the last is whole
+// groups and each chunk is coded on its own.
+inline int64_t chunkBlocks(const Transfer& t, int64_t chunkBytes) {
+  if (t.coding != Coding::kTrits) return chunkBlocks(t.planes, chunkBytes);
+  const int64_t groups = chunkBytes / static_cast<int64_t>(bits::kTritGroupBytes);
+  return static_cast<int64_t>(bits::kTritGroupBlocks) * (groups > 1 ? groups : 1);
+}
 
 struct Send : Transfer {};
 
@@ -231,6 +258,11 @@ struct SettingConflict {
 // such an algorithm (a forced one fails), chooseAlgorithm leaves it out of
 // Auto's candidates.
 SettingConflict settingsConflict(ncclSignAlgo_t algo, int nranks);
+
+// Whether the decided result travels trit coded (Coding::kTrits): a majority
+// whose result can be -1, 0 or +1 (2 result planes: exact ties, N even or
+// ternary). The average's result is a count (width(N) planes), not a trit.
+bool resultsTravelAsTrits(const OpSpec& spec, int resultPlanes);
 
 // Builds rank `rank`'s schedule of `algo` (a concrete algorithm, not Auto) for
 // a message of nblocks blocks. Every rank of the communicator must call it

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "bits/trits.h"
 #include "nccl_sign.h"
 
 namespace signlion {
@@ -96,6 +97,11 @@ struct Kernels {
   // Average: (float)(P - M) / (float)nranks (2P - N when c.neg is null), rounded
   // to float once, then to dt (fp32/fp16/bf16, round to nearest even).
   void (*average)(const Counts& c, int nranks, size_t count, ncclDataType_t dt, void* dst);
+
+  // A decided -1/0/+1 result's 2 planes to and from its wire coding, 5
+  // elements per byte (trits.h, which defines the format and the contract).
+  TritEncodeFn encodeTrits;
+  TritDecodeFn decodeTrits;
 };
 
 const Kernels& portableKernels();

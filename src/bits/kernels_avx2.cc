@@ -400,8 +400,14 @@ void average(const Counts& c, int nranks, size_t count, ncclDataType_t dt, void*
   }
 }
 
-const Kernels kAvx2 = {"avx2", pack, add, decideBits, unpack, average};
+}  // namespace
 
+// trits_avx2.cc
+void encodeTritsAvx2(const uint64_t* pos, const uint64_t* neg, size_t nblocks, uint8_t* out);
+bool decodeTritsAvx2(const uint8_t* in, size_t nblocks, uint64_t* pos, uint64_t* neg);
+
+namespace {
+const Kernels kAvx2 = {"avx2", pack, add, decideBits, unpack, average, encodeTritsAvx2, decodeTritsAvx2};
 }  // namespace
 
 // Declared in bits.cc, which calls it only on a CPU with AVX2 and F16C.

@@ -144,7 +144,8 @@ void average(const Counts& c, int nranks, size_t count, ncclDataType_t dt, void*
 }  // namespace
 
 const Kernels& portableKernels() {
-  static const Kernels k = {"portable", pack, add, decideBits, unpack, average};
+  static const Kernels k = {"portable", pack, add, decideBits, unpack, average, encodeTritsPortable,
+                             decodeTritsPortable};
   return k;
 }
 

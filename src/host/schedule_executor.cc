@@ -263,7 +263,7 @@ ncclResult_t ScheduleExecutor::buildItems() {
           if (first) stageNext += kHeaderWords;  // the header lands in front of the payload
           it.data = stageNext;
           it.staged = true;
-          stageNext += x.planes * len;
+          stageNext += x.wireBytes(len) / 8;
         } else {
           it.data = plane(x.buf, x.slot, 0, x.width) + b;  // a single plane lands where it belongs
         }
@@ -284,7 +284,7 @@ ncclResult_t ScheduleExecutor::buildItems() {
         if (!(first && headerInHeadroom(x.planes, b)) && (x.planes > 1 || first)) {
           it.staged = true;
           it.data = stageNext;
-          stageNext += (first ? kHeaderWords : 0) + x.planes * len;
+          stageNext += (first ? kHeaderWords : 0) + x.wireBytes(len) / 8;
         }
         items_.push_back(it);
         first = false;
@@ -357,7 +357,7 @@ void ScheduleExecutor::verified(int peer) {
 void ScheduleExecutor::postRecv(Item& x, size_t index) {
   const algo::Recv& r = recvOf(x);
   void* comm = links_.peer(r.peer).recvComm;
-  const size_t bytes = (size_t)(r.planes * x.c.range.size() * 8) + (x.first ? kHeaderBytes : 0);
+  const size_t bytes = (size_t)r.wireBytes(x.c.range.size()) + (x.first ? kHeaderBytes : 0);
   uint64_t* msg = x.first ? x.data - kHeaderWords : x.data;
   x.op = transfers_.size();
   // A first message is judged by its header before its size.
@@ -370,7 +370,7 @@ ncclResult_t ScheduleExecutor::postSend(Item& x) {
   void* comm = links_.peer(t.peer).sendComm;
   if (t.buf == Buffer::kCounter) ensurePacked(x.c.range.begin, x.c.range.end);
   uint64_t* data = plane(t.buf, t.slot, 0, t.width) + x.c.range.begin;
-  size_t bytes = (size_t)(t.planes * x.c.range.size() * 8);
+  size_t bytes = (size_t)t.wireBytes(x.c.range.size());
   if (x.staged) {
     uint64_t* msg = x.data;
     uint64_t* at = msg;
@@ -379,8 +379,14 @@ ncclResult_t ScheduleExecutor::postSend(Item& x) {
       at += kHeaderWords;
       bytes += kHeaderBytes;
     }
-    for (int q = 0; q < t.planes; q++)
-      memcpy(at + q * x.c.range.size(), plane(t.buf, t.slot, q, t.width) + x.c.range.begin, (size_t)x.c.range.size() * 8);
+    if (t.coding == algo::Coding::kTrits) {
+      k_->encodeTrits(plane(t.buf, 0, 0, t.width) + x.c.range.begin, plane(t.buf, 0, 1, t.width) + x.c.range.begin,
+                      (size_t)x.c.range.size(), reinterpret_cast<uint8_t*>(at));
+    } else {
+      for (int q = 0; q < t.planes; q++)
+        memcpy(at + q * x.c.range.size(), plane(t.buf, t.slot, q, t.width) + x.c.range.begin,
+               (size_t)x.c.range.size() * 8);
+    }
     data = msg;
   } else if (x.first) {
     // In place with the header in the headroom. Other sends may carry the
@@ -419,6 +425,15 @@ ncclResult_t ScheduleExecutor::runRecvAction(Item& x) {
       k_->add(acc, r.localWidth, (size_t)nb, x.data + (int64_t)c * r.width * x.c.range.size(), r.width, (size_t)x.c.range.size(), acc,
               r.resultWidth, (size_t)nb, (size_t)x.c.range.size());
     }
+  } else if (r.coding == algo::Coding::kTrits) {
+    // A result coded 5 elements per byte (always staged: 2 planes).
+    if (!k_->decodeTrits(reinterpret_cast<const uint8_t*>(x.data), (size_t)x.c.range.size(),
+                         plane(r.buf, 0, 0, r.width) + x.c.range.begin, plane(r.buf, 0, 1, r.width) + x.c.range.begin)) {
+      WARN("ncclSignHostAllReduce: rank %d sent rank %d a malformed coded result for blocks [%lld, %lld) (a byte "
+           "above %u, or an element both +1 and -1)",
+           r.peer, s_->rank, (long long)x.c.range.begin, (long long)x.c.range.end, bits::kTritMaxByte);
+      return ncclSystemError;
+    }
   } else if (x.data != plane(r.buf, r.slot, 0, r.width) + x.c.range.begin) {
     // kStore through the stage (several planes, or a first message); a
     // single plane otherwise landed in place.
@@ -442,7 +457,7 @@ ncclResult_t ScheduleExecutor::onRecv(size_t cookie, size_t bytes) {
   Item& x = items_[cookie];
   const algo::Recv& r = recvOf(x);
   if (x.first) {  // the header in front of the payload, before the payload is used
-    NCCLCHECK(check_.verify(r.peer, x.data - kHeaderWords, bytes, (size_t)(r.planes * x.c.range.size() * 8), kFn));
+    NCCLCHECK(check_.verify(r.peer, x.data - kHeaderWords, bytes, (size_t)r.wireBytes(x.c.range.size()), kFn));
     x.state = State::kArrived;
     verified(r.peer);  // may queue this one too: it runs now, and is skipped there once done
   }

@@ -44,6 +44,14 @@ class Backend {
                                   int fieldBits, uint64_t* out, size_t stride) = 0;
   virtual ncclResult_t fieldsToPlanes(const uint64_t* words, int fieldBits, size_t first, size_t n, uint64_t* planes,
                                       int width, size_t planeStride) = 0;
+  // bits::Kernels::encodeTrits: a decided result's planes (pos, neg: nwords
+  // words each) into bits::tritBytes(nwords) coded bytes at out.
+  virtual ncclResult_t encodeTrits(const uint64_t* pos, const uint64_t* neg, size_t nwords, uint64_t* out) = 0;
+  // bits::Kernels::decodeTrits of coded bytes from rank `peer`. Malformed
+  // bytes are recorded, naming the peer, where the caller looks for them (the
+  // device backend: the communicator's flag, which a later call reports; a
+  // CPU backend may report at once); the planes are then not to be used.
+  virtual ncclResult_t decodeTrits(const uint64_t* in, size_t nwords, uint64_t* pos, uint64_t* neg, int peer) = 0;
   // Plane q of dst = plane q of src, for q < planes, nwords words each.
   virtual ncclResult_t copyPlanes(uint64_t* dst, size_t dstStride, const uint64_t* src, size_t srcStride, int planes,
                                   size_t nwords) = 0;

@@ -95,6 +95,13 @@ ncclResult_t CommContext::beginCall(cudaStream_t stream, bool* capturing) {
     // The adds must not wait for unrelated work on the legacy default stream.
     CUDACHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
     for (cudaEvent_t* e : {&fork_, &join_, &lastUse_}) CUDACHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    void* flag = nullptr;
+    CUDACHECK(cudaHostAlloc(&flag, sizeof(uint32_t), cudaHostAllocMapped));
+    malformedHost_ = static_cast<volatile uint32_t*>(flag);
+    *malformedHost_ = 0;
+    void* onDevice = nullptr;
+    CUDACHECK(cudaHostGetDevicePointer(&onDevice, flag, 0));
+    malformedDevice_ = static_cast<uint32_t*>(onDevice);
   }
   // Within a capture the graph's own edges order the calls, and an event
   // recorded outside it cannot be waited on.
@@ -145,6 +152,16 @@ ncclResult_t CommContext::scratch(size_t bytes, cudaStream_t stream, bool captur
   return ncclSuccess;
 }
 
+ncclResult_t CommContext::malformedResults(const char* caller) const {
+  const uint32_t from = malformedHost_ != nullptr ? *malformedHost_ : 0;
+  if (from == 0) return ncclSuccess;
+  WARN(
+      "%s: comm %p rank %d received a malformed coded result from rank %u (a byte above 242, or an element both +1 "
+      "and -1) in an earlier call: that call's output is not valid, and this communicator fails every call from now on",
+      caller, (void*)comm, shape.rank, from - 1);
+  return ncclSystemError;
+}
+
 ncclResult_t CommContext::endCall(cudaStream_t stream, bool capturing) {
   if (!capturing) CUDACHECK(cudaEventRecord(lastUse_, stream));
   return ncclSuccess;
@@ -179,6 +196,9 @@ ncclResult_t CommContext::release() {
   }
   if (side_ != nullptr) keep(cudaStreamDestroy(side_), "cudaStreamDestroy");
   side_ = nullptr;
+  if (malformedHost_ != nullptr) keep(cudaFreeHost(const_cast<uint32_t*>(malformedHost_)), "cudaFreeHost");
+  malformedHost_ = nullptr;
+  malformedDevice_ = nullptr;
   return res;
 }
 

@@ -84,6 +84,17 @@ class CommContext {
   ncclResult_t learnNodes(const NcclApi& api, cudaStream_t stream, bool capturing);
   // Closes the call: outside capture, marks where its work ends.
   ncclResult_t endCall(cudaStream_t stream, bool capturing);
+  // Where the decode kernels record a malformed coded result (peer + 1), in
+  // mapped host memory made with the side stream: the host reads it without
+  // waiting for the stream. Sticky: once set, every later call on the comm
+  // fails (a call's output that took such a result is not valid, and the
+  // call has already returned by the time the kernel runs).
+  uint32_t* malformedFlag() const { return malformedDevice_; }
+  // ncclSystemError, with a WARN naming `caller` and the peer, when a decode
+  // has recorded a malformed coded result: what is visible now (the kernels
+  // of earlier calls that have run; under SIGNLION_CHECK, whose check waits
+  // for the stream, all of them).
+  ncclResult_t malformedResults(const char* caller) const;
   cudaStream_t side() const { return side_; }
   cudaEvent_t forkEvent() const { return fork_; }
   cudaEvent_t joinEvent() const { return join_; }
@@ -103,6 +114,8 @@ class CommContext {
   cudaEvent_t fork_ = nullptr;
   cudaEvent_t join_ = nullptr;
   cudaEvent_t lastUse_ = nullptr;  // recorded at the end of each call outside capture
+  volatile uint32_t* malformedHost_ = nullptr;  // cudaHostAlloc, mapped
+  uint32_t* malformedDevice_ = nullptr;         // the device's address of it
   void* scratch_ = nullptr;
   size_t scratchBytes_ = 0;
   bool scratchCaptured_ = false;  // a graph may hold scratch_

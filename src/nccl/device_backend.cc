@@ -77,6 +77,21 @@ ncclResult_t DeviceBackend::copyPlanes(uint64_t* dst, size_t dstStride, const ui
   return ncclSuccess;
 }
 
+ncclResult_t DeviceBackend::encodeTrits(const uint64_t* pos, const uint64_t* neg, size_t nwords, uint64_t* out) {
+  CUDACHECK(kernels::encodeTrits(pos, neg, nwords, reinterpret_cast<uint8_t*>(out), lane()));
+  return ncclSuccess;
+}
+
+ncclResult_t DeviceBackend::decodeTrits(const uint64_t* in, size_t nwords, uint64_t* pos, uint64_t* neg, int peer) {
+  if (malformed_ == nullptr) {
+    WARN("NCCL executor: a coded result to decode, and no flag to record a malformed one in");
+    return ncclInternalError;
+  }
+  CUDACHECK(kernels::decodeTrits(reinterpret_cast<const uint8_t*>(in), nwords, pos, neg, malformed_,
+                                 static_cast<uint32_t>(peer) + 1, lane()));
+  return ncclSuccess;
+}
+
 ncclResult_t DeviceBackend::settle(ncclResult_t res, const char* call) {
   if (res == ncclInProgress) {
     // A nonblocking communicator enqueues in the background; NCCL's

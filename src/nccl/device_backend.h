@@ -18,9 +18,17 @@ class DeviceBackend final : public Backend {
  public:
   // forkEvent and joinEvent are reused for every fork and join: a stream
   // waits for an event's most recent record at the time of the wait.
+  // `malformed` (device-writable; null: no decodes) is where decodeTrits
+  // records a malformed coded result: peer + 1 (CommContext's flag).
   DeviceBackend(const NcclApi& api, ncclComm_t comm, cudaStream_t stream, cudaStream_t side, cudaEvent_t forkEvent,
-                cudaEvent_t joinEvent)
-      : api_(api), comm_(comm), stream_(stream), side_(side), fork_(forkEvent), join_(joinEvent) {}
+                cudaEvent_t joinEvent, uint32_t* malformed = nullptr)
+      : api_(api),
+        comm_(comm),
+        stream_(stream),
+        side_(side),
+        fork_(forkEvent),
+        join_(joinEvent),
+        malformed_(malformed) {}
   // After an error between divert() and join(), the side lane is still
   // joined, so the user's stream (and a capture) stays whole.
   ~DeviceBackend() override;
@@ -45,6 +53,8 @@ class DeviceBackend final : public Backend {
                               size_t planeStride) override;
   ncclResult_t copyPlanes(uint64_t* dst, size_t dstStride, const uint64_t* src, size_t srcStride, int planes,
                           size_t nwords) override;
+  ncclResult_t encodeTrits(const uint64_t* pos, const uint64_t* neg, size_t nwords, uint64_t* out) override;
+  ncclResult_t decodeTrits(const uint64_t* in, size_t nwords, uint64_t* pos, uint64_t* neg, int peer) override;
 
   ncclResult_t groupStart() override;
   ncclResult_t groupEnd() override;
@@ -72,6 +82,7 @@ class DeviceBackend final : public Backend {
   cudaStream_t side_;
   cudaEvent_t fork_;
   cudaEvent_t join_;
+  uint32_t* malformed_;
   bool diverted_ = false;
 };
 

@@ -134,6 +134,15 @@ class Run {
   }
 
   ncclResult_t transfers(const StepPlan& sp, const algo::Step& st) {
+    // Coded results are coded before the first group, on the main lane: the
+    // sends that carry them are enqueued there after it.
+    for (const ChunkGroup& g : sp.groups)
+      for (const Chunk& c : g.sends)
+        if (c.stage >= 0) {
+          const algo::Send& x = st.sends[c.index];
+          NCCLCHECK(b_.encodeTrits(plane(x.buf, x.slot, 0, x.width) + c.begin, plane(x.buf, x.slot, 1, x.width) + c.begin,
+                                   static_cast<size_t>(c.len), stage_ + c.stage));
+        }
     bool diverted = false;
     for (const ChunkGroup& g : sp.groups) {
       NCCLCHECK(b_.groupStart());
@@ -153,15 +162,24 @@ class Run {
     return ncclSuccess;
   }
 
-  // One message per plane: no gather copy, and a store lands in place.
+  // One message per plane: no gather copy, and a store lands in place. A
+  // coded result: one message from (into) the stage.
   ncclResult_t post(const ChunkGroup& g, const algo::Step& st) {
     for (const Chunk& c : g.sends) {
       const algo::Send& x = st.sends[c.index];
+      if (x.coding == algo::Coding::kTrits) {
+        NCCLCHECK(b_.send(stage_ + c.stage, static_cast<size_t>(x.wireBytes(c.len) / 8), x.peer));
+        continue;
+      }
       for (int q = 0; q < x.planes; q++)
         NCCLCHECK(b_.send(plane(x.buf, x.slot, q, x.width) + c.begin, static_cast<size_t>(c.len), x.peer));
     }
     for (const Chunk& c : g.recvs) {
       const algo::Recv& x = st.recvs[c.index];
+      if (x.coding == algo::Coding::kTrits) {
+        NCCLCHECK(b_.recv(stage_ + c.stage, static_cast<size_t>(x.wireBytes(c.len) / 8), x.peer));
+        continue;
+      }
       for (int q = 0; q < x.planes; q++) {
         uint64_t* dst = c.stage >= 0 ? stage_ + c.stage + q * c.len : plane(x.buf, x.slot, q, x.width) + c.begin;
         NCCLCHECK(b_.recv(dst, static_cast<size_t>(c.len), x.peer));
@@ -170,9 +188,13 @@ class Run {
     return ncclSuccess;
   }
 
-  // What an adding receive does once chunk c is here (on the side lane).
+  // What an adding receive, or a coded result's, does once chunk c is here
+  // (on the side lane).
   ncclResult_t action(const StepPlan& sp, const algo::Recv& r, const Chunk& c) {
     const uint64_t* data = stage_ + c.stage;
+    if (r.coding == algo::Coding::kTrits)
+      return b_.decodeTrits(data, static_cast<size_t>(c.len), plane(r.buf, r.slot, 0, r.width) + c.begin,
+                            plane(r.buf, r.slot, 1, r.width) + c.begin, r.peer);
     const size_t snb = static_cast<size_t>(nb_), len = static_cast<size_t>(c.len);
     const int64_t mIn = static_cast<int64_t>(r.width) * c.len;  // payload: P planes, then M planes
     if (c.index == sp.fusedRecv) {

@@ -19,7 +19,7 @@ template <class Transfers>
 void appendChunks(const Transfers& transfers, int64_t chunkBytes, bool recv, std::vector<ChunkGroup>* groups) {
   for (size_t t = 0; t < transfers.size(); t++) {
     const algo::Transfer& x = transfers[t];
-    const int64_t step = algo::chunkBlocks(x.planes, chunkBytes);
+    const int64_t step = algo::chunkBlocks(x, chunkBytes);
     size_t k = 0;
     for (int64_t b = x.range.begin; b < x.range.end; b += step, k++) {
       if (groups->size() <= k) groups->resize(k + 1);
@@ -50,16 +50,23 @@ ncclResult_t planTransfers(const algo::Step& st, int64_t chunkBytes, StepPlan* s
   return ncclSuccess;
 }
 
-// Adding receives get stage space, in group order, so that no two chunks of
-// a step share any. Returns the step's stage words.
+// Adding receives, and coded results both ways, get stage space, in group
+// order, so that no two chunks of a step share any. Returns the step's stage
+// words.
 int64_t assignStage(const algo::Step& st, StepPlan* sp) {
   int64_t off = 0;
   for (ChunkGroup& g : sp->groups) {
+    for (Chunk& c : g.sends) {
+      const algo::Send& x = st.sends[c.index];
+      if (x.coding != algo::Coding::kTrits) continue;
+      c.stage = off;
+      off += x.wireBytes(c.len) / 8;
+    }
     for (Chunk& c : g.recvs) {
       const algo::Recv& r = st.recvs[c.index];
-      if (r.op != algo::RecvOp::kAdd) continue;
+      if (r.op != algo::RecvOp::kAdd && r.coding != algo::Coding::kTrits) continue;
       c.stage = off;
-      off += static_cast<int64_t>(r.planes) * c.len;
+      off += r.wireBytes(c.len) / 8;
       g.hasActions = true;
     }
   }

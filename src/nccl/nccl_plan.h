@@ -5,11 +5,15 @@
 // alone (no CUDA, no NCCL), so it is unit-tested on the CPU.
 //
 // Chunks. A transfer of `planes` planes over blocks [begin, end) is cut into
-// chunks of algo::chunkBlocks(planes, chunkBytes) blocks; sender and receiver cut
-// it the same way (same range, same planes), and every chunk travels as one
-// ncclSend/ncclRecv per plane, planes in order, so no plane is ever gathered
-// into a contiguous message: NCCL matches the point-to-point operations of
-// one peer in a group in the order they were posted. Chunk k of every
+// chunks of algo::chunkBlocks(transfer, chunkBytes) blocks; sender and receiver
+// cut it the same way (same range, same planes, same coding), and every chunk
+// travels as one ncclSend/ncclRecv per plane, planes in order, so no plane is
+// ever gathered into a contiguous message: NCCL matches the point-to-point
+// operations of one peer in a group in the order they were posted. A decided
+// result coded 5 elements per byte (algo::Coding::kTrits) is the exception:
+// each chunk is coded into the stage before the step's first group and
+// travels as one message; a received one is decoded into the result planes
+// on the side lane, as an add is. Chunk k of every
 // transfer of a step forms group k (one ncclGroupStart/End); a receive that
 // adds runs after its group, on the side stream, while group k+1 moves.
 //
@@ -41,8 +45,9 @@ struct Chunk {
   int index = 0;
   int64_t begin = 0;
   int64_t len = 0;
-  // A receive with an action (add): payload offset in words within the stage
-  // region, its planes len words apart. -1: the payload lands in place.
+  // A receive with an action (add, or decoding a coded result): payload offset
+  // in words within the stage region (an add's planes len words apart); a
+  // coded result's send: where it is coded. -1: the payload travels in place.
   int64_t stage = -1;
 };
 

@@ -22,7 +22,7 @@ ncclResult_t runSegments(const NcclApi& api, CommContext& ctx, const algo::OpSpe
     NCCLCHECK(ctx.planFor(algo::blocksForCount(n), spec, &entry));
     uint64_t* scratch;
     NCCLCHECK(ctx.scratch(static_cast<size_t>(entry->extra.layout.bytes()), stream, capturing, &scratch));
-    DeviceBackend backend(api, ctx.comm, stream, ctx.side(), ctx.forkEvent(), ctx.joinEvent());
+    DeviceBackend backend(api, ctx.comm, stream, ctx.side(), ctx.forkEvent(), ctx.joinEvent(), ctx.malformedFlag());
     NCCLCHECK(
         runSchedule(entry->schedule, entry->extra, scratch, send + done * esize, recv + done * esize, n, dt, backend));
     done += n;

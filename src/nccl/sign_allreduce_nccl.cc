@@ -128,6 +128,8 @@ ncclResult_t signAllReduce(const NcclApi* api, const void* sendbuff, void* recvb
   // refuses a first call during capture).
   ncclResult_t res = ctx->learnNodes(*api, stream, capturing);
   if (res == ncclSuccess && check) res = checkCall(*api, *ctx, spec, count, datatype, stream, capturing);
+  // After the check, which waited for the stream: every earlier call's decodes are visible.
+  if (res == ncclSuccess) res = ctx->malformedResults(kFn);
   if (res == ncclSuccess && count > 0)
     res = runSegments(*api, *ctx, spec, static_cast<const char*>(sendbuff), static_cast<char*>(recvbuff), count,
                       datatype, stream, capturing);

@@ -11,6 +11,7 @@ void FakeFabric::post(Lock&, int from, int to, const void* data, size_t bytes) {
   const char* p = static_cast<const char*>(data);
   mail_[from * n_ + to].emplace_back(p, p + bytes);
   posted_[from] += bytes;
+  if (bytes != 0 && bytes == corruptSize_) mail_[from * n_ + to].back()[0] = static_cast<char>(0xff);
   cv_.notify_all();
 }
 

@@ -26,8 +26,12 @@ class FakeFabric {
   int size() const { return n_; }
   std::mutex& mutex() { return mu_; }
 
-  // A buffered send: the bytes are copied now.
+  // A buffered send: the bytes are copied now (the first set to 0xff when
+  // the message has corruptSize bytes).
   void post(Lock& held, int from, int to, const void* data, size_t bytes);
+  // Tests of corrupt peer data: messages of `bytes` bytes (0: none) are
+  // delivered with their first byte 0xff. Set before the ranks run.
+  void corruptSize(size_t bytes) { corruptSize_ = bytes; }
   // The next message from `from` to `to`, once it is there. Counts a
   // mismatch (see mismatches()) when its size is not `bytes`.
   void take(Lock& held, int from, int to, void* data, size_t bytes);
@@ -59,6 +63,7 @@ class FakeFabric {
   uint64_t generation_ = 0;
   int mismatches_ = 0;
   std::vector<uint64_t> posted_;  // per sender
+  size_t corruptSize_ = 0;
 };
 
 }  // namespace test

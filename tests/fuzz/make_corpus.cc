@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "bits/bits.h"
+#include "bits/trits.h"
 #include "host/bootstrap_wire.h"
 #include "host/call_check.h"
 #include "lion/lion_state.h"
@@ -242,6 +244,27 @@ void lionSeeds() {
   }
 }
 
+// A decided result coded 5 elements per byte (bits/trits.h): its block
+// count, then the bytes: two groups and a tail, one group, all zero.
+void resultTritSeeds() {
+  for (uint8_t nblocks : {uint8_t{12}, uint8_t{5}}) {
+    std::vector<uint64_t> pos(nblocks), neg(nblocks);
+    for (size_t w = 0; w < nblocks; w++) {
+      const uint64_t a = 0x9e3779b97f4a7c15ull * (w + 1), b = 0xc2b2ae3d27d4eb4full * (w + 3);
+      pos[w] = a & b;
+      neg[w] = ~a & b;
+    }
+    Blob b{nblocks};
+    std::vector<uint8_t> coded(bits::tritBytes(nblocks));
+    bits::portableKernels().encodeTrits(pos.data(), neg.data(), nblocks, coded.data());
+    b.insert(b.end(), coded.begin(), coded.end());
+    write("fuzz_result_trits", nblocks == 12 ? "groups_and_tail" : "one_group", b);
+  }
+  Blob zero{7};
+  zero.resize(1 + bits::tritBytes(7), 0);
+  write("fuzz_result_trits", "all_zero", zero);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -255,5 +278,6 @@ int main(int argc, char** argv) {
   socketSeeds();
   ucxSeeds();
   lionSeeds();
+  resultTritSeeds();
   return 0;
 }

@@ -476,6 +476,69 @@ TEST_F(GpuKernels, FieldsToPlanesEqualsCpu) {
 
 // Zero-sized work launches nothing (null pointers are fine); arguments no
 // kernel can serve are cudaErrorInvalidValue, not a launch.
+// A random decided result: +1, -1 or 0 per element, never both.
+void randomResult(size_t nw, std::mt19937_64& rng, std::vector<uint64_t>* planes) {
+  planes->assign(2 * nw, 0);
+  for (size_t i = 0; i < nw; i++) {
+    const uint64_t a = rng(), b = rng();
+    (*planes)[i] = a & b;
+    (*planes)[nw + i] = ~a & b;
+  }
+}
+
+// Sizes with whole groups of 5 blocks, partial ones, and none.
+const size_t kTritBlocks[] = {1, 4, 5, 6, 10, 13, 1000, (kLargeCount + 63) / 64};
+
+// Decided results, and planes with elements both +1 and -1 (coded as +1).
+TEST_F(GpuKernels, EncodeTritsEqualsCpu) {
+  std::mt19937_64 rng(11);
+  for (size_t nw : kTritBlocks)
+    for (int decided = 0; decided < 2; decided++) {
+      std::vector<uint64_t> planes = randomWords(2 * nw, rng);
+      if (decided) randomResult(nw, rng, &planes);
+      DeviceBytes in(16 * nw);
+      in.upload(planes);
+      DeviceBytes out(bits::tritBytes(nw));
+      finish(encodeTrits(in.words(), in.words() + nw, nw, static_cast<uint8_t*>(out.get()), stream_));
+      Bytes want(bits::tritBytes(nw));
+      cpu().encodeTrits(planes.data(), planes.data() + nw, nw, want.data());
+      EXPECT_EQ(test::firstMismatch(out.download(), want), std::string::npos) << "nblocks " << nw;
+    }
+}
+
+TEST_F(GpuKernels, DecodeTritsEqualsCpuAndFlagsMalformedBytes) {
+  std::mt19937_64 rng(12);
+  for (size_t nw : kTritBlocks) {
+    std::vector<uint64_t> planes;
+    randomResult(nw, rng, &planes);
+    Bytes coded(bits::tritBytes(nw));
+    cpu().encodeTrits(planes.data(), planes.data() + nw, nw, coded.data());
+    // Valid bytes, then one byte above 242 in a group (or, with no group, a
+    // tail element both +1 and -1).
+    for (int malformed = 0; malformed < 2; malformed++) {
+      Bytes bytes = coded;
+      if (malformed && nw >= bits::kTritGroupBlocks) bytes[rng() % (64 * (nw / 5))] = (uint8_t)(243 + rng() % 13);
+      if (malformed && nw < bits::kTritGroupBlocks) {
+        bytes[0] |= 1;
+        bytes[8 * nw] |= 1;
+      }
+      DeviceBytes in(bytes.size());
+      in.upload(bytes);
+      DeviceBytes out(16 * nw);
+      DeviceBytes bad(4);
+      const uint32_t zero = 0;
+      bad.upload(&zero);
+      finish(decodeTrits(static_cast<const uint8_t*>(in.get()), nw, out.words(), out.words() + nw,
+                         static_cast<uint32_t*>(bad.get()), 7, stream_));
+      uint32_t flag = 0;
+      const Bytes b = bad.download();
+      memcpy(&flag, b.data(), 4);
+      EXPECT_EQ(flag, malformed ? 7u : 0u) << "nblocks " << nw;
+      if (!malformed) EXPECT_EQ(out.downloadWords(), planes) << "nblocks " << nw;
+    }
+  }
+}
+
 TEST_F(GpuKernels, ArgumentsAndEmptyWork) {
   EXPECT_EQ(pack(nullptr, ncclFloat32, 0, ncclSignZeroPositive, nullptr, 0, stream_), cudaSuccess);
   EXPECT_EQ(add(nullptr, 1, 0, nullptr, 1, 0, nullptr, 1, 0, 0, stream_), cudaSuccess);
@@ -492,6 +555,10 @@ TEST_F(GpuKernels, ArgumentsAndEmptyWork) {
   EXPECT_EQ(decideBits(bits::Counts{w, 1, 1}, 0, ncclSignTieZero, w, 1, 1, stream_), cudaErrorInvalidValue);
   EXPECT_EQ(packFields(w, ncclFloat32, 10, ncclSignZeroPositive, 0, w, 1, stream_), cudaErrorInvalidValue);
   EXPECT_EQ(fieldsToPlanes(w, 65, 0, 10, w, 1, 1, stream_), cudaErrorInvalidValue);
+  EXPECT_EQ(encodeTrits(nullptr, nullptr, 0, nullptr, stream_), cudaSuccess);
+  EXPECT_EQ(decodeTrits(nullptr, 0, nullptr, nullptr, nullptr, 1, stream_), cudaSuccess);
+  EXPECT_EQ(encodeTrits(w, w, 5, reinterpret_cast<uint8_t*>(w) + 1, stream_), cudaErrorInvalidValue);
+  EXPECT_EQ(decodeTrits(reinterpret_cast<uint8_t*>(w), 5, w, w, nullptr, 1, stream_), cudaErrorInvalidValue);
   // The fused step's zero rule must match the counters it is given.
   bits::Counts binary{w, 1, 1}, ternary{w, 1, 1, w, 1, 1};
   EXPECT_EQ(addDecideUnpack(binary, binary, 2, 2, ncclSignMajority, ncclSignZeroAbstain, ncclSignTieZero, nullptr, 1,

@@ -532,10 +532,10 @@ TEST(SignAllReduceWire, BytesMatchTheSchedule) {
 
 // The direct algorithm at the bound: the bytes each rank's transport counts
 // in one real call, as bits per element, equal (N-1)/N * (counters +
-// resultPlanes) within 1 % (the transport adds a header per message) at
-// every N = 2..16: majority with exact ties (2 result planes for even N, 1
-// for odd), with a tie rule (1), and in ternary mode (2 vote planes, 2 result
-// planes), written out here, not taken from the schedule. Bytes sent only:
+// result) within 1 % (the transport adds a header per message) at every
+// N = 2..16: majority with exact ties (a -1/0/+1 result coded at 1.6 bits for
+// even N, 1 plane for odd), with a tie rule (1), and in ternary mode (2 vote
+// planes, a coded result), written out here, not taken from the schedule. Bytes sent only:
 // a rank's transport may count bytes of a peer's next call as received
 // before this rank's call ends (AlgoDirect.WireBitsPerElementAreTheFormula
 // checks what the schedules receive).
@@ -552,7 +552,8 @@ TEST(SignAllReduceWire, DirectBitsPerElementAreTheFormula) {
       const bool ternary = rules.zero == ncclSignZeroAbstain;
       const int votePlanes = ternary ? 2 : 1;
       const int resultPlanes = rules.tie != ncclSignTieZero ? 1 : ternary || n % 2 == 0 ? 2 : 1;
-      const double formula = (n - 1.0) / n * (votePlanes + resultPlanes);
+      // Two result planes (-1/0/+1) travel coded at 1.6 bits per element.
+      const double formula = (n - 1.0) / n * (votePlanes + (resultPlanes == 2 ? 1.6 : 1.0));
       withRanks(n, makeConfig(ncclSignAlgoDirect, rules.zero, rules.tie), [&](int rank, ncclSignComm_t comm) {
         Bytes out(count * 4);
         uint64_t s0, r0, s1, r1;

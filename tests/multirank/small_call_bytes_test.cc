@@ -35,7 +35,7 @@ uint64_t expectedBytes(const algo::Schedule& s) {
   for (const algo::Step& st : s.steps) {
     for (const algo::Send& x : st.sends) {
       const bool first = peers.insert(x.peer).second;
-      const int64_t step = algo::chunkBlocks(x.planes, host::hostChunkBytes());
+      const int64_t step = algo::chunkBlocks(x, host::hostChunkBytes());
       int64_t messages = (x.range.size() + step - 1) / step;
       if (first) {
         bytes += kCallHeader;

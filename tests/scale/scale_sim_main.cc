@@ -139,9 +139,11 @@ void checkFlat(ncclSignAlgo_t a, int n) {
 int w(int64_t m) { return algo::counterWidth(m); }
 
 // docs/ALGORITHMS.md's formulas, majority with exact ties, binary; NAN where
-// the page gives none (halving-doubling off powers of two, hierarchical).
+// the page gives none (halving-doubling off powers of two, hierarchical). A
+// result that can be 0 (N even) travels coded, 1.6 bits per element, over
+// ranges of whole 5-block groups (balancedBlocks).
 double formulaBits(ncclSignAlgo_t a, int n) {
-  const double rp = n % 2 == 0 ? 2 : 1;
+  const double rp = n % 2 == 0 ? 1.6 : 1;
   switch (a) {
     case ncclSignAlgoRing: {
       double s = 0;
@@ -164,10 +166,11 @@ double formulaBits(ncclSignAlgo_t a, int n) {
 }
 
 // Blocks at which every shard of the algorithm is the same size, so the
-// formulas are exact: a multiple of N (ring, halving-doubling), of N field
-// words (field-sum: N * fieldsPerWord blocks hold 64 N words).
+// formulas are exact: a multiple of N (ring, halving-doubling) with shards of
+// whole 5-block groups (a coded result's partial group travels as planes), of
+// N field words (field-sum: N * fieldsPerWord blocks hold 64 N words).
 int64_t balancedBlocks(ncclSignAlgo_t a, int n) {
-  return a == ncclSignAlgoFieldSum ? (int64_t)n * (64 / w(n)) : 4 * (int64_t)n;
+  return a == ncclSignAlgoFieldSum ? (int64_t)n * (64 / w(n)) : 20 * (int64_t)n;
 }
 
 struct Wire {

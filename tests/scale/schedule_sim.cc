@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <unordered_map>
@@ -269,11 +270,18 @@ class Simulation {
     SimRank& rk = ranks_[(size_t)r];
     const int64_t len = x.range.size();
     const size_t offset = pool_.size();
-    for (int q = 0; q < x.planes; q++) {
-      const uint64_t* src = rk.plane(x.buf, x.slot, q, x.width) + x.range.begin;
-      pool_.insert(pool_.end(), src, src + len);
+    if (x.coding == algo::Coding::kTrits) {  // a decided result, 5 elements per byte
+      pool_.resize(offset + (size_t)x.bytes() / 8);
+      k_->encodeTrits(rk.plane(x.buf, x.slot, 0, x.width) + x.range.begin,
+                      rk.plane(x.buf, x.slot, 1, x.width) + x.range.begin, (size_t)len,
+                      reinterpret_cast<uint8_t*>(pool_.data() + offset));
+    } else {
+      for (int q = 0; q < x.planes; q++) {
+        const uint64_t* src = rk.plane(x.buf, x.slot, q, x.width) + x.range.begin;
+        pool_.insert(pool_.end(), src, src + len);
+      }
     }
-    msgs_.push_back(Message{r, x.peer, offset, (size_t)(x.planes * len)});
+    msgs_.push_back(Message{r, x.peer, offset, (size_t)x.bytes() / 8});
     rk.sent += (uint64_t)x.bytes();
   }
 
@@ -295,6 +303,14 @@ class Simulation {
         }
         return;
       case algo::RecvOp::kStore:
+        if (x.coding == algo::Coding::kTrits) {
+          // The simulation's own coder wrote it: a refusal is a simulator bug.
+          if (!k_->decodeTrits(reinterpret_cast<const uint8_t*>(data), (size_t)len,
+                               rk.plane(x.buf, x.slot, 0, x.width) + x.range.begin,
+                               rk.plane(x.buf, x.slot, 1, x.width) + x.range.begin))
+            abort();
+          return;
+        }
         for (int q = 0; q < x.planes; q++)
           memcpy(rk.plane(x.buf, x.slot, q, x.width) + x.range.begin, data + q * len, (size_t)len * 8);
         return;

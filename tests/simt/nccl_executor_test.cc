@@ -62,6 +62,20 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status)
   *status = cudaStreamCaptureStatusNone;
   return cudaSuccess;
 }
+// Mapped host memory (the comm's malformed-result flag): the emulator's device
+// reads and writes host memory, so the device's address is the host's.
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
+  *ptr = calloc(1, bytes ? bytes : 1);
+  return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned int) {
+  *device = host;
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* ptr) {
+  free(ptr);
+  return cudaSuccess;
+}
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 // Every buffer here is the emulator's device memory of device 0.
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* ptr) {
@@ -230,11 +244,13 @@ void onFakeRanks(test::FakeFabric& fabric, const std::function<void(int, ncclCom
 }
 
 // Distinct handles for DeviceBackend; the emulator's streams are synchronous.
+// `malformed`: the flag a decode of a malformed coded result sets.
 struct Lanes {
   int stream, side, fork, join;
+  uint32_t malformed = 0;
   DeviceBackend backend(const NcclApi& api, ncclComm_t comm) {
     return DeviceBackend(api, comm, reinterpret_cast<cudaStream_t>(&stream), reinterpret_cast<cudaStream_t>(&side),
-                         reinterpret_cast<cudaEvent_t>(&fork), reinterpret_cast<cudaEvent_t>(&join));
+                         reinterpret_cast<cudaEvent_t>(&fork), reinterpret_cast<cudaEvent_t>(&join), &malformed);
   }
 };
 
@@ -283,6 +299,7 @@ void runEmulated(ncclSignAlgo_t algo, int n, size_t count, ncclDataType_t dt, co
     Lanes lanes;
     DeviceBackend backend = lanes.backend(api, comm);
     res[r] = runSchedule(s, p, static_cast<uint64_t*>(scratch.p), inPlace ? recv : send, recv, count, dt, backend);
+    if (lanes.malformed != 0) res[r] = ncclSystemError;  // a coded result this rank could not decode
     memcpy(out[r].data(), recv, bytes);
     if (!inPlace && memcmp(send, in[r].data(), bytes) != 0) res[r] = ncclInternalError;  // input untouched
   });
@@ -623,6 +640,40 @@ TEST(NcclEntryOnSimt, CallsCarryTheirOwnRulesWhateverTheCommSets) {
         EXPECT_EQ(test::firstMismatch(out[r][k], want[k][0]), std::string::npos) << "rank " << r << " call " << k;
       }
     }
+  }
+}
+
+// A coded result with a byte above 242 (the fabric delivers the 128-byte
+// result shards of a 2-rank ring over 20 blocks with their first byte 0xff)
+// is found by the decode kernel, which records the sender in the comm's flag:
+// the call that took it has returned by then (on a GPU), so the next call on
+// the comm fails, naming the peer, and so does every one after it.
+TEST(NcclEntryOnSimt, MalformedCodedResultFailsTheCommsLaterCalls) {
+  const NcclApi api = fakeApi();
+  const size_t count = 20 * 64;
+  test::FakeFabric fabric(2);
+  fabric.corruptSize(128);
+  std::vector<std::vector<ncclResult_t>> res(2, std::vector<ncclResult_t>(3, ncclInternalError));
+  test::WarnCapture warns;
+  onFakeRanks(fabric, [&](int r, ncclComm_t comm) {
+    ncclSignConfig_t config = NCCL_SIGN_CONFIG_INITIALIZER;
+    config.algorithm = ncclSignAlgoRing;
+    EXPECT_EQ(setCommConfig(&api, comm, &config), ncclSuccess);
+    int stream;
+    cudaStream_t s = reinterpret_cast<cudaStream_t>(&stream);
+    DeviceBytes buf(count * 4);
+    memset(buf.p, 0, count * 4);
+    for (int k = 0; k < 3; k++)
+      res[r][k] = signAllReduce(&api, buf.p, buf.p, count, ncclFloat32, ncclSignMajority, nullptr, comm, s, "fn");
+    EXPECT_EQ(releaseComm(comm), ncclSuccess);
+  });
+  for (int r = 0; r < 2; r++) {
+    EXPECT_EQ(res[r][0], ncclSuccess) << "rank " << r;  // the emulator ran the kernel inside the call
+    EXPECT_EQ(res[r][1], ncclSystemError) << "rank " << r;
+    EXPECT_EQ(res[r][2], ncclSystemError) << "rank " << r;
+    const std::string line = "rank " + std::to_string(r) + " received a malformed coded result from rank " +
+                             std::to_string(1 - r);
+    EXPECT_EQ(warns.countContaining(line.c_str()), 2) << line;
   }
 }
 

@@ -10,7 +10,7 @@
 # nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm Python packages that
 # scripts/setup.sh installs). Skipped (77), with the reason, in a build without
 # CUDA or where the tools are missing. About 11 CPU-seconds each (the SASS of
-# 60 kernels on three architectures).
+# 62 kernels on three architectures).
 #  - static.stream_order: in the sources that enqueue work on a non-blocking
 #    stream, no copy or fill on the legacy default stream (which that stream
 #    does not wait for); reads the sources only, well under a second.

@@ -52,6 +52,8 @@ STREAMING = {
     "fusedAverageKernel": "add and average in one pass (kernels/fused.cu)",
     "packFieldsKernel": "values -> f-bit fields (kernels/fields.cu)",
     "fieldsToPlanesKernel": "f-bit fields -> planes (kernels/fields.cu)",
+    "encodeTritsKernel": "result planes -> 5 elements per byte (kernels/trits.cu)",
+    "decodeTritsKernel": "5 elements per byte -> result planes (kernels/trits.cu)",
     "elementwise<InterpolateAndVote>": "Lion pass 1: momentum and votes (kernels/lion_passes.cu)",
     "elementwise<ApplyUpdate>": "Lion pass 2: parameters (kernels/lion_passes.cu)",
     "elementwise<FlagNonFinite>": "scan for inf / NaN (kernels/lion_passes.cu)",
@@ -87,6 +89,7 @@ EXPECTED = [
     ("packKernel", "__shfl_xor_sync", "kernels/pack.cu", "OR of the lanes' masks on the 16-byte vector path"),
     ("packFieldsKernel", "__ballot_sync", "kernels/fields.cu", "votes of 32 elements per ballot"),
     ("fieldsToPlanesKernel", "__ballot_sync", "kernels/fields.cu", "one ballot per counter plane"),
+    ("decodeTritsKernel", "__ballot_sync", "kernels/trits.cu", "one ballot per digit and sign, and the malformed check"),
     ("unpackKernel", "__shfl_sync", "kernels/result_store.cuh", "storeMajorityChunk: results to lanes"),
     ("fusedMajorityKernel", "__shfl_sync", "kernels/result_store.cuh", "storeMajorityChunk: results to lanes"),
 ]

@@ -92,17 +92,26 @@ TEST(AlgoChunkOrder, HalvingDoublingForwardsEachChunkOnceItsBlocksAreAdded) {
     EXPECT_GE(adds2, 1);
   }
   // Step 5 sends this rank's own decided piece [0, 64) without waiting for
-  // step 4's receive of the partner's piece [64, 128): only its decide.
+  // step 4's receive of the partner's piece [64, 128): only its decide. (The
+  // result travels trit coded, in chunks of whole 5-block groups: 4 groups,
+  // 20 blocks, in 256 bytes; the chunk [60, 80) holds both pieces and waits
+  // for both.)
+  int ownOnly = 0;
   for (const Chunk& x : of(c, 5, Kind::kSend)) {
+    EXPECT_EQ(x.range.size() % 5, x.range.end == 128 ? 128 % 5 : 0) << "chunk at " << x.range.begin;
+    ownOnly += x.range.end <= 64;
     for (const Chunk& y : waitsFor(s, c, x)) {
-      if (x.range.end <= 64) {
+      EXPECT_TRUE(overlaps(y.range, x.range));
+      if (x.range.end <= 64 || y.step == 3) {
         EXPECT_EQ(y.step, 3u) << "own piece at " << x.range.begin << " waits for step " << y.step;
+        EXPECT_EQ(y.kind, Kind::kLocal);
       } else {
         EXPECT_EQ(y.step, 4u);
         EXPECT_EQ(y.kind, Kind::kRecv);
       }
     }
   }
+  EXPECT_EQ(ownOnly, 3);  // [0, 20), [20, 40), [40, 60)
 }
 
 // The ring forwards chunk by chunk: step k+1 sends what step k added, each

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "algo/cost_model.h"
+#include "bits/trits.h"
 #include "common/config.h"
 #include "common/param.h"
 #include "common/warn_capture.h"
@@ -36,10 +37,11 @@ CostParams linksOnly(double alphaUs, double betaBytesPerUs, double gammaUsPerPla
 TEST(AlgoCostModel, PredictIsAlphaBetaOverMessageSteps) {
   CostModel m(linksOnly(10.0, 1000.0, 0.0));
   double us = 0;
-  // Ring, N = 4, 1000 blocks per shard: reduce-scatter widths 1, 2, 2, then
-  // three all-gather steps of 2 result planes: 88000 bytes in 6 steps.
+  // Ring, N = 4, 1000 blocks per shard: reduce-scatter widths 1, 2, 2 (40000
+  // bytes), then three all-gather steps of the result coded 5 elements per
+  // byte (200 groups, 12800 bytes each): 78400 bytes in 6 steps.
   ASSERT_EQ(m.predict(ncclSignAlgoRing, 4, 4000 * 64, OpSpec(), &us), ncclSuccess);
-  EXPECT_DOUBLE_EQ(us, 6 * 10.0 + 88000 / 1000.0);
+  EXPECT_DOUBLE_EQ(us, 6 * 10.0 + 78400 / 1000.0);
   // One rank: nothing travels.
   ASSERT_EQ(m.predict(ncclSignAlgoHalvingDoubling, 1, 1 << 20, OpSpec(), &us), ncclSuccess);
   EXPECT_EQ(us, 0.0);
@@ -79,8 +81,11 @@ TEST(AlgoCostModel, PackAndDecideOncePerElementAddsUnderTheWire) {
   ASSERT_EQ(CostModel(linksOnly(10.0, 1000.0, 1e-3)).predict(ncclSignAlgoRing, 4, big, OpSpec(), &dearAdds),
             ncclSuccess);
   EXPECT_DOUBLE_EQ(cheapAdds, wireOnly);
-  // Ring, N = 4: 2.75 bits per element received over six steps, all added.
-  EXPECT_DOUBLE_EQ(dearAdds, 1e-3 * 2.75 * big);
+  // Ring, N = 4: what is received over six steps, all added: counters of
+  // widths 1, 2, 2 over shards of 4096 blocks, and 3 coded result shards
+  // (2.45 bits per element).
+  const double received = 8.0 * (8 * 4096 * 5 + 3 * (double)bits::tritBytes(4096));
+  EXPECT_NEAR(dearAdds, 1e-3 * received, 1e-9 * dearAdds);
 }
 
 // The host executor's overlap (CostParams::overlapChunkBytes): the first
@@ -110,9 +115,10 @@ TEST(AlgoCostModel, OverlapHidesCpuWorkButItsEdges) {
   // With it, on a slow wire that hides the rest: one shard's pack and unpack.
   EXPECT_DOUBLE_EQ(overlapped, wire + shard * pack + shard * unpack);
   // Smaller chunks expose less: 8 KiB is 1024 one-plane blocks (more than a
-  // shard: the pack edge stays) and 512 two-plane blocks (the unpack edge halves).
+  // shard: the pack edge stays) and 128 coded result groups, 640 blocks (the
+  // unpack edge shrinks).
   ASSERT_EQ(CostModel(params(10.0, 1.0, 8192)).predict(ncclSignAlgoRing, 4, count, OpSpec(), &small), ncclSuccess);
-  EXPECT_DOUBLE_EQ(small, wire + shard * pack + (512 * 64) * unpack);
+  EXPECT_DOUBLE_EQ(small, wire + shard * pack + (640 * 64) * unpack);
 
   // On a free wire nothing hides anything: every element's pack and unpack
   // show, as without overlap, whatever the algorithm; the all-gather of
@@ -156,12 +162,13 @@ TEST(AlgoCostModel, SegmentsAreCostedOneByOne) {
 
 // The ethernet benchmark's star (scripts/ethernet_bench.sh: each namespace a
 // node, SIGNLION_COST_BETA_MBPS of the link rate), 256 MiB of fp32: auto picks
-// direct (2.25 and 2.625 bits per element at N = 4 and 8, against
-// halving-doubling's 2.5 and 3.125 and the ring's 2.75 and 3.875; its 2(N-1)
-// steps cost little next to that many bytes). Without direct it picks
-// halving-doubling (measured in docs/dev/SCALE.md, "The measured star: every contender"). The
-// CPU costs, without overlap, are paid once per element by every algorithm:
-// they move every prediction by the same amount and never the choice.
+// direct (1.95 and 2.275 bits per element at N = 4 and 8 with results coded
+// at 1.6 bits, against halving-doubling's 2.2 and 2.775 and the ring's 2.45
+// and 3.525; its 2(N-1) steps cost little next to that many bytes). Without
+// direct it picks halving-doubling (measured in docs/dev/SCALE.md, "The
+// measured star: every contender"). The CPU costs, without overlap, are paid
+// once per element by every algorithm: they move every prediction by the same
+// amount and never the choice.
 TEST(AlgoCostModel, AutoOnTheEmulatedEthernetStar) {
   const uint64_t count = uint64_t{64} << 20;
   for (double beta : {125.0, 1250.0})
@@ -187,9 +194,9 @@ TEST(AlgoCostModel, AutoOnTheEmulatedEthernetStar) {
       double hd = 0, ring = 0;
       ASSERT_EQ(CostModel(p).predict(ncclSignAlgoHalvingDoubling, n, count, OpSpec(), &hd, &star), ncclSuccess);
       ASSERT_EQ(CostModel(noCpu).predict(ncclSignAlgoRing, n, count, OpSpec(), &ring, &star), ncclSuccess);
-      // 1 Gbit/s, N = 4: 21 MB on the wire (168 ms) plus 64M x (430 + 575) ps (67 ms).
+      // 1 Gbit/s, N = 4: 18.5 MB on the wire (147.6 ms) plus 64M x (430 + 575) ps (67 ms).
       if (beta == 125.0 && n == 4) {
-        EXPECT_NEAR(hd, 167.8e3 + 67.4e3, 2e3);
+        EXPECT_NEAR(hd, 147.6e3 + 67.4e3, 2e3);
       }
       // The host executor as it runs by default (512K chunks, 32M-element
       // segments, steps overlapped chunk by chunk): the pack and unpack run
@@ -217,9 +224,9 @@ TEST(AlgoCostModel, AutoOnTheEmulatedEthernetStar) {
       ASSERT_EQ(chooseAlgorithm(n, count, OpSpec(), noDirect, ncclSignAlgoAuto, host, &onHost, &star), ncclSuccess);
       EXPECT_EQ(onHost, ncclSignAlgoHalvingDoubling) << "N=" << n << " beta " << beta;
       if (beta == 125.0 && n == 4) {
-        // Wire 167.8 ms (hd) and 184.6 ms (ring), plus two segments' edges.
-        EXPECT_NEAR(hostHd, 174.3e3, 1e3);
-        EXPECT_NEAR(hostRing, 199.9e3, 1e3);
+        // Wire 147.6 ms (hd) and 164.4 ms (ring), plus two segments' edges.
+        EXPECT_NEAR(hostHd, 154.8e3, 1e3);
+        EXPECT_NEAR(hostRing, 180.4e3, 1e3);
       }
     }
 }

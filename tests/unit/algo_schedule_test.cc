@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "algo/schedule.h"
+#include "bits/trits.h"
 #include "common/config.h"
 #include "common/node_layouts.h"
 #include "common/param.h"
@@ -458,9 +459,10 @@ TEST(AlgoSchedule, WireCostMatchesDesignTable) {
     int n;
     double ring, hd, allgather, fieldsumIdeal, fp32, direct, directTieRule;
   };
-  const Row table[] = {{4, 2.75, 2.50, 3, 4.5, 48, 2.25, 1.50},
-                       {8, 3.88, 3.12, 7, 7.0, 56, 2.62, 1.75},
-                       {16, 4.94, 3.50, 15, 9.4, 60, 2.81, 1.88}};
+  // The result travels coded, 1.6 bits per element (bits/trits.h), where it can be -1/0/+1.
+  const Row table[] = {{4, 2.45, 2.20, 3, 4.5, 48, 1.95, 1.50},
+                       {8, 3.525, 2.775, 7, 7.0, 56, 2.275, 1.75},
+                       {16, 4.5625, 3.125, 15, 9.4, 60, 2.44, 1.88}};
   // Half a unit in the table's last digit (a few entries have fewer digits).
   auto near = [](double got, double table, double halfUlp) { return std::fabs(got - table) <= halfUlp + 1e-9; };
   const int64_t nblocks = int64_t{1} << 16;
@@ -629,12 +631,14 @@ TEST(AlgoDirect, PairwiseStepsAndExactWidths) {
 }
 
 // Bits per element per rank of the direct schedule (its bytesSent, and its
-// bytesReceived) against the formula (N-1)/N * (counters + resultPlanes),
+// bytesReceived) against the formula (N-1)/N * (counters + result), result
+// 1.6 where 2 majority planes travel coded, else resultPlanes,
 // counters the vote planes (1, 2 in ternary mode) and resultPlanes the
 // decided result's planes (written out here, not taken from resultPlanes():
 // 1 with a tie rule or for odd N, 2 for exact ties at even N or ternary,
 // width(N) per counter for average): exactly where the shards are equal
-// (nblocks a multiple of every N here), within 1 % on a prime block count,
+// (the coded bytes counted exactly: nblocks a multiple of every N here),
+// within 1 % of the formula on a prime block count too,
 // for every op, zero and tie rule at N = 2..16.
 TEST(AlgoDirect, WireBitsPerElementAreTheFormula) {
   for (int op = 0; op < ncclSignNumOps; op++)
@@ -652,9 +656,16 @@ TEST(AlgoDirect, WireBitsPerElementAreTheFormula) {
             const bool tieRule = spec.tieRule != ncclSignTieZero;
             planes = !tieRule && (ternary || n % 2 == 0) ? 2 : 1;
           }
-          const double formula = (n - 1.0) / n * (counters + planes);
+          // A result of 2 majority planes travels coded (bits/trits.h): 1.6
+          // bits per element, exactly tritBytes(blocks) bytes.
+          const bool coded = spec.op == ncclSignMajority && planes == 2;
+          const double formula = (n - 1.0) / n * (counters + (coded ? 1.6 : planes));
           for (int64_t nblocks : {int64_t{720720}, int64_t{10007}}) {  // lcm(1..16); a prime
             const bool equalShards = nblocks % n == 0;
+            // Equal shards of S blocks: N-1 vote shards out, N-1 copies of the own result shard out.
+            const int64_t shard = nblocks / n;
+            const double resultBytes = coded ? double(bits::tritBytes(size_t(shard))) : 8.0 * planes * shard;
+            const double exact = 8.0 * (n - 1) * (8.0 * counters * shard + resultBytes) / (double(nblocks) * kBlockElems);
             for (int r = 0; r < n; r++) {
               Schedule s;
               ASSERT_EQ(buildSchedule(ncclSignAlgoDirect, n, r, nblocks, spec, &s), ncclSuccess);
@@ -664,8 +675,8 @@ TEST(AlgoDirect, WireBitsPerElementAreTheFormula) {
                                        std::to_string(op) + " zero " + std::to_string(zr) + " tie " +
                                        std::to_string(tr) + " nblocks " + std::to_string(nblocks);
               if (equalShards) {
-                EXPECT_DOUBLE_EQ(sent, formula) << what;
-                EXPECT_DOUBLE_EQ(received, formula) << what;
+                EXPECT_DOUBLE_EQ(sent, exact) << what;
+                EXPECT_DOUBLE_EQ(received, exact) << what;
               }
               EXPECT_NEAR(sent, formula, 0.01 * formula) << what;
               EXPECT_NEAR(received, formula, 0.01 * formula) << what;
@@ -837,11 +848,11 @@ TEST(AlgoHierarchical, InterNodeBitsPerElementPerNode) {
       EXPECT_LE(hier, (nodes == 2 ? 0.7 : 1.0) * std::min(hd, ring)) << nodes << " x " << per;
     }
   // 2 nodes x 8 ranks, majority with exact ties: counters of width(8) = 4 bits
-  // over half the message, then 2 result planes over half: 3 bits.
+  // over half the message, then the result coded at 1.6 bits over half: 2.8.
   Topology two8;
   two8.node.assign(8, 0);
   two8.node.insert(two8.node.end(), 8, 1);
-  EXPECT_NEAR(interNodeBitsPerElement(ncclSignAlgoHierarchical, two8, nblocks), 3.0, 1e-3);
+  EXPECT_NEAR(interNodeBitsPerElement(ncclSignAlgoHierarchical, two8, nblocks), 2.8, 1e-3);
 }
 
 // One node: no inter-node traffic at all; one rank per node: the schedule is

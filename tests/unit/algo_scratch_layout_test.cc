@@ -120,10 +120,9 @@ TEST(ScratchLayout, HostStageHoldsEveryStep) {
     for (const Step& st : s.steps) {
       int64_t staged = 0;
       for (const Send& x : st.sends)
-        staged += h + (x.planes > 1 ? x.planes * x.range.size() : firstChunk(x.planes, x.range));
+        staged += h + (x.planes > 1 ? x.bytes() / 8 : firstChunk(x.planes, x.range));
       for (const Recv& x : st.recvs)
-        staged +=
-            h + (x.planes > 1 || x.op != RecvOp::kStore ? x.planes * x.range.size() : firstChunk(x.planes, x.range));
+        staged += h + (x.planes > 1 || x.op != RecvOp::kStore ? x.bytes() / 8 : firstChunk(x.planes, x.range));
       total += staged;
     }
     EXPECT_EQ(L.words - L.stage, total) << what;

@@ -135,13 +135,15 @@ void checkChunks(const RankPlan& rp, int64_t chunkBytes) {
           int64_t& at = (dir ? recvAt : sendAt)[c.index];
           EXPECT_EQ(c.begin, at) << "chunks out of order, step " << sp.step;
           EXPECT_GT(c.len, 0);
-          EXPECT_LE(8 * x.planes * c.len, std::max<int64_t>(chunkBytes, 8 * x.planes));
+          // A coded result's chunks are whole 5-block groups (64 bytes each).
+          EXPECT_LE(x.wireBytes(c.len), std::max<int64_t>(chunkBytes, x.coding == algo::Coding::kTrits ? 64 : 8 * x.planes));
           at = c.begin + c.len;
           const bool adds = dir && st.recvs[c.index].op == algo::RecvOp::kAdd;
-          EXPECT_EQ(c.stage >= 0, adds);
-          if (adds) {
-            actions = true;
-            Range r{c.stage, c.stage + x.planes * c.len};
+          const bool coded = x.coding == algo::Coding::kTrits;
+          EXPECT_EQ(c.stage >= 0, adds || coded);
+          if (adds || coded) {
+            actions = actions || dir;
+            Range r{c.stage, c.stage + x.wireBytes(c.len) / 8};
             EXPECT_LE(r.end, rp.p.stageWords);
             for (const Range& o : stage) EXPECT_FALSE(overlaps(r, o)) << "stage reused within step " << sp.step;
             stage.push_back(r);
@@ -374,6 +376,16 @@ class CpuBackend final : public Backend {
       for (int q = 0; q < planes; q++) std::memcpy(dst + q * dstStride, src + q * srcStride, nwords * 8);
     });
   }
+  ncclResult_t encodeTrits(const uint64_t* pos, const uint64_t* neg, size_t nwords, uint64_t* out) override {
+    return run([=] { k_.encodeTrits(pos, neg, nwords, reinterpret_cast<uint8_t*>(out)); });
+  }
+  // A malformed coded result is recorded (peer + 1), as the device backend's flag.
+  ncclResult_t decodeTrits(const uint64_t* in, size_t nwords, uint64_t* pos, uint64_t* neg, int peer) override {
+    return run([=] {
+      if (!k_.decodeTrits(reinterpret_cast<const uint8_t*>(in), nwords, pos, neg)) malformed = (uint32_t)peer + 1;
+    });
+  }
+  uint32_t malformed = 0;
 
   ncclResult_t groupStart() override {
     EXPECT_FALSE(inGroup_);
@@ -483,6 +495,7 @@ void runPlansOnCpu(const std::vector<RankPlan>& plans, size_t count, ncclDataTyp
     CpuBackend backend(fabric, r, holdSide);
     res[r] = runSchedule(plans[r].s, plans[r].p, scratch.data(), inPlace ? out[r].data() : in[r].data(), out[r].data(),
                          count, dt, backend);
+    if (backend.malformed != 0) res[r] = ncclSystemError;  // a coded result this rank could not decode
   });
   EXPECT_TRUE(fabric.drained()) << "messages left undelivered, or of another size than received";
   for (int r = 0; r < n; r++) {
@@ -528,6 +541,33 @@ INSTANTIATE_TEST_SUITE_P(AllAlgorithms, NcclExecutorOnCpu, ::testing::ValuesIn(k
                            return std::string(algoName(info.param));
                          });
 
+// A coded result with a byte above 242 is recorded as malformed by the rank
+// that decodes it, naming the sender (the device backend's flag, which the
+// next call reports: CommContext::malformedResults). N = 2 ring, 20 blocks:
+// the result shards are 10 blocks, 2 groups, 128 bytes; no other message has
+// that size (the counter shards are 80), and the fabric delivers those with
+// their first byte 0xff.
+TEST(NcclExecutorOnCpu, MalformedCodedResultIsRecordedWithItsSender) {
+  const size_t count = 20 * 64;
+  const Spec exact{ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero};
+  std::vector<RankPlan> plans = planAll(ncclSignAlgoRing, 2, 20, exact, 1 << 20);
+  std::vector<test::Bytes> in = test::randomVoteInputs(2, count, ncclFloat32, 3);
+  test::FakeFabric fabric(2);
+  fabric.corruptSize(128);
+  uint32_t malformed[2] = {0, 0};
+  std::vector<test::Bytes> out(2, test::Bytes(count * 4));
+  onRankThreads(2, [&](int r) {
+    std::vector<uint64_t> scratch((size_t)plans[r].p.layout.words + 1, 0);
+    CpuBackend backend(fabric, r, false);
+    EXPECT_EQ(runSchedule(plans[r].s, plans[r].p, scratch.data(), in[r].data(), out[r].data(), count, ncclFloat32,
+                          backend),
+              ncclSuccess);
+    malformed[r] = backend.malformed;
+  });
+  EXPECT_EQ(malformed[0], 2u);  // from rank 1
+  EXPECT_EQ(malformed[1], 1u);  // from rank 0
+}
+
 // Larger and odd: many chunks per step, non-power-of-two folds.
 TEST(NcclExecutorOnCpu, ManyChunksAndOddRankCounts) {
   for (ncclSignAlgo_t algo : kAlgos)
@@ -540,8 +580,9 @@ TEST(NcclExecutorOnCpu, ManyChunksAndOddRankCounts) {
 
 // The direct algorithm on the NCCL executor sends what the formula says: the
 // bytes each rank posts (its ncclSends, counted by the fabric), as bits per
-// element, are (N-1)/N * (counters + resultPlanes) within 1 % at N = 2..16
-// (exactly where the shards are equal): majority with exact ties, with a tie
+// element, are (N-1)/N * (counters + result) within 1 % at N = 2..16, result
+// 1.6 where it travels coded (exactly, counting the coded bytes, where the
+// shards are equal): majority with exact ties, with a tie
 // rule, and ternary; the formula written out here, not taken from the
 // schedule. 5040 blocks: equal shards for every N but 11 and 13.
 TEST(NcclExecutorOnCpu, DirectBitsPerElementAreTheFormula) {
@@ -553,7 +594,14 @@ TEST(NcclExecutorOnCpu, DirectBitsPerElementAreTheFormula) {
     for (const Spec& sp : specs) {
       const int votePlanes = sp.zero == ncclSignZeroAbstain ? 2 : 1;
       const int resultPlanes = sp.tie != ncclSignTieZero ? 1 : votePlanes == 2 || n % 2 == 0 ? 2 : 1;
-      const double formula = (n - 1.0) / n * (votePlanes + resultPlanes);
+      // Two result planes (-1/0/+1) travel coded (bits/trits.h): 1.6 bits per element.
+      const bool coded = resultPlanes == 2;
+      const double formula = (n - 1.0) / n * (votePlanes + (coded ? 1.6 : 1.0));
+      // Equal shards of S blocks, exactly: N-1 vote shards and N-1 copies of the own result shard out.
+      const size_t shard = 5040 / size_t(n);
+      const double exact = 8.0 * (n - 1) *
+                           (8.0 * votePlanes * shard + (coded ? double(bits::tritBytes(shard)) : 8.0 * shard)) /
+                           double(count);
       SCOPED_TRACE(name(ncclSignAlgoDirect, n, 5040, sp, 65536));
       std::vector<RankPlan> plans = planAll(ncclSignAlgoDirect, n, 5040, sp, 65536);
       std::vector<uint64_t> posted;
@@ -563,7 +611,7 @@ TEST(NcclExecutorOnCpu, DirectBitsPerElementAreTheFormula) {
         const double bits = 8.0 * (double)posted[r] / count;
         EXPECT_NEAR(bits, formula, 0.01 * formula) << "rank " << r;
         if (5040 % n == 0) {
-          EXPECT_DOUBLE_EQ(bits, formula) << "rank " << r;
+          EXPECT_DOUBLE_EQ(bits, exact) << "rank " << r;
         }
       }
       if (HasFailure()) return;
