@@ -26,6 +26,7 @@
 #include "algo/schedule.h"
 #include "bits/bits.h"
 #include "bits/fields.h"
+#include "bits/trits.h"
 #include "common/config.h"
 #include "common/fake_fabric.h"
 #include "common/node_layouts.h"
