@@ -20,17 +20,29 @@ int64_t nowMs() {
       .count();
 }
 
-// Packs the signs of x[0..n) (n a multiple of 8), bit b of byte k for
-// element 8k + b, 1 for a positive sign.
-void packSigns(const float* x, size_t n, uint8_t* bits) {
+// Writes err[i] = x[i] - scale * sign(x[i]) and packs the signs of
+// x[0..n) (n a multiple of 8): bit b of byte k for element 8k + b, 1 for
+// a positive sign. One pass, each byte's 8 elements branch-free.
+void errorAndSigns(const float* x, size_t n, float scale, float* err, uint8_t* bits) {
   for (size_t k = 0; k < n / 8; k++) {
-    uint8_t byte = 0;
-    for (int b = 0; b < 8; b++) byte |= (uint8_t)(onebitPositive(x[8 * k + b]) ? 1u << b : 0u);
-    bits[k] = byte;
+    const float* v = x + 8 * k;
+    unsigned byte = 0;
+    for (int b = 0; b < 8; b++) {
+      const bool pos = onebitPositive(v[b]);
+      byte |= (unsigned)pos << b;
+      err[8 * k + b] = v[b] - (pos ? scale : -scale);
+    }
+    bits[k] = (uint8_t)byte;
   }
 }
 
-bool signBit(const uint8_t* bits, size_t i) { return (bits[i / 8] >> (i % 8)) & 1u; }
+// acc[i] += (bit i ? share : -share) for i < n (n a multiple of 8).
+void addScaledSigns(const uint8_t* bits, size_t n, float share, float* acc) {
+  for (size_t k = 0; k < n / 8; k++) {
+    const unsigned byte = bits[k];
+    for (int b = 0; b < 8; b++) acc[8 * k + b] += ((byte >> b) & 1u) ? share : -share;
+  }
+}
 
 }  // namespace
 
@@ -121,6 +133,12 @@ OnebitBaseline::~OnebitBaseline() {
     if (c != nullptr) api.closeSend(c);
   for (void* c : recvComms_)
     if (c != nullptr) api.closeRecv(c);
+}
+
+void OnebitBaseline::abort() {
+  if (!net_) return;
+  for (void* c : sendComms_) net_->abortComm(c);
+  for (void* c : recvComms_) net_->abortComm(c);
 }
 
 uint64_t OnebitBaseline::wireBytesSent(int peer) const {
@@ -226,12 +244,12 @@ ncclResult_t OnebitBaseline::allReduce(const float* in, float* out, size_t count
   // 1. The worker's compensated tensor, its scale and error.
   for (size_t i = 0; i < padded_; i++) m_[i] = (i < count ? in[i] : 0.0f) + workerError_[i];
   const float scale = onebitScale(m_.data(), padded_);
-  for (size_t i = 0; i < padded_; i++) workerError_[i] = m_[i] - (onebitPositive(m_[i]) ? scale : -scale);
   // 2. Chunk j's signs and the scale, for rank j (this rank's own stays here).
   for (int j = 0; j < n; j++) {
     uint8_t* msg = send_.data() + (size_t)j * slot_;
     memcpy(msg, &scale, sizeof(float));
-    packSigns(m_.data() + (size_t)j * chunk_, chunk_, msg + sizeof(float));
+    const size_t at = (size_t)j * chunk_;
+    errorAndSigns(m_.data() + at, chunk_, scale, workerError_.data() + at, msg + sizeof(float));
   }
   memcpy(recv_.data() + (size_t)rank_ * slot_, send_.data() + (size_t)rank_ * slot_, slot_);
   if (n > 1) NCCLCHECK(exchangeWithPeers([&](int p) { return send_.data() + (size_t)p * slot_; }, slot_));
@@ -241,17 +259,14 @@ ncclResult_t OnebitBaseline::allReduce(const float* in, float* out, size_t count
     const uint8_t* msg = recv_.data() + (size_t)r * slot_;
     float s;
     memcpy(&s, msg, sizeof(float));
-    const float share = s * (1.0f / (float)n);
-    for (size_t k = 0; k < chunk_; k++) combined_[k] += signBit(msg + sizeof(float), k) ? share : -share;
+    addScaledSigns(msg + sizeof(float), chunk_, s * (1.0f / (float)n), combined_.data());
   }
   for (size_t k = 0; k < chunk_; k++) combined_[k] += serverError_[k];
   const float ownerScale = onebitScale(combined_.data(), chunk_);
-  for (size_t k = 0; k < chunk_; k++)
-    serverError_[k] = combined_[k] - (onebitPositive(combined_[k]) ? ownerScale : -ownerScale);
   // 4. The owner's signs and scale to every rank (one message, sent N-1 times).
   uint8_t* mineOut = send_.data() + (size_t)rank_ * slot_;
   memcpy(mineOut, &ownerScale, sizeof(float));
-  packSigns(combined_.data(), chunk_, mineOut + sizeof(float));
+  errorAndSigns(combined_.data(), chunk_, ownerScale, serverError_.data(), mineOut + sizeof(float));
   memcpy(recv_.data() + (size_t)rank_ * slot_, mineOut, slot_);
   if (n > 1) NCCLCHECK(exchangeWithPeers([&](int) { return mineOut; }, slot_));
   for (int j = 0; j < n; j++) {
@@ -260,7 +275,8 @@ ncclResult_t OnebitBaseline::allReduce(const float* in, float* out, size_t count
     memcpy(&s, msg, sizeof(float));
     const size_t begin = (size_t)j * chunk_;
     const size_t end = std::min(begin + chunk_, count);
-    for (size_t i = begin; i < end; i++) out[i] = signBit(msg + sizeof(float), i - begin) ? s : -s;
+    const uint8_t* bits = msg + sizeof(float);
+    for (size_t i = begin; i < end; i++) out[i] = ((bits[(i - begin) / 8] >> ((i - begin) % 8)) & 1u) ? s : -s;
   }
   return ncclSuccess;
 }

@@ -62,6 +62,10 @@ class OnebitBaseline {
   // warm). ncclRemoteError when a peer's message is missing, short or late.
   ncclResult_t allReduce(const float* in, float* out, size_t count);
   void resetErrors();
+  // Ends every link as a crash would (after a failed call): each peer's
+  // pending transfers with this rank fail at once instead of waiting out
+  // the timeout. The destructor still closes them.
+  void abort();
 
   // Bytes this rank handed to the transport (messages' payload), in total.
   uint64_t payloadBytesSent() const { return payloadSent_; }

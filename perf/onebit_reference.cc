@@ -18,8 +18,13 @@ size_t onebitPayloadBytes(size_t count, int nranks) {
 
 float onebitScale(const float* x, size_t n) {
   if (n == 0) return 0.0f;
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) lane[l] += (double)x[i + l] * (double)x[i + l];
+  for (; i < n; i++) lane[i % 8] += (double)x[i] * (double)x[i];
   double sum = 0;
-  for (size_t i = 0; i < n; i++) sum += (double)x[i] * (double)x[i];
+  for (double l : lane) sum += l;
   return (float)(std::sqrt(sum) / std::sqrt((double)n));
 }
 

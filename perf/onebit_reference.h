@@ -19,8 +19,9 @@ size_t onebitPaddedCount(size_t count, int nranks);
 // packed signs plus one fp32 scale in each phase (0 for count 0 or 1 rank).
 size_t onebitPayloadBytes(size_t count, int nranks);
 
-// DeepSpeed's scale of a vector: its L2 norm over sqrt(its length), the norm
-// summed in double in index order and rounded once to fp32.
+// DeepSpeed's scale of a vector: its L2 norm over sqrt(its length). The
+// squares are summed in double, element i into lane i mod 8 (lanes the
+// compiler can vectorize), the lanes then in order, rounded once to fp32.
 float onebitScale(const float* x, size_t n);
 // The sign the pattern sends: +1 for x >= 0 (zero and -0 included), else -1.
 inline bool onebitPositive(float x) { return x >= 0.0f; }
