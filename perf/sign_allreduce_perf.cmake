@@ -94,7 +94,7 @@ endif()
 if(SIGNLION_BUILD_TESTS)
   add_test(NAME netns.ethernet_bench_small
            COMMAND ${CMAKE_COMMAND} -E env RANKS=4 RATES=1gbit MINB=1M MAXB=4M ITERS=1 WARMUP=0 RUN_TIMEOUT=60
-                   "CONTENDERS=sign-auto sign-hd sign-allgather fieldsum-4 fp32-sum mpi-fp32"
+                   "CONTENDERS=sign-auto sign-hd sign-allgather fieldsum-4 onebit fp32-sum mpi-fp32"
                    bash ${PROJECT_SOURCE_DIR}/scripts/ethernet_bench.sh ${PROJECT_BINARY_DIR}
                    ${CMAKE_CURRENT_BINARY_DIR}/ethernet_small)
   set_tests_properties(netns.ethernet_bench_small PROPERTIES LABELS netns SKIP_RETURN_CODE 77 TIMEOUT 120
