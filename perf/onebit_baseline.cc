@@ -5,6 +5,10 @@
 #include <cstring>
 #include <thread>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include "common/checks.h"
 #include "host/net.h"
 #include "net_common.h"
@@ -20,28 +24,60 @@ int64_t nowMs() {
       .count();
 }
 
-// Writes err[i] = x[i] - scale * sign(x[i]) and packs the signs of
-// x[0..n) (n a multiple of 8): bit b of byte k for element 8k + b, 1 for
-// a positive sign. One pass, each byte's 8 elements branch-free.
+// kSigns[byte][b]: +1 or -1, the sign bit b of `byte` stands for. A
+// product with it flips a float's sign exactly, so v * kSigns[..] equals
+// (bit ? v : -v) bit for bit, in loops the compiler vectorizes.
+struct SignTable {
+  float v[256][8];
+  SignTable() {
+    for (int byte = 0; byte < 256; byte++)
+      for (int b = 0; b < 8; b++) v[byte][b] = ((byte >> b) & 1) ? 1.0f : -1.0f;
+  }
+};
+const SignTable kSigns;
+
+// The signs of x[8k .. 8k+8) as one byte, bit b for element 8k + b, 1 for
+// x >= 0 (onebitPositive: -0 and +0 included).
+inline unsigned signByte(const float* v) {
+#ifdef __SSE2__
+  const __m128 zero = _mm_setzero_ps();
+  return (unsigned)_mm_movemask_ps(_mm_cmpge_ps(_mm_loadu_ps(v), zero)) |
+         ((unsigned)_mm_movemask_ps(_mm_cmpge_ps(_mm_loadu_ps(v + 4), zero)) << 4);
+#else
+  unsigned byte = 0;
+  for (int b = 0; b < 8; b++) byte |= (unsigned)onebitPositive(v[b]) << b;
+  return byte;
+#endif
+}
+
+// Packs the signs of x[0..n) (n a multiple of 8) and writes
+// err[i] = x[i] - scale * sign(x[i]).
 void errorAndSigns(const float* x, size_t n, float scale, float* err, uint8_t* bits) {
   for (size_t k = 0; k < n / 8; k++) {
     const float* v = x + 8 * k;
-    unsigned byte = 0;
-    for (int b = 0; b < 8; b++) {
-      const bool pos = onebitPositive(v[b]);
-      byte |= (unsigned)pos << b;
-      err[8 * k + b] = v[b] - (pos ? scale : -scale);
-    }
+    const unsigned byte = signByte(v);
     bits[k] = (uint8_t)byte;
+    const float* sg = kSigns.v[byte];
+    for (int b = 0; b < 8; b++) err[8 * k + b] = v[b] - scale * sg[b];
   }
 }
 
 // acc[i] += (bit i ? share : -share) for i < n (n a multiple of 8).
 void addScaledSigns(const uint8_t* bits, size_t n, float share, float* acc) {
   for (size_t k = 0; k < n / 8; k++) {
-    const unsigned byte = bits[k];
-    for (int b = 0; b < 8; b++) acc[8 * k + b] += ((byte >> b) & 1u) ? share : -share;
+    const float* sg = kSigns.v[bits[k]];
+    for (int b = 0; b < 8; b++) acc[8 * k + b] += share * sg[b];
   }
+}
+
+// out[i] = (bit i ? scale : -scale) for i < n.
+void scaledSigns(const uint8_t* bits, size_t n, float scale, float* out) {
+  size_t k = 0;
+  for (; k < n / 8; k++) {
+    const float* sg = kSigns.v[bits[k]];
+    for (int b = 0; b < 8; b++) out[8 * k + b] = scale * sg[b];
+  }
+  for (size_t i = 8 * k; i < n; i++) out[i] = scale * kSigns.v[bits[k]][i - 8 * k];
 }
 
 }  // namespace
@@ -242,7 +278,8 @@ ncclResult_t OnebitBaseline::allReduce(const float* in, float* out, size_t count
   if (count != count_) resize(count);
   const int n = nranks_;
   // 1. The worker's compensated tensor, its scale and error.
-  for (size_t i = 0; i < padded_; i++) m_[i] = (i < count ? in[i] : 0.0f) + workerError_[i];
+  for (size_t i = 0; i < count; i++) m_[i] = in[i] + workerError_[i];
+  for (size_t i = count; i < padded_; i++) m_[i] = 0.0f + workerError_[i];
   const float scale = onebitScale(m_.data(), padded_);
   // 2. Chunk j's signs and the scale, for rank j (this rank's own stays here).
   for (int j = 0; j < n; j++) {
@@ -275,8 +312,7 @@ ncclResult_t OnebitBaseline::allReduce(const float* in, float* out, size_t count
     memcpy(&s, msg, sizeof(float));
     const size_t begin = (size_t)j * chunk_;
     const size_t end = std::min(begin + chunk_, count);
-    const uint8_t* bits = msg + sizeof(float);
-    for (size_t i = begin; i < end; i++) out[i] = ((bits[(i - begin) / 8] >> ((i - begin) % 8)) & 1u) ? s : -s;
+    if (begin < end) scaledSigns(msg + sizeof(float), end - begin, s, out + begin);
   }
   return ncclSuccess;
 }
