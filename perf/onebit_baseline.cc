@@ -52,7 +52,8 @@ inline unsigned signByte(const float* v) {
 
 // Packs the signs of x[0..n) (n a multiple of 8) and writes
 // err[i] = x[i] - scale * sign(x[i]).
-void errorAndSigns(const float* x, size_t n, float scale, float* err, uint8_t* bits) {
+void errorAndSigns(const float* __restrict x, size_t n, float scale, float* __restrict err,
+                   uint8_t* __restrict bits) {
   for (size_t k = 0; k < n / 8; k++) {
     const float* v = x + 8 * k;
     const unsigned byte = signByte(v);
@@ -63,7 +64,7 @@ void errorAndSigns(const float* x, size_t n, float scale, float* err, uint8_t* b
 }
 
 // acc[i] += (bit i ? share : -share) for i < n (n a multiple of 8).
-void addScaledSigns(const uint8_t* bits, size_t n, float share, float* acc) {
+void addScaledSigns(const uint8_t* __restrict bits, size_t n, float share, float* __restrict acc) {
   for (size_t k = 0; k < n / 8; k++) {
     const float* sg = kSigns.v[bits[k]];
     for (int b = 0; b < 8; b++) acc[8 * k + b] += share * sg[b];
@@ -71,7 +72,7 @@ void addScaledSigns(const uint8_t* bits, size_t n, float share, float* acc) {
 }
 
 // out[i] = (bit i ? scale : -scale) for i < n.
-void scaledSigns(const uint8_t* bits, size_t n, float scale, float* out) {
+void scaledSigns(const uint8_t* __restrict bits, size_t n, float scale, float* __restrict out) {
   size_t k = 0;
   for (; k < n / 8; k++) {
     const float* sg = kSigns.v[bits[k]];
@@ -278,9 +279,24 @@ ncclResult_t OnebitBaseline::allReduce(const float* in, float* out, size_t count
   if (count != count_) resize(count);
   const int n = nranks_;
   // 1. The worker's compensated tensor, its scale and error.
-  for (size_t i = 0; i < count; i++) m_[i] = in[i] + workerError_[i];
-  for (size_t i = count; i < padded_; i++) m_[i] = 0.0f + workerError_[i];
-  const float scale = onebitScale(m_.data(), padded_);
+  // (One pass: the sum behind the scale is taken as m is written.)
+  // in may be out, never m_ or workerError_: restrict lets the loops vectorize.
+  OnebitSquares workerSquares;
+  const size_t whole = count / 8 * 8;
+  {
+    const float* __restrict x = in;
+    const float* __restrict e = workerError_.data();
+    float* __restrict m = m_.data();
+    for (size_t i = 0; i < whole; i += 8) {
+      for (int l = 0; l < 8; l++) m[i + l] = x[i + l] + e[i + l];
+      workerSquares.add8(m + i);
+    }
+    for (size_t i = whole; i < padded_; i += 8) {
+      for (size_t l = 0; l < 8; l++) m[i + l] = (i + l < count ? x[i + l] : 0.0f) + e[i + l];
+      workerSquares.add8(m + i);
+    }
+  }
+  const float scale = workerSquares.scale(padded_);
   // 2. Chunk j's signs and the scale, for rank j (this rank's own stays here).
   for (int j = 0; j < n; j++) {
     uint8_t* msg = send_.data() + (size_t)j * slot_;
@@ -298,8 +314,16 @@ ncclResult_t OnebitBaseline::allReduce(const float* in, float* out, size_t count
     memcpy(&s, msg, sizeof(float));
     addScaledSigns(msg + sizeof(float), chunk_, s * (1.0f / (float)n), combined_.data());
   }
-  for (size_t k = 0; k < chunk_; k++) combined_[k] += serverError_[k];
-  const float ownerScale = onebitScale(combined_.data(), chunk_);
+  OnebitSquares ownerSquares;
+  {
+    float* __restrict c = combined_.data();
+    const float* __restrict e = serverError_.data();
+    for (size_t k = 0; k < chunk_; k += 8) {
+      for (int l = 0; l < 8; l++) c[k + l] += e[k + l];
+      ownerSquares.add8(c + k);
+    }
+  }
+  const float ownerScale = ownerSquares.scale(chunk_);
   // 4. The owner's signs and scale to every rank (one message, sent N-1 times).
   uint8_t* mineOut = send_.data() + (size_t)rank_ * slot_;
   memcpy(mineOut, &ownerScale, sizeof(float));

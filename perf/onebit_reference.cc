@@ -16,16 +16,19 @@ size_t onebitPayloadBytes(size_t count, int nranks) {
   return 2 * (size_t)(nranks - 1) * (chunkBytes + sizeof(float));
 }
 
-float onebitScale(const float* x, size_t n) {
+float OnebitSquares::scale(size_t n) const {
   if (n == 0) return 0.0f;
-  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; l++) lane[l] += (double)x[i + l] * (double)x[i + l];
-  for (; i < n; i++) lane[i % 8] += (double)x[i] * (double)x[i];
   double sum = 0;
   for (double l : lane) sum += l;
   return (float)(std::sqrt(sum) / std::sqrt((double)n));
+}
+
+float onebitScale(const float* x, size_t n) {
+  OnebitSquares sq;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) sq.add8(x + i);
+  for (; i < n; i++) sq.lane[i % 8] += (double)x[i] * (double)x[i];
+  return sq.scale(n);
 }
 
 OnebitReference::OnebitReference(int nranks, size_t count, bool errorFeedback)

@@ -23,6 +23,15 @@ size_t onebitPayloadBytes(size_t count, int nranks);
 // squares are summed in double, element i into lane i mod 8 (lanes the
 // compiler can vectorize), the lanes then in order, rounded once to fp32.
 float onebitScale(const float* x, size_t n);
+// onebitScale's sum, fed 8 elements at a time by a loop that does other work
+// on them too: after add8 over x[0..n) in order, scale(n) == onebitScale(x, n).
+struct OnebitSquares {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  void add8(const float* x) {
+    for (int l = 0; l < 8; l++) lane[l] += (double)x[l] * (double)x[l];
+  }
+  float scale(size_t n) const;
+};
 // The sign the pattern sends: +1 for x >= 0 (zero and -0 included), else -1.
 inline bool onebitPositive(float x) { return x >= 0.0f; }
 
