@@ -89,9 +89,10 @@ ncclResult_t OnebitBaseline::create(int nranks, int rank, const char* plugin, in
     WARN("OnebitBaseline::create: out must not be NULL");
     return ncclInvalidArgument;
   }
-  if (nranks < 1 || rank < 0 || rank >= nranks || timeoutMs < 1) {
-    WARN("OnebitBaseline::create: nranks %d, rank %d, timeoutMs %d: need 0 <= rank < nranks and timeoutMs >= 1",
-         nranks, rank, timeoutMs);
+  if (nranks < 1 || nranks > kOnebitMaxRanks || rank < 0 || rank >= nranks || timeoutMs < 1) {
+    WARN("OnebitBaseline::create: nranks %d, rank %d, timeoutMs %d: need 1 <= nranks <= %d, 0 <= rank < nranks "
+         "and timeoutMs >= 1",
+         nranks, rank, timeoutMs, kOnebitMaxRanks);
     return ncclInvalidArgument;
   }
   std::unique_ptr<OnebitBaseline> b(new OnebitBaseline());

@@ -40,6 +40,11 @@ class Net;
 }
 namespace perf {
 
+// Every rank links to every other (a send and a receive comm each, about 10
+// sockets and 4 helper threads per peer with the built-in transport): as the
+// direct algorithm, the baseline runs on at most this many ranks.
+constexpr int kOnebitMaxRanks = 16;
+
 // Trades `bytes` of this rank for every rank's (rank order, nranks x bytes in
 // `all`); called by every rank at once. Returns false on failure.
 using OnebitExchange = std::function<bool(const void* mine, size_t bytes, void* all)>;
@@ -48,8 +53,8 @@ class OnebitBaseline {
  public:
   // plugin: as ncclSignConfig_t.netPlugin (nullptr or "": the built-in
   // sockets). Every wait is bounded by timeoutMs.
-  // Errors: ncclInvalidArgument for a bad nranks / rank / timeout (WARN
-  // naming it), the transport's own errors, ncclRemoteError when a peer's
+  // Errors: ncclInvalidArgument for a bad nranks (1..kOnebitMaxRanks), rank
+  // or timeout (WARN naming it), the transport's own errors, ncclRemoteError when a peer's
   // link does not come up in time.
   static ncclResult_t create(int nranks, int rank, const char* plugin, int timeoutMs, const OnebitExchange& exchange,
                              std::unique_ptr<OnebitBaseline>* out);

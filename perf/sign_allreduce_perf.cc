@@ -143,7 +143,8 @@ void usage(const char* argv0) {
       "[-c,--check <check iteration count>]\n\t"
       "[-o,--op <mavo/avg/sum/onebit/mpisum/all>] onebit: DeepSpeed's 1-bit compressed all-reduce (1-bit\n\t"
       "         Adam/LAMB) of fp32 over the same transport, a baseline: an all-to-all of packed signs with one\n\t"
-      "         fp32 scale per chunk, each chunk's owner's sign and scale all-gathered, with error feedback\n\t"
+      "         fp32 scale per chunk, each chunk's owner's sign and scale all-gathered, with error feedback;\n\t"
+      "         at most 16 ranks (-o all leaves it out beyond)\n\t"
       "[-d,--datatype <float/half/bfloat16/int8/all>]\n\t"
       "[-r,--root <root>] (ignored: all-reduce)\n\t"
       "[-z,--blocking <0/1/2/3> 1=barrier after each inner iter (-m), 2=no barrier, 3=wait and barrier after "
@@ -982,6 +983,17 @@ int main(int argc, char** argv) {
     }
     w.nProcs = o.nranks;
     w.proc = o.rank;
+  }
+  // The onebit baseline links every rank to every other: as the direct
+  // algorithm, it runs on at most kOnebitMaxRanks ranks (-o all leaves it out beyond).
+  if (w.nranks() > signlion::perf::kOnebitMaxRanks) {
+    if (o.op == "onebit") {
+      fprintf(stderr, "-o onebit: %d ranks; the 1-bit baseline runs on at most %d\n", w.nranks(),
+              signlion::perf::kOnebitMaxRanks);
+      return 2;
+    }
+    w.ops.erase(std::remove_if(w.ops.begin(), w.ops.end(), [](const OpInfo* op) { return op->onebit; }),
+                w.ops.end());
   }
 
   // Every rank of this process holds two buffers of -e bytes; more than the

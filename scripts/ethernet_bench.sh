@@ -77,8 +77,8 @@ contender_args() {  # name nranks -> prints "ENV... -- ARGS..." or nothing when 
     fieldsum-4) (($2 <= 15)) && echo "SIGNLION_FIELD_BITS=4 -- -o mavo -A fieldsum ${b[*]}" ;;
     fieldsum-8) echo "SIGNLION_FIELD_BITS=8 -- -o mavo -A fieldsum ${b[*]}" ;;
     # DeepSpeed's 1-bit compressed all-reduce of fp32 (1-bit Adam/LAMB), on
-    # links of its own over the same transport: the 1-bit baseline
-    onebit) echo "-- -o onebit -d float ${b[*]}" ;;
+    # links of its own over the same transport: the 1-bit baseline (at most 16 ranks)
+    onebit) (($2 <= 16)) && echo "-- -o onebit -d float ${b[*]}" ;;
     fp32-sum) echo "-- -o sum -d float ${b[*]}" ;;
     # the same element counts as the fp32 runs, in bf16: half the bytes
     bf16-sum) echo "-- -o sum -d bfloat16 -b $(half "$MINB") -e $(half "$MAXB")" ;;

@@ -184,6 +184,7 @@ TEST(OnebitBaseline, BadArgumentsAreErrors) {
   auto never = [](const void*, size_t, void*) { return false; };
   EXPECT_EQ(OnebitBaseline::create(0, 0, nullptr, 1000, never, &b), ncclInvalidArgument);
   EXPECT_EQ(OnebitBaseline::create(2, 2, nullptr, 1000, never, &b), ncclInvalidArgument);
+  EXPECT_EQ(OnebitBaseline::create(kOnebitMaxRanks + 1, 0, nullptr, 1000, never, &b), ncclInvalidArgument);
   EXPECT_EQ(OnebitBaseline::create(2, 0, nullptr, 0, never, &b), ncclInvalidArgument);
   EXPECT_EQ(OnebitBaseline::create(2, 0, nullptr, 1000, never, nullptr), ncclInvalidArgument);
   // One rank: no links; null buffers with a count are an error.
