@@ -10,7 +10,9 @@
 // votes), sum (ncclSignHostSumAllReduce, the plain ring sum on the same
 // communicator: the baseline rows), onebit (DeepSpeed's 1-bit compressed
 // all-reduce of fp32 over the same transport, onebit_baseline.h: the 1-bit
-// baseline rows), mpisum (MPI_Allreduce of fp32, MPI only), all. -A picks the sign algorithm (auto, ring, hd, allgather, fieldsum, hier, direct).
+// baseline rows, at most 16 ranks), mpisum (MPI_Allreduce of fp32, MPI
+// only), all. -A picks the sign algorithm (auto, ring, hd, allgather,
+// fieldsum, hier, direct).
 // algbw = count * sizeof(input datatype) / time, busbw = algbw * 2(n-1)/n:
 // the figures of an all-reduce of the input datatype, whatever the wire.
 // The last columns are the transport's byte counters: the most any rank sent
