@@ -397,9 +397,10 @@ std::vector<std::string> notApplicableNotes(const Options& o, bool host) {
       notes.push_back("-p: the host mode always initializes its ranks in parallel (one thread or process each)");
     if (given('C') && o.reportCputime)
       notes.push_back("-C: host calls return when their result is in place: the issuing time is the latency");
-    if (given('A') && (o.op == "sum" || o.op == "mpisum"))
+    if (given('A') && (o.op == "sum" || o.op == "mpisum" || o.op == "onebit"))
       notes.push_back("-A: the sign all-reduce's algorithm (-o mavo, avg): the " + o.op +
-                      " rows run the plain ring sum (sum) or MPI_Allreduce (mpisum) whatever it is");
+                      " rows run the plain ring sum (sum), MPI_Allreduce (mpisum) or the 1-bit compressed "
+                      "all-reduce (onebit) whatever it is");
   } else {
     if (given('p'))
       notes.push_back("-p: --nccl initializes its ranks in parallel (one process each, ncclCommInitRank)");

@@ -8,8 +8,11 @@
 //
 // -o picks the reduction: mavo (majority vote, default), avg (average of
 // votes), sum (ncclSignHostSumAllReduce, the plain ring sum on the same
-// communicator: the baseline rows), mpisum (MPI_Allreduce of fp32, MPI only),
-// all. -A picks the sign algorithm (auto, ring, hd, allgather, fieldsum, hier, direct).
+// communicator: the baseline rows), onebit (DeepSpeed's 1-bit compressed
+// all-reduce of fp32 over the same transport, onebit_baseline.h: the 1-bit
+// baseline rows, at most 16 ranks), mpisum (MPI_Allreduce of fp32, MPI
+// only), all. -A picks the sign algorithm (auto, ring, hd, allgather,
+// fieldsum, hier, direct).
 // algbw = count * sizeof(input datatype) / time, busbw = algbw * 2(n-1)/n:
 // the figures of an all-reduce of the input datatype, whatever the wire.
 // The last columns are the transport's byte counters: the most any rank sent
@@ -47,6 +50,8 @@
 #include "bits/bits.h"
 #include "common/config.h"
 #include "nccl_sign.h"
+#include "onebit_baseline.h"
+#include "onebit_reference.h"
 #include "perf_inputs.h"
 #include "perf_report.h"
 #include "sign_allreduce_perf_nccl.h"
@@ -70,10 +75,12 @@ struct OpInfo {
   const char* name;
   Reduction red;
   bool mpi;
+  bool onebit = false;  // the 1-bit compressed all-reduce baseline (red unused)
 };
 const OpInfo kOps[] = {{"mavo", Reduction::kMajority, false},
                        {"avg", Reduction::kAverage, false},
                        {"sum", Reduction::kSum, false},
+                       {"onebit", Reduction::kSum, false, true},
                        {"mpisum", Reduction::kSum, true}};
 
 struct TypeInfo {
@@ -84,7 +91,7 @@ const TypeInfo kTypes[] = {
     {"float", ncclFloat32}, {"half", ncclFloat16}, {"bfloat16", ncclBfloat16}, {"int8", ncclInt8}};
 
 bool typeFits(const OpInfo& op, ncclDataType_t dt) {
-  if (op.mpi) return dt == ncclFloat32;
+  if (op.mpi || op.onebit) return dt == ncclFloat32;
   if (op.red == Reduction::kSum) return dt == ncclFloat32 || dt == ncclBfloat16;
   if (op.red == Reduction::kAverage) return dt != ncclInt8;
   return true;
@@ -136,7 +143,10 @@ void usage(const char* argv0) {
       "[-N,--run_cycles <cycle count> run & print each cycle (default: 1; 0=infinite)]\n\t"
       "[-p,--parallel_init <0/1>] (ranks always initialize in parallel)\n\t"
       "[-c,--check <check iteration count>]\n\t"
-      "[-o,--op <mavo/avg/sum/mpisum/all>]\n\t"
+      "[-o,--op <mavo/avg/sum/onebit/mpisum/all>] onebit: DeepSpeed's 1-bit compressed all-reduce (1-bit\n\t"
+      "         Adam/LAMB) of fp32 over the same transport, a baseline: an all-to-all of packed signs with one\n\t"
+      "         fp32 scale per chunk, each chunk's owner's sign and scale all-gathered, with error feedback;\n\t"
+      "         at most 16 ranks (-o all leaves it out beyond)\n\t"
       "[-d,--datatype <float/half/bfloat16/int8/all>]\n\t"
       "[-r,--root <root>] (ignored: all-reduce)\n\t"
       "[-z,--blocking <0/1/2/3> 1=barrier after each inner iter (-m), 2=no barrier, 3=wait and barrier after "
@@ -522,6 +532,10 @@ struct RankCtx {
   int busBwCount = 0;
   int errors = 0;  // rows with a wrong result (main rank's view: every rank counted)
   int rep = 0;
+  // -o onebit: the baseline's own links, and every rank's node (its
+  // inter-node bytes are counted per peer).
+  std::unique_ptr<signlion::perf::OnebitBaseline> onebit;
+  std::vector<int> nodeOf;
 };
 
 struct CollError {
@@ -573,7 +587,10 @@ void runColl(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t count, bo
 #endif
     return;
   }
-  if (op.red == Reduction::kSum) {
+  if (op.onebit) {
+    checkNccl(ctx.onebit->allReduce(static_cast<const float*>(sendbuf), reinterpret_cast<float*>(recvbuf), count),
+              "the 1-bit compressed all-reduce (onebit)");
+  } else if (op.red == Reduction::kSum) {
     checkNccl(ncclSignHostSumAllReduce(sendbuf, recvbuf, count, dt, ctx.comm), "ncclSignHostSumAllReduce");
   } else {
     ncclSignOp_t sop = op.red == Reduction::kAverage ? ncclSignAverage : ncclSignMajority;
@@ -592,6 +609,11 @@ SentBytes sentBytes(RankCtx& ctx) {
   checkNccl(ncclSignCommGetWireBytes(ctx.comm, &b.all, &r), "ncclSignCommGetWireBytes");
   checkNccl(ncclSignCommGetInterNodeWireBytes(ctx.comm, &b.node, &b.interNode, &r),
             "ncclSignCommGetInterNodeWireBytes");
+  if (ctx.onebit) {  // the baseline's links: the same counters, on comms of its own
+    b.all += ctx.onebit->wireBytesSent();
+    for (int p = 0; p < (int)ctx.nodeOf.size(); p++)
+      if (ctx.nodeOf[p] != b.node) b.interNode += ctx.onebit->wireBytesSent(p);
+  }
   return b;
 }
 
@@ -613,6 +635,18 @@ double aggregate(RankCtx& ctx, double sec) {
     if (o.average == 3) agg = std::max(agg, all[r]);
   }
   return o.average == 1 ? agg / n : agg;
+}
+
+// Elements of `out` that differ, bit for bit, from the plain reference of
+// the onebit pattern (its first call, zero errors) over every rank's
+// fillInput(seed), each regenerated here.
+size_t onebitWrong(const float* out, size_t count, int nranks, uint64_t seed) {
+  signlion::perf::OnebitReference ref(nranks, count, false);
+  std::vector<float> expected(count);
+  ref.step([&](int r, float* buf) { signlion::perf::fillInput(buf, count, ncclFloat32, r, seed); }, expected.data());
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; i++) wrong += memcmp(&out[i], &expected[i], sizeof(float)) != 0;
+  return wrong;
 }
 
 BenchResult benchTime(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t count, bool inPlace) {
@@ -673,8 +707,10 @@ BenchResult benchTime(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t 
     for (int c = 0; c < o.check; c++) {
       uint64_t seed = 1000 + (uint64_t)++ctx.rep;
       signlion::perf::fillInput(input, count, dt, ctx.rank, seed);
+      if (op.onebit) ctx.onebit->resetErrors();  // the reference's call starts from zero errors
       runColl(ctx, op, dt, count, inPlace);
-      double mine = (double)signlion::perf::countWrong(output, count, dt, op.red, n, seed);
+      double mine = op.onebit ? (double)onebitWrong(reinterpret_cast<const float*>(output), count, n, seed)
+                              : (double)signlion::perf::countWrong(output, count, dt, op.red, n, seed);
       for (double v : allGather(ctx, {mine})) wrong += v;
       if (wrong) break;
     }
@@ -777,6 +813,29 @@ size_t bufferBytes(const Options& o) {
   return std::max<size_t>(64, (o.maxBytes + 63) / 64 * 64) + (size_t)o.unalign * 8;
 }
 
+// -o onebit: the baseline's links to every rank, over the communicator's
+// transport (config.netPlugin), their handles traded on the communicator.
+void connectOnebit(RankCtx& ctx) {
+  World& w = *ctx.world;
+  auto exchange = [&](const void* mine, size_t bytes, void* all) {
+    try {
+      const unsigned char* m = static_cast<const unsigned char*>(mine);
+      std::vector<double> got = allGather(ctx, std::vector<double>(m, m + bytes));
+      for (size_t i = 0; i < got.size(); i++) static_cast<unsigned char*>(all)[i] = (unsigned char)got[i];
+      return true;
+    } catch (const CollError&) {
+      return false;
+    }
+  };
+  const int timeoutMs = w.opt.timeoutSec > 0 ? w.opt.timeoutSec * 1000 : 300000;
+  // As the communicator reads it: the config's, else SIGNLION_NET_PLUGIN, else the built-in sockets.
+  const char* plugin = w.config.netPlugin != nullptr ? w.config.netPlugin : getenv("SIGNLION_NET_PLUGIN");
+  checkNccl(signlion::perf::OnebitBaseline::create(w.nranks(), ctx.rank, plugin, timeoutMs, exchange, &ctx.onebit),
+            "the onebit baseline's links");
+  std::vector<double> nodes = allGather(ctx, {(double)sentBytes(ctx).node});
+  ctx.nodeOf.assign(nodes.begin(), nodes.end());
+}
+
 // Returns 0, or 1 after a failed collective (the comm is then aborted).
 int rankMain(World* w, int thread, RankCtx* out) {
   RankCtx& ctx = *out;
@@ -811,6 +870,8 @@ int rankMain(World* w, int thread, RankCtx* out) {
   memset(ctx.send, 0, bytes);
   memset(ctx.recv, 0, bytes);
   try {
+    if (std::any_of(w->ops.begin(), w->ops.end(), [](const OpInfo* op) { return op->onebit; }))
+      connectOnebit(ctx);
     printHeader(ctx);
     for (const TypeInfo* t : w->types)
       for (const OpInfo* op : w->ops)
@@ -823,9 +884,12 @@ int rankMain(World* w, int thread, RankCtx* out) {
     fflush(stdout);
     fprintf(stderr, "\nsign_allreduce_perf: rank %d: %s failed: %s\n", ctx.rank, e.what, ncclSignGetErrorString(e.res));
     w->failures++;
+    if (ctx.onebit) ctx.onebit->abort();  // its peers' pending transfers fail rather than wait
+    ctx.onebit.reset();
     ncclSignCommAbort(ctx.comm);
     return 1;
   }
+  ctx.onebit.reset();
   ncclSignCommDestroy(ctx.comm);
   return 0;
 }
@@ -921,6 +985,17 @@ int main(int argc, char** argv) {
     }
     w.nProcs = o.nranks;
     w.proc = o.rank;
+  }
+  // The onebit baseline links every rank to every other: as the direct
+  // algorithm, it runs on at most kOnebitMaxRanks ranks (-o all leaves it out beyond).
+  if (w.nranks() > signlion::perf::kOnebitMaxRanks) {
+    if (o.op == "onebit") {
+      fprintf(stderr, "-o onebit: %d ranks; the 1-bit baseline runs on at most %d\n", w.nranks(),
+              signlion::perf::kOnebitMaxRanks);
+      return 2;
+    }
+    w.ops.erase(std::remove_if(w.ops.begin(), w.ops.end(), [](const OpInfo* op) { return op->onebit; }),
+                w.ops.end());
   }
 
   // Every rank of this process holds two buffers of -e bytes; more than the

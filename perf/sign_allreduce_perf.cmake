@@ -5,8 +5,12 @@
 # it the plain reference of the contract (bits/vote_reference.h) for -c.
 if(TARGET nccl-sign)
   add_executable(sign_allreduce_perf ${CMAKE_CURRENT_LIST_DIR}/sign_allreduce_perf.cc
-                                     ${CMAKE_CURRENT_LIST_DIR}/perf_inputs.cc ${CMAKE_CURRENT_LIST_DIR}/perf_report.cc)
-  target_link_libraries(sign_allreduce_perf PRIVATE nccl-sign signlion_core Threads::Threads)
+                                     ${CMAKE_CURRENT_LIST_DIR}/perf_inputs.cc ${CMAKE_CURRENT_LIST_DIR}/perf_report.cc
+                                     ${CMAKE_CURRENT_LIST_DIR}/onebit_baseline.cc
+                                     ${CMAKE_CURRENT_LIST_DIR}/onebit_reference.cc)
+  # signlion_host: the transport (host::Net) under -o onebit, the 1-bit
+  # compressed all-reduce baseline (onebit_baseline.h), which has links of its own.
+  target_link_libraries(sign_allreduce_perf PRIVATE nccl-sign signlion_core signlion_host Threads::Threads)
   # --nccl, the GPU mode, when libnccl-sign.so has ncclSignAllReduce. The
   # binary links NCCL and the CUDA runtime as a framework does.
   if(SIGNLION_LIB_HAS_NCCL)
@@ -36,6 +40,19 @@ if(SIGNLION_BUILD_TESTS)
   target_link_libraries(sign_allreduce_perf_inputs_test PRIVATE signlion_core GTest::gtest_main)
   gtest_discover_tests(sign_allreduce_perf_inputs_test TEST_PREFIX "perf." PROPERTIES LABELS unit
                        DISCOVERY_TIMEOUT 60)
+endif()
+
+# The 1-bit compressed all-reduce baseline (-o onebit) against its plain
+# reference bit for bit, and its wire bytes against the formula: ranks as
+# threads on loopback. Label "multirank".
+if(SIGNLION_BUILD_TESTS)
+  add_executable(onebit_baseline_test ${PROJECT_SOURCE_DIR}/tests/perf/onebit_baseline_test.cc
+                                      ${CMAKE_CURRENT_LIST_DIR}/onebit_baseline.cc
+                                      ${CMAKE_CURRENT_LIST_DIR}/onebit_reference.cc)
+  target_include_directories(onebit_baseline_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+  target_link_libraries(onebit_baseline_test PRIVATE signlion_host GTest::gtest_main Threads::Threads)
+  gtest_discover_tests(onebit_baseline_test TEST_PREFIX "perf." PROPERTIES LABELS multirank TIMEOUT 300
+                       ENVIRONMENT SIGNLION_SOCKET_IFNAME=lo DISCOVERY_TIMEOUT 60)
 endif()
 
 # The binary itself, ranks as threads on loopback: every op and datatype,
@@ -77,7 +94,7 @@ endif()
 if(SIGNLION_BUILD_TESTS)
   add_test(NAME netns.ethernet_bench_small
            COMMAND ${CMAKE_COMMAND} -E env RANKS=4 RATES=1gbit MINB=1M MAXB=4M ITERS=1 WARMUP=0 RUN_TIMEOUT=60
-                   "CONTENDERS=sign-auto sign-hd sign-allgather fieldsum-4 fp32-sum mpi-fp32"
+                   "CONTENDERS=sign-auto sign-hd sign-allgather fieldsum-4 onebit fp32-sum mpi-fp32"
                    bash ${PROJECT_SOURCE_DIR}/scripts/ethernet_bench.sh ${PROJECT_BINARY_DIR}
                    ${CMAKE_CURRENT_BINARY_DIR}/ethernet_small)
   set_tests_properties(netns.ethernet_bench_small PROPERTIES LABELS netns SKIP_RETURN_CODE 77 TIMEOUT 120

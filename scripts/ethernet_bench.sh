@@ -12,7 +12,7 @@
 #   scripts/ethernet_bench.sh [BUILD_DIR] [OUT_DIR]            (root)
 # Environment (defaults: the full sweep of docs/dev/SCALE.md, "The measured star: every contender"):
 #   RANKS="4 8" RATES="1gbit 10gbit" MINB=1M MAXB=256M FACTOR=4 ITERS=2 WARMUP=1
-#   CONTENDERS="sign-auto sign-ring sign-hd sign-allgather sign-direct fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"
+#   CONTENDERS="sign-auto sign-ring sign-hd sign-allgather sign-direct fieldsum-4 fieldsum-8 onebit fp32-sum bf16-sum mpi-fp32"
 #   RUN_TIMEOUT=600 (seconds per contender run)
 #   POINT_BYTES=<bytes, K/M/G>: each size runs on its own, every contender in
 #     turn before the next size, with max(ITERS, POINT_BYTES / size) calls
@@ -37,7 +37,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 RANKS=${RANKS:-"4 8"}
 RATES=${RATES:-"1gbit 10gbit"}
 MINB=${MINB:-1M} MAXB=${MAXB:-256M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-2} WARMUP=${WARMUP:-1}
-CONTENDERS=${CONTENDERS:-"sign-auto sign-ring sign-hd sign-allgather sign-direct fieldsum-4 fieldsum-8 fp32-sum bf16-sum mpi-fp32"}
+CONTENDERS=${CONTENDERS:-"sign-auto sign-ring sign-hd sign-allgather sign-direct fieldsum-4 fieldsum-8 onebit fp32-sum bf16-sum mpi-fp32"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 BASELINE=${BASELINE:-}
 TRANSPORTS=${TRANSPORTS:-socket}
@@ -76,6 +76,9 @@ contender_args() {  # name nranks -> prints "ENV... -- ARGS..." or nothing when 
     sign-direct) (($2 <= 16)) && echo "-- -o mavo -A direct ${b[*]}" ;;
     fieldsum-4) (($2 <= 15)) && echo "SIGNLION_FIELD_BITS=4 -- -o mavo -A fieldsum ${b[*]}" ;;
     fieldsum-8) echo "SIGNLION_FIELD_BITS=8 -- -o mavo -A fieldsum ${b[*]}" ;;
+    # DeepSpeed's 1-bit compressed all-reduce of fp32 (1-bit Adam/LAMB), on
+    # links of its own over the same transport: the 1-bit baseline (at most 16 ranks)
+    onebit) (($2 <= 16)) && echo "-- -o onebit -d float ${b[*]}" ;;
     fp32-sum) echo "-- -o sum -d float ${b[*]}" ;;
     # the same element counts as the fp32 runs, in bf16: half the bytes
     bf16-sum) echo "-- -o sum -d bfloat16 -b $(half "$MINB") -e $(half "$MAXB")" ;;
