@@ -104,9 +104,15 @@ struct ProbeLinks {
 // Rounds of the probe (link_rate.h) over the nodes' first ranks; *measured
 // gets every rank's last-round rate (0 where a rank did not probe), *bytes
 // the last round's bytes per link, *connectUs the time its links took to
-// come up and *totalUs the probe's time.
+// come up and *totalUs the probe's time. *connected false: some first rank's
+// probe links did not come up within half the timeout (a firewall, a port
+// range); the rate is then not learned, and the communicator's own links,
+// made next, fail on every rank with their own message, as without a probe.
+// Half the timeout so that the ranks that wait for the probe in the
+// bootstrap's gather below are still waiting when the probing ranks arrive.
 ncclResult_t probe(const Net& net, Bootstrap& bootstrap, const algo::Topology& topo, int timeoutMs,
-                   std::vector<double>* measured, size_t* bytes, int64_t* connectUs, int64_t* totalUs) {
+                   std::vector<double>* measured, size_t* bytes, int64_t* connectUs, int64_t* totalUs,
+                   bool* connected) {
   const int nranks = bootstrap.nranks(), rank = bootstrap.rank();
   const int64_t start = nowUs();
   const std::vector<std::vector<int>> nodes = topo.members(nranks);
@@ -118,8 +124,17 @@ ncclResult_t probe(const Net& net, Bootstrap& bootstrap, const algo::Topology& t
   std::set<int> peerSet;
   if (me >= 0) peerSet = {next, prev};
   ProbeLinks p(net);
-  NCCLCHECK(p.links.connect(net, bootstrap, std::vector<int>(peerSet.begin(), peerSet.end()), timeoutMs));
+  const ncclResult_t up =
+      p.links.connect(net, bootstrap, std::vector<int>(peerSet.begin(), peerSet.end()), std::max(1, timeoutMs / 2));
   *connectUs = nowUs() - start;
+  std::vector<int32_t> upTable(nranks, 0);
+  upTable[rank] = up == ncclSuccess ? 1 : 0;
+  NCCLCHECK(bootstrap.allGather(upTable.data(), sizeof(int32_t)));
+  *connected = std::find(upTable.begin(), upTable.end(), 0) == upTable.end();
+  if (!*connected) {
+    *totalUs = nowUs() - start;
+    return ncclSuccess;
+  }
   const size_t maxBytes = kFirstRoundBytes << (2 * (kProbeRounds - 1));
   if (me >= 0) {
     p.buf.assign(2 * maxBytes, 0);
@@ -217,7 +232,13 @@ ncclResult_t learnLinkRate(const Net& net, Bootstrap& bootstrap, const algo::Top
   std::vector<double> measured;
   size_t bytes = 0;
   int64_t connectUs = 0, totalUs = 0;
-  NCCLCHECK(probe(net, bootstrap, topo, timeoutMs, &measured, &bytes, &connectUs, &totalUs));
+  bool connected = false;
+  NCCLCHECK(probe(net, bootstrap, topo, timeoutMs, &measured, &bytes, &connectUs, &totalUs, &connected));
+  if (!connected) {
+    out->how = fmt("not learned: the probe's links between nodes did not come up within %.0f ms",
+                   (double)std::max(1, timeoutMs / 2));
+    return ncclSuccess;
+  }
   out->mbits = agreedLinkMbits(measured.data(), nranks);
   double slowest = 0;
   for (double m : measured)
