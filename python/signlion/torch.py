@@ -854,8 +854,8 @@ class DistributedLion(torch.optim.Optimizer):
             for ps in _group_buckets(group["params"], index, cap_bytes):
                 if self.delay and self.aggregation == "average" and ps[0].dtype != torch.float32:
                     raise ValueError("signlion: delay=1 with aggregation='average' takes fp32 parameters only (the "
-                                     "averaged update would be rounded to %s); this one is %s"
-                                     % (ps[0].dtype, ps[0].dtype))
+                                     "averaged update in flight is kept in the parameters' dtype, and %s would "
+                                     "round it)" % ps[0].dtype)
                 b = _Bucket(len(self._buckets) + len(new), gi, ps[0].dtype, ps, [index[id(p)] for p in ps],
                             self.device)
                 b.has_master = bool(self._options["master_weights"]) and b.dtype != torch.float32
