@@ -758,8 +758,9 @@ class DistributedLion(torch.optim.Optimizer):
     # torch.optim.Optimizer.__init__ assigns self.state; here it is made from the buckets.
     @property
     def state(self):
-        """{parameter: {"exp_avg": fp32 momentum, "step": tensor, ["master": fp32 master copy]}},
-        copies made from the optimizer's state (refreshed after each step or load)."""
+        """{parameter: {"exp_avg": fp32 momentum, "step": tensor, ["master": fp32 master copy],
+        ["delayed_update": fp32, delay=1's vote in flight]}}, copies made from the optimizer's
+        state (refreshed after each step or load)."""
         if not getattr(self, "_ready", False):
             return {}
         if self._state_cache is None:
@@ -1605,9 +1606,10 @@ class DistributedLion(torch.optim.Optimizer):
         return out
 
     def state_dict(self):
-        """torch's format: {"state": {index: {"exp_avg", "step"[, "master"]}}, "param_groups": [...]},
-        plus "signlion": the aggregation and, per bucket, its parameters and the header of its saved
-        state (step counters), so that a load continues bit for bit."""
+        """torch's format: {"state": {index: {"exp_avg", "step"[, "master"][, "delayed_update"]}},
+        "param_groups": [...]}, plus "signlion": the aggregation, delay and, per bucket, its
+        parameters and the header of its saved state (step counters), so that a load continues
+        bit for bit."""
         self._wait_in_flight()
         index = self._param_indices()
         groups = []
