@@ -156,7 +156,8 @@ class Delay(unittest.TestCase):
     def test_arguments_checked(self):
         from signlion.torch import DistributedLion
         for bad in (2, -1, True, 0.5, "1"):
-            expect_value_error(lambda: DistributedLion(make_model(), aggregation="local", delay=bad), "delay", repr(bad))
+            expect_value_error(lambda: DistributedLion(make_model(), aggregation="local", delay=bad), "delay",
+                               repr(bad))
         expect_value_error(lambda: DistributedLion(make_model(), aggregation="local", delay=1, master_weights=True),
                            "delay=1", "master_weights")
         expect_value_error(lambda: DistributedLion(make_model(), aggregation="local", delay=1, skip_nonfinite=True),
