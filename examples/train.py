@@ -447,6 +447,9 @@ def parse_args(argv=None):
     ap.add_argument("--optimizer", choices=sorted(train_baselines.CONTENDERS), default="signlion-mavo")
     ap.add_argument("--overlap", choices=["on", "off"], default=None,
                     help="signlion: launch each bucket's step during backward (default on where supported)")
+    ap.add_argument("--delay", type=int, choices=[0, 1], default=0,
+                    help="signlion: 1 applies each step's vote one step later (DistributedLion(delay=1)), "
+                         "while it travels during the next forward and backward")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch", type=int, default=32, help="examples per rank per step")
     ap.add_argument("--context", type=int, default=64, help="lm: bytes per example")
@@ -490,6 +493,8 @@ def parse_args(argv=None):
         args.weight_decay = DEFAULT_WD[family]
     if args.overlap is None:
         args.overlap = "on" if args.optimizer.startswith("signlion") and train_baselines.overlap_supported() else "off"
+    if args.delay and not args.optimizer.startswith("signlion"):
+        ap.error("--delay 1 is DistributedLion's delayed vote; %s has none" % args.optimizer)
     if (args.resume or args.ckpt_every) and not args.ckpt_dir:
         ap.error("--resume and --ckpt-every need --ckpt-dir")
     if args.clip_grad_norm is not None and not args.clip_grad_norm > 0:
@@ -577,8 +582,9 @@ def train(args, device, rank):
         load_checkpoint(ck, module, optimizer, scaler)
         ck = None
     if rank == 0:
-        print("train.py: %s, %s (%.1fM parameters), %d ranks x %d examples, lr %g, overlap %s%s%s, steps %d..%d"
+        print("train.py: %s, %s (%.1fM parameters), %d ranks x %d examples, lr %g, overlap %s%s%s%s, steps %d..%d"
               % (args.workload, args.optimizer, nparams / 1e6, world, args.batch, args.lr, args.overlap,
+                 ", delay 1" if args.delay else "",
                  "" if args.clip_grad_norm is None else ", clip-grad-norm %g" % args.clip_grad_norm,
                  "" if args.amp is None else ", amp %s" % args.amp, first, args.steps), flush=True)
 

@@ -187,6 +187,8 @@ def _distributed_lion(aggregation):
             kwargs["overlap"] = args.overlap == "on"
         elif args.overlap == "on" and aggregation != "local":
             raise SystemExit("train.py: --overlap on: this signlion's DistributedLion has no overlap argument")
+        if getattr(args, "delay", 0):
+            kwargs["delay"] = args.delay  # the previous step's vote applied (train.py --delay 1)
         opt = DistributedLion(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay,
                               aggregation=aggregation, **kwargs)
         comm = opt.comm

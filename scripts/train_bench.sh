@@ -13,6 +13,10 @@
 #   signlion-mavo signlion-average            signlion, overlap off
 #   signlion-mavo+overlap signlion-average+overlap   overlap on (when this
 #                            signlion's DistributedLion takes overlap=)
+#   signlion-mavo+delay      --delay 1: each step applies the previous step's
+#                            vote (overlap off: the vote starts in step() and
+#                            travels during the next forward and backward; not
+#                            in the default lists)
 #   any contender +clip      the same with --clip-grad-norm CLIP (default 1.0):
 #                            clip_grad_norm_ between backward() and step()
 #                            (not in the default lists; timed per run only)
@@ -78,10 +82,12 @@ import train_baselines; print(int(train_baselines.overlap_supported()))" 2>/dev/
 knob() { local v="$1_$2"; echo "${!v:-$3}"; }  # knob NAME WORKLOAD DEFAULT: NAME_<workload> or DEFAULT
 
 run_contender() {  # label n rate workload steps eval_every phase
-  local label=$1 n=$2 rate=$3 wl=$4 steps=$5 every=$6 phase=$7 r rc=0 name overlap port clip=()
+  local label=$1 n=$2 rate=$3 wl=$4 steps=$5 every=$6 phase=$7 r rc=0 name overlap port clip=() delay=0
   [[ $label == *+clip ]] && clip=(--clip-grad-norm "${CLIP:-1.0}")
   name=${label%+clip}
   name=${name%+overlap}
+  [[ $name == *+delay ]] && delay=1
+  name=${name%+delay}
   [[ $name == compute ]] && name=local-lion
   overlap=off; [[ ${label%+clip} == *+overlap ]] && overlap=on
   if [[ $overlap == on && $OVERLAP_OK != 1 ]]; then
@@ -94,7 +100,8 @@ run_contender() {  # label n rate workload steps eval_every phase
     mkdir -p "$TRACE"
     trace=(--trace "$(realpath -m "$TRACE")/$tag.json" --trace-warmup $((steps - TIMED)) --trace-steps "$TIMED")
   fi
-  local args=(--workload "$wl" --optimizer "$name" --overlap "$overlap" --steps "$steps" --eval-every "$every"
+  local args=(--workload "$wl" --optimizer "$name" --overlap "$overlap" --delay "$delay" --steps "$steps"
+              --eval-every "$every"
               --batch "$(knob BATCH "$wl" 16)" --val-size "$(knob VAL_SIZE "$wl" 500)" --threads 1
               --width "$WIDTH" --context "$CONTEXT" --log-every 1 --json "$json" "${clip[@]}" "${trace[@]}")
   echo "== $phase $wl N=$n $rate $label, $steps steps ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"

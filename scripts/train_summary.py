@@ -36,7 +36,8 @@ import sys
 
 RATE_ORDER = {"100mbit": 0, "1gbit": 1, "10gbit": 2, "loopback": 3}
 ORDER = ["compute", "ddp-adamw", "ddp-lion", "ddp-fp16-lion", "ddp-bf16-lion", "ddp-powersgd-lion", "allgather-lion",
-         "signlion-mavo", "signlion-mavo+overlap", "signlion-average", "signlion-average+overlap"]
+         "signlion-mavo", "signlion-mavo+overlap", "signlion-mavo+delay", "signlion-average",
+         "signlion-average+overlap"]
 METRIC = {"mlp": ("accuracy", True), "lm": ("val loss", False)}
 
 

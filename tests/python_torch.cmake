@@ -42,7 +42,7 @@ set_tests_properties(${SIGNLION_TEST_ROOT}.lion_step_bench_cpu PROPERTIES LABELS
 # ROOT.train_example.*: examples/train.py under torchrun, 2 ranks on loopback
 # (python/tests/test_train_example.py): the ranks end identical and 2K steps
 # equal K steps + checkpoint + --resume + K steps bit for bit (overlap off and,
-# where DistributedLion takes overlap=, on; DDP + Lion too); --resume refuses a
+# where DistributedLion takes overlap=, on; --delay 1; DDP + Lion too); --resume refuses a
 # checkpoint of other run settings naming the setting, and a run without it a
 # folder holding checkpoints; --keep K leaves the K newest (also after a save
 # cut short), --keep 0 is refused; --clip-grad-norm runs with identical ranks
@@ -50,7 +50,8 @@ set_tests_properties(${SIGNLION_TEST_ROOT}.lion_step_bench_cpu PROPERTIES LABELS
 # CUDA (skipped without a GPU); --trace writes each rank's step timeline and
 # leaves the parameters as they are.
 signlion_python_tests(train_example test_train_example.py TrainExample
-                      signlion_resume_exact_overlap_off signlion_resume_exact_overlap_on ddp_lion_resume_exact
+                      signlion_resume_exact_overlap_off signlion_resume_exact_overlap_on signlion_resume_exact_delay
+                      ddp_lion_resume_exact
                       resume_refuses_other_settings keep_last_k keep_one_after_interrupted_save keep_zero_refused
                       clip_grad_norm_signlion_overlap_off clip_grad_norm_signlion_overlap_on clip_grad_norm_ddp_lion
                       amp_refused_on_cpu amp_cuda trace
@@ -60,3 +61,14 @@ signlion_python_tests(train_example test_train_example.py TrainExample
 # equals the serial reference bit for bit; the bf16 hook runs or is refused with its reason.
 signlion_python_tests(train_baselines test_train_baselines.py TrainBaselines
                       powersgd_ordered_matches_serial bf16_hook_or_clear_refusal)
+# DistributedLion(delay=1), the one-step-delayed vote (python/tests/test_torch_lion_delay.py): bit
+# for bit against the NumPy Lion's two halves with step t applying step t-1's vote, 2 and 3 ranks,
+# overlap on and off; resume exact with the vote in flight saved; arguments checked. Again with the
+# library's step pipelined in chunks of 16 elements (the vote's collective on its own thread).
+signlion_python_tests(delay test_torch_lion_delay.py Delay
+                      matches_delayed_reference_world2 matches_delayed_reference_world3 resume_exact_world2
+                      arguments_checked maximize_and_close)
+signlion_python_tests(delay-pipelined test_torch_lion_delay.py Delay
+                      matches_delayed_reference_world3 resume_exact_world2
+                      ENVIRONMENT SIGNLION_LIBRARY=$<TARGET_FILE:nccl-sign> SIGNLION_SOCKET_IFNAME=lo
+                                  SIGNLION_LION_CHUNK=16)

@@ -396,6 +396,14 @@ class _Bucket:
         # backward's gradients, and (step, ready, launched) of the step in flight (now_us).
         self.trace_ready = None
         self.trace_launch = None
+        # delay=1 (DistributedLion._step_delayed): the gradients the vote in flight reads, where
+        # the library's step writes minus the agreed update (vote_out), fp32 work space for the
+        # apply, and whether vote_out holds a vote not applied yet. Made at the first such step.
+        self.vote_grad = None
+        self.vote_out = None
+        self.apply_work = None
+        self.apply_param32 = None
+        self.vote_pending = False
 
     def describe(self):
         return "bucket %d (param group %d, %s, parameters %s)" % (self.index, self.group_index,
@@ -612,6 +620,36 @@ class DistributedLion(torch.optim.Optimizer):
     docs/TRAINING.md, "Where a step's time goes"). Off by default: then no clock is read and nothing
     is recorded. CUDA parameters: the events of the host only (the library's phases run on the GPU).
 
+    Delayed vote (delay=1; 0, the default, is the synchronous step above): step t applies the
+    vote of step t-1 while step t's vote travels during the next forward and backward (the
+    pipelining of Pipe-SGD), so a step can approach max(compute, wire) instead of compute plus
+    the wire time of the last bucket's vote. Per bucket, step() of step t (t = 1, 2, ...):
+      1. waits for the votes started by step t-1 (the step's only wait for the wire);
+      2. applies u_{t-1}, the update the ranks agreed at step t-1 (majority or average of their
+         sign(c_{t-1}), or sign of the mean gradient's c for "global"): p = p - lr_t * (u_{t-1} +
+         wd_t * p) per element in fp32, each operation rounded once (the library's pass 2), lr_t
+         and wd_t this step's param_groups values (what a scheduler set for step t scales the
+         update applied at step t). Step 1 has no earlier vote and applies nothing, not even
+         weight decay: waiting for its own vote would make it synchronous and then either apply
+         one vote twice or leave one out; so T steps apply T-1 votes, each exactly once;
+      3. starts step t's vote from a copy of this step's gradients on the background thread
+         (the library's step: c_t = beta1 m_{t-1} + (1-beta1) g_t voted and sign all-reduced,
+         m_t = beta2 m_{t-1} + (1-beta2) g_t at once, with step t's betas), and returns.
+    Every rank applies the same u_{t-1}. A parameter without a gradient votes with a zero
+    gradient (there is no per-step agreement round with delay=1: its momentum still decays and
+    votes); frozen buckets (requires_grad=False) do not vote. zero_grad() and the next backward
+    do not touch the vote in flight (it reads its copy). state, state_dict() and step_counts()
+    wait for it; state[p]["delayed_update"] (fp32) is the agreed update the next step applies,
+    saved and restored by state_dict()/load_state_dict(), so 2K steps equal K steps + save +
+    load + K steps bit for bit (a state without it, e.g. saved with delay=0, applies nothing at
+    the next step; a delay=0 optimizer ignores it). close() waits for the vote in flight and
+    drops it, unapplied. Costs two more buffers of a bucket's size (the gradients' copy and the
+    agreed update) and fp32 work space for the apply. Not with CUDA parameters,
+    master_weights, skip_nonfinite or a GradScaler (ValueError or RuntimeError), nor
+    aggregation="average" with fp16/bf16 parameters. With delay=1 votes start in step() only, so
+    overlap changes nothing in the results (its hooks only adopt the gradients). Whether the
+    delay keeps a model's convergence must be checked per model.
+
     Debugging: launch_observer, when set to a callable, is called as observer(event,
     bucket_index, in_backward) with event "launch" (on the thread that starts the bucket: the
     backward's, or step()'s), "run" and "done" (when its step begins and ends: on the
@@ -626,11 +664,20 @@ class DistributedLion(torch.optim.Optimizer):
                  process_group=None, master_weights=False, momentum_average_every=0, skip_nonfinite=False,
                  zero_rule="positive", tie_rule="zero", comm=None, maximize=False, foreach=None, fused=None,
                  capturable=False, differentiable=False, broadcast_parameters=True, overlap=True,
-                 bucket_cap_mb=25.0, timeout=None):
+                 bucket_cap_mb=25.0, timeout=None, delay=0):
         if aggregation not in capi.AGGREGATIONS:
             raise ValueError("aggregation must be one of %s, not %r" % (sorted(capi.AGGREGATIONS), aggregation))
         if overlap not in (True, False):
             raise ValueError("signlion: overlap must be True or False, not %r" % (overlap,))
+        if isinstance(delay, bool) or delay not in (0, 1):
+            raise ValueError("signlion: delay must be 0 (each step applies its own vote) or 1 (each step applies "
+                             "the previous step's vote), not %r" % (delay,))
+        if delay and master_weights:
+            raise ValueError("signlion: delay=1 does not take master_weights=True (the delayed update is applied "
+                             "outside the library, which keeps the master copy)")
+        if delay and skip_nonfinite:
+            raise ValueError("signlion: delay=1 does not take skip_nonfinite=True (a skipped vote is only known "
+                             "after the next forward and backward have used the parameters)")
         cap = _as_float(bucket_cap_mb)
         if not cap > 0.0:
             raise ValueError("signlion: bucket_cap_mb must be a number > 0 (MiB; inf for one bucket per "
@@ -642,6 +689,7 @@ class DistributedLion(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self.aggregation = aggregation
         self.overlap = overlap
+        self.delay = int(delay)
         self.bucket_cap_mb = cap
         self.launch_observer = None
         self._timeline = None  # a signlion.timeline.Timeline while a trace is on
@@ -657,6 +705,9 @@ class DistributedLion(torch.optim.Optimizer):
         self._owns_comm = comm is None  # a comm given stays the caller's: a failure does not abort it
         self._nccl_comm = None  # CUDA: the process group's ncclComm_t (0 for "local")
         self._channel = None  # how the ranks agree (None for "local")
+        if self.device.type == "cuda" and self.delay:
+            raise ValueError("signlion: delay=1 is implemented for CPU parameters only (its vote travels on the "
+                             "host communicator's background thread); CUDA parameters take delay=0")
         if self.device.type == "cuda":
             if comm is not None:
                 raise ValueError("signlion: comm is a host communicator; CUDA parameters use the process group's "
@@ -687,7 +738,7 @@ class DistributedLion(torch.optim.Optimizer):
         # hyper-parameters between backward() and step(); then "overlap" (buckets start in
         # backward) or "deferred" (they start in step()). _hyper_seen: the hyper-parameters when
         # this backward's first gradient was ready.
-        self._mode = "probe"
+        self._mode = "probe" if not self.delay else "delayed"  # delayed: votes start in step() only
         self._hyper_seen = None
         self._hooks_fire_twice = False
         self._unscale_scratch = None  # GradScaler's unscaling of fp16/bf16 buckets
@@ -696,7 +747,7 @@ class DistributedLion(torch.optim.Optimizer):
         self._executor = None
         self._side_stream = None
         self._failure = None
-        if overlap:
+        if overlap or self.delay:
             if self.device.type == "cuda":
                 self._side_stream = torch.cuda.Stream(self.device)
             else:
@@ -707,8 +758,9 @@ class DistributedLion(torch.optim.Optimizer):
     # torch.optim.Optimizer.__init__ assigns self.state; here it is made from the buckets.
     @property
     def state(self):
-        """{parameter: {"exp_avg": fp32 momentum, "step": tensor, ["master": fp32 master copy]}},
-        copies made from the optimizer's state (refreshed after each step or load)."""
+        """{parameter: {"exp_avg": fp32 momentum, "step": tensor, ["master": fp32 master copy],
+        ["delayed_update": fp32, delay=1's vote in flight]}}, copies made from the optimizer's
+        state (refreshed after each step or load)."""
         if not getattr(self, "_ready", False):
             return {}
         if self._state_cache is None:
@@ -763,7 +815,8 @@ class DistributedLion(torch.optim.Optimizer):
         d = [["aggregation", self.aggregation], ["options", _jsonable(sorted(self._options.items()))],
              ["vote rules", list(self._rules)], ["device type", self.device.type],
              ["bucket_cap_mb", self.bucket_cap_mb if math.isfinite(self.bucket_cap_mb) else "inf"],
-             ["overlap", self.overlap], ["broadcast_parameters", bool(self._broadcast_parameters)],
+             ["overlap", self.overlap], ["delay", self.delay],
+             ["broadcast_parameters", bool(self._broadcast_parameters)],
              ["number of param groups", len(self.param_groups)]]
         for gi in group_indices:
             g = self.param_groups[gi]
@@ -800,6 +853,10 @@ class DistributedLion(torch.optim.Optimizer):
         for gi in group_indices:
             group = self.param_groups[gi]
             for ps in _group_buckets(group["params"], index, cap_bytes):
+                if self.delay and self.aggregation == "average" and ps[0].dtype != torch.float32:
+                    raise ValueError("signlion: delay=1 with aggregation='average' takes fp32 parameters only (the "
+                                     "averaged update in flight is kept in the parameters' dtype, and %s would "
+                                     "round it)" % ps[0].dtype)
                 b = _Bucket(len(self._buckets) + len(new), gi, ps[0].dtype, ps, [index[id(p)] for p in ps],
                             self.device)
                 b.has_master = bool(self._options["master_weights"]) and b.dtype != torch.float32
@@ -1342,6 +1399,12 @@ class DistributedLion(torch.optim.Optimizer):
             for gi, seen in enumerate(self._hyper_seen))
         with self._aborting_on_failure(first):
             amp = self._amp_inputs(grad_scaler)
+        if self.delay:
+            if amp is not None:
+                raise RuntimeError("signlion: a GradScaler cannot drive a DistributedLion with delay=1 (a step "
+                                   "skipped for an inf would still apply the previous vote); use delay=0")
+            self._step_delayed(first)
+            return
         if self.overlap and self._mode == "overlap":
             started = [b for b in changed if b.launched]
             # With a GradScaler the ranks would agree on found_inf by a collective that a rank with
@@ -1415,6 +1478,118 @@ class DistributedLion(torch.optim.Optimizer):
                 raise
         self._raise_failure()
 
+    # ---- delay=1: each step applies the previous step's vote ----
+
+    def _step_delayed(self, first):
+        """Step t with delay=1 (see the class's "Delayed vote"): waits for the votes of step t-1,
+        applies them with this step's lr and weight_decay, then starts step t's votes from this
+        step's gradients (copied, so that zero_grad() and the next backward may run) on the
+        background thread, where they travel during the next forward and backward."""
+        timeline = self._timeline
+        t = _now_us() if timeline is not None else 0
+        try:
+            self._wait_in_flight(raise_failure=False)
+        except BaseException as e:  # KeyboardInterrupt while waiting: the peers must not hang
+            self._fail(first, e)
+            raise
+        self._raise_failure()
+        if timeline is not None:
+            timeline.add("wait for votes", t, _now_us(), step=timeline.step)
+        b = first
+        with self._aborting_on_failure(b):
+            for b in self._buckets:
+                b.prepare_gradients()  # a missing gradient votes as zero (no agreement round with delay=1)
+                lr, _, weight_decay, _ = self._hyperparameters(b.group_index)
+                if b.vote_pending:
+                    t = _now_us() if timeline is not None else 0
+                    self._apply_delayed(b, lr, weight_decay)
+                    if timeline is not None:
+                        timeline.add("apply b%d (vote of step %d)" % (b.index, timeline.step - 1), t, _now_us(),
+                                     step=timeline.step, bucket=b.index)
+            for b in self._buckets:
+                if not any(p.requires_grad for p in b.params):
+                    continue  # frozen on every rank alike (checked): no vote, nothing to apply
+                self._start_delayed_vote(b, self._hyperparameters(b.group_index))
+
+    def _delay_buffers(self, b):
+        if b.vote_out is None:
+            b.vote_grad = torch.empty_like(b.grad)
+            b.vote_out = torch.zeros_like(b.flat)
+            b.apply_work = torch.empty(b.numel, dtype=torch.float32, device=b.flat.device)
+            if b.dtype != torch.float32:
+                b.apply_param32 = torch.empty(b.numel, dtype=torch.float32, device=b.flat.device)
+
+    def _start_delayed_vote(self, b, hyper):
+        """Step t's vote of bucket b: the gradients copied (negated with maximize), then on the
+        background thread the library's step with lr = 1 and weight_decay = 0 into vote_out
+        holding zeros, which makes it 0 - 1 * (u + 0 * 0) = -u exactly, u the agreed update, while
+        the momentum moves as in any step."""
+        _, betas, _, maximize = hyper
+        for p, (offset, n, ptr) in zip(b.params, b.slices):
+            if p.data.data_ptr() != ptr:
+                raise RuntimeError("signlion: a parameter's .data was replaced after the optimizer was made; "
+                                   "copy into it in place (p.data.copy_(...)) instead")
+        self._delay_buffers(b)
+        if maximize:
+            torch.neg(b.grad, out=b.vote_grad)
+        else:
+            b.vote_grad.copy_(b.grad)
+        b.vote_out.zero_()
+        b.vote_pending = True
+        self._state_cache = None
+        timeline = self._timeline
+        if timeline is not None:
+            b.trace_launch = (timeline.step, _now_us(), _now_us())
+        self._executor.submit(self._run_delayed_vote, b, betas)
+
+    def _run_delayed_vote(self, b, betas):
+        if self._failure is not None:
+            return
+        try:
+            timeline = self._timeline
+            t = _now_us() if timeline is not None else 0
+            b.lion.set_hyperparameters(1.0, betas, 0.0)
+            b.lion.step(b.vote_out.data_ptr(), b.vote_grad.data_ptr())
+            if timeline is not None:
+                step = b.trace_launch[0] if b.trace_launch is not None else timeline.step
+                timeline.add("vote b%d (applied at step %d)" % (b.index, step + 1), t, _now_us(), step=step,
+                             bucket=b.index)
+                timeline.add_library_phases(b.index, step, b.lion.phases())
+        except BaseException as e:
+            self._fail(b, e)
+
+    def _apply_delayed(self, b, lr, weight_decay):
+        """p = p - lr * (u + weight_decay * p) per element in fp32, each operation rounded once
+        (the library's pass 2), u = -vote_out; the result rounded to the parameter's dtype."""
+        p32 = b.flat if b.apply_param32 is None else b.apply_param32.copy_(b.flat)
+        work = b.apply_work
+        torch.mul(p32, weight_decay, out=work)
+        work.sub_(b.vote_out)  # u + wd * p, as wd * p - (-u): the same rounding
+        work.mul_(lr)
+        p32.sub_(work)
+        if b.apply_param32 is not None:
+            b.flat.copy_(p32)
+        b.vote_pending = False
+        self._state_cache = None
+
+    def _load_delayed_update(self, b, states):
+        """delay=1: the vote a saved state had in flight becomes this bucket's, applied by the next
+        step; a parameter saved without one (another delay, or before the first step) gets
+        u = 0 when others of its bucket have one, and a bucket where none has one applies
+        nothing at the next step."""
+        self._delay_buffers(b)
+        b.vote_out.zero_()
+        b.vote_pending = False
+        for p, st, (o, n, _), (shape, strides) in zip(b.params, states, b.slices, b.layouts):
+            u = st.get("delayed_update")
+            if u is None:
+                continue
+            if u.numel() != n:
+                raise ValueError("signlion: a delayed_update of shape %s for a parameter of shape %s"
+                                 % (tuple(u.shape), tuple(p.shape)))
+            _shaped(b.vote_out, o, shape, strides).copy_(u.detach().reshape(shape).to("cpu", torch.float32).neg())
+            b.vote_pending = True
+
     def _collect_state(self):
         out = {}
         for b in self._buckets:
@@ -1425,13 +1600,16 @@ class DistributedLion(torch.optim.Optimizer):
                       "exp_avg": _shaped(momentum, o, shape, strides).clone().to(p.device)}
                 if master is not None:
                     st["master"] = _shaped(master, o, shape, strides).clone().to(p.device)
+                if b.vote_pending:  # the vote in flight, agreed: the update the next step applies
+                    st["delayed_update"] = _shaped(b.vote_out, o, shape, strides).float().neg().to(p.device)
                 out[p] = st
         return out
 
     def state_dict(self):
-        """torch's format: {"state": {index: {"exp_avg", "step"[, "master"]}}, "param_groups": [...]},
-        plus "signlion": the aggregation and, per bucket, its parameters and the header of its saved
-        state (step counters), so that a load continues bit for bit."""
+        """torch's format: {"state": {index: {"exp_avg", "step"[, "master"][, "delayed_update"]}},
+        "param_groups": [...]}, plus "signlion": the aggregation, delay and, per bucket, its
+        parameters and the header of its saved state (step counters), so that a load continues
+        bit for bit."""
         self._wait_in_flight()
         index = self._param_indices()
         groups = []
@@ -1446,7 +1624,7 @@ class DistributedLion(torch.optim.Optimizer):
             buckets.append({"group": b.group_index, "dtype": str(b.dtype), "params": list(b.indices),
                             "header": blob[:header].clone()})
         return {"state": state, "param_groups": groups,
-                "signlion": {"format": 2, "aggregation": self.aggregation, "buckets": buckets}}
+                "signlion": {"format": 2, "aggregation": self.aggregation, "delay": self.delay, "buckets": buckets}}
 
     def load_state_dict(self, state_dict):
         """Takes what state_dict() returned (this version's or the earlier opaque format), or the
@@ -1564,6 +1742,8 @@ class DistributedLion(torch.optim.Optimizer):
                     src = src if src is not None else p.detach()  # the master copy is the parameters' value
                     _shaped(master, o, shape, strides).copy_(src.reshape(shape).to("cpu", torch.float32))
             blobs.append(blob)
+            if self.delay:
+                self._load_delayed_update(b, [state.get(position[id(p)], {}) for p in b.params])
         for b, blob in zip(self._buckets, blobs):
             try:
                 b.load(blob)

@@ -36,9 +36,16 @@ def make_model(dtype_second=torch.bfloat16):
 def reference_step(ref, grads, rank, world, aggregation, lr, wd, b1=0.9, b2=0.99):
     """Plain Lion in NumPy float32, every operation rounded once, in nccl_sign.h's order.
     ref: {"p": [float32 arrays], "m": [...], "dtypes": [...]}; all ranks' c gathered over gloo."""
+    reference_apply(ref, reference_vote(ref, grads, rank, world, aggregation, b1, b2), lr, wd)
+
+
+def reference_vote(ref, grads, rank, world, aggregation, b1=0.9, b2=0.99):
+    """A step's first half: each parameter's agreed update u (float32 arrays) from this step's
+    gradients; the momenta move to m_t."""
     f = np.float32
-    b1, b2, lr, wd = f(b1), f(b2), f(lr), f(wd)
+    b1, b2 = f(b1), f(b2)
     omb1, omb2 = f(1) - b1, f(1) - b2
+    updates = []
     for i, g in enumerate(grads):
         if aggregation == "global":
             s = g.to(ref["dtypes"][i]).float()
@@ -56,6 +63,15 @@ def reference_step(ref, grads, rank, world, aggregation, lr, wd, b1=0.9, b2=0.99
             u = np.sign(votes).astype(f) if aggregation == "mavo" else (votes.astype(f) / f(world))
         else:
             u = np.sign(c).astype(f)
+        updates.append(u)
+    return updates
+
+
+def reference_apply(ref, updates, lr, wd):
+    """A step's second half: p = p - lr * (u + wd * p) in float32, rounded to the parameter's dtype."""
+    f = np.float32
+    lr, wd = f(lr), f(wd)
+    for i, u in enumerate(updates):
         p = ref["p"][i]
         p = p - lr * (u + wd * p)
         ref["p"][i] = torch.from_numpy(p).to(ref["dtypes"][i]).float().numpy()

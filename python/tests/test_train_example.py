@@ -88,11 +88,11 @@ class TrainExample(unittest.TestCase):
     def params(self, prefix):
         return [torch.load("%s.rank%d" % (prefix, r)) for r in range(2)]
 
-    def check_resume_exact(self, optimizer, overlap):
+    def check_resume_exact(self, optimizer, overlap, *more):
         whole = os.path.join(self.tmp, "whole")
         parts = os.path.join(self.tmp, "parts")
         ckpt = os.path.join(self.tmp, "ckpt")
-        opts = ["--optimizer", optimizer, "--overlap", overlap]
+        opts = ["--optimizer", optimizer, "--overlap", overlap] + list(more)
         self.torchrun(*opts, "--steps", str(STEPS), "--save-params", whole)
         self.torchrun(*opts, "--steps", str(STEPS // 2), "--ckpt-dir", ckpt, "--ckpt-every", str(STEPS // 2))
         with open(os.path.join(ckpt, "LATEST")) as f:
@@ -115,6 +115,13 @@ class TrainExample(unittest.TestCase):
         if not overlap_supported():
             self.skipTest("this signlion's DistributedLion has no overlap argument")
         self.check_resume_exact("signlion-mavo", "on")
+
+    def test_signlion_resume_exact_delay(self):
+        """--delay 1: the vote in flight at the checkpoint is in it; --delay 1 is refused for DDP."""
+        self.check_resume_exact("signlion-mavo", "off", "--delay", "1")
+        rc, out = self.train_py("--optimizer", "ddp-lion", "--delay", "1")
+        self.assertEqual(rc, 2)
+        self.assertIn("--delay 1", out)
 
     def test_ddp_lion_resume_exact(self):
         self.check_resume_exact("ddp-lion", "off")

@@ -1,0 +1,184 @@
+"""signlion.torch.DistributedLion(delay=1), the one-step-delayed vote, CPU tensors, gloo
+process groups of 2 and 3 spawned ranks, bit for bit against the NumPy Lion of
+test_torch_lion.py split in its two halves (reference_vote, reference_apply):
+ 1. step t applies the vote of step t-1 with step t's lr and weight decay, step 1 applies
+    nothing, the momentum moves at once; over mavo, average, global and local, fp32 and bf16,
+    bucket caps (one bucket per parameter, the default), overlap on and off, an lr schedule, a
+    gradient missing on one rank (it votes as zero) and zero_grad between steps; every rank's
+    parameters identical; the same steps applying the current vote (delay=0's rule) would
+    differ, so the comparison can tell the two apart;
+ 2. resume: 2K steps equal K steps + state_dict + a new optimizer + load_state_dict + K steps
+    bit for bit, the vote in flight carried by state[p]["delayed_update"];
+ 3. arguments: delay=2, -1, True, 0.5 and "1" raise ValueError naming delay; so do the options it
+    does not take (master_weights, skip_nonfinite, average with bf16 parameters); maximize
+    equals negated gradients; close() with a vote in flight returns and drops it."""
+import io
+import os
+import sys
+import unittest
+
+try:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import spawn_ranks
+    from test_torch_lion import LR, WD, grads_of, make_model, reference_apply, reference_vote
+    from test_torch_lion_api import assert_same_on_all_ranks, expect_value_error, new_reference
+    HAVE_TORCH = True
+except ImportError as e:  # pragma: no cover
+    HAVE_TORCH, WHY = False, str(e)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+STEPS = 5
+
+
+def lr_at(step):
+    """A schedule: the lr of step `step` (0-based), read by step() when it applies."""
+    return LR * (1.0 + 0.25 * step)
+
+
+def give_grads(params, rank, step):
+    """This rank's gradients of a step; at step 2 parameter 1 has none on rank 0."""
+    grads = grads_of(rank, step, [p.shape for p in params])
+    for i, (p, g) in enumerate(zip(params, grads)):
+        if step == 2 and i == 1 and rank == 0:
+            p.grad = None
+            grads[i] = torch.zeros_like(g)  # what the delayed vote uses for a missing gradient
+        else:
+            p.grad = g.to(p.dtype)
+    return grads
+
+
+def assert_equals_reference(params, ref, what):
+    for i, p in enumerate(params):
+        want = torch.from_numpy(ref["p"][i]).to(p.dtype)
+        assert torch.equal(p.detach(), want), "%s: parameter %d differs from the delayed reference" % (what, i)
+
+
+def check_matches_delayed_reference(rank, world):
+    from signlion.torch import DistributedLion
+    for aggregation in ("mavo", "average", "global", "local"):
+        for overlap in (True, False):
+            for cap in (1e-6, 25.0):
+                what = "%s overlap=%s bucket_cap_mb=%g" % (aggregation, overlap, cap)
+                params = make_model(torch.float32 if aggregation == "average" else torch.bfloat16)
+                ref, now = new_reference(params), new_reference(params)  # delayed and current-vote rules
+                opt = DistributedLion(params, lr=LR, weight_decay=WD, aggregation=aggregation, overlap=overlap,
+                                      bucket_cap_mb=cap, delay=1)
+                pending = None
+                differed = False
+                for step in range(STEPS):
+                    for g in opt.param_groups:
+                        g["lr"] = lr_at(step)
+                    grads = give_grads(params, rank, step)
+                    opt.step()
+                    opt.zero_grad(set_to_none=(step % 2 == 0))
+                    if pending is not None:
+                        reference_apply(ref, pending, lr_at(step), WD)
+                    pending = reference_vote(ref, grads, rank, world, aggregation)
+                    reference_apply(now, reference_vote(now, grads, rank, world, aggregation), lr_at(step), WD)
+                    assert_equals_reference(params, ref, "%s, step %d" % (what, step))
+                    differed = differed or any(not np.array_equal(a, b) for a, b in zip(ref["p"], now["p"]))
+                    state = opt.state
+                    for i, p in enumerate(params):
+                        assert np.array_equal(state[p]["exp_avg"].numpy(), ref["m"][i]), \
+                            "%s, step %d: momentum %d is not m_t" % (what, step, i)
+                        assert np.array_equal(state[p]["delayed_update"].numpy(), pending[i]), \
+                            "%s, step %d: the vote in flight of parameter %d" % (what, step, i)
+                assert differed, "%s: the delayed and the current-vote rules gave the same parameters" % what
+                if aggregation != "local":
+                    assert_same_on_all_ranks(params, world, what)
+                opt.close()
+
+
+def check_resume_exact(rank, world):
+    from signlion.torch import DistributedLion
+    K = 3
+
+    def train(params, opt, steps):
+        for step in steps:
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step)
+            give_grads(params, rank, step)
+            opt.step()
+
+    for overlap in (True, False):
+        kw = dict(lr=LR, weight_decay=WD, aggregation="mavo", overlap=overlap, delay=1, momentum_average_every=2)
+        straight = make_model()
+        opt = DistributedLion(straight, **kw)
+        train(straight, opt, range(2 * K))
+
+        first = make_model()
+        opt1 = DistributedLion(first, **kw)
+        train(first, opt1, range(K))
+        blob = io.BytesIO()
+        torch.save({"model": [p.detach().clone() for p in first], "opt": opt1.state_dict()}, blob)
+        opt1.close()
+        blob.seek(0)
+        saved = torch.load(blob)
+        resumed = make_model()
+        with torch.no_grad():
+            for p, s in zip(resumed, saved["model"]):
+                p.copy_(s)
+        opt2 = DistributedLion(resumed, **kw)
+        opt2.load_state_dict(saved["opt"])
+        train(resumed, opt2, range(K, 2 * K))
+        for i, (a, b) in enumerate(zip(straight, resumed)):
+            assert torch.equal(a.detach(), b.detach()), "overlap=%s: resumed parameter %d differs" % (overlap, i)
+        sa, sb = opt.state_dict()["state"], opt2.state_dict()["state"]
+        for i in sa:
+            for k in ("exp_avg", "delayed_update", "step"):
+                assert torch.equal(sa[i][k], sb[i][k]), "overlap=%s: state %s of parameter %d differs" % (
+                    overlap, k, i)
+        assert_same_on_all_ranks(resumed, world, "resumed")
+        opt.close()
+        opt2.close()
+    expect_value_error(lambda: DistributedLion(make_model(), aggregation="average", delay=1), "delay=1",
+                       "average", "bfloat16")
+
+
+def run_ranks(world, scenario):
+    spawn_ranks.run_gloo_ranks(world, "test_torch_lion_delay", scenario)
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+class Delay(unittest.TestCase):
+    def test_matches_delayed_reference_world2(self):
+        run_ranks(2, "check_matches_delayed_reference")
+
+    def test_matches_delayed_reference_world3(self):
+        run_ranks(3, "check_matches_delayed_reference")
+
+    def test_resume_exact_world2(self):
+        run_ranks(2, "check_resume_exact")
+
+    def test_arguments_checked(self):
+        from signlion.torch import DistributedLion
+        for bad in (2, -1, True, 0.5, "1"):
+            expect_value_error(lambda: DistributedLion(make_model(), aggregation="local", delay=bad), "delay",
+                               repr(bad))
+        expect_value_error(lambda: DistributedLion(make_model(), aggregation="local", delay=1, master_weights=True),
+                           "delay=1", "master_weights")
+        expect_value_error(lambda: DistributedLion(make_model(), aggregation="local", delay=1, skip_nonfinite=True),
+                           "delay=1", "skip_nonfinite")
+
+    def test_maximize_and_close(self):
+        from signlion.torch import DistributedLion
+        a, b = make_model(), make_model()
+        opt_a = DistributedLion(a, lr=LR, weight_decay=WD, aggregation="local", delay=1, maximize=True)
+        opt_b = DistributedLion(b, lr=LR, weight_decay=WD, aggregation="local", delay=1)
+        for step in range(3):
+            for pa, pb, g in zip(a, b, grads_of(0, step, [p.shape for p in a])):
+                pa.grad, pb.grad = g.to(pa.dtype), (-g).to(pb.dtype)
+            opt_a.step()
+            opt_b.step()
+        self.assertTrue(all(torch.equal(x, y) for x, y in zip(a, b)))
+        before = [p.detach().clone() for p in a]
+        opt_a.close()  # the vote in flight is dropped, unapplied
+        self.assertTrue(all(torch.equal(x, p.detach()) for x, p in zip(before, a)))
+        self.assertRaises(RuntimeError, opt_a.step)
+
+
+if __name__ == "__main__":
+    unittest.main()
