@@ -10,6 +10,7 @@
 #endif
 
 #include "common/checks.h"
+#include "common/clock.h"
 #include "host/net.h"
 #include "net_common.h"
 #include "onebit_reference.h"
@@ -18,11 +19,6 @@ namespace signlion {
 namespace perf {
 
 namespace {
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // kSigns[byte][b]: +1 or -1, the sign bit b of `byte` stands for. A
 // product with it flips a float's sign exactly, so v * kSigns[..] equals
