@@ -48,6 +48,7 @@ constexpr uint64_t kGatherLsbs = 0x0102040810204080ull;
 }  // namespace
 
 void encodeTritTail(const uint64_t* pos, const uint64_t* neg, size_t first, size_t rest, uint8_t* out) {
+  if (rest == 0) return;  // an empty range may come with null pointers, which memcpy must not see
   memcpy(out, pos + first, rest * 8);
   for (size_t w = 0; w < rest; w++) {
     const uint64_t m = neg[first + w] & ~pos[first + w];  // +1 wins over both, as in a group
@@ -56,6 +57,7 @@ void encodeTritTail(const uint64_t* pos, const uint64_t* neg, size_t first, size
 }
 
 bool decodeTritTail(const uint8_t* in, size_t first, size_t rest, uint64_t* pos, uint64_t* neg) {
+  if (rest == 0) return true;  // as above: nothing to decode, and no pointer to trust
   memcpy(pos + first, in, rest * 8);
   memcpy(neg + first, in + rest * 8, rest * 8);
   uint64_t both = 0;
