@@ -40,5 +40,13 @@ void withRanks(int nranks, const ncclSignConfig_t& config, const std::function<v
       nranks, [&](int) { return config; }, body);
 }
 
+uint64_t bytesSentByOneCall(ncclSignComm_t comm, const void* in, void* out, size_t count) {
+  uint64_t s0 = 0, r0 = 0, s1 = 0, r1 = 0;
+  EXPECT_EQ(ncclSignCommGetWireBytes(comm, &s0, &r0), ncclSuccess);
+  EXPECT_EQ(ncclSignHostAllReduce(in, out, count, ncclFloat32, ncclSignMajority, comm), ncclSuccess);
+  EXPECT_EQ(ncclSignCommGetWireBytes(comm, &s1, &r1), ncclSuccess);
+  return s1 - s0;
+}
+
 }  // namespace test
 }  // namespace signlion

@@ -2,6 +2,8 @@
 // rank a thread of this process running the test's body.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -24,6 +26,12 @@ void withRanks(int nranks, const std::function<ncclSignConfig_t(int)>& configOf,
 // setting it to NULL); returns every rank's init result.
 std::vector<ncclResult_t> runRanks(int nranks, const std::function<ncclSignConfig_t(int)>& configOf,
                                    const std::function<void(int, ncclSignComm_t&)>& body);
+
+// The bytes this rank's transport sent during one majority
+// ncclSignHostAllReduce of `count` fp32 elements from `in` into `out`, by
+// ncclSignCommGetWireBytes before and after. A failed call fails the calling
+// test (and the count returned is then meaningless).
+uint64_t bytesSentByOneCall(ncclSignComm_t comm, const void* in, void* out, size_t count);
 
 }  // namespace test
 }  // namespace signlion

@@ -515,14 +515,10 @@ TEST(SignAllReduceWire, BytesMatchTheSchedule) {
       std::vector<Bytes> in = test::randomVoteInputs(n, count, ncclFloat32, 3);
       withRanks(n, makeConfig(algo), [&](int rank, ncclSignComm_t comm) {
         Bytes out(count * 4);
-        uint64_t s0, r0, s1, r1;
-        ASSERT_EQ(ncclSignCommGetWireBytes(comm, &s0, &r0), ncclSuccess);
-        ASSERT_EQ(ncclSignHostAllReduce(in[rank].data(), out.data(), count, ncclFloat32, ncclSignMajority, comm),
-                  ncclSuccess);
-        ASSERT_EQ(ncclSignCommGetWireBytes(comm, &s1, &r1), ncclSuccess);
+        const double measured = (double)test::bytesSentByOneCall(comm, in[rank].data(), out.data(), count);
         algo::Schedule s;
         ASSERT_EQ(algo::buildSchedule(algo, n, rank, algo::blocksForCount(count), algo::OpSpec{}, &s), ncclSuccess);
-        double predicted = (double)s.bytesSent(), measured = (double)(s1 - s0);
+        const double predicted = (double)s.bytesSent();
         EXPECT_NEAR(measured, predicted, predicted * 0.01)
             << algoName(algo) << " N=" << n << " rank " << rank << ": " << measured / count * 8 << " bits/elem";
       });
@@ -556,12 +552,7 @@ TEST(SignAllReduceWire, DirectBitsPerElementAreTheFormula) {
       const double formula = (n - 1.0) / n * (votePlanes + (resultPlanes == 2 ? 1.6 : 1.0));
       withRanks(n, makeConfig(ncclSignAlgoDirect, rules.zero, rules.tie), [&](int rank, ncclSignComm_t comm) {
         Bytes out(count * 4);
-        uint64_t s0, r0, s1, r1;
-        ASSERT_EQ(ncclSignCommGetWireBytes(comm, &s0, &r0), ncclSuccess);
-        ASSERT_EQ(ncclSignHostAllReduce(in[rank].data(), out.data(), count, ncclFloat32, ncclSignMajority, comm),
-                  ncclSuccess);
-        ASSERT_EQ(ncclSignCommGetWireBytes(comm, &s1, &r1), ncclSuccess);
-        const double sent = 8.0 * (double)(s1 - s0) / count;
+        const double sent = 8.0 * (double)test::bytesSentByOneCall(comm, in[rank].data(), out.data(), count) / count;
         const std::string what = "N=" + std::to_string(n) + " rank " + std::to_string(rank) +
                                  " zero=" + std::to_string(rules.zero) + " tie=" + std::to_string(rules.tie);
         EXPECT_NEAR(sent, formula, 0.01 * formula) << what;
