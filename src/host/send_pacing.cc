@@ -1,0 +1,27 @@
+#include "host/send_pacing.h"
+
+#include <utility>
+
+#include "common/debug.h"
+
+namespace signlion {
+namespace host {
+
+void SendPacing::init(int64_t linkMbits, std::vector<int> remotePeers) {
+  linkBytesPerSec_ = linkMbits > 0 && signlionParamHostPacing() != 0 ? (uint64_t)linkMbits * 1000000 / 8 : 0;
+  remote_ = std::move(remotePeers);
+  current_ = 0;
+}
+
+void SendPacing::follow(const Net& net, const Links& links, int fanout) {
+  const uint64_t want = linkBytesPerSec_ > 0 && fanout > 1 ? linkBytesPerSec_ / (uint64_t)fanout : 0;
+  if (want == current_) return;
+  bool ok = true;
+  for (int p : remote_) ok &= net.setSendPacing(links.peer(p).sendComm, want);
+  if (!ok)
+    INFO(kSubsysNet, "host communicator: a link refused to be paced at %llu bytes/s", (unsigned long long)want);
+  current_ = want;
+}
+
+}  // namespace host
+}  // namespace signlion
