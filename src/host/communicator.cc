@@ -246,6 +246,14 @@ SIGNLION_API ncclResult_t ncclSignCommGetWireBytes(const ncclSignComm_t comm, ui
   return ncclSuccess;
 }
 
+SIGNLION_API ncclResult_t ncclSignCommGetLinkRate(const ncclSignComm_t comm, int64_t* mbits) {
+  ARGCHECK(mbits != nullptr, "ncclSignCommGetLinkRate", "mbits", "must not be NULL");
+  ncclSignComm* c = checkComm(comm, "ncclSignCommGetLinkRate");
+  if (c == nullptr) return ncclInvalidArgument;
+  *mbits = c->linkMbits;
+  return ncclSuccess;
+}
+
 SIGNLION_API ncclResult_t ncclSignCommGetInterNodeWireBytes(const ncclSignComm_t comm, int* node, uint64_t* sentBytes,
                                                             uint64_t* recvBytes) {
   ARGCHECK(node != nullptr, "ncclSignCommGetInterNodeWireBytes", "node", "must not be NULL");

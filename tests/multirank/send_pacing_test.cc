@@ -73,6 +73,9 @@ TEST(SendPacing, DirectCapsEachRemoteLinkAtItsShareAndTheSumLiftsIt) {
   withRanks(
       kRanks, [](int r) { return configOf(r, ncclSignAlgoDirect, true); },
       [](int rank, ncclSignComm_t comm) {
+        int64_t mbits = -1;
+        ASSERT_EQ(ncclSignCommGetLinkRate(comm, &mbits), ncclSuccess);
+        EXPECT_EQ(mbits, kBetaMBps * 8) << "rank " << rank;
         for (uint64_t cap : capsOf(comm, rank)) EXPECT_EQ(cap, 0u) << "rank " << rank << " before any call";
         majority(comm, rank);
         // Split evenly over a link's streams, so the sum may fall short by
@@ -126,9 +129,21 @@ TEST(SendPacing, NeverWithinANodeNorWhenTurnedOffNorWithoutARate) {
   withRanks(
       kRanks, [](int r) { return configOf(r, ncclSignAlgoDirect, true); },
       [](int rank, ncclSignComm_t comm) {
+        int64_t mbits = -1;
+        ASSERT_EQ(ncclSignCommGetLinkRate(comm, &mbits), ncclSuccess);
+        EXPECT_EQ(mbits, 0) << "rank " << rank << ": nothing to learn over loopback";
         majority(comm, rank);
         for (uint64_t cap : capsOf(comm, rank)) EXPECT_EQ(cap, 0u) << "rank " << rank << ", no link rate";
       });
+}
+
+TEST(SendPacing, LinkRateQueryRefusesBadArguments) {
+  int64_t mbits = 7;
+  EXPECT_EQ(ncclSignCommGetLinkRate(nullptr, &mbits), ncclInvalidArgument);
+  EXPECT_EQ(mbits, 7);
+  withRanks(
+      1, [](int r) { return configOf(r, ncclSignAlgoDirect, true); },
+      [](int, ncclSignComm_t comm) { EXPECT_EQ(ncclSignCommGetLinkRate(comm, nullptr), ncclInvalidArgument); });
 }
 
 }  // namespace
