@@ -163,9 +163,7 @@ done:
 
 void OnebitBaseline::paceLinks(int64_t linkMbits) {
   if (!net_ || nranks_ < 2) return;
-  const uint64_t each = linkMbits > 0 && signlionParamHostPacing() != 0
-                            ? (uint64_t)linkMbits * 1000000 / 8 / (uint64_t)(nranks_ - 1)
-                            : 0;
+  const uint64_t each = host::pacedLinkBytesPerSec(linkMbits) / (uint64_t)(nranks_ - 1);
   for (void* c : sendComms_)
     if (c != nullptr) (void)net_->setSendPacing(c, each);
 }

@@ -7,8 +7,13 @@
 namespace signlion {
 namespace host {
 
+uint64_t pacedLinkBytesPerSec(int64_t linkMbits) {
+  if (linkMbits <= 0 || signlionParamHostPacing() == 0) return 0;
+  return (uint64_t)linkMbits * 1000000 / 8 * kPacedPercent / 100;
+}
+
 void SendPacing::init(int64_t linkMbits, std::vector<int> remotePeers) {
-  linkBytesPerSec_ = linkMbits > 0 && signlionParamHostPacing() != 0 ? (uint64_t)linkMbits * 1000000 / 8 : 0;
+  linkBytesPerSec_ = pacedLinkBytesPerSec(linkMbits);
   remote_ = std::move(remotePeers);
   current_ = 0;
 }

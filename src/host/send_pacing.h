@@ -7,9 +7,9 @@
 // together they fill the queue in front of the link (a switch port, a NIC's
 // qdisc) until it drops: on a 100 Mbit/s link with 20 ms of queue, 4 ranks
 // lost 15-40 % of their packets and the call took 1.3-1.45x the wire time of
-// its bytes. Capped at the link rate over the number of peers (Linux's TCP
-// pacing, SO_MAX_PACING_RATE), the streams share the link without a queue:
-// almost no drops, 1.06x the wire time. Schedules that send to one peer at a
+// its bytes. Capped at 95 % of the link rate over the number of peers
+// (Linux's TCP pacing, SO_MAX_PACING_RATE), the streams share the link
+// without a standing queue: almost no drops, 1.07-1.1x the wire time. Schedules that send to one peer at a
 // time (ring, halving-doubling, the sum all-reduce) run uncapped, as TCP
 // alone does best there; links within a node are never capped.
 #pragma once
@@ -27,6 +27,16 @@ SIGNLION_PARAM(HostPacing, "HOST_PACING", 1)
 
 namespace signlion {
 namespace host {
+
+// The share of the line rate the paced streams of a rank fill together. A
+// stream's pacing counts its IP packets, while the link also carries their
+// Ethernet framing (1514 bytes a full frame for 1500) and the ACKs of what
+// this rank receives (about 2 % more at full rate both ways): paced at the
+// whole line rate, the queue still grew until it dropped (8 ranks, 100 Mbit/s).
+constexpr uint64_t kPacedPercent = 95;
+// The bytes per second all paced links of a rank may fill together for a
+// link of linkMbits: 0 (no pacing) for an unknown rate or SIGNLION_HOST_PACING=0.
+uint64_t pacedLinkBytesPerSec(int64_t linkMbits);
 
 class SendPacing {
  public:

@@ -14,6 +14,7 @@
 #include "common/param.h"
 #include "common/ranks.h"
 #include "host/communicator.h"
+#include "host/send_pacing.h"
 #include "nccl_sign.h"
 #include "socket/socket_net.h"
 
@@ -66,7 +67,7 @@ ncclSignConfig_t configOf(int rank, ncclSignAlgo_t algo, bool ownNodes) {
   return c;
 }
 
-const uint64_t kShare = (uint64_t)kBetaMBps * 1000000 / (kRanks - 1);
+const uint64_t kShare = (uint64_t)kBetaMBps * 1000000 * signlion::host::kPacedPercent / 100 / (kRanks - 1);
 
 TEST(SendPacing, DirectCapsEachRemoteLinkAtItsShareAndTheSumLiftsIt) {
   ScopedEnv beta("SIGNLION_COST_BETA_MBPS", std::to_string(kBetaMBps).c_str());
