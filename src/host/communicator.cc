@@ -51,6 +51,7 @@ ncclResult_t followLinkRate(ncclSignComm* comm) {
   NCCLCHECK(learnLinkRate(*comm->net, *comm->bootstrap, comm->topology, comm->config.timeoutMs, &link));
   const int streams = comm->net->setLinkRate(link.mbits);
   comm->linkMbits = link.mbits;
+  comm->linkIsLineRate = link.lineRate;
   if (link.mbits > 0 && !paramIsSet("COST_BETA_MBPS")) {
     const LinkSettings s = linkSettingsFor(link.mbits);
     NCCLCHECK(comm->costModel.setMeasured(comm->costModel.params().alphaUs, (double)s.betaMBps));
@@ -98,7 +99,7 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
   std::vector<int> remote;
   for (int p : comm->links.peers())
     if (!comm->topology.sameNode(rank, p)) remote.push_back(p);
-  comm->pacing.init(comm->linkMbits, std::move(remote));
+  comm->pacing.init(comm->linkIsLineRate ? comm->linkMbits : 0, std::move(remote));
   comm->executor.reset(new ScheduleExecutor(*comm->net, comm->links, comm->arena, comm->check, comm->config.timeoutMs));
   comm->sumTransfers.reset(new Transfers(*comm->net, comm->config.timeoutMs));
   INFO(kSubsysInit, "ncclSignCommInitRank: rank %d/%d ready, algorithm %s, net %s, %s (host id %s)", rank, nranks,

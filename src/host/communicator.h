@@ -44,6 +44,7 @@ struct ncclSignComm {
   signlion::algo::Topology topology;  // every rank's node, from the host ids traded at init
   int hierNodeRanks = 0;              // hierarchicalNodeRanks: 0 when hier has no links here
   int64_t linkMbits = 0;              // the link rate learned at init (0: none)
+  bool linkIsLineRate = false;        // LearnedLink::lineRate
   signlion::host::SendPacing pacing;  // caps on the links to other nodes, per the call's schedule
 
   // Each schedule with the executor's arena layout for it, so a warm

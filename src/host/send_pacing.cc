@@ -1,5 +1,6 @@
 #include "host/send_pacing.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/debug.h"
@@ -19,7 +20,7 @@ void SendPacing::init(int64_t linkMbits, std::vector<int> remotePeers) {
 }
 
 void SendPacing::follow(const Net& net, const Links& links, int fanout) {
-  const uint64_t want = linkBytesPerSec_ > 0 && fanout > 1 ? linkBytesPerSec_ / (uint64_t)fanout : 0;
+  const uint64_t want = linkBytesPerSec_ / (uint64_t)std::max(1, fanout);
   if (want == current_) return;
   bool ok = true;
   for (int p : remote_) ok &= net.setSendPacing(links.peer(p).sendComm, want);

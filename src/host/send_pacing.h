@@ -1,17 +1,19 @@
-// Paces the sends of a schedule that sends to several peers at once, so that
-// this rank's own streams do not overflow its link's queue.
+// Paces the sends of a rank to other nodes at the rate its link can carry,
+// shared by the peers it sends to at once, so that its own streams do not
+// overflow the link's queue.
 //
-// The host executor posts a send as soon as its blocks are ready, so the
-// direct algorithm's N-1 sends of each phase are all on the wire at once.
-// Each TCP stream then grows its window as if it had the link to itself, and
-// together they fill the queue in front of the link (a switch port, a NIC's
-// qdisc) until it drops: on a 100 Mbit/s link with 20 ms of queue, 4 ranks
-// lost 15-40 % of their packets and the call took 1.3-1.45x the wire time of
-// its bytes. Capped at 95 % of the link rate over the number of peers
-// (Linux's TCP pacing, SO_MAX_PACING_RATE), the streams share the link
-// without a standing queue: almost no drops, 1.07-1.1x the wire time. Schedules that send to one peer at a
-// time (ring, halving-doubling, the sum all-reduce) run uncapped, as TCP
-// alone does best there; links within a node are never capped.
+// A TCP stream probes for bandwidth by filling the queue in front of its
+// bottleneck (a switch port, a NIC's qdisc) until it drops, and each new
+// stream starts by overshooting; the host executor posts a send as soon as
+// its blocks are ready, so the direct algorithm's N-1 sends of each phase are
+// on the wire at once, each growing its window as if it had the link to
+// itself. On a 100 Mbit/s link with 20 ms of queue, 4 ranks lost 15-40 % of
+// their packets and a direct call took 1.3-1.45x the wire time of its bytes;
+// halving-doubling, one peer a step, lost thousands of packets at 8 ranks.
+// Capped at 95 % of the link rate over the number of peers (Linux's TCP
+// pacing, SO_MAX_PACING_RATE), the streams share the link without a standing
+// queue: almost no drops, direct at 1.07-1.1x its wire time. Only where the
+// rate is the link's own (LearnedLink::lineRate), never within a node.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +24,7 @@
 #include "host/net.h"
 
 // 1 (the default): pace as above wherever the communicator knows its link's
-// rate (learned at init, or SIGNLION_COST_BETA_MBPS); 0: never.
+// line rate (learned at init, or SIGNLION_COST_BETA_MBPS); 0: never.
 SIGNLION_PARAM(HostPacing, "HOST_PACING", 1)
 
 namespace signlion {
@@ -43,9 +45,10 @@ class SendPacing {
   // linkMbits: the rate of a link between nodes (0: unknown, nothing is ever
   // capped); remotePeers: the peers on other nodes, whose links may be capped.
   void init(int64_t linkMbits, std::vector<int> remotePeers);
-  // Before a call whose schedule sends to `fanout` peers at once: every
-  // remote link capped at the link rate / fanout when fanout > 1, uncapped
-  // otherwise. Touches the sockets only when the fanout changes, so a warm
+  // Before a call whose schedule sends to `fanout` peers at once
+  // (Schedule::concurrentSendPeers; 1 for the sum all-reduce's ring): every
+  // remote link capped at the paced rate / fanout. Touches the sockets only
+  // when the fanout changes, so a warm
   // communicator running one algorithm costs nothing per call. A socket that
   // refuses the cap is left as it is (the call still runs, at TCP's pace).
   void follow(const Net& net, const Links& links, int fanout);
