@@ -267,6 +267,14 @@ ncclResult_t ncclSignCommGetWireBytes(const ncclSignComm_t comm, uint64_t* sentB
 ncclResult_t ncclSignCommGetInterNodeWireBytes(const ncclSignComm_t comm, int* node, uint64_t* sentBytes,
                                                uint64_t* recvBytes);
 
+/* The rate of a link between nodes, in Mbit/s, as the communicator learned
+ * it at init (docs/PARAMETERS.md, "Link rate"; SIGNLION_COST_BETA_MBPS x 8
+ * when that is set), the same on every rank; 0 when it learned none (one
+ * node, loopback, one network namespace). The cost model, the chunk, the
+ * socket transport's streams and the pacing of the links follow it.
+ * Errors: ncclInvalidArgument (a bad comm, mbits NULL). */
+ncclResult_t ncclSignCommGetLinkRate(const ncclSignComm_t comm, int64_t* mbits);
+
 /* The sign all-reduce on host buffers: every rank's recvbuff receives the
  * majority vote (or average) of the signs of all ranks' sendbuff, as defined
  * at the top of this header. sendbuff == recvbuff is in place. count may be 0.

@@ -12,6 +12,7 @@
 #include "common/checks.h"
 #include "common/clock.h"
 #include "host/net.h"
+#include "host/send_pacing.h"
 #include "net_common.h"
 #include "onebit_reference.h"
 
@@ -158,6 +159,13 @@ done:
   for (void* l : listens)
     if (l != nullptr) api.closeListen(l);
   return res;
+}
+
+void OnebitBaseline::paceLinks(int64_t linkMbits) {
+  if (!net_ || nranks_ < 2) return;
+  const uint64_t each = host::pacedLinkBytesPerSec(linkMbits) / (uint64_t)(nranks_ - 1);
+  for (void* c : sendComms_)
+    if (c != nullptr) (void)net_->setSendPacing(c, each);
 }
 
 OnebitBaseline::~OnebitBaseline() {

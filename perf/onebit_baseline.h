@@ -67,6 +67,11 @@ class OnebitBaseline {
   // warm). ncclRemoteError when a peer's message is missing, short or late.
   ncclResult_t allReduce(const float* in, float* out, size_t count);
   void resetErrors();
+  // Paces its links as the host communicator paces the direct algorithm's
+  // (host/send_pacing.h), which sends to every peer at once as this pattern
+  // does: each send link capped at linkMbits / (N-1), so the two are compared
+  // on the same footing. 0 (or SIGNLION_HOST_PACING=0): no cap.
+  void paceLinks(int64_t linkMbits);
   // Ends every link as a crash would (after a failed call): each peer's
   // pending transfers with this rank fail at once instead of waiting out
   // the timeout. The destructor still closes them.

@@ -832,6 +832,9 @@ void connectOnebit(RankCtx& ctx) {
   const char* plugin = w.config.netPlugin != nullptr ? w.config.netPlugin : getenv("SIGNLION_NET_PLUGIN");
   checkNccl(signlion::perf::OnebitBaseline::create(w.nranks(), ctx.rank, plugin, timeoutMs, exchange, &ctx.onebit),
             "the onebit baseline's links");
+  int64_t mbits = 0;
+  checkNccl(ncclSignCommGetLinkRate(ctx.comm, &mbits), "ncclSignCommGetLinkRate");
+  ctx.onebit->paceLinks(mbits);
   std::vector<double> nodes = allGather(ctx, {(double)sentBytes(ctx).node});
   ctx.nodeOf.assign(nodes.begin(), nodes.end());
 }

@@ -86,6 +86,9 @@ bool commSharesControl(void* comm) {
          h->ctrlShared.load(std::memory_order_relaxed) != 0;
 }
 
+bool commSetPacing(void* sendComm, uint64_t bytesPerSec) { return socketSetPacing(sendComm, bytesPerSec); }
+uint64_t commPacing(void* sendComm) { return socketPacing(sendComm); }
+
 void commWait(void* comm, int timeoutMs) { socketCommWait(comm, timeoutMs); }
 void commWaitAny(void* const* comms, size_t n, int timeoutMs) { socketCommWaitAny(comms, n, timeoutMs); }
 

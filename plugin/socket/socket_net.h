@@ -35,6 +35,17 @@ const ncclNet_v12_t* socketNetV12();
 // a send or recv comm of ours; false (and zeros) for anything else.
 bool commBytes(void* comm, uint64_t* sent, uint64_t* received);
 
+// Caps the rate at which a send comm's data streams put bytes on the wire
+// (SO_MAX_PACING_RATE, Linux's TCP pacing), bytesPerSec shared evenly by its
+// streams; 0 lifts the cap. The host communicator paces the links of a
+// schedule that sends to several peers at once, so that this rank's own
+// streams do not overflow its link's queue (host/send_pacing.h). False for
+// a comm that is not a send comm of ours, or where the socket refused.
+bool commSetPacing(void* sendComm, uint64_t bytesPerSec);
+// The cap the data streams of a send comm have now, summed over its streams
+// (0: none, or not a send comm of ours), read back from the sockets.
+uint64_t commPacing(void* sendComm);
+
 // True once a send or recv comm has done its part of sharing one control
 // connection for both directions between its two processes
 // (socket_pairing.h): a send comm sent its offer or moved onto the peer's

@@ -6,10 +6,12 @@
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -1665,6 +1667,38 @@ ncclResult_t socketAbortComm(void* comm) {
     if (s.fd >= 0) shutdown(s.fd, SHUT_RDWR);
   if (c->isSend && c->ctrlFd >= 0) shutdown(c->ctrlFd, SHUT_WR);
   return ncclSuccess;
+}
+
+// Linux takes the cap as 64 bits since 4.20 and as 32 bits before; ~0 is "none".
+static bool setStreamPacing(int fd, uint64_t bytesPerSec) {
+  const uint64_t v = bytesPerSec == 0 ? ~uint64_t{0} : bytesPerSec;
+  if (setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof(v)) == 0) return true;
+  const uint32_t v32 = bytesPerSec == 0 || bytesPerSec >= ~uint32_t{0} ? ~uint32_t{0} : (uint32_t)bytesPerSec;
+  return setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v32, sizeof(v32)) == 0;
+}
+
+bool socketSetPacing(void* sendComm, uint64_t bytesPerSec) {
+  Comm* c = asComm(sendComm, kCommSend);
+  if (c == nullptr || c->streams.empty()) return false;
+  const uint64_t each = bytesPerSec == 0 ? 0 : std::max<uint64_t>(1, bytesPerSec / c->streams.size());
+  bool ok = true;
+  for (Stream& st : c->streams) ok &= st.fd >= 0 && setStreamPacing(st.fd, each);
+  return ok;
+}
+
+uint64_t socketPacing(void* sendComm) {
+  Comm* c = asComm(sendComm, kCommSend);
+  if (c == nullptr) return 0;
+  uint64_t sum = 0;
+  for (Stream& st : c->streams) {
+    uint64_t v = 0;
+    socklen_t len = sizeof(v);
+    if (st.fd < 0 || getsockopt(st.fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, &len) != 0) return 0;
+    if (len == sizeof(uint32_t)) v = v == ~uint32_t{0} ? ~uint64_t{0} : (uint32_t)v;
+    if (v == ~uint64_t{0}) return 0;
+    sum += v;
+  }
+  return sum;
 }
 
 ncclResult_t socketCloseRecv(void* recvComm) {

@@ -125,6 +125,9 @@ int socketCommStreams(void* comm);
 // caller does next, without a bye. Waits for nothing. For a communicator's
 // abort, which aborts every link before it closes any.
 ncclResult_t socketAbortComm(void* comm);
+// socket_net.h's commSetPacing and commPacing.
+bool socketSetPacing(void* sendComm, uint64_t bytesPerSec);
+uint64_t socketPacing(void* sendComm);
 ncclResult_t socketCloseSend(void* sendComm);
 ncclResult_t socketCloseRecv(void* recvComm);
 ncclResult_t socketCloseListen(void* listenComm);

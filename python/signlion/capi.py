@@ -145,6 +145,7 @@ def _lib():
         "ncclSignBarrier": [vp],
         "ncclSignCommGetWireBytes": [vp, u64p, u64p],
         "ncclSignCommGetInterNodeWireBytes": [vp, ctypes.POINTER(i), u64p, u64p],
+        "ncclSignCommGetLinkRate": [vp, ctypes.POINTER(ctypes.c_int64)],
         "ncclSignHostAllReduce": [vp, vp, sz, i, i, vp],
         "ncclSignHostSumAllReduce": [vp, vp, sz, i, vp],
         "ncclSignHostAllReduceWithConfig": [vp, vp, sz, i, i, ctypes.POINTER(CallConfig), vp],
@@ -290,6 +291,13 @@ class Comm:
         node, s, r = ctypes.c_int(), ctypes.c_uint64(), ctypes.c_uint64()
         _check("ncclSignCommGetInterNodeWireBytes", self.handle, ctypes.byref(node), ctypes.byref(s), ctypes.byref(r))
         return node.value, s.value, r.value
+
+    def link_rate(self):
+        """Mbit/s of a link between nodes as this communicator learned it at init (or from
+        SIGNLION_COST_BETA_MBPS x 8), the same on every rank; 0 when it learned none."""
+        mbits = ctypes.c_int64()
+        _check("ncclSignCommGetLinkRate", self.handle, ctypes.byref(mbits))
+        return mbits.value
 
     def sign_all_reduce(self, send_ptr, recv_ptr, count, datatype, op=MAJORITY, zero_rule=None, tie_rule=None):
         """The sign all-reduce on host buffers given by address (ncclSignHostAllReduce).

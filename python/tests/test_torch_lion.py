@@ -238,7 +238,7 @@ class DistributedLionTorch(unittest.TestCase):
             try:
                 comm = capi.Comm(n, uid, r, algorithm=5, timeout_ms=30000, host_id=ids[r])  # 5: hier
                 comm.sign_all_reduce(inputs[r].data_ptr(), outputs[r].data_ptr(), count, capi.FLOAT32)
-                nodes[r] = comm.inter_node_wire_bytes()
+                nodes[r] = comm.inter_node_wire_bytes() + (comm.link_rate(),)
                 comm.destroy()
             except Exception as e:  # reported below
                 errors.append("rank %d: %r" % (r, e))
@@ -255,6 +255,7 @@ class DistributedLionTorch(unittest.TestCase):
         for r in range(n):
             self.assertTrue(torch.equal(outputs[r], want), "rank %d" % r)
         self.assertEqual([x[0] for x in nodes], [0, 0, 1, 1, 0])
+        self.assertEqual([x[3] for x in nodes], [0] * n, "over loopback no link rate is learned")
         for node in (0, 1):  # a node's leaders carry its counters (a rank past the smaller node's size leads none)
             self.assertGreater(sum(x[1] for x in nodes if x[0] == node), 0, "node %d sent nothing across" % node)
 

@@ -17,6 +17,9 @@
 // received (the executors may post every shard as soon as it is decided),
 // and the links it needs are the ones the reduce-scatter made anyway.
 #include "algo/direct.h"
+
+#include <algorithm>
+
 #include "algo/schedule.h"
 
 namespace signlion {
@@ -31,6 +34,7 @@ void buildDirect(Schedule* s) {
   // Rank r's counter holds N votes over its own shard, one elsewhere.
   s->counterMax = n;
   s->counterWidth = counterWidth(n);
+  s->concurrentSendPeers = std::max(1, n - 1);  // every send of a phase reads final blocks
 
   // Reduce-scatter. The pack runs in the first message step (its locals run
   // before its sends): with one rank there is no message step, and the pack

@@ -196,6 +196,13 @@ struct Schedule {
   int fieldBits = 0;
   int fieldsPerWord = 0;
   int64_t fieldWords = 0;
+  // How many peers this rank's sends may be on the wire to at once. An
+  // executor that posts each send as soon as its blocks are ready overlaps
+  // the sends of steps that wait on no receive: direct's N-1 in each phase.
+  // 1 where each send waits for the receive before it (ring,
+  // halving-doubling). The host communicator paces its links by it
+  // (host/send_pacing.h).
+  int concurrentSendPeers = 1;
   std::vector<Step> steps;
 
   int64_t bytesSent() const;  // this rank, whole call

@@ -50,6 +50,8 @@ ncclResult_t followLinkRate(ncclSignComm* comm) {
   LearnedLink link;
   NCCLCHECK(learnLinkRate(*comm->net, *comm->bootstrap, comm->topology, comm->config.timeoutMs, &link));
   const int streams = comm->net->setLinkRate(link.mbits);
+  comm->linkMbits = link.mbits;
+  comm->linkIsLineRate = link.lineRate;
   if (link.mbits > 0 && !paramIsSet("COST_BETA_MBPS")) {
     const LinkSettings s = linkSettingsFor(link.mbits);
     NCCLCHECK(comm->costModel.setMeasured(comm->costModel.params().alphaUs, (double)s.betaMBps));
@@ -94,6 +96,10 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
                                               comm->config.algorithm),
                                 comm->config.timeoutMs, comm->hierNodeRanks));
   NCCLCHECK(comm->check.init(*comm->net, comm->links, rank, nranks));
+  std::vector<int> remote;
+  for (int p : comm->links.peers())
+    if (!comm->topology.sameNode(rank, p)) remote.push_back(p);
+  comm->pacing.init(comm->linkIsLineRate ? comm->linkMbits : 0, std::move(remote));
   comm->executor.reset(new ScheduleExecutor(*comm->net, comm->links, comm->arena, comm->check, comm->config.timeoutMs));
   comm->sumTransfers.reset(new Transfers(*comm->net, comm->config.timeoutMs));
   INFO(kSubsysInit, "ncclSignCommInitRank: rank %d/%d ready, algorithm %s, net %s, %s (host id %s)", rank, nranks,
@@ -238,6 +244,14 @@ SIGNLION_API ncclResult_t ncclSignCommGetWireBytes(const ncclSignComm_t comm, ui
   ncclSignComm* c = checkComm(comm, "ncclSignCommGetWireBytes");
   if (c == nullptr) return ncclInvalidArgument;
   signlion::host::wireBytes(c, false, sentBytes, recvBytes);
+  return ncclSuccess;
+}
+
+SIGNLION_API ncclResult_t ncclSignCommGetLinkRate(const ncclSignComm_t comm, int64_t* mbits) {
+  ARGCHECK(mbits != nullptr, "ncclSignCommGetLinkRate", "mbits", "must not be NULL");
+  ncclSignComm* c = checkComm(comm, "ncclSignCommGetLinkRate");
+  if (c == nullptr) return ncclInvalidArgument;
+  *mbits = c->linkMbits;
   return ncclSuccess;
 }
 

@@ -19,6 +19,7 @@
 #include "host/links.h"
 #include "host/net.h"
 #include "host/schedule_executor.h"
+#include "host/send_pacing.h"
 #include "host/transfers.h"
 
 struct ncclSignComm {
@@ -42,6 +43,9 @@ struct ncclSignComm {
   signlion::algo::CostModel costModel;
   signlion::algo::Topology topology;  // every rank's node, from the host ids traded at init
   int hierNodeRanks = 0;              // hierarchicalNodeRanks: 0 when hier has no links here
+  int64_t linkMbits = 0;              // the link rate learned at init (0: none)
+  bool linkIsLineRate = false;        // LearnedLink::lineRate
+  signlion::host::SendPacing pacing;  // caps on the links to other nodes, per the call's schedule
 
   // Each schedule with the executor's arena layout for it, so a warm
   // communicator builds and lays out none.

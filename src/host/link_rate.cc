@@ -21,8 +21,17 @@
 namespace signlion {
 namespace host {
 
+namespace {
+const double kStandard[] = {10, 100, 1000, 2500, 5000, 10000, 25000, 40000, 50000, 100000, 200000, 400000};
+}  // namespace
+
+bool isStandardLineRate(int64_t mbits) {
+  for (double s : kStandard)
+    if ((double)mbits == s) return true;
+  return false;
+}
+
 int64_t nominalLinkMbits(double measuredMbits) {
-  static const double kStandard[] = {10, 100, 1000, 2500, 5000, 10000, 25000, 40000, 50000, 100000, 200000, 400000};
   double best = 0, bestDistance = 0;
   for (double s : kStandard) {
     if (measuredMbits < 0.7 * s || measuredMbits > 1.1 * s) continue;
@@ -220,6 +229,7 @@ ncclResult_t learnLinkRate(const Net& net, Bootstrap& bootstrap, const algo::Top
   }
   if (plans[0].betaSet > 0) {
     out->mbits = plans[0].betaSet * 8;
+    out->lineRate = true;
     out->how = "from SIGNLION_COST_BETA_MBPS";
     return ncclSuccess;
   }
@@ -240,6 +250,7 @@ ncclResult_t learnLinkRate(const Net& net, Bootstrap& bootstrap, const algo::Top
     return ncclSuccess;
   }
   out->mbits = agreedLinkMbits(measured.data(), nranks);
+  out->lineRate = isStandardLineRate(out->mbits);
   double slowest = 0;
   for (double m : measured)
     if (m > 0 && (slowest == 0 || m < slowest)) slowest = m;

@@ -42,6 +42,8 @@ namespace host {
 // who knows the link would set. Other measurements stand as they are
 // (rounded; at least 1).
 int64_t nominalLinkMbits(double measuredMbits);
+// Whether mbits is one of those standard rates.
+bool isStandardLineRate(int64_t mbits);
 
 // The rate every rank uses from every rank's measurement (<= 0: that rank
 // measured nothing, not a node's first rank): the slowest one, 0 when none
@@ -59,6 +61,11 @@ LinkSettings linkSettingsFor(int64_t mbits);
 // how it was found, for the INFO line.
 struct LearnedLink {
   int64_t mbits = 0;
+  // The rate is the link's own: set (SIGNLION_COST_BETA_MBPS) or measured
+  // as a standard line rate. A measurement between standard rates says the
+  // hosts, not the link, set the pace (CPU-bound ranks over a fast link):
+  // then nothing is capped at it (send_pacing.h).
+  bool lineRate = false;
   std::string how;
 };
 

@@ -170,6 +170,10 @@ int Net::setLinkRate(int64_t mbps) const {
   return net::deviceNics(dev_, &nics) ? net::socketDeviceStreams(nics) : 0;
 }
 
+bool Net::setSendPacing(void* sendComm, uint64_t bytesPerSec) const {
+  return ours_ && net::commSetPacing(sendComm, bytesPerSec);
+}
+
 bool Net::loopback() const {
   ncclNetProperties_v11_t props;
   return ours_ && api_->getProperties(dev_, &props) == ncclSuccess && props.name != nullptr &&

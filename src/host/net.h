@@ -53,6 +53,10 @@ class Net {
   // (socketDeviceStreams). Returns how many a link now opens; 0 for another
   // plugin, which does not hear it.
   int setLinkRate(int64_t mbps) const;
+  // Caps how fast a send comm of the built-in transport puts bytes on the
+  // wire (bytes/s over all its data streams; 0: no cap). False for another
+  // plugin's comm, which is left as it is, or when a socket refused.
+  bool setSendPacing(void* sendComm, uint64_t bytesPerSec) const;
   // Whether dev() is the loopback interface (the built-in transport's "lo"):
   // no network link to learn.
   bool loopback() const;

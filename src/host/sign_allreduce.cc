@@ -57,6 +57,7 @@ ncclResult_t hostAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
     h.part = (uint32_t)(done / segment);
     h.algorithm = (uint8_t)e->schedule.algo;
     c->check.begin(h);
+    c->pacing.follow(*c->net, c->links, e->schedule.concurrentSendPeers);
     // The next segment's votes are packed while this one waits on the wire.
     signlion::host::Segments segs;
     segs.self = signlion::host::SegmentId{h.seq, h.part};

@@ -129,6 +129,7 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t ncclSignHostSumAl
   ARGCHECK(count <= (size_t)PTRDIFF_MAX / es, kFn, "count", "%zu elements of %zu bytes exceed PTRDIFF_MAX bytes", count,
            es);
   NCCLCHECK(signlion::host::callStart(c, kFn));
+  c->pacing.follow(*c->net, c->links, 1);  // a ring: one peer at a time
   signlion::CallSignature h;
   h.seq = c->calls;
   h.count = count;

@@ -50,58 +50,64 @@ CollectiveThread::~CollectiveThread() {
 }
 
 ncclResult_t CollectiveThread::start(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op,
-                                     const ncclSignCallConfig_t& rules, bool timed) {
+                                     const ncclSignCallConfig_t& rules, bool timed, uint64_t* ticket) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (pending_) {
-      WARN("Lion: a collective was started while the one before was in flight");
+    Call& c = slot(nextTicket_);
+    if (c.state != State::kFree) {
+      WARN("Lion: a collective was started while %d were queued or not waited for", kSlots);
       return ncclInternalError;
     }
-    votes_ = votes;
-    count_ = count;
-    type_ = type;
-    op_ = op;
-    rules_ = rules;
-    timed_ = timed;
-    result_ = ncclSuccess;
-    pending_ = true;
+    c.state = State::kQueued;
+    c.ticket = nextTicket_;
+    c.votes = votes;
+    c.count = count;
+    c.type = type;
+    c.op = op;
+    c.rules = rules;
+    c.timed = timed;
+    c.result = ncclSuccess;
+    *ticket = nextTicket_++;
   }
   changed_.notify_all();
   return ncclSuccess;
 }
 
-ncclResult_t CollectiveThread::wait(int64_t* beginUs, int64_t* endUs) {
+ncclResult_t CollectiveThread::wait(uint64_t ticket, int64_t* beginUs, int64_t* endUs) {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [this] { return !pending_; });
-  if (timed_ && beginUs != nullptr && endUs != nullptr) {
-    *beginUs = beginUs_;
-    *endUs = endUs_;
+  Call& c = slot(ticket);
+  if (c.ticket != ticket || c.state == State::kFree) {
+    WARN("Lion: wait for collective %llu, which is not queued", (unsigned long long)ticket);
+    return ncclInternalError;
   }
-  const ncclResult_t r = result_;
-  result_ = ncclSuccess;
-  return r;
+  changed_.wait(lock, [&] { return c.state == State::kDone; });
+  if (c.timed && beginUs != nullptr && endUs != nullptr) {
+    *beginUs = c.beginUs;
+    *endUs = c.endUs;
+  }
+  c.state = State::kFree;
+  return c.result;
 }
 
 void CollectiveThread::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    changed_.wait(lock, [this] { return pending_ || stopping_; });
-    if (!pending_) return;  // stopping, nothing in flight
-    void* votes = votes_;
-    const size_t count = count_;
-    const ncclDataType_t type = type_;
-    const ncclSignOp_t op = op_;
-    const ncclSignCallConfig_t rules = rules_;
-    const bool timed = timed_;
+    // Queued calls run before the thread ends (their holders wait for them).
+    changed_.wait(lock, [this] { return slot(nextRun_).state == State::kQueued || stopping_; });
+    if (slot(nextRun_).state != State::kQueued) return;
+    Call& c = slot(nextRun_);
+    const Call call = c;
     lock.unlock();
-    const int64_t begin = timed ? nowUs() : 0;
-    const ncclResult_t r = ncclSignHostAllReduceWithConfig(votes, votes, count, type, op, &rules, comm_);
-    const int64_t end = timed ? nowUs() : 0;
+    const int64_t begin = call.timed ? nowUs() : 0;
+    const ncclResult_t r =
+        ncclSignHostAllReduceWithConfig(call.votes, call.votes, call.count, call.type, call.op, &call.rules, comm_);
+    const int64_t end = call.timed ? nowUs() : 0;
     lock.lock();
-    beginUs_ = begin;
-    endUs_ = end;
-    result_ = r;
-    pending_ = false;
+    c.beginUs = begin;
+    c.endUs = end;
+    c.result = r;
+    c.state = State::kDone;
+    nextRun_++;
     changed_.notify_all();
   }
 }

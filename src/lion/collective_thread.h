@@ -1,10 +1,13 @@
 // lion::CollectiveThread: a thread of its own for the sign all-reduce calls
 // of the host optimizers on one communicator, so that a pipelined step
 // (distributed_lion.cc) runs the Lion passes over its next and previous
-// chunks while the chunk in between is on the wire. One call in flight at a
-// time: a communicator runs one call at a time anyway, so every optimizer on
-// it shares this thread (CollectiveThread::of), and while a call is in
-// flight the communicator belongs to this thread.
+// chunks while the chunks in between are on the wire. A communicator runs
+// one call at a time anyway, so every optimizer on it shares this thread
+// (CollectiveThread::of), which runs the calls started in the order they
+// were started; while a call is queued or in flight the communicator belongs
+// to this thread. Several calls may be queued (kSlots over all callers):
+// the thread goes from one call straight to the next, so the wire does not
+// idle while the caller wakes up to start the next chunk.
 #pragma once
 
 #include <condition_variable>
@@ -30,36 +33,49 @@ class CollectiveThread {
   CollectiveThread& operator=(const CollectiveThread&) = delete;
   ~CollectiveThread();
 
-  // Starts ncclSignHostAllReduceWithConfig in place on votes, with the
+  // Calls queued or in flight at once, over every caller of the thread.
+  static constexpr int kSlots = 4;
+
+  // Queues ncclSignHostAllReduceWithConfig in place on votes, with the
   // caller's rules (optimizers sharing the thread may vote by different
-  // ones), and returns. ncclInternalError (and a WARN) when a call is still
-  // in flight: every start must have its wait first.
+  // ones), and returns; *ticket names the call for wait. ncclInternalError
+  // (and a WARN) when kSlots calls are already queued or not yet waited for.
   // timed: the thread reads the clock when the call begins and returns
   // (wait hands both over); untimed, it reads no clock.
   ncclResult_t start(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op,
-                     const ncclSignCallConfig_t& rules, bool timed = false);
-  // Returns once the call started last has, with its result (ncclSuccess
-  // when none was started). A timed call's begin and end (nowUs) go to
-  // *beginUs and *endUs where both are given; they are left alone otherwise.
-  ncclResult_t wait(int64_t* beginUs = nullptr, int64_t* endUs = nullptr);
+                     const ncclSignCallConfig_t& rules, bool timed, uint64_t* ticket);
+  // Returns once the call of `ticket` has, with its result, and frees its
+  // slot (each started call is waited for exactly once). A timed call's
+  // begin and end (nowUs) go to *beginUs and *endUs where both are given;
+  // they are left alone otherwise.
+  ncclResult_t wait(uint64_t ticket, int64_t* beginUs = nullptr, int64_t* endUs = nullptr);
 
  private:
   explicit CollectiveThread(ncclSignComm_t comm) : comm_(comm) {}
   void loop();
 
+  enum class State { kFree, kQueued, kDone };
+  struct Call {
+    State state = State::kFree;
+    uint64_t ticket = 0;
+    void* votes = nullptr;
+    size_t count = 0;
+    ncclDataType_t type = ncclInt8;
+    ncclSignOp_t op = ncclSignMajority;
+    ncclSignCallConfig_t rules = NCCL_SIGN_CALL_CONFIG_INITIALIZER;
+    bool timed = false;
+    ncclResult_t result = ncclSuccess;
+    int64_t beginUs = 0, endUs = 0;
+  };
+  Call& slot(uint64_t ticket) { return calls_[ticket % kSlots]; }
+
   ncclSignComm_t comm_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  bool pending_ = false;   // a call was started and has not returned
-  bool stopping_ = false;  // the destructor asks the thread to end
-  ncclResult_t result_ = ncclSuccess;
-  void* votes_ = nullptr;
-  size_t count_ = 0;
-  ncclDataType_t type_ = ncclInt8;
-  ncclSignOp_t op_ = ncclSignMajority;
-  ncclSignCallConfig_t rules_ = NCCL_SIGN_CALL_CONFIG_INITIALIZER;
-  bool timed_ = false;
-  int64_t beginUs_ = 0, endUs_ = 0;  // the last timed call's
+  Call calls_[kSlots];
+  uint64_t nextTicket_ = 0;  // the next start's
+  uint64_t nextRun_ = 0;     // the call the thread runs next: every earlier one has returned
+  bool stopping_ = false;    // the destructor asks the thread to end
   std::thread thread_;
 };
 

@@ -185,11 +185,14 @@ ncclResult_t Optimizer::runStep(void* params, const void* grads, bool* applied) 
   return ncclSuccess;
 }
 
-// Pass 1, the sign all-reduce and pass 2 of a voted step, chunk by chunk:
-// chunk i's all-reduce runs on the communicator's thread while this thread
-// votes chunk i + 1 and applies chunk i - 1, so the passes run while the wire
-// is busy instead of before and after it. Bit for bit the one-piece step:
-// every pass and both vote rules are per element.
+// Pass 1, the sign all-reduce and pass 2 of a voted step, chunk by chunk,
+// two chunks' all-reduces started ahead (Communicator::kMaxStarted): once
+// chunk i's has returned, chunk i + 1's is already on the wire, and this
+// thread votes and starts chunk i + 2 and applies chunk i meanwhile. So the
+// passes run while the wire is busy instead of before and after it, and the
+// communicator's thread goes from one chunk straight to the next, with no
+// wait for this thread to wake up and start it. Bit for bit the one-piece
+// step: every pass and both vote rules are per element.
 ncclResult_t Optimizer::pipelinedVoteAndApply(void* params, float* master, const void* grads, const Coefficients& k,
                                               const float* skip, size_t chunk) {
   const bool average = config_.aggregation == ncclSignLionAverage;
@@ -220,21 +223,34 @@ ncclResult_t Optimizer::pipelinedVoteAndApply(void* params, float* master, const
     record(ncclSignLionPhaseApply, i, t);
     return r;
   };
-  NCCLCHECK(vote(0));
-  for (size_t i = 0; i < chunks; i++) {
-    // A call that start runs itself (no thread) is timed here; one on the thread, by the thread.
-    int64_t begin = mark();
+  // A call that start runs itself (no thread) is timed around start; one on
+  // the thread, by the thread (its wait hands the times over).
+  int64_t begins[Communicator::kMaxStarted] = {}, ends[Communicator::kMaxStarted] = {};
+  size_t started = 0;  // chunks whose all-reduce was started
+  auto voteAndStart = [&](size_t i) {
+    NCCLCHECK(vote(i));
+    begins[i % Communicator::kMaxStarted] = mark();
     NCCLCHECK(comm_->signAllReduceStart(votes + i * chunk * voteSize, length(i), voteType, op, recording_));
-    int64_t end = mark();
-    ncclResult_t passes = i + 1 < chunks ? vote(i + 1) : ncclSuccess;
-    if (passes == ncclSuccess && i > 0) passes = apply(i - 1);
-    // always: the votes are the thread's until then
+    ends[i % Communicator::kMaxStarted] = mark();
+    started = i + 1;
+    return ncclSuccess;
+  };
+  ncclResult_t r = ncclSuccess;
+  for (size_t i = 0; i < std::min<size_t>(chunks, Communicator::kMaxStarted) && r == ncclSuccess; i++)
+    r = voteAndStart(i);
+  for (size_t i = 0; i < started; i++) {
+    // Every started chunk is waited for, also after a failure: the votes are
+    // the thread's until then. Nothing more is started or applied after one.
+    int64_t& begin = begins[i % Communicator::kMaxStarted];
+    int64_t& end = ends[i % Communicator::kMaxStarted];
     const ncclResult_t collective = comm_->signAllReduceWait(&begin, &end);
-    NCCLCHECK(collective);
-    NCCLCHECK(passes);
+    if (r == ncclSuccess) r = collective;
+    if (r != ncclSuccess) continue;
     if (recording_) phases_.push_back({ncclSignLionPhaseAllReduce, (int)i, begin, end});
+    if (i + Communicator::kMaxStarted < chunks) r = voteAndStart(i + Communicator::kMaxStarted);
+    if (r == ncclSuccess) r = apply(i);
   }
-  return apply(chunks - 1);
+  return r;
 }
 
 ncclResult_t Optimizer::stepCounts(uint64_t* applied, uint64_t* skipped) const {

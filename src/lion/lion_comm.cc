@@ -26,10 +26,21 @@ ncclResult_t HostCommunicator::signAllReduceStart(void* votes, size_t count, ncc
     noThread_ = thread_ == nullptr;
   }
   if (thread_ == nullptr) return signAllReduce(votes, count, type, op);
-  return thread_->start(votes, count, type, op, rules_, timed);
+  if (startedCount_ == kMaxStarted) {
+    WARN("Lion: a collective was started while %d were not waited for", kMaxStarted);
+    return ncclInternalError;
+  }
+  uint64_t ticket = 0;
+  NCCLCHECK(thread_->start(votes, count, type, op, rules_, timed, &ticket));
+  started_[startedCount_++] = ticket;
+  return ncclSuccess;
 }
 ncclResult_t HostCommunicator::signAllReduceWait(int64_t* beginUs, int64_t* endUs) {
-  return thread_ != nullptr ? thread_->wait(beginUs, endUs) : ncclSuccess;
+  if (thread_ == nullptr || startedCount_ == 0) return ncclSuccess;
+  const uint64_t oldest = started_[0];
+  for (int i = 1; i < startedCount_; i++) started_[i - 1] = started_[i];
+  startedCount_--;
+  return thread_->wait(oldest, beginUs, endUs);
 }
 ncclResult_t HostCommunicator::sumAllReduce(float* x, size_t count) {
   return ncclSignHostSumAllReduce(x, x, count, ncclFloat32, comm_);

@@ -42,10 +42,13 @@ class Communicator {
   // The same, split in two: start returns at once when overlapsCollectives()
   // (the votes are the collective's until wait returns, and only the passes
   // below may run meanwhile); else it runs the call and wait has nothing to
-  // wait for. Every successful start is followed by its wait. timed: wait
-  // sets *beginUs and *endUs (nowUs) to when the call began and returned on
-  // the thread that ran it, if it ran on another thread; the caller times a
-  // call that start ran itself.
+  // wait for. Up to kMaxStarted calls may be started before the first is
+  // waited for; they run in the order started, and each wait returns the
+  // oldest one not waited for yet. Every successful start is followed by its
+  // wait. timed: wait sets *beginUs and *endUs (nowUs) to when the call began
+  // and returned on the thread that ran it, if it ran on another thread; the
+  // caller times a call that start ran itself.
+  static constexpr int kMaxStarted = 2;
   virtual bool overlapsCollectives() const { return false; }
   virtual ncclResult_t signAllReduceStart(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op,
                                           bool timed) {
@@ -124,6 +127,9 @@ class HostCommunicator final : public Communicator {
   int nranks_ = 1, rank_ = 0;
   std::shared_ptr<CollectiveThread> thread_;
   bool noThread_ = false;  // CollectiveThread::of failed: calls run on the caller's thread
+  // The tickets of the calls started on thread_ and not waited for, oldest first.
+  uint64_t started_[kMaxStarted] = {};
+  int startedCount_ = 0;
 };
 
 }  // namespace lion

@@ -326,9 +326,10 @@ class RecordingCommunicator final : public lion::Communicator {
   std::map<std::string, const char*> bases_;
 };
 
-// The pipeline's order: chunk i's all-reduce is in flight (between its start
-// and its wait) while chunk i + 1 is voted and chunk i - 1 applied; a count
-// of at most one chunk, or chunk 0, is the one-piece step.
+// The pipeline's order: two chunks' all-reduces are started ahead; once
+// chunk i's wait returns (chunk i + 1's still on the wire), chunk i + 2 is
+// voted and started, then chunk i applied; a count of at most one chunk, or
+// chunk 0, is the one-piece step.
 TEST(DistributedLion, PipelinedStepVotesAndAppliesWhileAChunkIsOnTheWire) {
   struct Case {
     const char* chunk;
@@ -336,10 +337,10 @@ TEST(DistributedLion, PipelinedStepVotesAndAppliesWhileAChunkIsOnTheWire) {
     std::vector<std::string> want;
   };
   const std::vector<Case> cases = {
-      {"128", 300, {"vote 128@0", "start 128@0", "vote 128@128", "wait", "start 128@128", "vote 44@256",
-                    "apply 128@0", "wait", "start 44@256", "apply 128@128", "wait", "apply 44@256"}},
-      {"100", 130, {"vote 64@0", "start 64@0", "vote 64@64", "wait", "start 64@64", "vote 2@128", "apply 64@0",
-                    "wait", "start 2@128", "apply 64@64", "wait", "apply 2@128"}},  // rounded down to 64
+      {"128", 300, {"vote 128@0", "start 128@0", "vote 128@128", "start 128@128", "wait", "vote 44@256",
+                    "start 44@256", "apply 128@0", "wait", "apply 128@128", "wait", "apply 44@256"}},
+      {"100", 130, {"vote 64@0", "start 64@0", "vote 64@64", "start 64@64", "wait", "vote 2@128", "start 2@128",
+                    "apply 64@0", "wait", "apply 64@64", "wait", "apply 2@128"}},  // rounded down to 64
       {"128", 128, {"vote 128@0", "all-reduce 128@0", "apply 128@0"}},
       {"0", 300, {"vote 300@0", "all-reduce 300@0", "apply 300@0"}},
   };
@@ -369,8 +370,8 @@ TEST(DistributedLion, PipelinedStepVotesAndAppliesWhileAChunkIsOnTheWire) {
 }
 
 // A collective that fails in the middle of a pipelined step: step() returns
-// its error after waiting for the call in flight, and nothing of a later
-// chunk is started or applied.
+// its error after waiting for the calls in flight; nothing is started after
+// the failure is known, and no chunk from the failed one on is applied.
 TEST(DistributedLion, PipelinedStepReturnsTheFailureOfAChunk) {
   ScopedLionChunk scoped("64");
   onRanks(2, [&](int rank, ncclSignComm_t comm) {
@@ -380,8 +381,10 @@ TEST(DistributedLion, PipelinedStepReturnsTheFailureOfAChunk) {
     Bytes params = startParams(ncclFloat32, 300);
     bool applied = false;
     EXPECT_EQ(opt.step(params.data(), rankGrads(ncclFloat32, 300, rank, 0).data(), &applied), ncclSystemError);
-    const std::vector<std::string> want = {"vote 64@0", "start 64@0", "vote 64@64", "wait", "start 64@64",
-                                           "vote 64@128", "apply 64@0", "wait"};
+    // Chunk 2 was started before chunk 1's failure was known: it is waited
+    // for, not applied.
+    const std::vector<std::string> want = {"vote 64@0",  "start 64@0",  "vote 64@64", "start 64@64", "wait",
+                                           "vote 64@128", "start 64@128", "apply 64@0", "wait",        "wait"};
     EXPECT_EQ(rec->events, want) << "rank " << rank;
   });
 }
@@ -412,6 +415,48 @@ TEST(DistributedLion, CollectiveStartReturnsBeforeThePeersJoin) {
   });
   EXPECT_EQ(votes[0], want);
   EXPECT_EQ(votes[1], want);
+}
+
+// Two calls started before either is waited for run in the order started,
+// each on its own votes, and the waits return them oldest first; a third
+// start before a wait is refused (ncclInternalError), leaving the two intact.
+TEST(DistributedLion, TwoCollectivesStartedAheadRunInOrder) {
+  const size_t count = 1000;
+  std::vector<std::vector<int8_t>> first(3, std::vector<int8_t>(count)), second = first, third = first;
+  for (int r = 0; r < 3; r++)
+    for (size_t i = 0; i < count; i++) {
+      first[r][i] = (i + r) % 3 == 0 ? -1 : 1;
+      second[r][i] = (i * 7 + r) % 5 < 3 ? -1 : 1;
+    }
+  auto majority = [&](const std::vector<std::vector<int8_t>>& v) {
+    std::vector<int8_t> m(count);
+    for (size_t i = 0; i < count; i++) m[i] = v[0][i] + v[1][i] + v[2][i] > 0 ? 1 : -1;
+    return m;
+  };
+  const std::vector<int8_t> wantFirst = majority(first), wantSecond = majority(second);
+  onRanks(3, [&](int rank, ncclSignComm_t comm) {
+    lion::HostCommunicator host(comm);
+    ASSERT_TRUE(host.overlapsCollectives());
+    ASSERT_EQ(lion::Communicator::kMaxStarted, 2);
+    ASSERT_EQ(host.signAllReduceStart(first[rank].data(), count, ncclInt8, ncclSignMajority, false), ncclSuccess);
+    ASSERT_EQ(host.signAllReduceStart(second[rank].data(), count, ncclInt8, ncclSignMajority, true), ncclSuccess);
+    test::WarnCapture warns;
+    EXPECT_EQ(host.signAllReduceStart(third[rank].data(), count, ncclInt8, ncclSignMajority, false),
+              ncclInternalError);
+    EXPECT_EQ(warns.countContaining("not waited for"), 1);
+    int64_t begin1 = -1, end1 = -1, begin2 = -1, end2 = -1;
+    EXPECT_EQ(host.signAllReduceWait(&begin1, &end1), ncclSuccess);
+    EXPECT_EQ(begin1, -1) << "an untimed call hands over no times";
+    EXPECT_EQ(host.signAllReduceWait(&begin2, &end2), ncclSuccess);
+    EXPECT_LE(begin2, end2);
+    EXPECT_GT(begin2, 0) << "the timed call, waited for second, is the second one";
+    EXPECT_EQ(host.signAllReduceWait(nullptr, nullptr), ncclSuccess) << "nothing left to wait for";
+  });
+  for (int r = 0; r < 3; r++) {
+    EXPECT_EQ(first[r], wantFirst) << "rank " << r;
+    EXPECT_EQ(second[r], wantSecond) << "rank " << r;
+    EXPECT_EQ(third[r], std::vector<int8_t>(count, 0)) << "rank " << r << ": the refused start touched nothing";
+  }
 }
 
 // Optimizers on one communicator share its collective thread; another

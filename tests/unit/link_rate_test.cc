@@ -31,6 +31,14 @@ TEST(LinkRate, MeasurementsNameTheLineRate) {
   }
 }
 
+// Only a standard rate is a line rate the links may be paced at: what stood
+// as measured between them was the hosts' limit, not the link's.
+TEST(LinkRate, StandardLineRates) {
+  for (int64_t m : {10, 100, 1000, 2500, 5000, 10000, 25000, 40000, 50000, 100000, 200000, 400000})
+    EXPECT_TRUE(signlion::host::isStandardLineRate(m)) << m;
+  for (int64_t m : {0, 1, 65, 3000, 999, 1001, 96, 9999}) EXPECT_FALSE(signlion::host::isStandardLineRate(m)) << m;
+}
+
 // Every rank reads the same table and takes the slowest node's rate; ranks
 // that did not probe (not a node's first rank: 0) do not count.
 TEST(LinkRate, EveryRankTakesTheSlowestMeasurement) {
