@@ -1,11 +1,12 @@
 """Fashion-MNIST as Debian's dataset-fashion-mnist installs it (/usr/share/datasets/fashion-mnist:
-the four IDX files, gzip-compressed), read into numpy arrays."""
+the four IDX files, gzip-compressed), read into numpy arrays. SIGNLION_FASHION_DIR names another
+folder holding the same four files (a machine without the package: scripts/gpu_prepare.sh)."""
 import gzip
 import os
 
 import numpy as np
 
-FASHION_DIR = "/usr/share/datasets/fashion-mnist"
+FASHION_DIR = os.environ.get("SIGNLION_FASHION_DIR") or "/usr/share/datasets/fashion-mnist"
 
 
 def read_idx(name):

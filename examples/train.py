@@ -17,6 +17,7 @@ Workloads (data that Debian packages ship; scripts/setup.sh installs them):
   lm   a byte-level transformer language model (6 layers, width 384, 10.8M parameters) on
        the fortune cookies of Debian's fortunes package (/usr/share/games/fortunes, 1.7 MB of
        English text; the last 5 % held out); metric: validation loss (nats per byte)
+  SIGNLION_FASHION_DIR and SIGNLION_FORTUNES_DIR name other folders with the same files.
 
 --optimizer picks the contender (examples/train_baselines.py): signlion-mavo (the default),
 signlion-average, local-lion, ddp-adamw, ddp-lion, ddp-fp16-lion, ddp-powersgd-lion,
@@ -80,7 +81,7 @@ import torch.nn.functional as F  # noqa: E402
 import train_baselines  # noqa: E402
 from fashion_mnist import FASHION_DIR, read_idx as _read_idx  # noqa: E402
 
-FORTUNES_DIR = "/usr/share/games/fortunes"
+FORTUNES_DIR = os.environ.get("SIGNLION_FORTUNES_DIR") or "/usr/share/games/fortunes"
 # Learning rates for (workload, optimizer family): Lion's is a tenth of AdamW's, as its paper advises.
 DEFAULT_LR = {("mlp", "lion"): 1e-4, ("mlp", "adamw"): 1e-3, ("lm", "lion"): 3e-4, ("lm", "adamw"): 1e-3}
 DEFAULT_WD = {"lion": 0.1, "adamw": 0.01}
@@ -532,7 +533,8 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.device == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        # Ranks beyond the GPUs share them (several processes on one GPU, each its own NCCL_HOSTID).
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
         device = torch.device("cuda", torch.cuda.current_device())
     else:
         device = torch.device("cpu")

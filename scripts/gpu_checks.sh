@@ -21,6 +21,12 @@
 #                 tests) and racecheck (kernels)
 #   lion-step     perf/lion_step_bench.py: one Distributed Lion step on CUDA tensors
 #                 (100M parameters) next to single-GPU Lion and global Lion over bf16
+#   train-cuda    examples/train.py --device cuda, 2 and 4 processes sharing the GPU
+#                 (each its own NCCL_HOSTID, NCCL over the net plugin): signlion
+#                 (overlap on and off) against DDP + Lion with NCCL's fp32 and bf16
+#                 all-reduce, per-step times and parts, identical parameters on every
+#                 rank; then the loop habits on CUDA (--clip-grad-norm, --amp fp16
+#                 and bf16) with overlap on, bit for bit equal to overlap off
 #   nccl-tests    nccl-tests' all_reduce_perf (sources in .gpu-carry/nccl-tests,
 #                 Open MPI from .gpu-carry/wheels), our plugin vs NCCL's socket
 #                 transport, same flags, same run
@@ -47,10 +53,11 @@
 # GPU_TEST_JOBS=4 (ctest -j), GPU_TESTS_EXCLUDE (ctest -E regex), MEMCHECK_FILTER, RACECHECK_FILTER,
 # NCCL_MEMCHECK_FILTER (gtest filters), PERF_ARGS, NCCL_TESTS_ARGS,
 # LION_PARAMS=100000000, LION_WORLDS="2 4", LION_TIMEOUT=120 (seconds per world),
+# TRAIN_WORLDS="2 4", TRAIN_STEPS=30, TRAIN_CONTENDERS, TRAIN_TIMEOUT=150 (seconds per run),
 # CLUSTER_ENV, CLUSTER_CONTENDERS (the cluster step's cluster_bench.sh settings).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_STEPS="env build gpu-tests nccl-plugin kernel-bench perf memcheck lion-step nccl-tests cluster"
+ALL_STEPS="env build gpu-tests nccl-plugin kernel-bench perf memcheck lion-step train-cuda nccl-tests cluster"
 BUILD=$(realpath -m "${BUILD:-build-gpu}")
 JOBS=${JOBS:-$(nproc)}
 CARRY=$(realpath -m "${CARRY:-.gpu-carry}")
@@ -66,7 +73,7 @@ default_timeout() {
   case $1 in
     env) echo 60 ;; build) echo 480 ;; gpu-tests) echo 540 ;; memcheck) echo 420 ;;
     kernel-bench) echo 180 ;; perf) echo 300 ;; nccl-plugin) echo 180 ;; nccl-tests) echo 420 ;;
-    lion-step) echo 300 ;; cluster) echo 300 ;; *) echo 300 ;;
+    lion-step) echo 300 ;; train-cuda) echo 360 ;; cluster) echo 300 ;; *) echo 300 ;;
   esac
 }
 
@@ -309,6 +316,69 @@ step_lion_step() {
       || { rc=1; note "world $w failed"; }
   done
   [ $rc -eq 0 ] || fail "lion_step_bench"
+}
+
+# One run of examples/train.py on W ranks, each a process on this machine's
+# GPU(s) with its own NCCL_HOSTID (NCCL then routes their traffic through the
+# net plugin, as between hosts), launched as torchrun launches its workers.
+# Rank 0's summary line goes to figures.txt; the ranks' logs to LOGS.
+# Usage: train_cuda_run W NAME ARGS...; returns train.py's worst exit status.
+train_cuda_run() {
+  local w=$1 name=$2 r rc=0 pids=()
+  shift 2
+  local port=$((29400 + RANDOM % 500))
+  for ((r = 0; r < w; r++)); do
+    env RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r LOCAL_WORLD_SIZE=$w MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      NCCL_HOSTID="gpu-checks-train-$$-$r" NCCL_NET_PLUGIN="$BUILD/lib/libnccl-net-signlion.so" \
+      SIGNLION_LIBRARY="$BUILD/src/host/libnccl-sign.so" PYTHONPATH="$PWD/python:$PWD/examples:$CARRY/python" \
+      SIGNLION_FASHION_DIR="$CARRY/data/fashion-mnist" SIGNLION_FORTUNES_DIR="$CARRY/data/fortunes" \
+      timeout "${TRAIN_TIMEOUT:-150}" python3 examples/train.py --device cuda --timeout 60 \
+      --json "$LOGS/train-$name.json" "$@" \
+      >"$LOGS/train-$name.rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for r in "${pids[@]}"; do wait "$r" || rc=$?; done
+  echo "$name: $(grep -E '^ *(final|step|train.py:)' "$LOGS/train-$name.rank0.log" | tail -2 | tr '\n' ' ')" | figure
+  [ $rc -eq 0 ] || tail -5 "$LOGS/train-$name.rank0.log"
+  return $rc
+}
+
+# The digest of the final parameters rank 0 printed ("parameters identical
+# on all N ranks (sha256 ...)"); empty when the ranks differed.
+params_digest() { grep -o 'identical on all [0-9]* ranks (sha256 [0-9a-f]*)' "$LOGS/train-$1.rank0.log" | grep -o '[0-9a-f]\{16\})' ; }
+
+step_train_cuda() {
+  need_build
+  python3 -c 'import torch; assert torch.cuda.is_available()' || fail "PyTorch sees no CUDA device"
+  [ -f "$CARRY/data/fashion-mnist/train-images-idx3-ubyte.gz" ] || fail "no $CARRY/data: run scripts/gpu_prepare.sh"
+  local w c rc=0 steps=${TRAIN_STEPS:-30}
+  for w in ${TRAIN_WORLDS:-2 4}; do
+    echo "## examples/train.py --device cuda --workload mlp, $w processes, $steps steps" | figure
+    for c in ${TRAIN_CONTENDERS:-signlion-mavo:on signlion-mavo:off ddp-lion:off ddp-bf16-lion:off}; do
+      train_cuda_run "$w" "w$w-${c/:/-}" --workload mlp --optimizer "${c%%:*}" --overlap "${c##*:}" \
+        --steps "$steps" --log-every 10 || { rc=1; note "w$w ${c%%:*} failed"; }
+    done
+  done
+  # The loop habits of a training recipe on CUDA tensors: with overlap on,
+  # the parameters must be those of overlap off, bit for bit.
+  echo "## the contract on CUDA: overlap on = overlap off, 2 processes, 10 steps" | figure
+  local habit
+  for habit in "--clip-grad-norm 1.0" "--amp fp16" "--amp bf16" "--clip-grad-norm 1.0 --amp fp16"; do
+    local tag=${habit// /}
+    tag=${tag//-/}
+    train_cuda_run 2 "habit-$tag-on" --workload mlp --width 1024 --optimizer signlion-mavo --overlap on \
+      --steps 10 $habit || { rc=1; note "$habit overlap on failed"; continue; }
+    train_cuda_run 2 "habit-$tag-off" --workload mlp --width 1024 --optimizer signlion-mavo --overlap off \
+      --steps 10 $habit || { rc=1; note "$habit overlap off failed"; continue; }
+    local on off
+    on=$(params_digest "habit-$tag-on") off=$(params_digest "habit-$tag-off")
+    if [ -n "$on" ] && [ "$on" = "$off" ]; then
+      echo "$habit: overlap on = overlap off, bit for bit" | figure
+    else
+      echo "$habit: overlap on and off DIFFER" | figure; rc=1; note "$habit: overlap on != off"
+    fi
+  done
+  [ $rc -eq 0 ] || fail "train-cuda"
 }
 
 # The hierarchical algorithm's wall-time target (docs/PERFORMANCE.md,

