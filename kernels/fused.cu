@@ -8,10 +8,21 @@
 //    integers (mod 2^sumWidth, the width the sum would be stored with) and
 //    divides; the sum's planes, when asked for, are a separate grid-stride
 //    loop over half-words.
+// Variants (kernels/variants.h), for sums of up to kChunkPlanes planes
+// (wider ones take variant 0):
+//  - majority 1 chunk-prefetch: each lane loads all its planes' half-words
+//    before the first add (every load in flight at once), then adds and
+//    compares in registers.
+//  - average 1 warp-chunk: lane l adds half-word l of the two counters in
+//    bit-sliced form (the planes read once, coalesced), stores the sum's
+//    planes when asked for (in the same pass: no second loop), and
+//    shuffles bring each lane the counts of its elements
+//    (kernels/result_store.cuh, storeAverageChunk).
 #include "kernels/counter_word.h"
 #include "kernels/launch.cuh"
 #include "kernels/result_store.cuh"
 #include "kernels/sign_kernels.h"
+#include "kernels/variants.h"
 
 namespace signlion {
 namespace kernels {
@@ -92,6 +103,79 @@ SIGNLION_KERNEL fusedAverageKernel(FusedArgs a, char* __restrict__ dst, bool vec
       a.nranks, a.count, dst, vec);
 }
 
+// A lane's half-word hw of planes [0, min(width, kChunkPlanes)) of a counter,
+// zero above and past nhw.
+SIGNLION_DEVICE void loadChunkPlanes(const PlaneWords& c, size_t hw, size_t nhw, uint32_t (&w)[kChunkPlanes]) {
+  SIGNLION_UNROLL
+  for (int q = 0; q < kChunkPlanes; q++) w[q] = q < c.width && hw < nhw ? c.at(q, hw) : 0u;
+}
+
+template <typename E>
+SIGNLION_KERNEL fusedMajorityPrefetchKernel(FusedArgs a, char* __restrict__ dst, bool vec) {
+  const size_t chunks = (a.nhw + 31) / 32;
+  for (size_t c = globalWarp(); c < chunks; c += warpCount()) {
+    const size_t hw = c * 32 + laneId();
+    uint32_t accP[kChunkPlanes], inP[kChunkPlanes], accM[kChunkPlanes], inM[kChunkPlanes];
+    loadChunkPlanes(a.accP, hw, a.nhw, accP);
+    loadChunkPlanes(a.inP, hw, a.nhw, inP);
+    loadChunkPlanes(a.accM, hw, a.nhw, accM);
+    loadChunkPlanes(a.inM, hw, a.nhw, inM);
+    uint32_t r0 = 0, r1 = 0;
+    if (hw < a.nhw) {
+      uint32_t gt, eq;
+      addCompareMajorityUnrolled<kChunkPlanes, uint32_t>(
+          [&](int p) { return accP[p]; }, a.accP.width, [&](int p) { return inP[p]; }, a.inP.width,
+          [&](int p) { return accM[p]; }, a.accM.width, [&](int p) { return inM[p]; }, a.inM.width, a.ternary,
+          a.sumWidth, a.nranks, gt, eq);
+      resultPlanes(gt, eq, a.twoPlanes, a.tie, r0, r1);
+      if (a.planesOut != nullptr) {
+        a.planesOut[hw] = r0;
+        if (a.twoPlanes) a.planesOut[a.so + hw] = r1;
+      }
+    }
+    storeMajorityChunk<E>(r0, r1, a.twoPlanes, c * kChunkElems, a.count, dst, vec);
+  }
+}
+
+// The sum of a lane's half-words of two counters, sumWidth planes (carries
+// past it lost), zero above.
+SIGNLION_DEVICE void addChunkPlanes(const PlaneWords& x, const PlaneWords& y, int sumWidth, size_t hw, size_t nhw,
+                                    uint32_t (&sum)[kChunkPlanes]) {
+  uint32_t a[kChunkPlanes], b[kChunkPlanes];
+  loadChunkPlanes(x, hw, nhw, a);
+  loadChunkPlanes(y, hw, nhw, b);
+  uint32_t carry = 0;
+  SIGNLION_UNROLL
+  for (int q = 0; q < kChunkPlanes; q++) sum[q] = q < sumWidth ? bits::fullAdd(a[q], b[q], carry) : 0u;
+}
+
+template <typename E>
+SIGNLION_KERNEL fusedAverageChunkKernel(FusedArgs a, char* __restrict__ dst, bool vec) {
+  const size_t chunks = (a.nhw + 31) / 32;
+  for (size_t c = globalWarp(); c < chunks; c += warpCount()) {
+    const size_t hw = c * 32 + laneId();
+    uint32_t sp[kChunkPlanes], sm[kChunkPlanes];
+    addChunkPlanes(a.accP, a.inP, a.sumWidth, hw, a.nhw, sp);
+    if (a.ternary) {
+      addChunkPlanes(a.accM, a.inM, a.sumWidth, hw, a.nhw, sm);
+    } else {
+      SIGNLION_UNROLL
+      for (int q = 0; q < kChunkPlanes; q++) sm[q] = 0;
+    }
+    if (a.planesOut != nullptr && hw < a.nhw) {
+      // The sum's planes: P at planes [0, sumWidth), M at [sumWidth, 2 sumWidth).
+      uint32_t* m = a.planesOut + (size_t)a.sumWidth * a.so;
+      SIGNLION_UNROLL
+      for (int q = 0; q < kChunkPlanes; q++) {
+        if (q >= a.sumWidth) break;
+        a.planesOut[q * a.so + hw] = sp[q];
+        if (a.ternary) m[q * a.so + hw] = sm[q];
+      }
+    }
+    storeAverageChunk<E>(sp, a.sumWidth, sm, a.sumWidth, a.ternary, a.nranks, c * kChunkElems, a.count, dst, vec);
+  }
+}
+
 }  // namespace
 
 cudaError_t addDecideUnpack(const bits::Counts& acc, const bits::Counts& in, int sumWidth, int nranks,
@@ -120,15 +204,22 @@ cudaError_t addDecideUnpack(const bits::Counts& acc, const bits::Counts& in, int
   a.count = count;
   const bool vec = aligned16(dst);
   char* out = static_cast<char*>(dst);
+  // The chunk variants keep each counter's planes, and the sum's, in
+  // kChunkPlanes registers; the majority's constant N / 2 must fit them too.
+  const bool chunkable = sumWidth <= kChunkPlanes && (nranks / 2) >> kChunkPlanes == 0;
+  const size_t warps = (a.nhw + 31) / 32;
   if (op == ncclSignMajority) {
+    const bool prefetch = chunkable && currentVariant(Tuned::kFusedMajority) == 1;
     return withElemTraits(dt, [&](auto traits) {
       using E = decltype(traits);
-      const size_t warps = (a.nhw + 31) / 32;
+      if (prefetch) return launchFor(warps * 32, fusedMajorityPrefetchKernel<E>, stream, a, out, vec);
       return launchFor(warps * 32, fusedMajorityKernel<E>, stream, a, out, vec);
     });
   }
+  const bool chunk = chunkable && currentVariant(Tuned::kFusedAverage) == 1;
   return withFloatTraits(dt, [&](auto traits) {
     using E = decltype(traits);
+    if (chunk) return launchFor(warps * 32, fusedAverageChunkKernel<E>, stream, a, out, vec);
     const size_t vectors = vec ? (count + E::kVec - 1) / E::kVec : count;
     return launchFor(vectors > a.nhw ? vectors : a.nhw, fusedAverageKernel<E>, stream, a, out, vec);
   });

@@ -110,5 +110,64 @@ SIGNLION_DEVICE void storeAverages(Sums sums, int nranks, size_t count, char* ds
   }
 }
 
+// Counter planes a warp-chunk average keeps in registers, per counter: a
+// counter of N <= 65535 voters.
+constexpr int kChunkPlanes = 16;
+
+// The counts of V elements (bits [shift, shift + V) of the chunk's half-word
+// src) from the chunk's planes that the lanes hold (lane l: half-word l of
+// each plane); planes at or past width are not read. Warp-uniform: every
+// lane shuffles every plane.
+template <int V>
+SIGNLION_DEVICE void chunkCounts(const uint32_t (&planes)[kChunkPlanes], int width, int src, int shift, int (&c)[V]) {
+  SIGNLION_UNROLL
+  for (int k = 0; k < V; k++) c[k] = 0;
+  SIGNLION_UNROLL
+  for (int q = 0; q < kChunkPlanes; q++) {
+    if (q >= width) break;
+    const uint32_t b = warpShfl(planes[q], src) >> shift;
+    SIGNLION_UNROLL
+    for (int k = 0; k < V; k++) c[k] |= (int)((b >> k) & 1) << q;
+  }
+}
+
+// The warp writes the averages of the kChunkElems elements from `first`, as
+// storeAverages does, from the chunk's counter planes the lanes hold: P
+// (width wp) and, when ternary, M (width wm), each <= kChunkPlanes; the sum
+// is P - M, or 2P - N without M. Warp-uniform. The planes are read once,
+// coalesced, by the caller; shuffles bring each lane the bits of its
+// elements, so every store of the warp is coalesced too.
+template <typename E>
+SIGNLION_DEVICE void storeAverageChunk(const uint32_t (&sp)[kChunkPlanes], int wp, const uint32_t (&sm)[kChunkPlanes],
+                                       int wm, bool ternary, int nranks, size_t first, size_t count, char* dst,
+                                       bool vec) {
+  const int lane = (int)laneId();
+  if (vec) {
+    constexpr int V = E::kVec;
+    using S = LaneSlice<V>;
+    for (int j = 0; j < S::kLanesPerWord; j++) {
+      const int src = j * V + S::word(lane);
+      int p[V], m[V];
+      chunkCounts<V>(sp, wp, src, S::shift(lane), p);
+      if (ternary) chunkCounts<V>(sm, wm, src, S::shift(lane), m);
+      const size_t e = first + (size_t)(j * 32 + lane) * V;
+      if (e < count) {
+        uint32_t v[4] = {0, 0, 0, 0};
+        SIGNLION_UNROLL
+        for (int k = 0; k < V; k++) E::put(v, k, averageRaw<E>(ternary ? p[k] - m[k] : 2 * p[k] - nranks, nranks));
+        storeVector<E>(dst, e, count, v);
+      }
+    }
+  } else {
+    for (int j = 0; j < 32; j++) {
+      int p[1], m[1];
+      chunkCounts<1>(sp, wp, j, lane, p);
+      if (ternary) chunkCounts<1>(sm, wm, j, lane, m);
+      const size_t e = first + (size_t)j * 32 + lane;
+      if (e < count) storeElem<E>(dst, e, averageRaw<E>(ternary ? p[0] - m[0] : 2 * p[0] - nranks, nranks));
+    }
+  }
+}
+
 }  // namespace kernels
 }  // namespace signlion
