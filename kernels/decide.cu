@@ -7,10 +7,12 @@
 //    2 or 4 chunks loaded before any is written (more loads in flight).
 //  - average: variant 0 vector, a thread per vector of elements, which reads
 //    its bits of every counter plane (neighbouring lanes read the same
-//    half-word: one transaction) and divides; variant 1 warp-chunk, a warp
+//    half-word: one transaction) and divides; variant 1 chunk-table, a warp
 //    per chunk of 1024 elements: lane l reads half-word l of every plane
-//    (coalesced, all loads in flight at once) and shuffles bring each lane its
-//    elements' bits (counters of up to kChunkPlanes planes; wider ones take
+//    (coalesced, all loads in flight at once), shuffles bring each lane its
+//    elements' bits, and the result of each sum is looked up in a table of
+//    the results of the 64 sums around zero, which the launcher computes
+//    (result_store.cuh; counters whose sums may leave the table take
 //    variant 0).
 #include "kernels/counter_word.h"
 #include "kernels/launch.cuh"
@@ -71,18 +73,19 @@ SIGNLION_KERNEL unpackChunksKernel(const uint32_t* __restrict__ plus, const uint
 }
 
 template <typename E>
-SIGNLION_KERNEL averageChunkKernel(PlaneWords pos, PlaneWords neg, bool ternary, int nranks, size_t nhw, size_t count,
-                                   char* __restrict__ dst, bool vec) {
+SIGNLION_KERNEL averageChunkKernel(PlaneWords pos, PlaneWords neg, bool ternary, int nranks, AverageTableEntries entries,
+                                   size_t nhw, size_t count, char* __restrict__ dst, bool vec) {
+  const AverageTable table = spreadAverageTable(entries);
   const size_t chunks = (nhw + 31) / 32;
   for (size_t c = globalWarp(); c < chunks; c += warpCount()) {
     const size_t hw = c * 32 + laneId();
-    uint32_t sp[kChunkPlanes], sm[kChunkPlanes];
+    uint32_t sp[kAveragePlanes], sm[kAveragePlanes];
     SIGNLION_UNROLL
-    for (int q = 0; q < kChunkPlanes; q++) {
+    for (int q = 0; q < kAveragePlanes; q++) {
       sp[q] = q < pos.width && hw < nhw ? pos.at(q, hw) : 0u;
       sm[q] = ternary && q < neg.width && hw < nhw ? neg.at(q, hw) : 0u;
     }
-    storeAverageChunk<E>(sp, pos.width, sm, neg.width, ternary, nranks, c * kChunkElems, count, dst, vec);
+    storeAverageChunk<E>(sp, pos.width, sm, neg.width, ternary, nranks, table, c * kChunkElems, count, dst, vec);
   }
 }
 
@@ -141,13 +144,13 @@ cudaError_t average(const bits::Counts& c, int nranks, size_t count, ncclDataTyp
   const PlaneWords pos = PlaneWords::of(c.pos, c.posWidth, c.posStride);
   const PlaneWords neg = PlaneWords::of(c.neg, ternary ? c.negWidth : 0, c.negStride);
   const bool vec = aligned16(dst);
-  const bool chunk = currentVariant(Tuned::kAverage) == 1 && pos.width <= kChunkPlanes && neg.width <= kChunkPlanes;
+  const bool chunk = currentVariant(Tuned::kAverage) == 1 && averageTableHolds(pos.width, neg.width, ternary, nranks);
   return withFloatTraits(dt, [&](auto traits) {
     using E = decltype(traits);
     if (chunk) {
       const size_t nhw = 2 * bits::numWords(count);
-      return launchFor((nhw + 31) / 32 * 32, averageChunkKernel<E>, stream, pos, neg, ternary, nranks, nhw, count,
-                       static_cast<char*>(dst), vec);
+      return launchFor((nhw + 31) / 32 * 32, averageChunkKernel<E>, stream, pos, neg, ternary, nranks,
+                       averageTableEntries<E>(nranks), nhw, count, static_cast<char*>(dst), vec);
     }
     const size_t threads = vec ? (count + E::kVec - 1) / E::kVec : count;
     return launchFor(threads, averageKernel<E>, stream, pos, neg, ternary, nranks, count, static_cast<char*>(dst),

@@ -8,16 +8,18 @@
 //    integers (mod 2^sumWidth, the width the sum would be stored with) and
 //    divides; the sum's planes, when asked for, are a separate grid-stride
 //    loop over half-words.
-// Variants (kernels/variants.h), for sums of up to kChunkPlanes planes
-// (wider ones take variant 0):
+// Variants (kernels/variants.h; arguments a variant cannot take, as named
+// below, run variant 0):
 //  - majority 1 chunk-prefetch: each lane loads all its planes' half-words
 //    before the first add (every load in flight at once), then adds and
-//    compares in registers.
-//  - average 1 warp-chunk: lane l adds half-word l of the two counters in
+//    compares in registers (sums of up to kChunkPlanes planes).
+//  - average 1 chunk-table: lane l adds half-word l of the two counters in
 //    bit-sliced form (the planes read once, coalesced), stores the sum's
-//    planes when asked for (in the same pass: no second loop), and
-//    shuffles bring each lane the counts of its elements
-//    (kernels/result_store.cuh, storeAverageChunk).
+//    planes when asked for (in the same pass: no second loop), shuffles
+//    bring each lane the counts of its elements and a table of the results
+//    of the sums around zero, spread over the warp, replaces the divisions
+//    (kernels/result_store.cuh, storeAverageChunk; sums that may leave the
+//    table take variant 0).
 #include "kernels/counter_word.h"
 #include "kernels/launch.cuh"
 #include "kernels/result_store.cuh"
@@ -103,11 +105,12 @@ SIGNLION_KERNEL fusedAverageKernel(FusedArgs a, char* __restrict__ dst, bool vec
       a.nranks, a.count, dst, vec);
 }
 
-// A lane's half-word hw of planes [0, min(width, kChunkPlanes)) of a counter,
+// A lane's half-word hw of planes [0, min(width, kPlanes)) of a counter,
 // zero above and past nhw.
-SIGNLION_DEVICE void loadChunkPlanes(const PlaneWords& c, size_t hw, size_t nhw, uint32_t (&w)[kChunkPlanes]) {
+template <int kPlanes>
+SIGNLION_DEVICE void loadChunkPlanes(const PlaneWords& c, size_t hw, size_t nhw, uint32_t (&w)[kPlanes]) {
   SIGNLION_UNROLL
-  for (int q = 0; q < kChunkPlanes; q++) w[q] = q < c.width && hw < nhw ? c.at(q, hw) : 0u;
+  for (int q = 0; q < kPlanes; q++) w[q] = q < c.width && hw < nhw ? c.at(q, hw) : 0u;
 }
 
 template <typename E>
@@ -140,39 +143,41 @@ SIGNLION_KERNEL fusedMajorityPrefetchKernel(FusedArgs a, char* __restrict__ dst,
 // The sum of a lane's half-words of two counters, sumWidth planes (carries
 // past it lost), zero above.
 SIGNLION_DEVICE void addChunkPlanes(const PlaneWords& x, const PlaneWords& y, int sumWidth, size_t hw, size_t nhw,
-                                    uint32_t (&sum)[kChunkPlanes]) {
-  uint32_t a[kChunkPlanes], b[kChunkPlanes];
+                                    uint32_t (&sum)[kAveragePlanes]) {
+  uint32_t a[kAveragePlanes], b[kAveragePlanes];
   loadChunkPlanes(x, hw, nhw, a);
   loadChunkPlanes(y, hw, nhw, b);
   uint32_t carry = 0;
   SIGNLION_UNROLL
-  for (int q = 0; q < kChunkPlanes; q++) sum[q] = q < sumWidth ? bits::fullAdd(a[q], b[q], carry) : 0u;
+  for (int q = 0; q < kAveragePlanes; q++) sum[q] = q < sumWidth ? bits::fullAdd(a[q], b[q], carry) : 0u;
 }
 
 template <typename E>
-SIGNLION_KERNEL fusedAverageChunkKernel(FusedArgs a, char* __restrict__ dst, bool vec) {
+SIGNLION_KERNEL fusedAverageChunkKernel(FusedArgs a, AverageTableEntries entries, char* __restrict__ dst, bool vec) {
+  const AverageTable table = spreadAverageTable(entries);
   const size_t chunks = (a.nhw + 31) / 32;
   for (size_t c = globalWarp(); c < chunks; c += warpCount()) {
     const size_t hw = c * 32 + laneId();
-    uint32_t sp[kChunkPlanes], sm[kChunkPlanes];
+    uint32_t sp[kAveragePlanes], sm[kAveragePlanes];
     addChunkPlanes(a.accP, a.inP, a.sumWidth, hw, a.nhw, sp);
     if (a.ternary) {
       addChunkPlanes(a.accM, a.inM, a.sumWidth, hw, a.nhw, sm);
     } else {
       SIGNLION_UNROLL
-      for (int q = 0; q < kChunkPlanes; q++) sm[q] = 0;
+      for (int q = 0; q < kAveragePlanes; q++) sm[q] = 0;
     }
     if (a.planesOut != nullptr && hw < a.nhw) {
       // The sum's planes: P at planes [0, sumWidth), M at [sumWidth, 2 sumWidth).
       uint32_t* m = a.planesOut + (size_t)a.sumWidth * a.so;
       SIGNLION_UNROLL
-      for (int q = 0; q < kChunkPlanes; q++) {
+      for (int q = 0; q < kAveragePlanes; q++) {
         if (q >= a.sumWidth) break;
         a.planesOut[q * a.so + hw] = sp[q];
         if (a.ternary) m[q * a.so + hw] = sm[q];
       }
     }
-    storeAverageChunk<E>(sp, a.sumWidth, sm, a.sumWidth, a.ternary, a.nranks, c * kChunkElems, a.count, dst, vec);
+    storeAverageChunk<E>(sp, a.sumWidth, sm, a.sumWidth, a.ternary, a.nranks, table, c * kChunkElems, a.count, dst,
+                         vec);
   }
 }
 
@@ -204,22 +209,24 @@ cudaError_t addDecideUnpack(const bits::Counts& acc, const bits::Counts& in, int
   a.count = count;
   const bool vec = aligned16(dst);
   char* out = static_cast<char*>(dst);
-  // The chunk variants keep each counter's planes, and the sum's, in
-  // kChunkPlanes registers; the majority's constant N / 2 must fit them too.
-  const bool chunkable = sumWidth <= kChunkPlanes && (nranks / 2) >> kChunkPlanes == 0;
   const size_t warps = (a.nhw + 31) / 32;
   if (op == ncclSignMajority) {
-    const bool prefetch = chunkable && currentVariant(Tuned::kFusedMajority) == 1;
+    // The prefetch variant keeps each counter's planes in kChunkPlanes
+    // registers; the sum and the constant N / 2 must fit them too.
+    const bool prefetch = currentVariant(Tuned::kFusedMajority) == 1 && sumWidth <= kChunkPlanes &&
+                          (nranks / 2) >> kChunkPlanes == 0;
     return withElemTraits(dt, [&](auto traits) {
       using E = decltype(traits);
       if (prefetch) return launchFor(warps * 32, fusedMajorityPrefetchKernel<E>, stream, a, out, vec);
       return launchFor(warps * 32, fusedMajorityKernel<E>, stream, a, out, vec);
     });
   }
-  const bool chunk = chunkable && currentVariant(Tuned::kFusedAverage) == 1;
+  const bool chunk =
+      currentVariant(Tuned::kFusedAverage) == 1 && averageTableHolds(sumWidth, sumWidth, ternary, nranks);
   return withFloatTraits(dt, [&](auto traits) {
     using E = decltype(traits);
-    if (chunk) return launchFor(warps * 32, fusedAverageChunkKernel<E>, stream, a, out, vec);
+    if (chunk)
+      return launchFor(warps * 32, fusedAverageChunkKernel<E>, stream, a, averageTableEntries<E>(nranks), out, vec);
     const size_t vectors = vec ? (count + E::kVec - 1) / E::kVec : count;
     return launchFor(vectors > a.nhw ? vectors : a.nhw, fusedAverageKernel<E>, stream, a, out, vec);
   });

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "kernels/launch.cuh"
+#include "bits/float16.h"
 #include "kernels/warp_layout.h"
 
 namespace signlion {
@@ -110,20 +111,22 @@ SIGNLION_DEVICE void storeAverages(Sums sums, int nranks, size_t count, char* ds
   }
 }
 
-// Counter planes a warp-chunk average keeps in registers, per counter: a
-// counter of N <= 65535 voters.
+// Counter planes a warp chunk keeps in registers, per counter: a counter of
+// N <= 65535 voters (the fused majority's prefetch variant).
 constexpr int kChunkPlanes = 16;
+// The same for an average from the table below: its sums need at most 6.
+constexpr int kAveragePlanes = 6;
 
 // The counts of V elements (bits [shift, shift + V) of the chunk's half-word
 // src) from the chunk's planes that the lanes hold (lane l: half-word l of
 // each plane); planes at or past width are not read. Warp-uniform: every
 // lane shuffles every plane.
-template <int V>
-SIGNLION_DEVICE void chunkCounts(const uint32_t (&planes)[kChunkPlanes], int width, int src, int shift, int (&c)[V]) {
+template <int V, int kPlanes>
+SIGNLION_DEVICE void chunkCounts(const uint32_t (&planes)[kPlanes], int width, int src, int shift, int (&c)[V]) {
   SIGNLION_UNROLL
   for (int k = 0; k < V; k++) c[k] = 0;
   SIGNLION_UNROLL
-  for (int q = 0; q < kChunkPlanes; q++) {
+  for (int q = 0; q < kPlanes; q++) {
     if (q >= width) break;
     const uint32_t b = warpShfl(planes[q], src) >> shift;
     SIGNLION_UNROLL
@@ -131,16 +134,78 @@ SIGNLION_DEVICE void chunkCounts(const uint32_t (&planes)[kChunkPlanes], int wid
   }
 }
 
+// Sums the average table holds: [kTableLow, kTableLow + 64).
+constexpr int kTableLow = -31;
+
+// averageRaw<E>(s, nranks) for every s in [kTableLow, kTableLow + 64): entry
+// s - kTableLow. The launcher fills it on the host with the CPU's arithmetic
+// (the reference the kernels' own conversions are tested against, bit for
+// bit) and passes it by value: the kernel then divides nothing (a division's
+// slow path is a call, across which a warp chunk's planes would go to the
+// stack).
+struct AverageTableEntries {
+  uint32_t e[64];
+};
+
+template <typename E>
+inline AverageTableEntries averageTableEntries(int nranks) {
+  AverageTableEntries t;
+  for (int i = 0; i < 64; i++) {
+    const float v = (float)(kTableLow + i) / (float)nranks;  // IEEE, rounded to nearest even
+    if constexpr (std::is_same<E, F32Traits>::value) {
+      t.e[i] = bits::floatBits(v);
+    } else if constexpr (std::is_same<E, F16Traits>::value) {
+      t.e[i] = bits::floatToHalf(v);
+    } else {
+      static_assert(std::is_same<E, Bf16Traits>::value, "an average is written as fp32, fp16 or bf16");
+      t.e[i] = bits::floatToBf16(v);
+    }
+  }
+  return t;
+}
+
+// The table spread over a warp: entry i in register i / 32 of lane i % 32.
+struct AverageTable {
+  uint32_t lo, hi;
+};
+
+SIGNLION_DEVICE AverageTable spreadAverageTable(const AverageTableEntries& t) {
+  const unsigned lane = laneId();
+  AverageTable r{0, 0};
+  SIGNLION_UNROLL
+  for (unsigned i = 0; i < 32; i++) {  // constant indices: the entries stay in the parameter space
+    if (lane == i) r = AverageTable{t.e[i], t.e[32 + i]};
+  }
+  return r;
+}
+
+// The table's entry for sum s (within the table). Warp-uniform.
+SIGNLION_DEVICE uint32_t lookupAverage(const AverageTable& t, int s) {
+  const int i = s - kTableLow;
+  const uint32_t lo = warpShfl(t.lo, i & 31), hi = warpShfl(t.hi, i & 31);
+  return i < 32 ? lo : hi;
+}
+
+// Whether every sum of P (width wp) and, when ternary, M (width wm) is in the
+// table: sums are P - M, or 2P - N without M, with P, M < 2^width.
+inline bool averageTableHolds(int wp, int wm, bool ternary, int nranks) {
+  if (wp > kAveragePlanes || (ternary && wm > kAveragePlanes)) return false;
+  const int pMax = (1 << wp) - 1;
+  const int low = ternary ? -((1 << wm) - 1) : -nranks, high = ternary ? pMax : 2 * pMax - nranks;
+  return low >= kTableLow && high < kTableLow + 64;
+}
+
 // The warp writes the averages of the kChunkElems elements from `first`, as
 // storeAverages does, from the chunk's counter planes the lanes hold: P
-// (width wp) and, when ternary, M (width wm), each <= kChunkPlanes; the sum
-// is P - M, or 2P - N without M. Warp-uniform. The planes are read once,
-// coalesced, by the caller; shuffles bring each lane the bits of its
-// elements, so every store of the warp is coalesced too.
+// (width wp) and, when ternary, M (width wm), each <= kAveragePlanes; the sum
+// is P - M, or 2P - N without M, and must be in the table
+// (averageTableHolds). Warp-uniform. The planes are read once, coalesced,
+// by the caller; shuffles bring each lane the bits of its elements, so every
+// store of the warp is coalesced too.
 template <typename E>
-SIGNLION_DEVICE void storeAverageChunk(const uint32_t (&sp)[kChunkPlanes], int wp, const uint32_t (&sm)[kChunkPlanes],
-                                       int wm, bool ternary, int nranks, size_t first, size_t count, char* dst,
-                                       bool vec) {
+SIGNLION_DEVICE void storeAverageChunk(const uint32_t (&sp)[kAveragePlanes], int wp, const uint32_t (&sm)[kAveragePlanes],
+                                       int wm, bool ternary, int nranks, const AverageTable& table, size_t first,
+                                       size_t count, char* dst, bool vec) {
   const int lane = (int)laneId();
   if (vec) {
     constexpr int V = E::kVec;
@@ -150,21 +215,20 @@ SIGNLION_DEVICE void storeAverageChunk(const uint32_t (&sp)[kChunkPlanes], int w
       int p[V], m[V];
       chunkCounts<V>(sp, wp, src, S::shift(lane), p);
       if (ternary) chunkCounts<V>(sm, wm, src, S::shift(lane), m);
+      uint32_t v[4] = {0, 0, 0, 0};
+      SIGNLION_UNROLL
+      for (int k = 0; k < V; k++) E::put(v, k, lookupAverage(table, ternary ? p[k] - m[k] : 2 * p[k] - nranks));
       const size_t e = first + (size_t)(j * 32 + lane) * V;
-      if (e < count) {
-        uint32_t v[4] = {0, 0, 0, 0};
-        SIGNLION_UNROLL
-        for (int k = 0; k < V; k++) E::put(v, k, averageRaw<E>(ternary ? p[k] - m[k] : 2 * p[k] - nranks, nranks));
-        storeVector<E>(dst, e, count, v);
-      }
+      if (e < count) storeVector<E>(dst, e, count, v);
     }
   } else {
     for (int j = 0; j < 32; j++) {
       int p[1], m[1];
       chunkCounts<1>(sp, wp, j, lane, p);
       if (ternary) chunkCounts<1>(sm, wm, j, lane, m);
+      const uint32_t raw = lookupAverage(table, ternary ? p[0] - m[0] : 2 * p[0] - nranks);
       const size_t e = first + (size_t)j * 32 + lane;
-      if (e < count) storeElem<E>(dst, e, averageRaw<E>(ternary ? p[0] - m[0] : 2 * p[0] - nranks, nranks));
+      if (e < count) storeElem<E>(dst, e, raw);
     }
   }
 }

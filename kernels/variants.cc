@@ -19,9 +19,9 @@ struct TunedInfo {
 const TunedInfo kTable[kTunedKernels] = {
     {"sumVotes", 0, {"word", "word-batch8", "pair-batch8", nullptr}},
     {"unpack", 0, {"chunk", "chunk-x2", "chunk-x4", nullptr}},
-    {"average", 0, {"vector", "warp-chunk", nullptr, nullptr}},
+    {"average", 0, {"vector", "chunk-table", nullptr, nullptr}},
     {"fusedMajority", 0, {"chunk", "chunk-prefetch", nullptr, nullptr}},
-    {"fusedAverage", 0, {"vector", "warp-chunk", nullptr, nullptr}},
+    {"fusedAverage", 0, {"vector", "chunk-table", nullptr, nullptr}},
     {"packFields", 0, {"ballot", "thread-word", nullptr, nullptr}},
     {"fieldsToPlanes", 0, {"ballot", "thread-block", "thread-block-pow2", nullptr}},
 };

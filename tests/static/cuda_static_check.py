@@ -53,6 +53,16 @@ STREAMING = {
     "packFieldsKernel": "values -> f-bit fields (kernels/fields.cu)",
     "fieldsToPlanesKernel": "f-bit fields -> planes (kernels/fields.cu)",
     "encodeTritsKernel": "result planes -> 5 elements per byte (kernels/trits.cu)",
+    # Variants (kernels/variants.h): the same work as the kernel they stand in for.
+    "sumVotesBatchKernel": "sumVotes, 8 slots' loads in flight (kernels/add.cu)",
+    "sumVotesPairKernel": "sumVotes, two words per thread (kernels/add.cu)",
+    "unpackChunksKernel": "unpack, 2 or 4 chunks per warp step (kernels/decide.cu)",
+    "averageChunkKernel": "average, a warp per 1024 elements, results from a table (kernels/decide.cu)",
+    "fusedMajorityPrefetchKernel": "fused majority, planes loaded up front (kernels/fused.cu)",
+    "fusedAverageChunkKernel": "fused average, a warp per 1024 elements, results from a table (kernels/fused.cu)",
+    "packFieldsThreadKernel": "packFields, a thread per field word (kernels/fields.cu)",
+    "fieldsToPlanesThreadKernel": "fieldsToPlanes, a thread per 64-element block (kernels/fields.cu)",
+    "fieldsToPlanesPow2Kernel": "fieldsToPlanes for f = 1, 2, 4, 8 (kernels/fields.cu)",
     "decodeTritsKernel": "5 elements per byte -> result planes (kernels/trits.cu)",
     "elementwise<InterpolateAndVote>": "Lion pass 1: momentum and votes (kernels/lion_passes.cu)",
     "elementwise<ApplyUpdate>": "Lion pass 2: parameters (kernels/lion_passes.cu)",
@@ -92,6 +102,11 @@ EXPECTED = [
     ("decodeTritsKernel", "__ballot_sync", "kernels/trits.cu", "one ballot per digit and sign, and the malformed check"),
     ("unpackKernel", "__shfl_sync", "kernels/result_store.cuh", "storeMajorityChunk: results to lanes"),
     ("fusedMajorityKernel", "__shfl_sync", "kernels/result_store.cuh", "storeMajorityChunk: results to lanes"),
+    ("unpackChunksKernel", "__shfl_sync", "kernels/result_store.cuh", "storeMajorityChunk: results to lanes"),
+    ("fusedMajorityPrefetchKernel", "__shfl_sync", "kernels/result_store.cuh",
+     "storeMajorityChunk: results to lanes"),
+    ("averageChunkKernel", "__shfl_sync", "kernels/result_store.cuh", "chunkCounts, lookupAverage: counter bits and results to lanes"),
+    ("fusedAverageChunkKernel", "__shfl_sync", "kernels/result_store.cuh", "chunkCounts, lookupAverage: counter bits and results to lanes"),
 ]
 
 LOCAL_MEMORY_SASS = re.compile(r"^(LDL|STL)\b")
