@@ -12,8 +12,9 @@
 // "kernel ... [variant]", and after the table a summary per kernel: each
 // variant's mean and lowest ratio over that kernel's rows, the best (highest
 // mean), and one machine-readable line
-//   WINNER <kernel> <variant number> <variant name> mean=<ratio> min=<ratio> default=<number>
-// (docs/dev/GPU.md: making the winners the defaults).
+//   WINNER <kernel> <number> <name> mean=<ratio> min=<ratio> default=<number> default_mean=<ratio>
+// (scripts/kernel_winners.py reads them; docs/dev/GPU.md: making the winners
+// the defaults).
 //
 //   kernel_bench [--elems=N] [--reps=R] [--warmup=W]   (N default 256M; K/M/G suffixes)
 //
@@ -140,7 +141,7 @@ class Bench {
     for (const auto& [kind, perVariant] : ratios_) {
       const sk::Tuned k = (sk::Tuned)kind;
       int best = 0;
-      double bestMean = -1, bestMin = 0;
+      double bestMean = -1, bestMin = 0, defaultMean = 0;
       for (size_t v = 0; v < perVariant.size(); v++) {
         const std::vector<double>& r = perVariant[v];
         double sum = 0, low = r.empty() ? 0 : r[0];
@@ -149,9 +150,10 @@ class Bench {
         printf("  %-16s %-20s %5zu %7.2f %7.2f%s\n", sk::tunedName(k), sk::variantName(k, (int)v), r.size(), mean, low,
                (int)v == sk::defaultVariant(k) ? "  (default)" : "");
         if (mean > bestMean) best = (int)v, bestMean = mean, bestMin = low;
+        if ((int)v == sk::defaultVariant(k)) defaultMean = mean;
       }
-      printf("WINNER %s %d %s mean=%.2f min=%.2f default=%d\n", sk::tunedName(k), best, sk::variantName(k, best),
-             bestMean, bestMin, sk::defaultVariant(k));
+      printf("WINNER %s %d %s mean=%.3f min=%.3f default=%d default_mean=%.3f\n", sk::tunedName(k), best,
+             sk::variantName(k, best), bestMean, bestMin, sk::defaultVariant(k), defaultMean);
     }
     fflush(stdout);
   }

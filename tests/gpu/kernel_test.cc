@@ -574,7 +574,9 @@ TEST_F(GpuKernels, DecodeTritsEqualsCpuAndFlagsMalformedBytes) {
       const Bytes b = bad.download();
       memcpy(&flag, b.data(), 4);
       EXPECT_EQ(flag, malformed ? 7u : 0u) << "nblocks " << nw;
-      if (!malformed) EXPECT_EQ(out.downloadWords(), planes) << "nblocks " << nw;
+      if (!malformed) {
+        EXPECT_EQ(out.downloadWords(), planes) << "nblocks " << nw;
+      }
     }
   }
 }
