@@ -6,6 +6,7 @@
 //  1 word-batch8: one word per thread, 8 slots' loads in flight at a time;
 //  2 pair-batch8: two words per thread (a 16-byte load per slot when the
 //                 planes allow it), 8 slots' loads in flight: 128 bytes.
+// The batched variants count up to 255 slots; more take variant 0.
 #include "kernels/counter_word.h"
 #include "kernels/launch.cuh"
 #include "kernels/sign_kernels.h"
@@ -38,25 +39,29 @@ SIGNLION_KERNEL sumVotesKernel(const uint64_t* __restrict__ votes, int nslots, s
   }
 }
 
-// Slots loaded per batch by the batched variants.
+// Slots loaded per batch by the batched variants, and the planes of their
+// counts: up to 255 slots (more take variant 0). Half of kMaxSumVotesWidth's
+// registers, so more threads fit on an SM.
 constexpr int kSumVotesBatch = 8;
+constexpr int kBatchedWidth = 8;
 
-// The counts' planes of one word (or pair) stored: planes past
-// kMaxSumVotesWidth are zero.
-template <typename W, typename Store>
-SIGNLION_DEVICE void storeCounts(const W (&count)[kMaxSumVotesWidth], int wout, Store store) {
+// The counts' planes of one word (or pair) stored: planes past kWidth are
+// zero.
+template <int kWidth, typename W, typename Store>
+SIGNLION_DEVICE void storeCounts(const W (&count)[kWidth], int wout, Store store) {
   SIGNLION_UNROLL
-  for (int p = 0; p < kMaxSumVotesWidth; p++) {
+  for (int p = 0; p < kWidth; p++) {
     if (p < wout) store(p, count[p]);
   }
-  for (int p = kMaxSumVotesWidth; p < wout; p++) store(p, W(0));
+  for (int p = kWidth; p < wout; p++) store(p, W(0));
 }
 
 SIGNLION_KERNEL sumVotesBatchKernel(const uint64_t* __restrict__ votes, int nslots, size_t slotStride,
                                     uint64_t* __restrict__ out, int wout, size_t so, size_t nwords) {
   for (size_t i = globalThread(); i < nwords; i += threadCount()) {
-    uint64_t count[kMaxSumVotesWidth];
-    sumVotesBatched<kSumVotesBatch, uint64_t>([&](int r) { return votes[r * slotStride + i]; }, nslots, count);
+    uint64_t count[kBatchedWidth];
+    sumVotesBatched<kSumVotesBatch, kBatchedWidth, uint64_t>([&](int r) { return votes[r * slotStride + i]; }, nslots,
+                                                             count);
     storeCounts(count, wout, [&](int p, uint64_t w) { out[p * so + i] = w; });
   }
 }
@@ -70,8 +75,8 @@ SIGNLION_KERNEL sumVotesPairKernel(const uint64_t* __restrict__ votes, int nslot
   const size_t pairs = nwords / 2;
   for (size_t j = globalThread(); j < pairs; j += threadCount()) {
     const size_t i = 2 * j;
-    WordPair count[kMaxSumVotesWidth];
-    sumVotesBatched<kSumVotesBatch, WordPair>(
+    WordPair count[kBatchedWidth];
+    sumVotesBatched<kSumVotesBatch, kBatchedWidth, WordPair>(
         [&](int r) {
           const uint64_t* p = votes + r * slotStride + i;
           if (vec) {
@@ -98,8 +103,9 @@ SIGNLION_KERNEL sumVotesPairKernel(const uint64_t* __restrict__ votes, int nslot
   }
   if (nwords % 2 == 1 && globalThread() == 0) {
     const size_t i = nwords - 1;
-    uint64_t count[kMaxSumVotesWidth];
-    sumVotesBatched<kSumVotesBatch, uint64_t>([&](int r) { return votes[r * slotStride + i]; }, nslots, count);
+    uint64_t count[kBatchedWidth];
+    sumVotesBatched<kSumVotesBatch, kBatchedWidth, uint64_t>([&](int r) { return votes[r * slotStride + i]; }, nslots,
+                                                             count);
     storeCounts(count, wout, [&](int p, uint64_t w) { out[p * so + i] = w; });
   }
 }
@@ -119,7 +125,7 @@ cudaError_t sumVotes(const uint64_t* votes, int nslots, size_t slotStride, uint6
   // The counts live in kMaxSumVotesWidth registers per thread; out must hold them.
   if (nslots < 0 || nslots > (1 << kMaxSumVotesWidth) - 1 || wout < bits::widthFor((uint64_t)nslots))
     return cudaErrorInvalidValue;
-  switch (currentVariant(Tuned::kSumVotes)) {
+  switch (nslots < (1 << kBatchedWidth) ? currentVariant(Tuned::kSumVotes) : 0) {
     case 1: return launchFor(nwords, sumVotesBatchKernel, stream, votes, nslots, slotStride, out, wout, so, nwords);
     case 2: {
       const bool vec = aligned16(votes) && aligned16(out) && slotStride % 2 == 0 && so % 2 == 0;

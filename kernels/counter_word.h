@@ -65,11 +65,12 @@ SIGNLION_HD void sumVotesWord(Vote vote, int nslots, W (&count)[kMaxSumVotesWidt
 // sumVotesWord with the votes of kBatch slots loaded before any is added: a
 // thread then has kBatch independent loads in flight instead of one (the
 // adds of a slot wait for its load; the loads of a batch do not wait for
-// each other). Same counts as sumVotesWord.
-template <int kBatch, typename W, typename Vote>
-SIGNLION_HD void sumVotesBatched(Vote vote, int nslots, W (&count)[kMaxSumVotesWidth]) {
+// each other). The counts have kWidth planes: nslots < 2^kWidth. Same counts
+// as sumVotesWord.
+template <int kBatch, int kWidth, typename W, typename Vote>
+SIGNLION_HD void sumVotesBatched(Vote vote, int nslots, W (&count)[kWidth]) {
   SIGNLION_UNROLL
-  for (int p = 0; p < kMaxSumVotesWidth; p++) count[p] = W(0);
+  for (int p = 0; p < kWidth; p++) count[p] = W(0);
   int width = 1;  // widthFor(r + 1)
   for (int r0 = 0; r0 < nslots; r0 += kBatch) {
     W v[kBatch];
@@ -82,7 +83,7 @@ SIGNLION_HD void sumVotesBatched(Vote vote, int nslots, W (&count)[kMaxSumVotesW
       if (((r + 1) >> width) != 0) width++;
       W carry = v[k];
       SIGNLION_UNROLL
-      for (int p = 0; p < kMaxSumVotesWidth; p++) {
+      for (int p = 0; p < kWidth; p++) {
         if (p < width) count[p] = bits::fullAdd(count[p], W(0), carry);
       }
     }

@@ -12,7 +12,7 @@
 // below, run variant 0):
 //  - majority 1 chunk-prefetch: each lane loads all its planes' half-words
 //    before the first add (every load in flight at once), then adds and
-//    compares in registers (sums of up to kChunkPlanes planes).
+//    compares in registers (sums of up to kPrefetchPlanes planes: N <= 255).
 //  - average 1 chunk-table: lane l adds half-word l of the two counters in
 //    bit-sliced form (the planes read once, coalesced), stores the sum's
 //    planes when asked for (in the same pass: no second loop), shuffles
@@ -113,12 +113,17 @@ SIGNLION_DEVICE void loadChunkPlanes(const PlaneWords& c, size_t hw, size_t nhw,
   for (int q = 0; q < kPlanes; q++) w[q] = q < c.width && hw < nhw ? c.at(q, hw) : 0u;
 }
 
+// Planes per counter the prefetch variant keeps in registers: 4 counters of
+// 8 planes are 32 registers, which leaves room for more threads per SM
+// than 16 would.
+constexpr int kPrefetchPlanes = 8;
+
 template <typename E>
 SIGNLION_KERNEL fusedMajorityPrefetchKernel(FusedArgs a, char* __restrict__ dst, bool vec) {
   const size_t chunks = (a.nhw + 31) / 32;
   for (size_t c = globalWarp(); c < chunks; c += warpCount()) {
     const size_t hw = c * 32 + laneId();
-    uint32_t accP[kChunkPlanes], inP[kChunkPlanes], accM[kChunkPlanes], inM[kChunkPlanes];
+    uint32_t accP[kPrefetchPlanes], inP[kPrefetchPlanes], accM[kPrefetchPlanes], inM[kPrefetchPlanes];
     loadChunkPlanes(a.accP, hw, a.nhw, accP);
     loadChunkPlanes(a.inP, hw, a.nhw, inP);
     loadChunkPlanes(a.accM, hw, a.nhw, accM);
@@ -126,7 +131,7 @@ SIGNLION_KERNEL fusedMajorityPrefetchKernel(FusedArgs a, char* __restrict__ dst,
     uint32_t r0 = 0, r1 = 0;
     if (hw < a.nhw) {
       uint32_t gt, eq;
-      addCompareMajorityUnrolled<kChunkPlanes, uint32_t>(
+      addCompareMajorityUnrolled<kPrefetchPlanes, uint32_t>(
           [&](int p) { return accP[p]; }, a.accP.width, [&](int p) { return inP[p]; }, a.inP.width,
           [&](int p) { return accM[p]; }, a.accM.width, [&](int p) { return inM[p]; }, a.inM.width, a.ternary,
           a.sumWidth, a.nranks, gt, eq);
@@ -211,10 +216,10 @@ cudaError_t addDecideUnpack(const bits::Counts& acc, const bits::Counts& in, int
   char* out = static_cast<char*>(dst);
   const size_t warps = (a.nhw + 31) / 32;
   if (op == ncclSignMajority) {
-    // The prefetch variant keeps each counter's planes in kChunkPlanes
+    // The prefetch variant keeps each counter's planes in kPrefetchPlanes
     // registers; the sum and the constant N / 2 must fit them too.
-    const bool prefetch = currentVariant(Tuned::kFusedMajority) == 1 && sumWidth <= kChunkPlanes &&
-                          (nranks / 2) >> kChunkPlanes == 0;
+    const bool prefetch = currentVariant(Tuned::kFusedMajority) == 1 && sumWidth <= kPrefetchPlanes &&
+                          (nranks / 2) >> kPrefetchPlanes == 0;
     return withElemTraits(dt, [&](auto traits) {
       using E = decltype(traits);
       if (prefetch) return launchFor(warps * 32, fusedMajorityPrefetchKernel<E>, stream, a, out, vec);

@@ -111,10 +111,8 @@ SIGNLION_DEVICE void storeAverages(Sums sums, int nranks, size_t count, char* ds
   }
 }
 
-// Counter planes a warp chunk keeps in registers, per counter: a counter of
-// N <= 65535 voters (the fused majority's prefetch variant).
-constexpr int kChunkPlanes = 16;
-// The same for an average from the table below: its sums need at most 6.
+// Counter planes a warp-chunk average keeps in registers, per counter: the
+// sums the table below holds need at most 6.
 constexpr int kAveragePlanes = 6;
 
 // The counts of V elements (bits [shift, shift + V) of the chunk's half-word

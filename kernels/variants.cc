@@ -24,6 +24,8 @@ const TunedInfo kTable[kTunedKernels] = {
     {"fusedAverage", 0, {"vector", "chunk-table", nullptr, nullptr}},
     {"packFields", 0, {"ballot", "thread-word", nullptr, nullptr}},
     {"fieldsToPlanes", 0, {"ballot", "thread-block", "thread-block-pow2", nullptr}},
+    {"encodeTrits", 0, {"thread-byte", "thread-word", nullptr, nullptr}},
+    {"decodeTrits", 0, {"warp", "warp-x4", nullptr, nullptr}},
 };
 
 // The selected variant plus one; 0 = none selected: the default.

@@ -1,5 +1,6 @@
 // Run-time choice among candidate implementations of the kernels that are
-// still short of memory speed (docs/PERFORMANCE.md, section 5), so that one
+// still short of memory speed (docs/PERFORMANCE.md, section 5) or were never
+// measured (the trit coders), so that one
 // build carries them all and perf/kernel_bench can time each on a GPU. Every
 // variant of a kernel computes the same bits (tests/gpu/kernel_test.cc runs
 // every test for every variant, on the SIMT emulator and on a GPU); they
@@ -25,6 +26,8 @@ enum class Tuned : int {
   kFusedAverage,    // addDecideUnpack, average
   kPackFields,      // packFields
   kFieldsToPlanes,  // fieldsToPlanes
+  kEncodeTrits,     // encodeTrits
+  kDecodeTrits,     // decodeTrits
   kCount
 };
 constexpr int kTunedKernels = (int)Tuned::kCount;

@@ -276,10 +276,10 @@ int main(int argc, char** argv) {
   BENCHCHECK(cudaMalloc(&malformed, sizeof(uint32_t)));
   BENCHCHECK(cudaMemset(malformed, 0, sizeof(uint32_t)));
   const double coded = (double)sb::tritBytes(nw);
-  b.add("encodeTrits 2 planes -> 1.6 bits", 2 * pb + coded, [&] {
+  b.variants(sk::Tuned::kEncodeTrits, "encodeTrits 2 planes -> 1.6 bits", 2 * pb + coded, [&] {
     return sk::encodeTrits(plane(0), plane(1), nw, static_cast<uint8_t*>(out), s);
   }, copyA, copyB);
-  b.add("decodeTrits 1.6 bits -> 2 planes", coded + 2 * pb, [&] {
+  b.variants(sk::Tuned::kDecodeTrits, "decodeTrits 1.6 bits -> 2 planes", coded + 2 * pb, [&] {
     return sk::decodeTrits(static_cast<const uint8_t*>(out), nw, plane(14), plane(15), malformed, 1, s);
   }, copyA, copyB);
   b.variants(sk::Tuned::kPackFields, "packFields fp32 4-bit binary", e * 4 + fieldWords * 8.0, [&] {

@@ -264,7 +264,7 @@ TEST_F(GpuKernels, SumVotesEqualsCpu) {
     std::mt19937_64 rng(3);
     for (size_t count : kCounts) {
       const size_t nw = bits::numWords(count);
-      for (int nslots : {0, 1, 2, 3, 4, 7, 8, 16, 33}) {
+      for (int nslots : {0, 1, 2, 3, 4, 7, 8, 16, 33, 255, 256}) {  // 255: the batched variants' most
         for (int extra : {0, 2}) {
           const int wout = bits::widthFor((uint64_t)nslots) + extra;
           // Gaps of 1 and 2 words, then of 2 and 4: even strides (with an
@@ -531,54 +531,58 @@ const size_t kTritBlocks[] = {1, 4, 5, 6, 10, 13, 1000, (kLargeCount + 63) / 64}
 
 // Decided results, and planes with elements both +1 and -1 (coded as +1).
 TEST_F(GpuKernels, EncodeTritsEqualsCpu) {
-  std::mt19937_64 rng(11);
-  for (size_t nw : kTritBlocks)
-    for (int decided = 0; decided < 2; decided++) {
-      std::vector<uint64_t> planes = randomWords(2 * nw, rng);
-      if (decided) randomResult(nw, rng, &planes);
-      DeviceBytes in(16 * nw);
-      in.upload(planes);
-      DeviceBytes out(bits::tritBytes(nw));
-      finish(encodeTrits(in.words(), in.words() + nw, nw, static_cast<uint8_t*>(out.get()), stream_));
-      Bytes want(bits::tritBytes(nw));
-      cpu().encodeTrits(planes.data(), planes.data() + nw, nw, want.data());
-      EXPECT_EQ(test::firstMismatch(out.download(), want), std::string::npos) << "nblocks " << nw;
-    }
+  forEachVariant({Tuned::kEncodeTrits}, [&] {
+    std::mt19937_64 rng(11);
+    for (size_t nw : kTritBlocks)
+      for (int decided = 0; decided < 2; decided++) {
+        std::vector<uint64_t> planes = randomWords(2 * nw, rng);
+        if (decided) randomResult(nw, rng, &planes);
+        DeviceBytes in(16 * nw);
+        in.upload(planes);
+        DeviceBytes out(bits::tritBytes(nw));
+        finish(encodeTrits(in.words(), in.words() + nw, nw, static_cast<uint8_t*>(out.get()), stream_));
+        Bytes want(bits::tritBytes(nw));
+        cpu().encodeTrits(planes.data(), planes.data() + nw, nw, want.data());
+        EXPECT_EQ(test::firstMismatch(out.download(), want), std::string::npos) << "nblocks " << nw;
+      }
+  });
 }
 
 TEST_F(GpuKernels, DecodeTritsEqualsCpuAndFlagsMalformedBytes) {
-  std::mt19937_64 rng(12);
-  for (size_t nw : kTritBlocks) {
-    std::vector<uint64_t> planes;
-    randomResult(nw, rng, &planes);
-    Bytes coded(bits::tritBytes(nw));
-    cpu().encodeTrits(planes.data(), planes.data() + nw, nw, coded.data());
-    // Valid bytes, then one byte above 242 in a group (or, with no group, a
-    // tail element both +1 and -1).
-    for (int malformed = 0; malformed < 2; malformed++) {
-      Bytes bytes = coded;
-      if (malformed && nw >= bits::kTritGroupBlocks) bytes[rng() % (64 * (nw / 5))] = (uint8_t)(243 + rng() % 13);
-      if (malformed && nw < bits::kTritGroupBlocks) {
-        bytes[0] |= 1;
-        bytes[8 * nw] |= 1;
-      }
-      DeviceBytes in(bytes.size());
-      in.upload(bytes);
-      DeviceBytes out(16 * nw);
-      DeviceBytes bad(4);
-      const uint32_t zero = 0;
-      bad.upload(&zero);
-      finish(decodeTrits(static_cast<const uint8_t*>(in.get()), nw, out.words(), out.words() + nw,
-                         static_cast<uint32_t*>(bad.get()), 7, stream_));
-      uint32_t flag = 0;
-      const Bytes b = bad.download();
-      memcpy(&flag, b.data(), 4);
-      EXPECT_EQ(flag, malformed ? 7u : 0u) << "nblocks " << nw;
-      if (!malformed) {
-        EXPECT_EQ(out.downloadWords(), planes) << "nblocks " << nw;
+  forEachVariant({Tuned::kDecodeTrits}, [&] {
+    std::mt19937_64 rng(12);
+    for (size_t nw : kTritBlocks) {
+      std::vector<uint64_t> planes;
+      randomResult(nw, rng, &planes);
+      Bytes coded(bits::tritBytes(nw));
+      cpu().encodeTrits(planes.data(), planes.data() + nw, nw, coded.data());
+      // Valid bytes, then one byte above 242 in a group (or, with no group, a
+      // tail element both +1 and -1).
+      for (int malformed = 0; malformed < 2; malformed++) {
+        Bytes bytes = coded;
+        if (malformed && nw >= bits::kTritGroupBlocks) bytes[rng() % (64 * (nw / 5))] = (uint8_t)(243 + rng() % 13);
+        if (malformed && nw < bits::kTritGroupBlocks) {
+          bytes[0] |= 1;
+          bytes[8 * nw] |= 1;
+        }
+        DeviceBytes in(bytes.size());
+        in.upload(bytes);
+        DeviceBytes out(16 * nw);
+        DeviceBytes bad(4);
+        const uint32_t zero = 0;
+        bad.upload(&zero);
+        finish(decodeTrits(static_cast<const uint8_t*>(in.get()), nw, out.words(), out.words() + nw,
+                           static_cast<uint32_t*>(bad.get()), 7, stream_));
+        uint32_t flag = 0;
+        const Bytes b = bad.download();
+        memcpy(&flag, b.data(), 4);
+        EXPECT_EQ(flag, malformed ? 7u : 0u) << "nblocks " << nw;
+        if (!malformed) {
+          EXPECT_EQ(out.downloadWords(), planes) << "nblocks " << nw;
+        }
       }
     }
-  }
+  });
 }
 
 // The variant table: names for every variant, defaults in range, and a
