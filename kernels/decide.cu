@@ -11,9 +11,9 @@
 //    per chunk of 1024 elements: lane l reads half-word l of every plane
 //    (coalesced, all loads in flight at once), shuffles bring each lane its
 //    elements' bits, and the result of each sum is looked up in a table of
-//    the results of the 64 sums around zero, which the launcher computes
-//    (result_store.cuh; counters whose sums may leave the table take
-//    variant 0).
+//    the results of every sum the counters can make, which the launcher
+//    computes (result_store.cuh; counters that can make more than 64 sums
+//    take variant 0).
 #include "kernels/counter_word.h"
 #include "kernels/launch.cuh"
 #include "kernels/result_store.cuh"
@@ -73,8 +73,8 @@ SIGNLION_KERNEL unpackChunksKernel(const uint32_t* __restrict__ plus, const uint
 }
 
 template <typename E>
-SIGNLION_KERNEL averageChunkKernel(PlaneWords pos, PlaneWords neg, bool ternary, int nranks, AverageTableEntries entries,
-                                   size_t nhw, size_t count, char* __restrict__ dst, bool vec) {
+SIGNLION_KERNEL averageChunkKernel(PlaneWords pos, PlaneWords neg, bool ternary, AverageTableEntries entries, size_t nhw,
+                                   size_t count, char* __restrict__ dst, bool vec) {
   const AverageTable table = spreadAverageTable(entries);
   const size_t chunks = (nhw + 31) / 32;
   for (size_t c = globalWarp(); c < chunks; c += warpCount()) {
@@ -85,7 +85,7 @@ SIGNLION_KERNEL averageChunkKernel(PlaneWords pos, PlaneWords neg, bool ternary,
       sp[q] = q < pos.width && hw < nhw ? pos.at(q, hw) : 0u;
       sm[q] = ternary && q < neg.width && hw < nhw ? neg.at(q, hw) : 0u;
     }
-    storeAverageChunk<E>(sp, pos.width, sm, neg.width, ternary, nranks, table, c * kChunkElems, count, dst, vec);
+    storeAverageChunk<E>(sp, pos.width, sm, neg.width, ternary, table, c * kChunkElems, count, dst, vec);
   }
 }
 
@@ -144,13 +144,14 @@ cudaError_t average(const bits::Counts& c, int nranks, size_t count, ncclDataTyp
   const PlaneWords pos = PlaneWords::of(c.pos, c.posWidth, c.posStride);
   const PlaneWords neg = PlaneWords::of(c.neg, ternary ? c.negWidth : 0, c.negStride);
   const bool vec = aligned16(dst);
-  const bool chunk = currentVariant(Tuned::kAverage) == 1 && averageTableHolds(pos.width, neg.width, ternary, nranks);
+  const bool chunk = currentVariant(Tuned::kAverage) == 1;
   return withFloatTraits(dt, [&](auto traits) {
     using E = decltype(traits);
-    if (chunk) {
+    AverageTableEntries table;
+    if (chunk && makeAverageTable<E>(pos.width, neg.width, ternary, nranks, &table)) {
       const size_t nhw = 2 * bits::numWords(count);
-      return launchFor((nhw + 31) / 32 * 32, averageChunkKernel<E>, stream, pos, neg, ternary, nranks,
-                       averageTableEntries<E>(nranks), nhw, count, static_cast<char*>(dst), vec);
+      return launchFor((nhw + 31) / 32 * 32, averageChunkKernel<E>, stream, pos, neg, ternary, table, nhw, count,
+                       static_cast<char*>(dst), vec);
     }
     const size_t threads = vec ? (count + E::kVec - 1) / E::kVec : count;
     return launchFor(threads, averageKernel<E>, stream, pos, neg, ternary, nranks, count, static_cast<char*>(dst),

@@ -17,9 +17,9 @@
 //    bit-sliced form (the planes read once, coalesced), stores the sum's
 //    planes when asked for (in the same pass: no second loop), shuffles
 //    bring each lane the counts of its elements and a table of the results
-//    of the sums around zero, spread over the warp, replaces the divisions
-//    (kernels/result_store.cuh, storeAverageChunk; sums that may leave the
-//    table take variant 0).
+//    of every sum the counters can make, spread over the warp, replaces the
+//    divisions (kernels/result_store.cuh, storeAverageChunk; sums of more
+//    than 64 values take variant 0).
 #include "kernels/counter_word.h"
 #include "kernels/launch.cuh"
 #include "kernels/result_store.cuh"
@@ -181,8 +181,7 @@ SIGNLION_KERNEL fusedAverageChunkKernel(FusedArgs a, AverageTableEntries entries
         if (a.ternary) m[q * a.so + hw] = sm[q];
       }
     }
-    storeAverageChunk<E>(sp, a.sumWidth, sm, a.sumWidth, a.ternary, a.nranks, table, c * kChunkElems, a.count, dst,
-                         vec);
+    storeAverageChunk<E>(sp, a.sumWidth, sm, a.sumWidth, a.ternary, table, c * kChunkElems, a.count, dst, vec);
   }
 }
 
@@ -226,12 +225,12 @@ cudaError_t addDecideUnpack(const bits::Counts& acc, const bits::Counts& in, int
       return launchFor(warps * 32, fusedMajorityKernel<E>, stream, a, out, vec);
     });
   }
-  const bool chunk =
-      currentVariant(Tuned::kFusedAverage) == 1 && averageTableHolds(sumWidth, sumWidth, ternary, nranks);
+  const bool chunk = currentVariant(Tuned::kFusedAverage) == 1;
   return withFloatTraits(dt, [&](auto traits) {
     using E = decltype(traits);
-    if (chunk)
-      return launchFor(warps * 32, fusedAverageChunkKernel<E>, stream, a, averageTableEntries<E>(nranks), out, vec);
+    AverageTableEntries table;
+    if (chunk && makeAverageTable<E>(sumWidth, sumWidth, ternary, nranks, &table))
+      return launchFor(warps * 32, fusedAverageChunkKernel<E>, stream, a, table, out, vec);
     const size_t vectors = vec ? (count + E::kVec - 1) / E::kVec : count;
     return launchFor(vectors > a.nhw ? vectors : a.nhw, fusedAverageKernel<E>, stream, a, out, vec);
   });

@@ -132,77 +132,86 @@ SIGNLION_DEVICE void chunkCounts(const uint32_t (&planes)[kPlanes], int width, i
   }
 }
 
-// Sums the average table holds: [kTableLow, kTableLow + 64).
-constexpr int kTableLow = -31;
-
-// averageRaw<E>(s, nranks) for every s in [kTableLow, kTableLow + 64): entry
-// s - kTableLow. The launcher fills it on the host with the CPU's arithmetic
-// (the reference the kernels' own conversions are tested against, bit for
-// bit) and passes it by value: the kernel then divides nothing (a division's
-// slow path is a call, across which a warp chunk's planes would go to the
-// stack).
+// The results of every sum a warp chunk's counters can make, indexed by P
+// without M (sum 2P - N) and by P - M - low with M: at most 64 entries. The
+// launcher fills it on the host with the CPU's arithmetic (the reference the
+// kernels' own conversions are tested against, bit for bit) and passes it by
+// value, so the kernel divides nothing (a division's slow path is a call,
+// across which a warp chunk's planes would go to the stack).
 struct AverageTableEntries {
   uint32_t e[64];
+  int low;    // with M: the sum of entry 0
+  bool wide;  // entries past 31 are used
 };
 
+// averageRaw<E> on the host: (float)sum / (float)nranks, rounded once to
+// nearest even, then to the datatype as bits:: converts on the CPU.
 template <typename E>
-inline AverageTableEntries averageTableEntries(int nranks) {
-  AverageTableEntries t;
-  for (int i = 0; i < 64; i++) {
-    const float v = (float)(kTableLow + i) / (float)nranks;  // IEEE, rounded to nearest even
-    if constexpr (std::is_same<E, F32Traits>::value) {
-      t.e[i] = bits::floatBits(v);
-    } else if constexpr (std::is_same<E, F16Traits>::value) {
-      t.e[i] = bits::floatToHalf(v);
-    } else {
-      static_assert(std::is_same<E, Bf16Traits>::value, "an average is written as fp32, fp16 or bf16");
-      t.e[i] = bits::floatToBf16(v);
-    }
+inline uint32_t averageRawOnHost(int sum, int nranks) {
+  const float v = (float)sum / (float)nranks;
+  if constexpr (std::is_same<E, F32Traits>::value) {
+    return bits::floatBits(v);
+  } else if constexpr (std::is_same<E, F16Traits>::value) {
+    return bits::floatToHalf(v);
+  } else {
+    static_assert(std::is_same<E, Bf16Traits>::value, "an average is written as fp32, fp16 or bf16");
+    return bits::floatToBf16(v);
   }
-  return t;
+}
+
+// The table for counters P (width wp) and, when ternary, M (width wm): false,
+// and *t unset, when it cannot hold every sum they can make (P, M < 2^width).
+template <typename E>
+inline bool makeAverageTable(int wp, int wm, bool ternary, int nranks, AverageTableEntries* t) {
+  if (wp > kAveragePlanes || (ternary && wm > kAveragePlanes)) return false;
+  const int pMax = (1 << wp) - 1, low = ternary ? -((1 << wm) - 1) : 0;
+  const int entries = ternary ? pMax - low + 1 : pMax + 1;
+  if (entries > 64) return false;
+  for (int i = 0; i < 64; i++) t->e[i] = averageRawOnHost<E>(ternary ? low + i : 2 * i - nranks, nranks);
+  t->low = low;
+  t->wide = entries > 32;
+  return true;
 }
 
 // The table spread over a warp: entry i in register i / 32 of lane i % 32.
 struct AverageTable {
   uint32_t lo, hi;
+  int low;
+  bool wide;
 };
 
 SIGNLION_DEVICE AverageTable spreadAverageTable(const AverageTableEntries& t) {
   const unsigned lane = laneId();
-  AverageTable r{0, 0};
+  AverageTable r{0, 0, t.low, t.wide};
   SIGNLION_UNROLL
   for (unsigned i = 0; i < 32; i++) {  // constant indices: the entries stay in the parameter space
-    if (lane == i) r = AverageTable{t.e[i], t.e[32 + i]};
+    if (lane == i) {
+      r.lo = t.e[i];
+      r.hi = t.e[32 + i];
+    }
   }
   return r;
 }
 
-// The table's entry for sum s (within the table). Warp-uniform.
-SIGNLION_DEVICE uint32_t lookupAverage(const AverageTable& t, int s) {
-  const int i = s - kTableLow;
-  const uint32_t lo = warpShfl(t.lo, i & 31), hi = warpShfl(t.hi, i & 31);
+// Entry i of the table (i < 64; < 32 unless wide): one shuffle, or two.
+// Warp-uniform.
+SIGNLION_DEVICE uint32_t lookupAverage(const AverageTable& t, int i) {
+  const uint32_t lo = warpShfl(t.lo, i & 31);
+  if (!t.wide) return lo;
+  const uint32_t hi = warpShfl(t.hi, i & 31);
   return i < 32 ? lo : hi;
-}
-
-// Whether every sum of P (width wp) and, when ternary, M (width wm) is in the
-// table: sums are P - M, or 2P - N without M, with P, M < 2^width.
-inline bool averageTableHolds(int wp, int wm, bool ternary, int nranks) {
-  if (wp > kAveragePlanes || (ternary && wm > kAveragePlanes)) return false;
-  const int pMax = (1 << wp) - 1;
-  const int low = ternary ? -((1 << wm) - 1) : -nranks, high = ternary ? pMax : 2 * pMax - nranks;
-  return low >= kTableLow && high < kTableLow + 64;
 }
 
 // The warp writes the averages of the kChunkElems elements from `first`, as
 // storeAverages does, from the chunk's counter planes the lanes hold: P
-// (width wp) and, when ternary, M (width wm), each <= kAveragePlanes; the sum
-// is P - M, or 2P - N without M, and must be in the table
-// (averageTableHolds). Warp-uniform. The planes are read once, coalesced,
+// (width wp) and, when ternary, M (width wm), each <= kAveragePlanes; the
+// results come from the table that makeAverageTable made for these counters.
+// Warp-uniform. The planes are read once, coalesced,
 // by the caller; shuffles bring each lane the bits of its elements, so every
 // store of the warp is coalesced too.
 template <typename E>
 SIGNLION_DEVICE void storeAverageChunk(const uint32_t (&sp)[kAveragePlanes], int wp, const uint32_t (&sm)[kAveragePlanes],
-                                       int wm, bool ternary, int nranks, const AverageTable& table, size_t first,
+                                       int wm, bool ternary, const AverageTable& table, size_t first,
                                        size_t count, char* dst, bool vec) {
   const int lane = (int)laneId();
   if (vec) {
@@ -215,7 +224,7 @@ SIGNLION_DEVICE void storeAverageChunk(const uint32_t (&sp)[kAveragePlanes], int
       if (ternary) chunkCounts<V>(sm, wm, src, S::shift(lane), m);
       uint32_t v[4] = {0, 0, 0, 0};
       SIGNLION_UNROLL
-      for (int k = 0; k < V; k++) E::put(v, k, lookupAverage(table, ternary ? p[k] - m[k] : 2 * p[k] - nranks));
+      for (int k = 0; k < V; k++) E::put(v, k, lookupAverage(table, ternary ? p[k] - m[k] - table.low : p[k]));
       const size_t e = first + (size_t)(j * 32 + lane) * V;
       if (e < count) storeVector<E>(dst, e, count, v);
     }
@@ -224,7 +233,7 @@ SIGNLION_DEVICE void storeAverageChunk(const uint32_t (&sp)[kAveragePlanes], int
       int p[1], m[1];
       chunkCounts<1>(sp, wp, j, lane, p);
       if (ternary) chunkCounts<1>(sm, wm, j, lane, m);
-      const uint32_t raw = lookupAverage(table, ternary ? p[0] - m[0] : 2 * p[0] - nranks);
+      const uint32_t raw = lookupAverage(table, ternary ? p[0] - m[0] - table.low : p[0]);
       const size_t e = first + (size_t)j * 32 + lane;
       if (e < count) storeElem<E>(dst, e, raw);
     }
