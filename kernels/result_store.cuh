@@ -115,20 +115,19 @@ SIGNLION_DEVICE void storeAverages(Sums sums, int nranks, size_t count, char* ds
 // sums the table below holds need at most 6.
 constexpr int kAveragePlanes = 6;
 
-// The counts of V elements (bits [shift, shift + V) of the chunk's half-word
-// src) from the chunk's planes that the lanes hold (lane l: half-word l of
-// each plane); planes at or past width are not read. Warp-uniform: every
-// lane shuffles every plane.
-template <int V, int kPlanes>
-SIGNLION_DEVICE void chunkCounts(const uint32_t (&planes)[kPlanes], int width, int src, int shift, int (&c)[V]) {
-  SIGNLION_UNROLL
-  for (int k = 0; k < V; k++) c[k] = 0;
+// Adds kSign times the counts of V elements (bits [shift, shift + V) of the
+// chunk's half-word src) to c, from the chunk's planes that the lanes hold
+// (lane l: half-word l of each plane); planes at or past width are not read.
+// P is added and M subtracted into one array, so that a lane keeps V sums,
+// not 2V counts. Warp-uniform: every lane shuffles every plane.
+template <int kSign, int V, int kPlanes>
+SIGNLION_DEVICE void addChunkCounts(const uint32_t (&planes)[kPlanes], int width, int src, int shift, int (&c)[V]) {
   SIGNLION_UNROLL
   for (int q = 0; q < kPlanes; q++) {
     if (q >= width) break;
     const uint32_t b = warpShfl(planes[q], src) >> shift;
     SIGNLION_UNROLL
-    for (int k = 0; k < V; k++) c[k] |= (int)((b >> k) & 1) << q;
+    for (int k = 0; k < V; k++) c[k] += kSign * ((int)((b >> k) & 1) << q);
   }
 }
 
@@ -219,21 +218,23 @@ SIGNLION_DEVICE void storeAverageChunk(const uint32_t (&sp)[kAveragePlanes], int
     using S = LaneSlice<V>;
     for (int j = 0; j < S::kLanesPerWord; j++) {
       const int src = j * V + S::word(lane);
-      int p[V], m[V];
-      chunkCounts<V>(sp, wp, src, S::shift(lane), p);
-      if (ternary) chunkCounts<V>(sm, wm, src, S::shift(lane), m);
+      int d[V];  // P, or P - M - low: the table's index
+      SIGNLION_UNROLL
+      for (int k = 0; k < V; k++) d[k] = ternary ? -table.low : 0;
+      addChunkCounts<1>(sp, wp, src, S::shift(lane), d);
+      if (ternary) addChunkCounts<-1>(sm, wm, src, S::shift(lane), d);
       uint32_t v[4] = {0, 0, 0, 0};
       SIGNLION_UNROLL
-      for (int k = 0; k < V; k++) E::put(v, k, lookupAverage(table, ternary ? p[k] - m[k] - table.low : p[k]));
+      for (int k = 0; k < V; k++) E::put(v, k, lookupAverage(table, d[k]));
       const size_t e = first + (size_t)(j * 32 + lane) * V;
       if (e < count) storeVector<E>(dst, e, count, v);
     }
   } else {
     for (int j = 0; j < 32; j++) {
-      int p[1], m[1];
-      chunkCounts<1>(sp, wp, j, lane, p);
-      if (ternary) chunkCounts<1>(sm, wm, j, lane, m);
-      const uint32_t raw = lookupAverage(table, ternary ? p[0] - m[0] - table.low : p[0]);
+      int d[1] = {ternary ? -table.low : 0};
+      addChunkCounts<1>(sp, wp, j, lane, d);
+      if (ternary) addChunkCounts<-1>(sm, wm, j, lane, d);
+      const uint32_t raw = lookupAverage(table, d[0]);
       const size_t e = first + (size_t)j * 32 + lane;
       if (e < count) storeElem<E>(dst, e, raw);
     }

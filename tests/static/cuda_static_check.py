@@ -108,8 +108,8 @@ EXPECTED = [
     ("unpackChunksKernel", "__shfl_sync", "kernels/result_store.cuh", "storeMajorityChunk: results to lanes"),
     ("fusedMajorityPrefetchKernel", "__shfl_sync", "kernels/result_store.cuh",
      "storeMajorityChunk: results to lanes"),
-    ("averageChunkKernel", "__shfl_sync", "kernels/result_store.cuh", "chunkCounts, lookupAverage: counter bits and results to lanes"),
-    ("fusedAverageChunkKernel", "__shfl_sync", "kernels/result_store.cuh", "chunkCounts, lookupAverage: counter bits and results to lanes"),
+    ("averageChunkKernel", "__shfl_sync", "kernels/result_store.cuh", "addChunkCounts, lookupAverage: counter bits and results to lanes"),
+    ("fusedAverageChunkKernel", "__shfl_sync", "kernels/result_store.cuh", "addChunkCounts, lookupAverage: counter bits and results to lanes"),
 ]
 
 LOCAL_MEMORY_SASS = re.compile(r"^(LDL|STL)\b")
