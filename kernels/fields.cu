@@ -23,6 +23,11 @@
 //    block's fields are exactly f whole words) a thread reads its f words at
 //    once and gathers bit p of every field with log2(64 / f) shift-and-mask
 //    steps per word; other widths as variant 1.
+//  - fieldsToPlanes 3 thread-block-gather: the same for any f up to 8 (f need
+//    not divide 64, e.g. f = 3 for N = 4..7): a thread reads the up to 9
+//    words of its block at once and gathers each word's bits with
+//    shift-and-mask steps whose masks it makes once; wider fields as
+//    variant 1.
 #include "bits/fields.h"
 #include "kernels/field_layout.h"
 #include "kernels/launch.cuh"
@@ -216,6 +221,79 @@ SIGNLION_KERNEL fieldsToPlanesPow2Kernel(const uint64_t* __restrict__ words, siz
   }
 }
 
+// The largest field width the gather variant takes: a block's 64 fields then
+// lie in at most kGatherWords words (64 / per + 1 with per >= 8).
+constexpr int kGatherMaxBits = 8;
+constexpr int kGatherWords = 64 / (64 / kGatherMaxBits) + 1;
+
+// The shift-and-mask steps that move bit 0 of each of `per` f-bit fields of a
+// word to bits [0, per): step s merges neighbouring groups of 2^s bits, which
+// lie 2^s * f apart, into groups of 2^(s + 1) (masks keep[s]); f need not
+// divide 64. Made once per thread.
+struct FieldGather {
+  static constexpr int kSteps = 6;  // per <= 64 = 2^6
+  uint64_t low;                     // bit 0 of every field
+  uint64_t keep[kSteps];
+  unsigned f, per;
+  SIGNLION_DEVICE FieldGather(unsigned fieldBits, unsigned perWord) : low(0), f(fieldBits), per(perWord) {
+    for (unsigned j = 0; j < per; j++) low |= 1ull << (j * f);
+    SIGNLION_UNROLL
+    for (int s = 0; s < kSteps; s++) {
+      const unsigned g = 1u << s;
+      keep[s] = 0;
+      if (g < per) {
+        for (unsigned at = 0; at < 64; at += 2 * g * f) keep[s] |= bits::lowBits(2 * g) << at;
+      }
+    }
+  }
+  // Bit p of every field of w, field j at bit j.
+  SIGNLION_DEVICE uint64_t operator()(uint64_t w, unsigned p) const {
+    uint64_t x = (w >> p) & low;
+    SIGNLION_UNROLL
+    for (int s = 0; s < kSteps; s++) {
+      const unsigned g = 1u << s;
+      if (g >= per) break;
+      x = (x | (x >> (g * f - g))) & keep[s];
+    }
+    return x;
+  }
+};
+
+// fieldsToPlanes for f <= kGatherMaxBits, any f: a thread per 64-element
+// block loads the words its fields lie in (at most kGatherWords, all loads in
+// flight at once), gathers bit p of each word's fields with FieldGather and
+// joins the words' bits into the block's plane word.
+SIGNLION_KERNEL fieldsToPlanesGatherKernel(const uint64_t* __restrict__ words, int fieldBits, size_t first, size_t n,
+                                           uint64_t* __restrict__ planes, int width, size_t stride, size_t nblocks) {
+  const unsigned f = (unsigned)fieldBits, per = 64 / f;
+  const FieldGather gather(f, per);
+  const size_t start = globalThread(), step = threadCount();
+  FieldCursor cursor(first + start * 64, step * 64, per);
+  for (size_t i = start; i < nblocks; i += step, cursor.advance()) {
+    const unsigned nf = n - i * 64 < 64 ? (unsigned)(n - i * 64) : 64u;  // fields of block i
+    const unsigned skip = cursor.field;                                 // fields of the first word before the block's
+    const unsigned nw = (skip + nf + per - 1) / per;                     // words holding the block's fields
+    uint64_t w[kGatherWords];
+    SIGNLION_UNROLL
+    for (int j = 0; j < kGatherWords; j++) w[j] = (unsigned)j < nw ? words[cursor.word + j] : 0;
+    const uint64_t valid = bits::lowBits(nf);
+    for (int p = 0; p < width; p++) {
+      uint64_t out = 0;
+      if ((unsigned)p < f) {
+        out = gather(w[0], (unsigned)p) >> skip;
+        unsigned at = per - skip;  // the block's bits made so far
+        SIGNLION_UNROLL
+        for (int j = 1; j < kGatherWords; j++) {
+          if ((unsigned)j >= nw || at >= 64) break;
+          out |= gather(w[j], (unsigned)p) << at;
+          at += per;
+        }
+      }
+      planes[(size_t)p * stride + i] = out & valid;
+    }
+  }
+}
+
 }  // namespace
 
 cudaError_t packFields(const void* src, ncclDataType_t dt, size_t count, ncclSignZeroRule_t zero, int fieldBits,
@@ -251,6 +329,10 @@ cudaError_t fieldsToPlanes(const uint64_t* words, int fieldBits, size_t first, s
       case 8: return launchFor(nblocks, fieldsToPlanesPow2Kernel<8>, stream, words, first, n, planes, width, planeStride, nblocks, vec);
       default: break;
     }
+  }
+  if (variant == 3 && fieldBits <= kGatherMaxBits) {
+    return launchFor(nblocks, fieldsToPlanesGatherKernel, stream, words, fieldBits, first, n, planes, width,
+                     planeStride, nblocks);
   }
   if (variant >= 1) {
     return launchFor(nblocks, fieldsToPlanesThreadKernel, stream, words, fieldBits, first, n, planes, width,

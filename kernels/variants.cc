@@ -23,7 +23,7 @@ const TunedInfo kTable[kTunedKernels] = {
     {"fusedMajority", 0, {"chunk", "chunk-prefetch", nullptr, nullptr}},
     {"fusedAverage", 0, {"vector", "chunk-table", nullptr, nullptr}},
     {"packFields", 0, {"ballot", "thread-word", nullptr, nullptr}},
-    {"fieldsToPlanes", 0, {"ballot", "thread-block", "thread-block-pow2", nullptr}},
+    {"fieldsToPlanes", 0, {"ballot", "thread-block", "thread-block-pow2", "thread-block-gather"}},
     {"encodeTrits", 0, {"thread-byte", "thread-word", nullptr, nullptr}},
     {"decodeTrits", 0, {"warp", "warp-x4", nullptr, nullptr}},
 };

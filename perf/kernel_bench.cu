@@ -289,6 +289,11 @@ int main(int argc, char** argv) {
   b.variants(sk::Tuned::kFieldsToPlanes, "fieldsToPlanes 4-bit -> 4 planes", fieldWords * 8.0 + w * pb, [&] {
     return sk::fieldsToPlanes(static_cast<const uint64_t*>(fields), fieldBits, 0, elems, plane(0), w, nw, s);
   }, copyA, copyB);
+  // N = 4..7 sum 3-bit fields: 21 per word, not a divisor of 64.
+  const size_t fieldWords3 = sb::fieldWordsFor(elems, 3);
+  b.variants(sk::Tuned::kFieldsToPlanes, "fieldsToPlanes 3-bit -> 3 planes", fieldWords3 * 8.0 + 3 * pb, [&] {
+    return sk::fieldsToPlanes(static_cast<const uint64_t*>(fields), 3, 0, elems, plane(0), 3, nw, s);
+  }, copyA, copyB);
 
   b.summary();
   BENCHCHECK(cudaDeviceSynchronize());

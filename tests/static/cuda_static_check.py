@@ -63,6 +63,7 @@ STREAMING = {
     "packFieldsThreadKernel": "packFields, a thread per field word (kernels/fields.cu)",
     "fieldsToPlanesThreadKernel": "fieldsToPlanes, a thread per 64-element block (kernels/fields.cu)",
     "fieldsToPlanesPow2Kernel": "fieldsToPlanes for f = 1, 2, 4, 8 (kernels/fields.cu)",
+    "fieldsToPlanesGatherKernel": "fieldsToPlanes for f <= 8 (kernels/fields.cu)",
     "encodeTritsWordKernel": "encodeTrits, 4 coded bytes per thread (kernels/trits.cu)",
     "decodeTritsX4Kernel": "decodeTrits, 4 half-groups per warp step (kernels/trits.cu)",
     "decodeTritsKernel": "5 elements per byte -> result planes (kernels/trits.cu)",
