@@ -16,7 +16,7 @@
 #                 with the NCCL the build used and with PyTorch's (nvidia-nccl-cu*)
 #   kernel-bench  kernel_bench: GB/s and the ratio to a device-to-device copy, a
 #                 row per kernel variant (kernels/variants.h) and a WINNER line
-#                 per kernel with variants (47 rows: seconds on an H200;
+#                 per kernel with variants (52 rows: seconds on an H200;
 #                 scripts/kernel_winners.py OUT/figures.txt reads the winners)
 #   perf          sign_allreduce_perf --nccl -t 2 and -t 4 next to ncclAllReduce
 #                 fp32/bf16 on the same communicators, over the net path
