@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The fastest variant of each kernel, from perf/kernel_bench's WINNER lines.
 
-    python3 scripts/kernel_winners.py FILE [--apply] [--margin=0.02]
+    python3 scripts/kernel_winners.py FILE [--apply] [--margin=0.02] [--table=kernels/variants.cc]
 
 FILE is kernel_bench's output, or the figures.txt that
 `scripts/gpu_checks.sh OUT kernel-bench` writes. For every kernel with
@@ -28,12 +28,13 @@ def main():
     ap.add_argument("file")
     ap.add_argument("--apply", action="store_true", help="rewrite the defaults in kernels/variants.cc")
     ap.add_argument("--margin", type=float, default=0.02, help="mean ratio a winner must gain over the default")
+    ap.add_argument("--table", default=TABLE, help="the variant table to rewrite (default: kernels/variants.cc)")
     args = ap.parse_args()
     with open(args.file, encoding="utf-8") as f:
         winners = [m.groups() for m in map(WINNER.match, f) if m]
     if not winners:
         sys.exit("%s: no WINNER lines (is it kernel_bench's output?)" % args.file)
-    with open(TABLE, encoding="utf-8") as f:
+    with open(args.table, encoding="utf-8") as f:
         table = f.read()
     changes = 0
     for kernel, number, name, mean, low, default, default_mean in winners:
@@ -46,16 +47,16 @@ def main():
             continue
         row = re.compile(r'(\{"%s", )(\d+)(, \{)' % re.escape(kernel))
         if not row.search(table):
-            sys.exit("%s: no row for %s" % (TABLE, kernel))
+            sys.exit("%s: no row for %s" % (args.table, kernel))
         table = row.sub(lambda m: m.group(1) + number + m.group(3), table, count=1)
         changes += 1
     if args.apply and changes:
-        with open(TABLE, "w", encoding="utf-8") as f:
+        with open(args.table, "w", encoding="utf-8") as f:
             f.write(table)
         print("%s: %d default(s) changed; rebuild, run `ctest -L gpu -R GpuKernels` and kernel_bench again" %
-              (os.path.relpath(TABLE, ROOT), changes))
+              (args.table, changes))
     elif changes:
-        print("(--apply writes %d change(s) to %s)" % (changes, os.path.relpath(TABLE, ROOT)))
+        print("(--apply writes %d change(s) to %s)" % (changes, args.table))
 
 
 if __name__ == "__main__":
