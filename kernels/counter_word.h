@@ -62,6 +62,47 @@ SIGNLION_HD void sumVotesWord(Vote vote, int nslots, W (&count)[kMaxSumVotesWidt
   }
 }
 
+// sumVotesWord with the votes of kBatch slots loaded before any is added: a
+// thread then has kBatch independent loads in flight instead of one (the
+// adds of a slot wait for its load; the loads of a batch do not wait for
+// each other). The counts have kWidth planes: nslots < 2^kWidth. Same counts
+// as sumVotesWord.
+template <int kBatch, int kWidth, typename W, typename Vote>
+SIGNLION_HD void sumVotesBatched(Vote vote, int nslots, W (&count)[kWidth]) {
+  SIGNLION_UNROLL
+  for (int p = 0; p < kWidth; p++) count[p] = W(0);
+  int width = 1;  // widthFor(r + 1)
+  for (int r0 = 0; r0 < nslots; r0 += kBatch) {
+    W v[kBatch];
+    SIGNLION_UNROLL
+    for (int k = 0; k < kBatch; k++) v[k] = r0 + k < nslots ? vote(r0 + k) : W(0);
+    SIGNLION_UNROLL
+    for (int k = 0; k < kBatch; k++) {
+      const int r = r0 + k;
+      if (r >= nslots) break;
+      if (((r + 1) >> width) != 0) width++;
+      W carry = v[k];
+      SIGNLION_UNROLL
+      for (int p = 0; p < kWidth; p++) {
+        if (p < width) count[p] = bits::fullAdd(count[p], W(0), carry);
+      }
+    }
+  }
+}
+
+// Two consecutive uint64 words handled as one, lane by lane: what a thread
+// that reads 16 bytes per plane adds and compares (W of the bodies above).
+struct WordPair {
+  uint64_t lo, hi;
+  SIGNLION_HD WordPair() : lo(0), hi(0) {}
+  SIGNLION_HD explicit WordPair(uint64_t both) : lo(both), hi(both) {}
+  SIGNLION_HD WordPair(uint64_t l, uint64_t h) : lo(l), hi(h) {}
+  SIGNLION_HD friend WordPair operator^(WordPair a, WordPair b) { return WordPair(a.lo ^ b.lo, a.hi ^ b.hi); }
+  SIGNLION_HD friend WordPair operator&(WordPair a, WordPair b) { return WordPair(a.lo & b.lo, a.hi & b.hi); }
+  SIGNLION_HD friend WordPair operator|(WordPair a, WordPair b) { return WordPair(a.lo | b.lo, a.hi | b.hi); }
+  SIGNLION_HD friend WordPair operator~(WordPair a) { return WordPair(~a.lo, ~a.hi); }
+};
+
 // The majority comparison of bits::Kernels::decideBits for one word: P against
 // M (ternary), else P against floor(N / 2), where 2P - N == 0 only for even N.
 template <typename W, typename PlaneP, typename PlaneM>
@@ -108,6 +149,37 @@ SIGNLION_HD void addCompareMajority(AccP accP, int accPw, InP inP, int inPw, Acc
   gt = zero;
   eq = ones;
   for (int p = 0; p < top; p++) {
+    W s = zero, other;
+    if (p < sumWidth) s = bits::fullAdd(p < accPw ? accP(p) : zero, p < inPw ? inP(p) : zero, carryP);
+    if (ternary) {
+      other = bits::fullAdd(p < accMw ? accM(p) : zero, p < inMw ? inM(p) : zero, carryM);
+    } else {
+      other = ((half >> p) & 1) ? ones : zero;
+    }
+    bits::compareStep(s, other, gt, eq);
+  }
+  if (!ternary && nranks % 2 == 1) eq = zero;
+}
+
+// addCompareMajority with the plane loop unrolled kMaxTop times, for planes
+// held in registers (accP(p) ... read arrays at constant indices). The
+// caller guarantees sumWidth <= kMaxTop and, without M, nranks / 2 <
+// 2^kMaxTop (every plane of the constant below kMaxTop). Same gt and eq.
+template <int kMaxTop, typename W, typename AccP, typename InP, typename AccM, typename InM>
+SIGNLION_HD void addCompareMajorityUnrolled(AccP accP, int accPw, InP inP, int inPw, AccM accM, int accMw, InM inM,
+                                            int inMw, bool ternary, int sumWidth, int nranks, W& gt, W& eq) {
+  const W zero = 0, ones = ~W(0);
+  const uint64_t half = (uint64_t)(nranks / 2);
+  int top = sumWidth;
+  if (!ternary) {
+    while (top < kMaxTop && (half >> top) != 0) top++;
+  }
+  W carryP = zero, carryM = zero;
+  gt = zero;
+  eq = ones;
+  SIGNLION_UNROLL
+  for (int p = 0; p < kMaxTop; p++) {
+    if (p >= top) break;
     W s = zero, other;
     if (p < sumWidth) s = bits::fullAdd(p < accPw ? accP(p) : zero, p < inPw ? inP(p) : zero, carryP);
     if (ternary) {

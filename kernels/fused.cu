@@ -8,10 +8,23 @@
 //    integers (mod 2^sumWidth, the width the sum would be stored with) and
 //    divides; the sum's planes, when asked for, are a separate grid-stride
 //    loop over half-words.
+// Variants (kernels/variants.h; arguments a variant cannot take, as named
+// below, run variant 0):
+//  - majority 1 chunk-prefetch: each lane loads all its planes' half-words
+//    before the first add (every load in flight at once), then adds and
+//    compares in registers (sums of up to kPrefetchPlanes planes: N <= 255).
+//  - average 1 chunk-table: lane l adds half-word l of the two counters in
+//    bit-sliced form (the planes read once, coalesced), stores the sum's
+//    planes when asked for (in the same pass: no second loop), shuffles
+//    bring each lane the counts of its elements and a table of the results
+//    of every sum the counters can make, spread over the warp, replaces the
+//    divisions (kernels/result_store.cuh, storeAverageChunk; sums of more
+//    than 64 values take variant 0).
 #include "kernels/counter_word.h"
 #include "kernels/launch.cuh"
 #include "kernels/result_store.cuh"
 #include "kernels/sign_kernels.h"
+#include "kernels/variants.h"
 
 namespace signlion {
 namespace kernels {
@@ -92,6 +105,86 @@ SIGNLION_KERNEL fusedAverageKernel(FusedArgs a, char* __restrict__ dst, bool vec
       a.nranks, a.count, dst, vec);
 }
 
+// A lane's half-word hw of planes [0, min(width, kPlanes)) of a counter,
+// zero above and past nhw.
+template <int kPlanes>
+SIGNLION_DEVICE void loadChunkPlanes(const PlaneWords& c, size_t hw, size_t nhw, uint32_t (&w)[kPlanes]) {
+  SIGNLION_UNROLL
+  for (int q = 0; q < kPlanes; q++) w[q] = q < c.width && hw < nhw ? c.at(q, hw) : 0u;
+}
+
+// Planes per counter the prefetch variant keeps in registers: 4 counters of
+// 8 planes are 32 registers, which leaves room for more threads per SM
+// than 16 would.
+constexpr int kPrefetchPlanes = 8;
+
+template <typename E>
+SIGNLION_KERNEL fusedMajorityPrefetchKernel(FusedArgs a, char* __restrict__ dst, bool vec) {
+  const size_t chunks = (a.nhw + 31) / 32;
+  for (size_t c = globalWarp(); c < chunks; c += warpCount()) {
+    const size_t hw = c * 32 + laneId();
+    uint32_t accP[kPrefetchPlanes], inP[kPrefetchPlanes], accM[kPrefetchPlanes], inM[kPrefetchPlanes];
+    loadChunkPlanes(a.accP, hw, a.nhw, accP);
+    loadChunkPlanes(a.inP, hw, a.nhw, inP);
+    loadChunkPlanes(a.accM, hw, a.nhw, accM);
+    loadChunkPlanes(a.inM, hw, a.nhw, inM);
+    uint32_t r0 = 0, r1 = 0;
+    if (hw < a.nhw) {
+      uint32_t gt, eq;
+      addCompareMajorityUnrolled<kPrefetchPlanes, uint32_t>(
+          [&](int p) { return accP[p]; }, a.accP.width, [&](int p) { return inP[p]; }, a.inP.width,
+          [&](int p) { return accM[p]; }, a.accM.width, [&](int p) { return inM[p]; }, a.inM.width, a.ternary,
+          a.sumWidth, a.nranks, gt, eq);
+      resultPlanes(gt, eq, a.twoPlanes, a.tie, r0, r1);
+      if (a.planesOut != nullptr) {
+        a.planesOut[hw] = r0;
+        if (a.twoPlanes) a.planesOut[a.so + hw] = r1;
+      }
+    }
+    storeMajorityChunk<E>(r0, r1, a.twoPlanes, c * kChunkElems, a.count, dst, vec);
+  }
+}
+
+// The sum of a lane's half-words of two counters, sumWidth planes (carries
+// past it lost), zero above.
+SIGNLION_DEVICE void addChunkPlanes(const PlaneWords& x, const PlaneWords& y, int sumWidth, size_t hw, size_t nhw,
+                                    uint32_t (&sum)[kAveragePlanes]) {
+  uint32_t a[kAveragePlanes], b[kAveragePlanes];
+  loadChunkPlanes(x, hw, nhw, a);
+  loadChunkPlanes(y, hw, nhw, b);
+  uint32_t carry = 0;
+  SIGNLION_UNROLL
+  for (int q = 0; q < kAveragePlanes; q++) sum[q] = q < sumWidth ? bits::fullAdd(a[q], b[q], carry) : 0u;
+}
+
+template <typename E>
+SIGNLION_KERNEL fusedAverageChunkKernel(FusedArgs a, AverageTableEntries entries, char* __restrict__ dst, bool vec) {
+  const AverageTable table = spreadAverageTable(entries);
+  const size_t chunks = (a.nhw + 31) / 32;
+  for (size_t c = globalWarp(); c < chunks; c += warpCount()) {
+    const size_t hw = c * 32 + laneId();
+    uint32_t sp[kAveragePlanes], sm[kAveragePlanes];
+    addChunkPlanes(a.accP, a.inP, a.sumWidth, hw, a.nhw, sp);
+    if (a.ternary) {
+      addChunkPlanes(a.accM, a.inM, a.sumWidth, hw, a.nhw, sm);
+    } else {
+      SIGNLION_UNROLL
+      for (int q = 0; q < kAveragePlanes; q++) sm[q] = 0;
+    }
+    if (a.planesOut != nullptr && hw < a.nhw) {
+      // The sum's planes: P at planes [0, sumWidth), M at [sumWidth, 2 sumWidth).
+      uint32_t* m = a.planesOut + (size_t)a.sumWidth * a.so;
+      SIGNLION_UNROLL
+      for (int q = 0; q < kAveragePlanes; q++) {
+        if (q >= a.sumWidth) break;
+        a.planesOut[q * a.so + hw] = sp[q];
+        if (a.ternary) m[q * a.so + hw] = sm[q];
+      }
+    }
+    storeAverageChunk<E>(sp, a.sumWidth, sm, a.sumWidth, a.ternary, table, c * kChunkElems, a.count, dst, vec);
+  }
+}
+
 }  // namespace
 
 cudaError_t addDecideUnpack(const bits::Counts& acc, const bits::Counts& in, int sumWidth, int nranks,
@@ -120,15 +213,24 @@ cudaError_t addDecideUnpack(const bits::Counts& acc, const bits::Counts& in, int
   a.count = count;
   const bool vec = aligned16(dst);
   char* out = static_cast<char*>(dst);
+  const size_t warps = (a.nhw + 31) / 32;
   if (op == ncclSignMajority) {
+    // The prefetch variant keeps each counter's planes in kPrefetchPlanes
+    // registers; the sum and the constant N / 2 must fit them too.
+    const bool prefetch = currentVariant(Tuned::kFusedMajority) == 1 && sumWidth <= kPrefetchPlanes &&
+                          (nranks / 2) >> kPrefetchPlanes == 0;
     return withElemTraits(dt, [&](auto traits) {
       using E = decltype(traits);
-      const size_t warps = (a.nhw + 31) / 32;
+      if (prefetch) return launchFor(warps * 32, fusedMajorityPrefetchKernel<E>, stream, a, out, vec);
       return launchFor(warps * 32, fusedMajorityKernel<E>, stream, a, out, vec);
     });
   }
+  const bool chunk = currentVariant(Tuned::kFusedAverage) == 1;
   return withFloatTraits(dt, [&](auto traits) {
     using E = decltype(traits);
+    AverageTableEntries table;
+    if (chunk && makeAverageTable<E>(sumWidth, sumWidth, ternary, nranks, &table))
+      return launchFor(warps * 32, fusedAverageChunkKernel<E>, stream, a, table, out, vec);
     const size_t vectors = vec ? (count + E::kVec - 1) / E::kVec : count;
     return launchFor(vectors > a.nhw ? vectors : a.nhw, fusedAverageKernel<E>, stream, a, out, vec);
   });

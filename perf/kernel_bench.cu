@@ -8,6 +8,14 @@
 // Every figure is the median of --reps launches timed with CUDA events,
 // after --warmup untimed ones; counters are for N = 8 ranks.
 //
+// Kernels with variants (kernels/variants.h) get a row per variant, named
+// "kernel ... [variant]", and after the table a summary per kernel: each
+// variant's mean and lowest ratio over that kernel's rows, the best (highest
+// mean), and one machine-readable line
+//   WINNER <kernel> <number> <name> mean=<ratio> min=<ratio> default=<number> default_mean=<ratio>
+// (scripts/kernel_winners.py reads them; docs/dev/GPU.md: making the winners
+// the defaults).
+//
 //   kernel_bench [--elems=N] [--reps=R] [--warmup=W]   (N default 256M; K/M/G suffixes)
 //
 // Exit status: 0 measured; 77 no CUDA device answered (the reason is
@@ -19,12 +27,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "bits/bits.h"
 #include "bits/fields.h"
 #include "kernels/sign_kernels.h"
+#include "kernels/variants.h"
 
 namespace sk = signlion::kernels;
 namespace sb = signlion::bits;
@@ -96,15 +106,55 @@ class Bench {
     return 1000.0 * ms[reps_ / 2];
   }
 
-  // The kernel, then a device-to-device copy that touches the same bytes.
-  void add(const std::string& name, double bytes, const std::function<cudaError_t()>& run, void* copyDst,
-           const void* copySrc) {
+  // The kernel, then a device-to-device copy that touches the same bytes;
+  // returns the ratio (copy time / kernel time).
+  double add(const std::string& name, double bytes, const std::function<cudaError_t()>& run, void* copyDst,
+             const void* copySrc) {
     const double us = time(run);
     const size_t half = (size_t)(bytes / 2);
     const double copyUs =
         time([&] { return cudaMemcpyAsync(copyDst, copySrc, half, cudaMemcpyDeviceToDevice, stream_); });
-    printf("  %-34s %10.1f %10.1f %9.1f %9.1f %7.2f\n", name.c_str(), bytes / 1e6, us, bytes / us / 1e3,
+    printf("  %-52s %10.1f %10.1f %9.1f %9.1f %7.2f\n", name.c_str(), bytes / 1e6, us, bytes / us / 1e3,
            bytes / copyUs / 1e3, copyUs / us);
+    fflush(stdout);
+    return copyUs / us;
+  }
+
+  // add() once per variant of k, each row named "name [variant]"; the
+  // ratios are kept for summary(). Leaves k at its default.
+  void variants(sk::Tuned k, const std::string& name, double bytes, const std::function<cudaError_t()>& run,
+                void* copyDst, const void* copySrc) {
+    std::vector<std::vector<double>>& mine = ratios_[(int)k];
+    mine.resize(sk::variantCount(k));
+    for (int v = 0; v < sk::variantCount(k); v++) {
+      BENCHCHECK(sk::selectVariant(k, v));
+      mine[v].push_back(add(name + " [" + sk::variantName(k, v) + "]", bytes, run, copyDst, copySrc));
+    }
+    BENCHCHECK(sk::selectVariant(k, sk::defaultVariant(k)));
+  }
+
+  // Per kernel with variants: each variant's mean and lowest ratio over its
+  // rows, and the WINNER line (highest mean ratio).
+  void summary() const {
+    printf("# variants: mean and lowest ratio over each kernel's rows; best = highest mean\n");
+    printf("# %-16s %-20s %5s %7s %7s\n", "kernel", "variant", "rows", "mean", "min");
+    for (const auto& [kind, perVariant] : ratios_) {
+      const sk::Tuned k = (sk::Tuned)kind;
+      int best = 0;
+      double bestMean = -1, bestMin = 0, defaultMean = 0;
+      for (size_t v = 0; v < perVariant.size(); v++) {
+        const std::vector<double>& r = perVariant[v];
+        double sum = 0, low = r.empty() ? 0 : r[0];
+        for (double x : r) sum += x, low = std::min(low, x);
+        const double mean = r.empty() ? 0 : sum / r.size();
+        printf("  %-16s %-20s %5zu %7.2f %7.2f%s\n", sk::tunedName(k), sk::variantName(k, (int)v), r.size(), mean, low,
+               (int)v == sk::defaultVariant(k) ? "  (default)" : "");
+        if (mean > bestMean) best = (int)v, bestMean = mean, bestMin = low;
+        if ((int)v == sk::defaultVariant(k)) defaultMean = mean;
+      }
+      printf("WINNER %s %d %s mean=%.3f min=%.3f default=%d default_mean=%.3f\n", sk::tunedName(k), best,
+             sk::variantName(k, best), bestMean, bestMin, sk::defaultVariant(k), defaultMean);
+    }
     fflush(stdout);
   }
 
@@ -114,6 +164,7 @@ class Bench {
   int reps_, warmup_;
   cudaStream_t stream_;
   cudaEvent_t start_, stop_;
+  std::map<int, std::vector<std::vector<double>>> ratios_;  // [kernel][variant]: one ratio per row
 };
 
 }  // namespace
@@ -173,7 +224,7 @@ int main(int argc, char** argv) {
          prop.name, prop.multiProcessorCount, reps, warmup, n);
   printf("# GB/s of the bytes each kernel reads and writes; copy = cudaMemcpyAsync D2D touching as many bytes;\n");
   printf("# ratio = kernel GB/s / copy GB/s (the streaming kernels aim at 0.85 or more)\n");
-  printf("# %-34s %10s %10s %9s %9s %7s\n", "kernel", "MB", "us", "GB/s", "copy GB/s", "ratio");
+  printf("# %-52s %10s %10s %9s %9s %7s\n", "kernel", "MB", "us", "GB/s", "copy GB/s", "ratio");
 
   // P (w planes) at 0.., M at 8..; halves of the fused step at 0.. and 4..
   const sb::Counts binary{plane(0), w, nw}, ternary{plane(0), w, nw, plane(8), w, nw};
@@ -191,7 +242,7 @@ int main(int argc, char** argv) {
   }
   b.add("add 3+3 -> 4 planes", (2 * wHalf + w) * pb,
         [&] { return sk::add(plane(0), wHalf, nw, plane(4), wHalf, nw, plane(8), w, nw, nw, s); }, copyA, copyB);
-  b.add("sumVotes 8 slots -> 4 planes", (n + w) * pb,
+  b.variants(sk::Tuned::kSumVotes, "sumVotes 8 slots -> 4 planes", (n + w) * pb,
         [&] { return sk::sumVotes(plane(0), n, nw, plane(8), w, nw, nw, s); }, copyA, copyB);
   b.add("decide binary (tie zero)", (w + 2) * pb,
         [&] { return sk::decideBits(binary, n, ncclSignTieZero, plane(14), nw, nw, s); }, copyA, copyB);
@@ -200,21 +251,21 @@ int main(int argc, char** argv) {
   for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16}) {
     const double es = (double)sb::typeSize(dt);
     const std::string t = dt == ncclFloat32 ? "fp32" : "bf16";
-    b.add("unpack " + t + " 1 plane", pb + e * es,
+    b.variants(sk::Tuned::kUnpack, "unpack " + t + " 1 plane", pb + e * es,
           [&] { return sk::unpack(plane(0), 1, nw, elems, dt, out, s); }, copyA, copyB);
-    b.add("unpack " + t + " 2 planes", 2 * pb + e * es,
+    b.variants(sk::Tuned::kUnpack, "unpack " + t + " 2 planes", 2 * pb + e * es,
           [&] { return sk::unpack(plane(0), 2, nw, elems, dt, out, s); }, copyA, copyB);
-    b.add("average " + t + " binary", w * pb + e * es,
+    b.variants(sk::Tuned::kAverage, "average " + t + " binary", w * pb + e * es,
           [&] { return sk::average(binary, n, elems, dt, out, s); }, copyA, copyB);
-    b.add("fused majority " + t + " binary", 2 * wHalf * pb + e * es, [&] {
+    b.variants(sk::Tuned::kFusedMajority, "fused majority " + t + " binary", 2 * wHalf * pb + e * es, [&] {
       return sk::addDecideUnpack(accB, inB, w, n, ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero, nullptr, 0,
                                  elems, dt, out, s);
     }, copyA, copyB);
-    b.add("fused majority " + t + " ternary", 4 * wHalf * pb + e * es, [&] {
+    b.variants(sk::Tuned::kFusedMajority, "fused majority " + t + " ternary", 4 * wHalf * pb + e * es, [&] {
       return sk::addDecideUnpack(accT, inT, w, n, ncclSignMajority, ncclSignZeroAbstain, ncclSignTieZero, nullptr, 0,
                                  elems, dt, out, s);
     }, copyA, copyB);
-    b.add("fused average " + t + " binary", 2 * wHalf * pb + e * es, [&] {
+    b.variants(sk::Tuned::kFusedAverage, "fused average " + t + " binary", 2 * wHalf * pb + e * es, [&] {
       return sk::addDecideUnpack(accB, inB, w, n, ncclSignAverage, ncclSignZeroPositive, ncclSignTieZero, nullptr, 0,
                                  elems, dt, out, s);
     }, copyA, copyB);
@@ -225,20 +276,26 @@ int main(int argc, char** argv) {
   BENCHCHECK(cudaMalloc(&malformed, sizeof(uint32_t)));
   BENCHCHECK(cudaMemset(malformed, 0, sizeof(uint32_t)));
   const double coded = (double)sb::tritBytes(nw);
-  b.add("encodeTrits 2 planes -> 1.6 bits", 2 * pb + coded, [&] {
+  b.variants(sk::Tuned::kEncodeTrits, "encodeTrits 2 planes -> 1.6 bits", 2 * pb + coded, [&] {
     return sk::encodeTrits(plane(0), plane(1), nw, static_cast<uint8_t*>(out), s);
   }, copyA, copyB);
-  b.add("decodeTrits 1.6 bits -> 2 planes", coded + 2 * pb, [&] {
+  b.variants(sk::Tuned::kDecodeTrits, "decodeTrits 1.6 bits -> 2 planes", coded + 2 * pb, [&] {
     return sk::decodeTrits(static_cast<const uint8_t*>(out), nw, plane(14), plane(15), malformed, 1, s);
   }, copyA, copyB);
-  b.add("packFields fp32 4-bit binary", e * 4 + fieldWords * 8.0, [&] {
+  b.variants(sk::Tuned::kPackFields, "packFields fp32 4-bit binary", e * 4 + fieldWords * 8.0, [&] {
     return sk::packFields(in, ncclFloat32, elems, ncclSignZeroPositive, fieldBits, static_cast<uint64_t*>(fields),
                           fieldWords, s);
   }, copyA, copyB);
-  b.add("fieldsToPlanes 4-bit -> 4 planes", fieldWords * 8.0 + w * pb, [&] {
+  b.variants(sk::Tuned::kFieldsToPlanes, "fieldsToPlanes 4-bit -> 4 planes", fieldWords * 8.0 + w * pb, [&] {
     return sk::fieldsToPlanes(static_cast<const uint64_t*>(fields), fieldBits, 0, elems, plane(0), w, nw, s);
   }, copyA, copyB);
+  // N = 4..7 sum 3-bit fields: 21 per word, not a divisor of 64.
+  const size_t fieldWords3 = sb::fieldWordsFor(elems, 3);
+  b.variants(sk::Tuned::kFieldsToPlanes, "fieldsToPlanes 3-bit -> 3 planes", fieldWords3 * 8.0 + 3 * pb, [&] {
+    return sk::fieldsToPlanes(static_cast<const uint64_t*>(fields), 3, 0, elems, plane(0), 3, nw, s);
+  }, copyA, copyB);
 
+  b.summary();
   BENCHCHECK(cudaDeviceSynchronize());
   for (void* p : {in, out, planes, fields, copyA, copyB, static_cast<void*>(malformed)}) cudaFree(p);
   return 0;

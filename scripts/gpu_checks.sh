@@ -14,7 +14,10 @@
 #                 tests (python.cuda.*); none may skip
 #   nccl-plugin   NCCL itself over our plugin (NCCL_NET=signlion), N = 2 and 4,
 #                 with the NCCL the build used and with PyTorch's (nvidia-nccl-cu*)
-#   kernel-bench  kernel_bench: GB/s and the ratio to a device-to-device copy
+#   kernel-bench  kernel_bench: GB/s and the ratio to a device-to-device copy, a
+#                 row per kernel variant (kernels/variants.h) and a WINNER line
+#                 per kernel with variants (52 rows: seconds on an H200;
+#                 scripts/kernel_winners.py OUT/figures.txt reads the winners)
 #   perf          sign_allreduce_perf --nccl -t 2 and -t 4 next to ncclAllReduce
 #                 fp32/bf16 on the same communicators, over the net path
 #   memcheck      compute-sanitizer memcheck (kernels; ncclSignAllReduce's short
@@ -207,7 +210,10 @@ step_kernel_bench() {
   local rc=${PIPESTATUS[0]}
   [ "$rc" -eq 77 ] && fail "kernel_bench found no CUDA device"
   [ "$rc" -eq 0 ] || fail "kernel_bench exited with $rc"
-  { echo "## kernel_bench ${BENCH_ARGS:-}"; grep -v '^$' "$LOGS/kernel_bench.out" | tail -60; } | figure >/dev/null
+  { echo "## kernel_bench ${BENCH_ARGS:-}"; grep -v '^$' "$LOGS/kernel_bench.out" | tail -150; } | figure >/dev/null
+  # The fastest variant of each kernel that has several (docs/dev/GPU.md says
+  # how a winner becomes the default).
+  note "winners: $(awk '/^WINNER /{printf "%s%s=%s(%s)", sep, $2, $4, $5; sep=" "}' "$LOGS/kernel_bench.out")"
 }
 
 # Ranks r on GPU r % devices; ranks that share a GPU get one NCCL_HOSTID each

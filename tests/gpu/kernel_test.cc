@@ -6,6 +6,9 @@
 // output buffer is filled with a pattern first: words and bytes a launcher
 // must not write (plane gaps, the bytes around the elements) must keep it.
 //
+// Kernels with variants (kernels/variants.h) run every test once per variant:
+// each must give the same bits.
+//
 // Built twice: against the CUDA runtime (signlion_gpu_kernel_tests, label
 // gpu; every test skips when no device answers) and against the SIMT
 // emulator (signlion_simt_kernel_tests, label unit: the kernels' source run
@@ -15,6 +18,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <sstream>
 #include <string>
@@ -24,6 +28,7 @@
 #include "bits/fields.h"
 #include "common/vote_inputs.h"
 #include "kernels/sign_kernels.h"
+#include "kernels/variants.h"
 
 namespace signlion {
 namespace kernels {
@@ -176,6 +181,26 @@ class GpuKernels : public ::testing::Test {
   cudaStream_t stream_ = nullptr;
 };
 
+// Runs body() once per variant of the kernels `kinds` (variant v of each, or
+// its last when it has fewer), then puts the defaults back.
+template <typename Body>
+void forEachVariant(std::initializer_list<Tuned> kinds, Body body) {
+  int most = 0;
+  for (Tuned k : kinds) most = std::max(most, variantCount(k));
+  for (int v = 0; v < most; v++) {
+    std::string names;
+    for (Tuned k : kinds) {
+      const int mine = std::min(v, variantCount(k) - 1);
+      ASSERT_EQ(selectVariant(k, mine), cudaSuccess);
+      names += std::string(" ") + tunedName(k) + "=" + variantName(k, mine);
+    }
+    SCOPED_TRACE("variant" + names);
+    body();
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  for (Tuned k : kinds) ASSERT_EQ(selectVariant(k, defaultVariant(k)), cudaSuccess);
+}
+
 // Element pointers 16-byte aligned (offset 0: the vector paths) and one
 // element past that (every path's fallback).
 const size_t kElemOffsets[] = {0, 1};
@@ -235,27 +260,32 @@ TEST_F(GpuKernels, AddEqualsCpu) {
 }
 
 TEST_F(GpuKernels, SumVotesEqualsCpu) {
-  std::mt19937_64 rng(3);
-  for (size_t count : kCounts) {
-    const size_t nw = bits::numWords(count);
-    for (int nslots : {0, 1, 2, 3, 4, 7, 8, 16, 33}) {
-      for (int extra : {0, 2}) {
-        const int wout = bits::widthFor((uint64_t)nslots) + extra;
-        SCOPED_TRACE(describe("sumVotes", ncclFloat32, count,
-                              "slots=" + std::to_string(nslots) + " wout=" + std::to_string(wout)));
-        const size_t slotStride = nw + 1, so = nw + 2;
-        std::vector<uint64_t> votes = randomWords((size_t)std::max(nslots, 1) * slotStride, rng);
-        std::vector<uint64_t> want = filledWords((size_t)wout * so);
-        for (int p = 0; p < wout; p++) std::fill_n(want.begin() + p * so, nw, 0);
-        for (int r = 0; r < nslots; r++)
-          cpu().add(want.data(), wout, so, votes.data() + r * slotStride, 1, slotStride, want.data(), wout, so, nw);
-        DeviceBytes dv(votes.size() * 8), dout(want.size() * 8);
-        dv.upload(votes);
-        finish(sumVotes(dv.words(), nslots, slotStride, dout.words(), wout, so, nw, stream_));
-        ASSERT_EQ(dout.downloadWords(), want);
+  forEachVariant({Tuned::kSumVotes}, [&] {
+    std::mt19937_64 rng(3);
+    for (size_t count : kCounts) {
+      const size_t nw = bits::numWords(count);
+      for (int nslots : {0, 1, 2, 3, 4, 7, 8, 16, 33, 255, 256}) {  // 255: the batched variants' most
+        for (int extra : {0, 2}) {
+          const int wout = bits::widthFor((uint64_t)nslots) + extra;
+          // Gaps of 1 and 2 words, then of 2 and 4: even strides (with an
+          // even nw) let the pair variant read and write 16-byte vectors.
+          const size_t gap = 1 + (size_t)(extra / 2);
+          SCOPED_TRACE(describe("sumVotes", ncclFloat32, count,
+                                "slots=" + std::to_string(nslots) + " wout=" + std::to_string(wout)));
+          const size_t slotStride = nw + gap, so = nw + 2 * gap;
+          std::vector<uint64_t> votes = randomWords((size_t)std::max(nslots, 1) * slotStride, rng);
+          std::vector<uint64_t> want = filledWords((size_t)wout * so);
+          for (int p = 0; p < wout; p++) std::fill_n(want.begin() + p * so, nw, 0);
+          for (int r = 0; r < nslots; r++)
+            cpu().add(want.data(), wout, so, votes.data() + r * slotStride, 1, slotStride, want.data(), wout, so, nw);
+          DeviceBytes dv(votes.size() * 8), dout(want.size() * 8);
+          dv.upload(votes);
+          finish(sumVotes(dv.words(), nslots, slotStride, dout.words(), wout, so, nw, stream_));
+          ASSERT_EQ(dout.downloadWords(), want);
+        }
       }
     }
-  }
+  });
 }
 
 TEST_F(GpuKernels, DecideBitsEqualsCpu) {
@@ -293,185 +323,195 @@ TEST_F(GpuKernels, DecideBitsEqualsCpu) {
 }
 
 TEST_F(GpuKernels, UnpackEqualsCpu) {
-  std::mt19937_64 rng(5);
-  for (size_t count : kCounts) {
-    const size_t nw = bits::numWords(count), stride = nw + 1;
-    // Random planes: +1 and -1 both set wherever the generator says so (+1
-    // wins, as in the CPU's unpack).
-    std::vector<uint64_t> planes = randomWords(2 * stride, rng);
-    for (ncclDataType_t dt : kTypes) {
-      const size_t es = bits::typeSize(dt);
-      for (int nplanes : {1, 2}) {
-        for (size_t off : kElemOffsets) {
-          SCOPED_TRACE(describe("unpack", dt, count,
-                                "planes=" + std::to_string(nplanes) + " offset=" + std::to_string(off)));
-          Bytes want(count * es);
-          cpu().unpack(planes.data(), nplanes, stride, count, dt, want.data());
-          DeviceBytes dp(planes.size() * 8), dst(count * es, off * es);
-          dp.upload(planes);
-          finish(unpack(dp.words(), nplanes, stride, count, dt, dst.get(), stream_));
-          Bytes got = dst.download();
-          ASSERT_EQ(test::firstMismatch(got, want), std::string::npos);
-        }
-      }
-    }
-  }
-}
-
-TEST_F(GpuKernels, AverageEqualsCpu) {
-  std::mt19937_64 rng(6);
-  for (size_t count : kCounts) {
-    const size_t nw = bits::numWords(count);
-    for (int n = 1; n <= 16; n++) {
-      if (count == kLargeCount && n % 5 != 1) continue;
-      const int width = bits::widthFor((uint64_t)n);
-      std::vector<uint64_t> pos = randomCounter(n, nw, width, rng), neg = randomCounter(n, nw, width, rng);
-      for (bool ternary : {false, true}) {
-        for (ncclDataType_t dt : kFloatTypes) {
-          const size_t es = bits::typeSize(dt);
+  forEachVariant({Tuned::kUnpack}, [&] {
+    std::mt19937_64 rng(5);
+    for (size_t count : kCounts) {
+      const size_t nw = bits::numWords(count), stride = nw + 1;
+      // Random planes: +1 and -1 both set wherever the generator says so (+1
+      // wins, as in the CPU's unpack).
+      std::vector<uint64_t> planes = randomWords(2 * stride, rng);
+      for (ncclDataType_t dt : kTypes) {
+        const size_t es = bits::typeSize(dt);
+        for (int nplanes : {1, 2}) {
           for (size_t off : kElemOffsets) {
-            SCOPED_TRACE(describe("average", dt, count,
-                                  "N=" + std::to_string(n) + (ternary ? " ternary" : "") +
-                                      " offset=" + std::to_string(off)));
-            bits::Counts c{pos.data(), width, nw};
-            if (ternary) c = bits::Counts{pos.data(), width, nw, neg.data(), width, nw};
+            SCOPED_TRACE(describe("unpack", dt, count,
+                                  "planes=" + std::to_string(nplanes) + " offset=" + std::to_string(off)));
             Bytes want(count * es);
-            cpu().average(c, n, count, dt, want.data());
-            DeviceBytes dp(pos.size() * 8), dn(neg.size() * 8), dst(count * es, off * es);
-            dp.upload(pos);
-            dn.upload(neg);
-            bits::Counts dc{dp.words(), width, nw};
-            if (ternary) dc = bits::Counts{dp.words(), width, nw, dn.words(), width, nw};
-            finish(average(dc, n, count, dt, dst.get(), stream_));
+            cpu().unpack(planes.data(), nplanes, stride, count, dt, want.data());
+            DeviceBytes dp(planes.size() * 8), dst(count * es, off * es);
+            dp.upload(planes);
+            finish(unpack(dp.words(), nplanes, stride, count, dt, dst.get(), stream_));
             Bytes got = dst.download();
             ASSERT_EQ(test::firstMismatch(got, want), std::string::npos);
           }
         }
       }
     }
-  }
+  });
+}
+
+TEST_F(GpuKernels, AverageEqualsCpu) {
+  forEachVariant({Tuned::kAverage}, [&] {
+    std::mt19937_64 rng(6);
+    for (size_t count : kCounts) {
+      const size_t nw = bits::numWords(count);
+      for (int n = 1; n <= 16; n++) {
+        if (count == kLargeCount && n % 5 != 1) continue;
+        const int width = bits::widthFor((uint64_t)n);
+        std::vector<uint64_t> pos = randomCounter(n, nw, width, rng), neg = randomCounter(n, nw, width, rng);
+        for (bool ternary : {false, true}) {
+          for (ncclDataType_t dt : kFloatTypes) {
+            const size_t es = bits::typeSize(dt);
+            for (size_t off : kElemOffsets) {
+              SCOPED_TRACE(describe("average", dt, count,
+                                    "N=" + std::to_string(n) + (ternary ? " ternary" : "") +
+                                        " offset=" + std::to_string(off)));
+              bits::Counts c{pos.data(), width, nw};
+              if (ternary) c = bits::Counts{pos.data(), width, nw, neg.data(), width, nw};
+              Bytes want(count * es);
+              cpu().average(c, n, count, dt, want.data());
+              DeviceBytes dp(pos.size() * 8), dn(neg.size() * 8), dst(count * es, off * es);
+              dp.upload(pos);
+              dn.upload(neg);
+              bits::Counts dc{dp.words(), width, nw};
+              if (ternary) dc = bits::Counts{dp.words(), width, nw, dn.words(), width, nw};
+              finish(average(dc, n, count, dt, dst.get(), stream_));
+              Bytes got = dst.download();
+              ASSERT_EQ(test::firstMismatch(got, want), std::string::npos);
+            }
+          }
+        }
+      }
+    }
+  });
 }
 
 // The fused last step against add, then decideBits + unpack (majority) or
 // average, on the CPU. The local counter holds N / 2 ranks' votes, the
 // received one the others'.
 TEST_F(GpuKernels, AddDecideUnpackEqualsCpu) {
-  std::mt19937_64 rng(7);
-  int variant = 0;  // rotates datatype, alignment and planesOut over the matrix
-  for (int n = 1; n <= 16; n++) {
-    const int n1 = n / 2, n2 = n - n1;
-    const int w1 = bits::widthFor((uint64_t)n1), w2 = bits::widthFor((uint64_t)n2), ws = bits::widthFor((uint64_t)n);
-    for (size_t count : {(size_t)1, (size_t)65, (size_t)4097, kLargeCount}) {
-      if (count == kLargeCount && n % 5 != 1) continue;
-      const size_t nw = bits::numWords(count);
-      const size_t s1 = nw + 1, s2 = nw + 2, so = nw + 3;
-      std::vector<uint64_t> accP = randomCounter(n1, s1, w1, rng), accM = randomCounter(n1, s1, w1, rng);
-      std::vector<uint64_t> inP = randomCounter(n2, s2, w2, rng), inM = randomCounter(n2, s2, w2, rng);
-      for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
-        for (ncclSignZeroRule_t zero : kZeroRules) {
-          for (ncclSignTieRule_t tie : kTieRules) {
-            if (op == ncclSignAverage && tie != ncclSignTieZero) continue;  // no tie in an average
-            const ncclDataType_t dt = op == ncclSignMajority ? kTypes[variant % 4] : kFloatTypes[variant % 3];
-            const size_t off = (size_t)(variant / 4) % 2, es = bits::typeSize(dt);
-            const bool wantPlanes = variant % 3 != 0;
-            variant++;
-            const bool ternary = zero == ncclSignZeroAbstain;
-            SCOPED_TRACE(describe("addDecideUnpack", dt, count,
-                                  "N=" + std::to_string(n) + " op=" + std::to_string(op) + " zero=" +
-                                      std::to_string(zero) + " tie=" + std::to_string(tie) +
-                                      " offset=" + std::to_string(off) + (wantPlanes ? " planesOut" : "")));
-            // CPU: the sum, stored; then the result.
-            std::vector<uint64_t> sumP((size_t)ws * nw), sumM((size_t)ws * nw);
-            cpu().add(accP.data(), w1, s1, inP.data(), w2, s2, sumP.data(), ws, nw, nw);
-            cpu().add(accM.data(), w1, s1, inM.data(), w2, s2, sumM.data(), ws, nw, nw);
-            bits::Counts sum{sumP.data(), ws, nw};
-            if (ternary) sum = bits::Counts{sumP.data(), ws, nw, sumM.data(), ws, nw};
-            const int nplanes = op == ncclSignMajority ? bits::majorityPlanes(n, zero, tie) : (ternary ? 2 : 1) * ws;
-            std::vector<uint64_t> wantPlanesOut = filledWords((size_t)nplanes * so);
-            Bytes want(count * es);
-            if (op == ncclSignMajority) {
-              cpu().decideBits(sum, n, tie, wantPlanesOut.data(), so, nw);
-              cpu().unpack(wantPlanesOut.data(), nplanes, so, count, dt, want.data());
-            } else {
-              cpu().average(sum, n, count, dt, want.data());
-              for (int p = 0; p < ws; p++) {
-                std::copy_n(sumP.begin() + p * nw, nw, wantPlanesOut.begin() + p * so);
-                if (ternary) std::copy_n(sumM.begin() + p * nw, nw, wantPlanesOut.begin() + (ws + p) * so);
+  forEachVariant({Tuned::kFusedMajority, Tuned::kFusedAverage}, [&] {
+    std::mt19937_64 rng(7);
+    int variant = 0;  // rotates datatype, alignment and planesOut over the matrix
+    for (int n = 1; n <= 16; n++) {
+      const int n1 = n / 2, n2 = n - n1;
+      const int w1 = bits::widthFor((uint64_t)n1), w2 = bits::widthFor((uint64_t)n2), ws = bits::widthFor((uint64_t)n);
+      for (size_t count : {(size_t)1, (size_t)65, (size_t)4097, kLargeCount}) {
+        if (count == kLargeCount && n % 5 != 1) continue;
+        const size_t nw = bits::numWords(count);
+        const size_t s1 = nw + 1, s2 = nw + 2, so = nw + 3;
+        std::vector<uint64_t> accP = randomCounter(n1, s1, w1, rng), accM = randomCounter(n1, s1, w1, rng);
+        std::vector<uint64_t> inP = randomCounter(n2, s2, w2, rng), inM = randomCounter(n2, s2, w2, rng);
+        for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
+          for (ncclSignZeroRule_t zero : kZeroRules) {
+            for (ncclSignTieRule_t tie : kTieRules) {
+              if (op == ncclSignAverage && tie != ncclSignTieZero) continue;  // no tie in an average
+              const ncclDataType_t dt = op == ncclSignMajority ? kTypes[variant % 4] : kFloatTypes[variant % 3];
+              const size_t off = (size_t)(variant / 4) % 2, es = bits::typeSize(dt);
+              const bool wantPlanes = variant % 3 != 0;
+              variant++;
+              const bool ternary = zero == ncclSignZeroAbstain;
+              SCOPED_TRACE(describe("addDecideUnpack", dt, count,
+                                    "N=" + std::to_string(n) + " op=" + std::to_string(op) + " zero=" +
+                                        std::to_string(zero) + " tie=" + std::to_string(tie) +
+                                        " offset=" + std::to_string(off) + (wantPlanes ? " planesOut" : "")));
+              // CPU: the sum, stored; then the result.
+              std::vector<uint64_t> sumP((size_t)ws * nw), sumM((size_t)ws * nw);
+              cpu().add(accP.data(), w1, s1, inP.data(), w2, s2, sumP.data(), ws, nw, nw);
+              cpu().add(accM.data(), w1, s1, inM.data(), w2, s2, sumM.data(), ws, nw, nw);
+              bits::Counts sum{sumP.data(), ws, nw};
+              if (ternary) sum = bits::Counts{sumP.data(), ws, nw, sumM.data(), ws, nw};
+              const int nplanes = op == ncclSignMajority ? bits::majorityPlanes(n, zero, tie) : (ternary ? 2 : 1) * ws;
+              std::vector<uint64_t> wantPlanesOut = filledWords((size_t)nplanes * so);
+              Bytes want(count * es);
+              if (op == ncclSignMajority) {
+                cpu().decideBits(sum, n, tie, wantPlanesOut.data(), so, nw);
+                cpu().unpack(wantPlanesOut.data(), nplanes, so, count, dt, want.data());
+              } else {
+                cpu().average(sum, n, count, dt, want.data());
+                for (int p = 0; p < ws; p++) {
+                  std::copy_n(sumP.begin() + p * nw, nw, wantPlanesOut.begin() + p * so);
+                  if (ternary) std::copy_n(sumM.begin() + p * nw, nw, wantPlanesOut.begin() + (ws + p) * so);
+                }
               }
-            }
-            DeviceBytes dAccP(accP.size() * 8), dAccM(accM.size() * 8), dInP(inP.size() * 8), dInM(inM.size() * 8);
-            DeviceBytes dPlanes(wantPlanes ? wantPlanesOut.size() * 8 : 0), dst(count * es, off * es);
-            dAccP.upload(accP);
-            dAccM.upload(accM);
-            dInP.upload(inP);
-            dInM.upload(inM);
-            bits::Counts acc{dAccP.words(), w1, s1}, in{dInP.words(), w2, s2};
-            if (ternary) {
-              acc = bits::Counts{dAccP.words(), w1, s1, dAccM.words(), w1, s1};
-              in = bits::Counts{dInP.words(), w2, s2, dInM.words(), w2, s2};
-            }
-            finish(addDecideUnpack(acc, in, ws, n, op, zero, tie, wantPlanes ? dPlanes.words() : nullptr, so, count,
-                                   dt, dst.get(), stream_));
-            Bytes got = dst.download();
-            ASSERT_EQ(test::firstMismatch(got, want), std::string::npos);
-            if (wantPlanes) {
-              ASSERT_EQ(dPlanes.downloadWords(), wantPlanesOut);
+              DeviceBytes dAccP(accP.size() * 8), dAccM(accM.size() * 8), dInP(inP.size() * 8), dInM(inM.size() * 8);
+              DeviceBytes dPlanes(wantPlanes ? wantPlanesOut.size() * 8 : 0), dst(count * es, off * es);
+              dAccP.upload(accP);
+              dAccM.upload(accM);
+              dInP.upload(inP);
+              dInM.upload(inM);
+              bits::Counts acc{dAccP.words(), w1, s1}, in{dInP.words(), w2, s2};
+              if (ternary) {
+                acc = bits::Counts{dAccP.words(), w1, s1, dAccM.words(), w1, s1};
+                in = bits::Counts{dInP.words(), w2, s2, dInM.words(), w2, s2};
+              }
+              finish(addDecideUnpack(acc, in, ws, n, op, zero, tie, wantPlanes ? dPlanes.words() : nullptr, so, count,
+                                     dt, dst.get(), stream_));
+              Bytes got = dst.download();
+              ASSERT_EQ(test::firstMismatch(got, want), std::string::npos);
+              if (wantPlanes) {
+                ASSERT_EQ(dPlanes.downloadWords(), wantPlanesOut);
+              }
             }
           }
         }
       }
     }
-  }
+  });
 }
 
 const int kFieldBits[] = {1, 2, 3, 4, 5, 7, 8, 11, 16, 21, 32, 33, 64};
 
 TEST_F(GpuKernels, PackFieldsEqualsCpu) {
-  uint32_t seed = 8;
-  for (ncclDataType_t dt : kTypes) {
-    const size_t es = bits::typeSize(dt);
-    for (size_t count : kCounts) {
-      Bytes in = voteInputs(count, dt, seed++);
-      for (int f : kFieldBits) {
-        for (ncclSignZeroRule_t zero : kZeroRules) {
-          const size_t off = (size_t)(f + zero) % 2;
-          SCOPED_TRACE(describe("packFields", dt, count,
-                                "bits=" + std::to_string(f) + " zero=" + std::to_string(zero) +
-                                    " offset=" + std::to_string(off)));
-          const size_t nfw = bits::fieldWordsFor(count, f), stride = nfw + 1;
-          const size_t words = (size_t)bits::votePlanes(zero) * stride;
-          std::vector<uint64_t> want = filledWords(words);
-          if (count > 0) bits::packFields(cpu(), in.data(), dt, count, zero, f, want.data(), stride);
-          DeviceBytes src(count * es, off * es, 0), out(words * 8);
-          src.upload(in);
-          finish(packFields(src.get(), dt, count, zero, f, out.words(), stride, stream_));
+  forEachVariant({Tuned::kPackFields}, [&] {
+    uint32_t seed = 8;
+    for (ncclDataType_t dt : kTypes) {
+      const size_t es = bits::typeSize(dt);
+      for (size_t count : kCounts) {
+        Bytes in = voteInputs(count, dt, seed++);
+        for (int f : kFieldBits) {
+          for (ncclSignZeroRule_t zero : kZeroRules) {
+            const size_t off = (size_t)(f + zero) % 2;
+            SCOPED_TRACE(describe("packFields", dt, count,
+                                  "bits=" + std::to_string(f) + " zero=" + std::to_string(zero) +
+                                      " offset=" + std::to_string(off)));
+            const size_t nfw = bits::fieldWordsFor(count, f), stride = nfw + 1;
+            const size_t words = (size_t)bits::votePlanes(zero) * stride;
+            std::vector<uint64_t> want = filledWords(words);
+            if (count > 0) bits::packFields(cpu(), in.data(), dt, count, zero, f, want.data(), stride);
+            DeviceBytes src(count * es, off * es, 0), out(words * 8);
+            src.upload(in);
+            finish(packFields(src.get(), dt, count, zero, f, out.words(), stride, stream_));
+            ASSERT_EQ(out.downloadWords(), want);
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_F(GpuKernels, FieldsToPlanesEqualsCpu) {
+  forEachVariant({Tuned::kFieldsToPlanes}, [&] {
+    std::mt19937_64 rng(9);
+    for (int f : kFieldBits) {
+      for (size_t first : {(size_t)0, (size_t)64, (size_t)192}) {
+        for (size_t n : kCounts) {
+          const int width = std::min(f, 1 + (int)(n % 7));  // planes of the low bits, as wide as the fields or less
+          SCOPED_TRACE(describe("fieldsToPlanes", ncclFloat32, n,
+                                "bits=" + std::to_string(f) + " first=" + std::to_string(first) +
+                                    " width=" + std::to_string(width)));
+          std::vector<uint64_t> words = randomWords(std::max<size_t>(1, bits::fieldWordsFor(first + n, f)), rng);
+          const size_t nb = bits::numWords(n), stride = nb + 1;
+          std::vector<uint64_t> want = filledWords((size_t)width * stride);
+          if (n > 0) bits::fieldsToPlanes(words.data(), f, first, n, want.data(), width, stride);
+          DeviceBytes dw(words.size() * 8), out(want.size() * 8);
+          dw.upload(words);
+          finish(fieldsToPlanes(dw.words(), f, first, n, out.words(), width, stride, stream_));
           ASSERT_EQ(out.downloadWords(), want);
         }
       }
     }
-  }
-}
-
-TEST_F(GpuKernels, FieldsToPlanesEqualsCpu) {
-  std::mt19937_64 rng(9);
-  for (int f : kFieldBits) {
-    for (size_t first : {(size_t)0, (size_t)64, (size_t)192}) {
-      for (size_t n : kCounts) {
-        const int width = std::min(f, 1 + (int)(n % 7));  // planes of the low bits, as wide as the fields or less
-        SCOPED_TRACE(describe("fieldsToPlanes", ncclFloat32, n,
-                              "bits=" + std::to_string(f) + " first=" + std::to_string(first) +
-                                  " width=" + std::to_string(width)));
-        std::vector<uint64_t> words = randomWords(std::max<size_t>(1, bits::fieldWordsFor(first + n, f)), rng);
-        const size_t nb = bits::numWords(n), stride = nb + 1;
-        std::vector<uint64_t> want = filledWords((size_t)width * stride);
-        if (n > 0) bits::fieldsToPlanes(words.data(), f, first, n, want.data(), width, stride);
-        DeviceBytes dw(words.size() * 8), out(want.size() * 8);
-        dw.upload(words);
-        finish(fieldsToPlanes(dw.words(), f, first, n, out.words(), width, stride, stream_));
-        ASSERT_EQ(out.downloadWords(), want);
-      }
-    }
-  }
+  });
 }
 
 // Zero-sized work launches nothing (null pointers are fine); arguments no
@@ -491,51 +531,75 @@ const size_t kTritBlocks[] = {1, 4, 5, 6, 10, 13, 1000, (kLargeCount + 63) / 64}
 
 // Decided results, and planes with elements both +1 and -1 (coded as +1).
 TEST_F(GpuKernels, EncodeTritsEqualsCpu) {
-  std::mt19937_64 rng(11);
-  for (size_t nw : kTritBlocks)
-    for (int decided = 0; decided < 2; decided++) {
-      std::vector<uint64_t> planes = randomWords(2 * nw, rng);
-      if (decided) randomResult(nw, rng, &planes);
-      DeviceBytes in(16 * nw);
-      in.upload(planes);
-      DeviceBytes out(bits::tritBytes(nw));
-      finish(encodeTrits(in.words(), in.words() + nw, nw, static_cast<uint8_t*>(out.get()), stream_));
-      Bytes want(bits::tritBytes(nw));
-      cpu().encodeTrits(planes.data(), planes.data() + nw, nw, want.data());
-      EXPECT_EQ(test::firstMismatch(out.download(), want), std::string::npos) << "nblocks " << nw;
-    }
+  forEachVariant({Tuned::kEncodeTrits}, [&] {
+    std::mt19937_64 rng(11);
+    for (size_t nw : kTritBlocks)
+      for (int decided = 0; decided < 2; decided++) {
+        std::vector<uint64_t> planes = randomWords(2 * nw, rng);
+        if (decided) randomResult(nw, rng, &planes);
+        DeviceBytes in(16 * nw);
+        in.upload(planes);
+        DeviceBytes out(bits::tritBytes(nw));
+        finish(encodeTrits(in.words(), in.words() + nw, nw, static_cast<uint8_t*>(out.get()), stream_));
+        Bytes want(bits::tritBytes(nw));
+        cpu().encodeTrits(planes.data(), planes.data() + nw, nw, want.data());
+        EXPECT_EQ(test::firstMismatch(out.download(), want), std::string::npos) << "nblocks " << nw;
+      }
+  });
 }
 
 TEST_F(GpuKernels, DecodeTritsEqualsCpuAndFlagsMalformedBytes) {
-  std::mt19937_64 rng(12);
-  for (size_t nw : kTritBlocks) {
-    std::vector<uint64_t> planes;
-    randomResult(nw, rng, &planes);
-    Bytes coded(bits::tritBytes(nw));
-    cpu().encodeTrits(planes.data(), planes.data() + nw, nw, coded.data());
-    // Valid bytes, then one byte above 242 in a group (or, with no group, a
-    // tail element both +1 and -1).
-    for (int malformed = 0; malformed < 2; malformed++) {
-      Bytes bytes = coded;
-      if (malformed && nw >= bits::kTritGroupBlocks) bytes[rng() % (64 * (nw / 5))] = (uint8_t)(243 + rng() % 13);
-      if (malformed && nw < bits::kTritGroupBlocks) {
-        bytes[0] |= 1;
-        bytes[8 * nw] |= 1;
+  forEachVariant({Tuned::kDecodeTrits}, [&] {
+    std::mt19937_64 rng(12);
+    for (size_t nw : kTritBlocks) {
+      std::vector<uint64_t> planes;
+      randomResult(nw, rng, &planes);
+      Bytes coded(bits::tritBytes(nw));
+      cpu().encodeTrits(planes.data(), planes.data() + nw, nw, coded.data());
+      // Valid bytes, then one byte above 242 in a group (or, with no group, a
+      // tail element both +1 and -1).
+      for (int malformed = 0; malformed < 2; malformed++) {
+        Bytes bytes = coded;
+        if (malformed && nw >= bits::kTritGroupBlocks) bytes[rng() % (64 * (nw / 5))] = (uint8_t)(243 + rng() % 13);
+        if (malformed && nw < bits::kTritGroupBlocks) {
+          bytes[0] |= 1;
+          bytes[8 * nw] |= 1;
+        }
+        DeviceBytes in(bytes.size());
+        in.upload(bytes);
+        DeviceBytes out(16 * nw);
+        DeviceBytes bad(4);
+        const uint32_t zero = 0;
+        bad.upload(&zero);
+        finish(decodeTrits(static_cast<const uint8_t*>(in.get()), nw, out.words(), out.words() + nw,
+                           static_cast<uint32_t*>(bad.get()), 7, stream_));
+        uint32_t flag = 0;
+        const Bytes b = bad.download();
+        memcpy(&flag, b.data(), 4);
+        EXPECT_EQ(flag, malformed ? 7u : 0u) << "nblocks " << nw;
+        if (!malformed) {
+          EXPECT_EQ(out.downloadWords(), planes) << "nblocks " << nw;
+        }
       }
-      DeviceBytes in(bytes.size());
-      in.upload(bytes);
-      DeviceBytes out(16 * nw);
-      DeviceBytes bad(4);
-      const uint32_t zero = 0;
-      bad.upload(&zero);
-      finish(decodeTrits(static_cast<const uint8_t*>(in.get()), nw, out.words(), out.words() + nw,
-                         static_cast<uint32_t*>(bad.get()), 7, stream_));
-      uint32_t flag = 0;
-      const Bytes b = bad.download();
-      memcpy(&flag, b.data(), 4);
-      EXPECT_EQ(flag, malformed ? 7u : 0u) << "nblocks " << nw;
-      if (!malformed) EXPECT_EQ(out.downloadWords(), planes) << "nblocks " << nw;
     }
+  });
+}
+
+// The variant table: names for every variant, defaults in range, and a
+// variant out of range refused without changing the choice.
+TEST_F(GpuKernels, VariantTable) {
+  for (int i = 0; i < kTunedKernels; i++) {
+    const Tuned k = (Tuned)i;
+    ASSERT_NE(tunedName(k), nullptr);
+    ASSERT_GE(variantCount(k), 1) << tunedName(k);
+    for (int v = 0; v < variantCount(k); v++) EXPECT_NE(variantName(k, v), nullptr) << tunedName(k);
+    EXPECT_EQ(variantName(k, variantCount(k)), nullptr);
+    EXPECT_GE(defaultVariant(k), 0);
+    EXPECT_LT(defaultVariant(k), variantCount(k));
+    EXPECT_EQ(currentVariant(k), defaultVariant(k));
+    EXPECT_EQ(selectVariant(k, variantCount(k)), cudaErrorInvalidValue);
+    EXPECT_EQ(selectVariant(k, -1), cudaErrorInvalidValue);
+    EXPECT_EQ(currentVariant(k), defaultVariant(k));
   }
 }
 

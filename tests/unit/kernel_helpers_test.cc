@@ -220,7 +220,7 @@ TEST(KernelHelpers, AddAndSumVotesWordsEqualCpu) {
       ASSERT_EQ(got, want) << wa << "+" << wb << "->" << wout;
     }
   }
-  for (int nslots : {0, 1, 2, 5, 16, 17, 100, 1000}) {
+  for (int nslots : {0, 1, 2, 5, 16, 17, 100, 255, 1000}) {
     const int width = bits::widthFor((uint64_t)nslots);
     std::vector<uint64_t> votes = randomWords(std::max(nslots, 1) * nw, rng), want(width * nw, 0);
     for (int r = 0; r < nslots; r++)
@@ -230,6 +230,24 @@ TEST(KernelHelpers, AddAndSumVotesWordsEqualCpu) {
       sumVotesWord<uint64_t>([&](int r) { return votes[r * nw + i]; }, nslots, count);
       for (int p = 0; p < kMaxSumVotesWidth; p++)
         ASSERT_EQ(count[p], p < width ? want[p * nw + i] : 0) << nslots << " slots, plane " << p;
+    }
+    // The batched variants' body (8 planes: up to 255 slots), a word and a
+    // pair of words at a time.
+    if (nslots > 255) continue;
+    for (size_t i = 0; i < nw; i++) {
+      uint64_t count[8];
+      sumVotesBatched<8, 8, uint64_t>([&](int r) { return votes[r * nw + i]; }, nslots, count);
+      for (int p = 0; p < 8; p++)
+        ASSERT_EQ(count[p], p < width ? want[p * nw + i] : 0) << nslots << " slots batched, plane " << p;
+    }
+    for (size_t i = 0; i + 1 < nw; i += 2) {
+      WordPair count[8];
+      sumVotesBatched<8, 8, WordPair>([&](int r) { return WordPair(votes[r * nw + i], votes[r * nw + i + 1]); },
+                                      nslots, count);
+      for (int p = 0; p < 8; p++) {
+        ASSERT_EQ(count[p].lo, p < width ? want[p * nw + i] : 0) << nslots << " slots paired, plane " << p;
+        ASSERT_EQ(count[p].hi, p < width ? want[p * nw + i + 1] : 0) << nslots << " slots paired, plane " << p;
+      }
     }
   }
 }
@@ -309,6 +327,15 @@ TEST(KernelHelpers, AddCompareMajorityEqualsAddThenDecide) {
             if (two) {
               ASSERT_EQ(r1, want[nw + i]);
             }
+            // The prefetch variant's unrolled body (planes in registers, up to 8).
+            uint64_t gtU, eqU;
+            addCompareMajorityUnrolled<8, uint64_t>([&](int p) { return aP[p * nw + i]; }, w1,
+                                                    [&](int p) { return bP[p * nw + i]; }, w2,
+                                                    [&](int p) { return aM[p * nw + i]; }, w1,
+                                                    [&](int p) { return bM[p * nw + i]; }, w2, ternary, sumWidth, n,
+                                                    gtU, eqU);
+            ASSERT_EQ(gtU, gt) << "N=" << n << " sumWidth=" << sumWidth << " ternary=" << ternary << " unrolled";
+            ASSERT_EQ(eqU, eq) << "N=" << n << " sumWidth=" << sumWidth << " ternary=" << ternary << " unrolled";
           }
         }
       }
