@@ -93,6 +93,12 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
     Buckets: the parameters of each (param group, dtype) are flattened, in reverse registration
     order, into buckets of at most bucket_cap_mb MiB (a larger parameter is a bucket of its own),
     like DDP's buckets; bucket_layout() lists them. Each bucket is one fused call per step.
+    Within it (CPU tensors, mavo and average) three nested cuts, each bit for bit the uncut
+    step (docs/LION.md, "A step"): the step runs in chunks of SIGNLION_LION_CHUNK elements
+    (default 1M; read once, when the optimizer is made), one sign all-reduce per chunk while
+    the passes over the chunks around it run; the host communicator runs a call in segments of
+    SIGNLION_HOST_SEGMENT elements (default 32M), and each transfer of a segment in messages of
+    SIGNLION_HOST_CHUNK_BYTES.
 
     Overlap (overlap=True, the default): during backward, a gradient hook on every parameter
     marks it ready; once all of a bucket's gradients are accumulated, its step (the Lion update
