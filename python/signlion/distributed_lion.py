@@ -1,26 +1,8 @@
-"""Distributed Lion as a torch.optim.Optimizer (DistributedLion), re-exported by signlion.torch.
-
-DistributedLion flattens its parameters into buckets (at most bucket_cap_mb each, made in
-reverse registration order within a (param group, dtype)): each parameter's .data becomes a
-view of its bucket, and the optimizer updates a bucket in place with one call into
-libnccl-sign.so per step (ncclSignLionStep: the two fused passes around one sign all-reduce).
-With overlap=True (the default) a bucket's step starts during backward, as soon as the last
-of its gradients is accumulated, the way DDP's reducer starts its all-reduces; step() starts
-what is left and waits for all of it.
-
-CPU tensors use signlion's host communicator, bootstrapped through the
-torch.distributed store of the process group (no extra address); its blocking calls run
-on one background thread per optimizer. CUDA tensors use the ncclComm_t of the process
-group's NCCL backend (ProcessGroupNCCL's _comm_ptr(), PyTorch 2.8 and later): a step is
-enqueued (ncclSignLionStepAsync) on the current stream, or with overlap on a side stream
-that the current stream waits for in step(), and never waits for the GPU.
-
-It keeps torch.optim's shape (param_groups read at every step, add_param_group,
-state[p]["exp_avg"], torch's state_dict format) with the distributed part behind
-it: the ranks check at construction that they hold the same parameters, take
-rank 0's values, and agree at every step on which parameters have a gradient
-(docs/PYTORCH.md, "As a torch.optim optimizer").
-"""
+"""DistributedLion, Distributed Lion as a torch.optim.Optimizer (re-exported by signlion.torch,
+whose docstring is the overview): its construction, gradient hooks and overlap with backward, the
+step (delay 0 and 1), failures and the step timeline. Its buckets, state, hyper-parameter checks
+and agreement across ranks live in lion_buckets, lion_state, lion_hyperparameters and
+rank_agreement; its communicators come from process_groups."""
 import contextlib
 import functools
 import json
