@@ -479,10 +479,10 @@ ncclResult_t ncclSignLionSetHyperparameters(ncclSignLion_t lion, float lr, float
  * grads. Collective: every rank of comm calls it. *applied (may be NULL) is
  * set to 0 when the step was skipped for a non-finite gradient, else 1.
  * A majority or average step over more than SIGNLION_LION_CHUNK elements
- * (default 1M) runs its all-reduces chunk by chunk on a thread of comm's
- * (one per communicator, shared by its optimizers, started at the first such
- * step, idle between steps, joined when the last optimizer on comm is
- * destroyed) while the calling thread runs the passes over the chunks
+ * (default 1M; read when the optimizer is created) runs its all-reduces
+ * chunk by chunk on a thread of comm's (one per communicator, shared by its
+ * optimizers, started at the first such step, idle between steps, joined
+ * when the last optimizer on comm is destroyed) while the calling thread runs the passes over the chunks
  * around it; the result is bit for bit the same. The step returns only once
  * every all-reduce it started has completed, so comm is free on return. No
  * other call on comm may overlap a step.

@@ -4,6 +4,11 @@
 # 1.13) and as torch2.* under SIGNLION_TORCH2_PYTHON (a current PyTorch 2.x in
 # the virtual environment scripts/setup_torch2.sh makes). ROOT below is
 # SIGNLION_TEST_ROOT.
+# The package's modules import each other without a loop (python/tests/test_package_imports.py):
+# the import graph read from the source, deferred imports included, has no cycle, and each module
+# imports first in a fresh interpreter.
+signlion_python_tests(package test_package_imports.py PackageImports
+                      no_import_cycle each_module_first_in_a_fresh_interpreter)
 signlion_python_tests("" test_torch_lion.py DistributedLionTorch
                       matches_reference_world2 matches_reference_world4 state_dict_round_trip_world2
                       store_bootstrap_world2 store_bootstrap_world4 local_needs_no_process_group

@@ -67,7 +67,7 @@ ncclResult_t checkConfig(const ncclSignLionConfig_t& c, const char* caller) {
 
 Optimizer::Optimizer(size_t count, ncclDataType_t type, const ncclSignLionConfig_t& config,
                      std::unique_ptr<Communicator> comm)
-    : count_(count), type_(type), config_(config), comm_(std::move(comm)) {
+    : count_(count), type_(type), config_(config), comm_(std::move(comm)), chunk_(lionChunkElements()) {
   if (comm_ == nullptr) comm_ = std::make_unique<HostCommunicator>(nullptr);
   status_ = allocateState();
 }
@@ -103,7 +103,7 @@ void Optimizer::recordPhases(bool on) {
   recording_ = on;
   phases_.clear();
   if (on) {  // a chunk's three phases per chunk: no allocation during the steps
-    const size_t chunk = lionChunkElements();
+    const size_t chunk = chunk_;
     phases_.reserve(3 * (chunk > 0 && count_ > chunk ? (count_ + chunk - 1) / chunk : 1));
   }
 }
@@ -145,7 +145,7 @@ ncclResult_t Optimizer::runStep(void* params, const void* grads, bool* applied) 
   const Coefficients k = Coefficients::of(config_.beta1, config_.beta2);
   const bool average = agg == ncclSignLionAverage;
   const ncclDataType_t voteType = average ? ncclFloat32 : ncclInt8;
-  const size_t chunk = lionChunkElements();
+  const size_t chunk = chunk_;
   if (!skipKnown && voted && chunk > 0 && count_ > chunk && comm_->overlapsCollectives()) {
     if (!pipelineLogged_)
       INFO(kSubsysLion, "Lion: %zu elements, pipelined in chunks of %zu (SIGNLION_LION_CHUNK)", count_, chunk);

@@ -116,6 +116,9 @@ class Optimizer {
   Buffer skipped_;    // uint64: steps skipped, counted where the flag is read
   bool masterReady_ = false;
   uint64_t steps_ = 0;  // steps called: applied + skipped
+  // Elements per chunk of the pipelined step (SIGNLION_LION_CHUNK), read once
+  // when the optimizer is made: every step of one optimizer cuts alike.
+  size_t chunk_;
   bool pipelineLogged_ = false;  // the INFO line of the first pipelined step
   bool recording_ = false;       // ncclSignLionRecordPhases
   std::vector<ncclSignLionPhaseTime_t> phases_;  // the last recorded step's, capacity reserved when turned on

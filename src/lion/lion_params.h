@@ -22,7 +22,8 @@ namespace lion {
 // a negative value or one of 1 to 63 is a WARN naming the variable (once per
 // value read) and the default. Every rank must use the same value: the ranks'
 // collectives would differ in count otherwise, which the host communicator's
-// call check reports as an error on every rank.
+// call check reports as an error on every rank. An optimizer reads it once,
+// when it is made (Optimizer::chunk_).
 size_t lionChunkElements();
 }  // namespace lion
 }  // namespace signlion

@@ -6,6 +6,7 @@
 // and without: the same bytes.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cmath>
@@ -495,6 +496,37 @@ TEST(DistributedLion, LionChunkOutOfRangeIsNamed) {
     const bool bad = c.second == (size_t)lion::kDefaultLionChunk && std::string(c.first) != "1M";
     EXPECT_EQ(warns.countContaining("SIGNLION_LION_CHUNK"), bad ? 1 : 0) << c.first;
   }
+}
+
+// SIGNLION_LION_CHUNK is read once, when the optimizer is made: set to 0 (no
+// pipeline) between the optimizers' creation and their step, it leaves the
+// step cut in the chunks of 64 it had when made.
+TEST(DistributedLion, LionChunkReadWhenTheOptimizerIsMade) {
+  ScopedLionChunk scoped("64");
+  std::vector<std::vector<std::string>> events(2);
+  std::promise<void> changed;
+  std::shared_future<void> changedSeen = changed.get_future().share();
+  std::atomic<int> made{0};
+  onRanks(2, [&](int rank, ncclSignComm_t comm) {
+    auto recording = std::make_unique<RecordingCommunicator>(comm);
+    RecordingCommunicator* rec = recording.get();
+    lion::Optimizer opt(130, ncclFloat32, lionConfig(ncclSignLionMajority), std::move(recording));
+    if (++made == 2) {  // both optimizers made: the variable changes before either steps
+      setenv("SIGNLION_LION_CHUNK", "0", 1);
+      paramResetCache();
+      changed.set_value();
+    }
+    changedSeen.wait();
+    Bytes params = startParams(ncclFloat32, 130);
+    bool applied = false;
+    ASSERT_EQ(opt.step(params.data(), rankGrads(ncclFloat32, 130, rank, 0).data(), &applied), ncclSuccess);
+    events[rank] = rec->events;
+  });
+  const std::vector<std::string> want = {"vote 64@0", "start 64@0", "vote 64@64", "wait", "start 64@64",
+                                         "vote 2@128", "apply 64@0", "wait", "start 2@128", "apply 64@64",
+                                         "wait", "apply 2@128"};
+  EXPECT_EQ(events[0], want);
+  EXPECT_EQ(events[1], want);
 }
 
 TEST(DistributedLion, GlobalIsPlainLionOnTheMeanGradient) {

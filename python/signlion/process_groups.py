@@ -1,0 +1,144 @@
+"""A torch.distributed process group's ranks as signlion communicators: the host communicator
+made over a group's ranks through its store (host_comm_from_process_group), the timeout its waits
+take from the group (process_group_timeout, resolve_timeout), and the ncclComm_t of a group's NCCL
+backend (nccl_comm_from_process_group). Public names are re-exported by signlion.torch."""
+import collections
+import datetime
+import itertools
+import math
+
+import torch
+import torch.distributed as dist
+
+from . import capi
+
+# Per group membership, how many host communicators this process made over it: the store key of
+# the next one. Counted per membership, because only a group's members make its communicators
+# (one count for all groups would differ between a member and a non-member of a subgroup).
+_comm_serials = collections.defaultdict(itertools.count)
+
+
+def _store_of(group):
+    """The store of the default process group (where torch.distributed keeps it in 1.13 and 2.x)."""
+    from torch.distributed import distributed_c10d as c10d
+    if hasattr(c10d, "_get_default_store"):
+        return c10d._get_default_store()
+    raise RuntimeError("signlion: cannot reach the torch.distributed store of this PyTorch")
+
+
+def process_group_timeout(group=None):
+    """The timeout torch.distributed applies to `group`'s collectives (default: WORLD), what
+    init_process_group(timeout=...) or new_group(timeout=...) set (PyTorch's default: 30 minutes),
+    as a datetime.timedelta; None where this PyTorch does not expose it. Read from the group's
+    options (ProcessGroupGloo/NCCL.options._timeout, PyTorch 1.13 and later; the backend's on
+    2.x), else from the timeout of the store the group was made with."""
+    group = group if group is not None else dist.group.WORLD
+    holders = [group]
+    get_backend = getattr(group, "_get_backend", None)
+    if get_backend is not None:
+        for device in ("cpu", "cuda"):
+            try:
+                holders.append(get_backend(torch.device(device)))
+            except Exception:  # no backend for that device
+                pass
+    for holder in holders:
+        try:
+            timeout = holder.options._timeout
+        except Exception:  # not exposed by this PyTorch or backend
+            continue
+        if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
+            return timeout
+    try:
+        timeout = _store_of(group).timeout
+    except Exception:
+        return None
+    return timeout if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0 else None
+
+
+def _as_float(value):
+    """value as a float, NaN when it is not a number (so that a range check refuses it)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+# The host communicator's config.timeoutMs is an int of milliseconds.
+_MAX_TIMEOUT_MS = (1 << 31) - 1
+
+
+def resolve_timeout(timeout=None, group=None):
+    """(timeout_ms, source) for a host communicator over `group`: `timeout` when given (a
+    datetime.timedelta or seconds > 0), else the process group's timeout
+    (process_group_timeout), else 0 (the library's: SIGNLION_TIMEOUT_MS, 60 s by default).
+    A longer timeout than the communicator can hold (2^31 - 1 ms, about 24.8 days) is capped."""
+    if timeout is not None:
+        seconds = _as_float(timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout)
+        if not seconds > 0.0:
+            raise ValueError("signlion: timeout must be a datetime.timedelta or a number of seconds > 0, not %r"
+                             % (timeout,))
+        source = "the timeout argument"
+    else:
+        pg_timeout = process_group_timeout(group) if dist.is_available() and dist.is_initialized() else None
+        if pg_timeout is None:
+            return 0, "SIGNLION_TIMEOUT_MS or the library's default"
+        seconds, source = pg_timeout.total_seconds(), "the process group's timeout"
+    return max(1, min(_MAX_TIMEOUT_MS, int(math.ceil(seconds * 1000.0)))), source
+
+
+def host_comm_from_process_group(group=None, zero_rule="positive", tie_rule="zero", store=None, timeout=None):
+    """A host communicator over the ranks of `group` (default: WORLD), its unique id
+    passed through the process group's store. Collective over the group. Every wait for a peer
+    is bounded by `timeout` (a datetime.timedelta or seconds), by default the process group's
+    own timeout (resolve_timeout); the communicator's timeout_ms and timeout_source tell which."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("signlion: torch.distributed is not initialized; call init_process_group first "
+                           "(or use aggregation='local')")
+    group = group if group is not None else dist.group.WORLD
+    timeout_ms, source = resolve_timeout(timeout, group)
+    nranks, rank = dist.get_world_size(group), dist.get_rank(group)
+    store = store if store is not None else _store_of(group)
+    members = "all" if group is dist.group.WORLD else "-".join(str(r) for r in dist.get_process_group_ranks(group))
+    key = "signlion/hostcomm/%s/%d" % (members, next(_comm_serials[members]))
+    if rank == 0:
+        uid = capi.get_unique_id()
+        store.set(key, uid)
+    else:
+        uid = store.get(key)
+    comm = capi.Comm(nranks, uid, rank, zero_rule=zero_rule, tie_rule=tie_rule, timeout_ms=timeout_ms)
+    comm.timeout_source = source if timeout_ms else "SIGNLION_TIMEOUT_MS or the library's default"
+    return comm
+
+
+# ProcessGroupNCCL._comm_ptr() (the raw ncclComm_t) appeared in this release.
+_COMM_PTR_SINCE = "2.8"
+
+
+def nccl_comm_from_process_group(group=None, device=None):
+    """The ncclComm_t (an integer address) of the NCCL backend of `group` (default: WORLD) on
+    `device` (default: the current CUDA device). PyTorch makes a group's communicator at its
+    first collective on a device (unless init_process_group got device_id): when there is none
+    yet, one all_reduce of a single element makes it, so call this on every rank of the group."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("signlion: torch.distributed is not initialized; call init_process_group('nccl') first "
+                           "(or use aggregation='local')")
+    group = group if group is not None else dist.group.WORLD
+    device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    try:
+        backend = group._get_backend(torch.device("cuda"))
+    except (RuntimeError, AttributeError) as e:
+        raise RuntimeError("signlion: CUDA tensors need a process group with an NCCL backend "
+                           "(init_process_group('nccl') or backend='cpu:gloo,cuda:nccl'): %s" % e)
+    comm_ptr = getattr(backend, "_comm_ptr", None)
+    if comm_ptr is None:
+        raise RuntimeError("signlion: CUDA tensors need the ncclComm_t of the process group, which PyTorch exposes "
+                           "as ProcessGroupNCCL._comm_ptr() from version %s on; this is PyTorch %s with backend %s"
+                           % (_COMM_PTR_SINCE, torch.__version__, type(backend).__name__))
+    with torch.cuda.device(device):
+        ptr = comm_ptr()
+        if not ptr:
+            dist.all_reduce(torch.zeros(1, device=device), group=group)
+            ptr = comm_ptr()
+    if not ptr:
+        raise RuntimeError("signlion: the process group's NCCL backend has no communicator on %s" % device)
+    return int(ptr)
