@@ -46,7 +46,8 @@ using signlion::algo::CostParams;
 using signlion::algo::Topology;
 
 constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing,     ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                     ncclSignAlgoFieldSum, ncclSignAlgoHierarchical,    ncclSignAlgoDirect};
+                                     ncclSignAlgoFieldSum, ncclSignAlgoHierarchical,    ncclSignAlgoDirect,
+                                     ncclSignAlgoTree};
 
 double ringAllReduceUs(const CostParams& p, int nranks, double bytes) {
   if (nranks < 2) return 0;

@@ -86,7 +86,8 @@ void cpuCostParamsFrom(const char* prefix, int64_t packPs, int64_t decidePs, Cos
 constexpr unsigned algoBit(ncclSignAlgo_t algo) { return 1u << static_cast<unsigned>(algo); }
 constexpr unsigned kAllAlgorithms = algoBit(ncclSignAlgoRing) | algoBit(ncclSignAlgoHalvingDoubling) |
                                     algoBit(ncclSignAlgoAllGather) | algoBit(ncclSignAlgoFieldSum) |
-                                    algoBit(ncclSignAlgoHierarchical) | algoBit(ncclSignAlgoDirect);
+                                    algoBit(ncclSignAlgoHierarchical) | algoBit(ncclSignAlgoDirect) |
+                                    algoBit(ncclSignAlgoTree);
 
 class CostModel {
  public:

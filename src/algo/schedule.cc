@@ -168,6 +168,9 @@ ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nb
     case ncclSignAlgoDirect:
       detail::buildDirect(&s);
       break;
+    case ncclSignAlgoTree:
+      detail::buildTree(&s);
+      break;
     case ncclSignAlgoFieldSum: {
       // Fields as narrow as N allows, or fixed ones (Lion Cub: 4 or 8 bits).
       SettingConflict conflict;

@@ -290,6 +290,7 @@ void buildAllGather(Schedule* s);
 void buildFieldSum(Schedule* s);
 void buildHierarchical(Schedule* s, const Topology& topo);
 void buildDirect(Schedule* s);
+void buildTree(Schedule* s);
 // SIGNLION_FIELD_BITS read once: fieldBitsFor(it, nranks); when that is 0,
 // *conflict (if not null) says why.
 int fieldSumBits(int nranks, SettingConflict* conflict);
