@@ -7,6 +7,7 @@
 #include <string>
 
 #include "algo/direct.h"
+#include "algo/tree.h"
 #include "common/checks.h"
 #include "common/config.h"
 #include "common/param.h"
@@ -196,8 +197,10 @@ ncclResult_t CostModel::predict(ncclSignAlgo_t algo, int nranks, uint64_t count,
   // Whole segments, then the rest (the host runs each as one schedule).
   const uint64_t segment = params_.segmentElements > 0 ? (uint64_t)params_.segmentElements : 0;
   auto one = [&](uint64_t n, double* out) {
+    // The tree's rank 0 may be a leaf: its busiest rank sets the pace.
+    const int rank = algo == ncclSignAlgoTree ? treeBusiestRank(nranks) : 0;
     Schedule s;
-    NCCLCHECK(buildSchedule(algo, nranks, 0, blocksForCount(n), spec, &s, topo));
+    NCCLCHECK(buildSchedule(algo, nranks, rank, blocksForCount(n), spec, &s, topo));
     *out = predict(s, topo);
     return ncclSuccess;
   };

@@ -27,7 +27,8 @@ namespace algo {
 // vote planes (pack per element and counter) before the first step, and
 // decided or unpacked into the output (decide per element) after the last.
 // Rank 0's schedule is costed: it is on the critical path (a fold partner in
-// halving-doubling, and ring shards differ by at most one block).
+// halving-doubling, and ring shards differ by at most one block); for the
+// tree, whose steps are a pipeline, the busiest rank's (treeBusiestRank).
 //
 // The host executor overlaps that CPU work with the transfers
 // (overlapChunkBytes > 0, src/host/schedule_executor.h): then the first

@@ -144,6 +144,16 @@ int treeRank(int nranks, int tree, int position) {
 
 TreeNode treeNode(int nranks, int tree, int rank) { return nodeAt(nranks, tree, treePosition(nranks, tree, rank)); }
 
+int treeBusiestRank(int nranks) {
+  if (nranks < 2) return 0;
+  int kids[2];
+  const int nk = childPositions(nranks, rootPosition(nranks), kids);
+  int best = kids[0];
+  for (int i = 1; i < nk; i++)
+    if (subtreeSize(nranks, kids[i]) > subtreeSize(nranks, best)) best = kids[i];
+  return treeRank(nranks, 0, best);
+}
+
 int treePipelineChunks(int nranks, int64_t nblocks, int counters) {
   const int64_t half = (nblocks + 1) / 2;
   const int64_t groups = (half + static_cast<int64_t>(bits::kTritGroupBlocks) - 1) /

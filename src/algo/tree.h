@@ -41,6 +41,12 @@ TreeNode treeNode(int nranks, int tree, int rank);
 // children's: 2 * height, plus 1 for a right child.
 inline int treeSlot(const TreeNode& n) { return 2 * n.height + (n.rightChild ? 1 : 0); }
 
+// The rank the cost model prices (its links are the pipeline's busiest): the
+// root's child with the largest subtree in tree 0, whose counter is the
+// widest that travels, and which also forwards results to two children and
+// sends its votes up the other tree. 0 for N = 1.
+int treeBusiestRank(int nranks);
+
 // How many chunks each half is cut into (every rank computes the same): the
 // K that makes (K + pipeline fill steps) * (alpha + chunk bytes / beta) least
 // for a step's latency worth kTreeStepBytes (the cost model's default link:

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "algo/schedule.h"
+#include "algo/tree.h"
 #include "bits/bits.h"
 #include "bits/fields.h"
 #include "bits/trits.h"
@@ -49,7 +50,7 @@ using algo::Range;
 using algo::Schedule;
 
 constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                     ncclSignAlgoFieldSum, ncclSignAlgoDirect};
+                                     ncclSignAlgoFieldSum, ncclSignAlgoDirect, ncclSignAlgoTree};
 
 struct Spec {
   ncclSignOp_t op;
@@ -253,7 +254,7 @@ TEST(NcclPlan, ChunksGroupsStageAndLayoutOverTheMatrix) {
 }
 
 // Ring, halving-doubling and direct fuse the last add with the decide on
-// every rank that decides; allgather and field-sum run one collective and
+// every rank that decides (the tree at most on a root); allgather and field-sum run one collective and
 // fuse nothing.
 TEST(NcclPlan, FusionAndExchanges) {
   const Spec sp = kSpecs[0];
@@ -269,6 +270,11 @@ TEST(NcclPlan, FusionAndExchanges) {
           ASSERT_EQ(p.steps.size(), 2u);
           EXPECT_EQ(p.steps[0].exchange, algo == ncclSignAlgoAllGather ? Exchange::kAllGather : Exchange::kAllReduce);
           EXPECT_TRUE(p.fused.empty());
+        } else if (algo == ncclSignAlgoTree) {
+          // Only a root decides; whether its last add can fuse depends on
+          // what else arrives in that step.
+          const bool root = algo::treeNode(n, 0, r).parent < 0 || algo::treeNode(n, 1, r).parent < 0;
+          if (!root) EXPECT_TRUE(p.fused.empty()) << "rank " << r;
         } else {
           const bool decides = algo == ncclSignAlgoRing || algo == ncclSignAlgoDirect || r < p2;
           EXPECT_EQ(!p.fused.empty(), decides) << "rank " << r;
