@@ -261,8 +261,11 @@ SettingConflict settingsConflict(ncclSignAlgo_t algo, int nranks);
 
 // Whether the decided result travels trit coded (Coding::kTrits): a majority
 // whose result can be -1, 0 or +1 (2 result planes: exact ties, N even or
-// ternary). The average's result is a count (width(N) planes), not a trit.
+// ternary), unless SIGNLION_RESULT_CODING=0 (resultCodingEnabled, read once:
+// the 2 planes travel, for A/B comparisons). The average's result is a count
+// (width(N) planes), not a trit.
 bool resultsTravelAsTrits(const OpSpec& spec, int resultPlanes);
+bool resultCodingEnabled();
 
 // Builds rank `rank`'s schedule of `algo` (a concrete algorithm, not Auto) for
 // a message of nblocks blocks. Every rank of the communicator must call it

@@ -606,6 +606,32 @@ TEST(SignAllReduceWire, TreeBitsPerElementAreTheFormula) {
   }
 }
 
+// SIGNLION_RESULT_CODING=0 on real calls: results travel as their 2 planes
+// and every rank still gets the reference (exact ties at N = 4, ternary at
+// N = 3, in and out of place); direct's wire bits are then (N-1)/N * (1 + 2)
+// at N = 4 (2.25, against 1.95 coded), within 1 %.
+TEST(SignAllReduceWire, ResultCodingOffSendsPlanes) {
+  setenv("SIGNLION_RESULT_CODING", "0", 1);
+  paramResetCache();
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoDirect, ncclSignAlgoTree})
+    for (int n : {3, 4}) {
+      const ncclSignZeroRule_t zero = n == 3 ? ncclSignZeroAbstain : ncclSignZeroPositive;
+      withRanks(n, makeConfig(algo, zero, ncclSignTieZero), [&](int rank, ncclSignComm_t comm) {
+        checkRulesOnFewValues(rank, comm, n, zero, ncclSignTieZero,
+                              std::string(algoName(algo)) + " N=" + std::to_string(n) + " SIGNLION_RESULT_CODING=0");
+      });
+    }
+  const size_t count = 1 << 20;
+  std::vector<Bytes> in = test::randomVoteInputs(4, count, ncclFloat32, 77);
+  withRanks(4, makeConfig(ncclSignAlgoDirect), [&](int rank, ncclSignComm_t comm) {
+    Bytes out(count * 4);
+    const double sent = 8.0 * (double)test::bytesSentByOneCall(comm, in[rank].data(), out.data(), count) / count;
+    EXPECT_NEAR(sent, 2.25, 0.01 * 2.25) << "rank " << rank;
+  });
+  unsetenv("SIGNLION_RESULT_CODING");
+  paramResetCache();
+}
+
 // On 2 nodes of 4 (host ids per thread), ncclSignCommGetInterNodeWireBytes
 // counts the bytes the schedule sends to the other node's ranks, and the rest
 // of ncclSignCommGetWireBytes is what it sends inside the node (within 1%:

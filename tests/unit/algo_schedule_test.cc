@@ -917,6 +917,43 @@ TEST(AlgoTopology, DefaultHostIdFollowsNcclHostId) {
     unsetenv("NCCL_HOSTID");
 }
 
+// SIGNLION_RESULT_CODING=0, the A/B switch: every algorithm's result
+// transfers travel as their 2 planes (Coding::kPlanes, 16 bytes per block),
+// so direct sends (N-1)/N * (1 + 2) bits per element instead of 1 + 1.6;
+// unset (or 1), they are coded. Read once: paramResetCache re-reads it.
+TEST(AlgoSchedule, ResultCodingSwitch) {
+  const int64_t nblocks = 720720;
+  auto directBits = [&](int n) {
+    Schedule s;
+    EXPECT_EQ(buildSchedule(ncclSignAlgoDirect, n, 0, nblocks, OpSpec(), &s), ncclSuccess);
+    return 8.0 * s.bytesSent() / double(nblocks * kBlockElems);
+  };
+  auto codings = [&](ncclSignAlgo_t a, int n, std::vector<Coding>* out) {
+    Schedule s;
+    ASSERT_EQ(buildSchedule(a, n, 1, 1000, OpSpec(), &s), ncclSuccess);
+    for (const Step& st : s.steps)
+      for (const Send& x : st.sends)
+        if (x.buf == Buffer::kResult) out->push_back(x.coding);
+  };
+  EXPECT_TRUE(resultCodingEnabled());
+  EXPECT_NEAR(directBits(4), 0.75 * 2.6, 1e-9);
+  setenv("SIGNLION_RESULT_CODING", "0", 1);
+  paramResetCache();
+  EXPECT_FALSE(resultCodingEnabled());
+  EXPECT_NEAR(directBits(4), 0.75 * 3.0, 1e-9);
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoDirect, ncclSignAlgoTree}) {
+    std::vector<Coding> c;
+    codings(a, 4, &c);
+    ASSERT_FALSE(c.empty()) << algoName(a);
+    for (Coding x : c) EXPECT_EQ(x, Coding::kPlanes) << algoName(a);
+  }
+  unsetenv("SIGNLION_RESULT_CODING");
+  paramResetCache();
+  std::vector<Coding> c;
+  codings(ncclSignAlgoTree, 4, &c);
+  for (Coding x : c) EXPECT_EQ(x, Coding::kTrits);
+}
+
 // The double binary tree's shape (algo/tree.h) for every N up to 600 and
 // around the powers of two up to 4096: each
 // tree is one tree over all ranks (every rank but the root has a parent that
