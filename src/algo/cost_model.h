@@ -31,9 +31,11 @@ namespace algo {
 // tree, whose steps are a pipeline, the busiest rank's (treeBusiestRank).
 //
 // The host executor overlaps that CPU work with the transfers
-// (overlapChunkBytes > 0, src/host/schedule_executor.h): then the first
-// message step's pack runs under its transfers but for the first chunk sent
-// (packed before anything leaves), each result range is unpacked (decide per
+// (overlapChunkBytes > 0, src/host/schedule_executor.h): then the pack into
+// the counter runs under the transfers, each block under the step that first
+// sends or adds to it (the executor's lazy pack), but for the first chunk
+// sent (packed before anything leaves); a pack into vote slots runs under
+// the first message step; each result range is unpacked (decide per
 // element) under the transfers of the step that writes it, and each step's
 // last chunk received is added and unpacked after the wire: a step costs
 // max(transfer, adds + pack and unpack under it) + that last chunk's add and

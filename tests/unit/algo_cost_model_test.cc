@@ -200,14 +200,13 @@ TEST(AlgoCostModel, AutoOnTheEmulatedEthernetStar) {
       }
       // The host executor as it runs by default (512K chunks, 32M-element
       // segments, steps overlapped chunk by chunk): the pack and unpack run
-      // under the transfers but at the segments' edges. On the slow link the
-      // wire decides: direct. On the fast one the CPU does (64M elements
-      // packed and unpacked take longer than any algorithm's wire), and
-      // direct and halving-doubling come within 1 % of each other; the tree,
-      // whose pipeline chunks are smaller than a shard, leaves less of the
-      // pack before its first send and of the unpack after its last receive
-      // exposed, and is predicted a few % below both. Any of the three may
-      // be picked, the ring (more bits, the same CPU work) is not.
+      // under the transfers but at the segments' edges, each block packed
+      // under the step that first needs it. On the slow link the wire
+      // decides: direct. On the fast one the CPU does (64M elements packed
+      // and unpacked take longer than any algorithm's wire): direct, the
+      // ring and the tree, whose first steps need a part of the votes, come
+      // within 2 % of each other and one of them is picked; halving-doubling,
+      // whose first step needs all of them packed, is 3 % or more above.
       CostModel host(p);
       host.setHostExecutor(512 << 10, 32 << 20);
       ncclSignAlgo_t onHost = ncclSignAlgoAuto;
@@ -221,19 +220,22 @@ TEST(AlgoCostModel, AutoOnTheEmulatedEthernetStar) {
         EXPECT_EQ(onHost, ncclSignAlgoDirect) << "N=" << n;
         EXPECT_LT(hostDirect, 0.97 * hostHd) << "N=" << n;
       } else {
-        EXPECT_TRUE(onHost == ncclSignAlgoDirect || onHost == ncclSignAlgoHalvingDoubling || onHost == ncclSignAlgoTree)
+        EXPECT_TRUE(onHost == ncclSignAlgoDirect || onHost == ncclSignAlgoRing || onHost == ncclSignAlgoTree)
             << "N=" << n << " " << onHost;
-        EXPECT_NEAR(hostDirect, hostHd, 0.01 * hostHd) << "N=" << n;
         double hostTree = 0;
         ASSERT_EQ(host.predict(ncclSignAlgoTree, n, count, OpSpec(), &hostTree, &star), ncclSuccess);
-        EXPECT_NEAR(hostTree, hostDirect, 0.06 * hostDirect) << "N=" << n;
+        EXPECT_NEAR(hostRing, hostDirect, 0.02 * hostDirect) << "N=" << n;
+        EXPECT_NEAR(hostTree, hostDirect, 0.02 * hostDirect) << "N=" << n;
+        EXPECT_GT(hostHd, 1.03 * hostDirect) << "N=" << n;
       }
       ASSERT_EQ(chooseAlgorithm(n, count, OpSpec(), noDirect, ncclSignAlgoAuto, host, &onHost, &star), ncclSuccess);
-      EXPECT_EQ(onHost, ncclSignAlgoHalvingDoubling) << "N=" << n << " beta " << beta;
+      EXPECT_EQ(onHost, beta == 125.0 ? ncclSignAlgoHalvingDoubling : ncclSignAlgoRing)
+          << "N=" << n << " beta " << beta;
       if (beta == 125.0 && n == 4) {
-        // Wire 147.6 ms (hd) and 164.4 ms (ring), plus two segments' edges.
+        // Wire 147.6 ms (hd) and 164.4 ms (ring), plus two segments' edges
+        // (the ring's pack runs a shard at a time under its first steps).
         EXPECT_NEAR(hostHd, 154.8e3, 1e3);
-        EXPECT_NEAR(hostRing, 180.4e3, 1e3);
+        EXPECT_NEAR(hostRing, 171.8e3, 1e3);
       }
     }
 }
