@@ -161,7 +161,8 @@ int treePipelineChunks(int nranks, int64_t nblocks, int counters) {
   if (nranks < 2 || groups <= 1) return 1;
   // K chunks through a pipeline of L further steps take K + L steps of
   // (alpha + chunk bytes / beta): fewest at K = sqrt(L * bytes / (alpha * beta)).
-  // The widest chunk that travels is a counter under the root.
+  // A chunk's bytes: a counter under the root, taken as N/2 ranks wide (the
+  // root's child of a power of two holds N-1: one bit more).
   const TreeTiming t = treeTiming(nranks);
   const double fill = t.lastOffset;
   const double bytes = 8.0 * half * counters * counterWidth((nranks + 1) / 2);
