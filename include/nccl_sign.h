@@ -110,7 +110,7 @@ typedef enum {
 } ncclSignTieRule_t;
 
 /* Algorithms of the sign all-reduce. Auto lets the cost model decide per call;
- * SIGNLION_ALGO=ring|hd|allgather|fieldsum|hier|direct forces one from the environment. */
+ * SIGNLION_ALGO=ring|hd|allgather|fieldsum|hier|direct|tree forces one from the environment. */
 typedef enum {
   ncclSignAlgoAuto = 0,
   ncclSignAlgoRing = 1,            /* reduce-scatter with growing width, then all-gather */
@@ -119,7 +119,8 @@ typedef enum {
   ncclSignAlgoFieldSum = 4,        /* votes in narrow integer fields summed by a sum all-reduce */
   ncclSignAlgoHierarchical = 5,    /* count inside each node, halving-doubling of counters between nodes */
   ncclSignAlgoDirect = 6,          /* 1-bit votes straight to each shard's owner, decided shards to every rank */
-  ncclSignNumAlgos = 7
+  ncclSignAlgoTree = 7,            /* double binary tree: counters up, decided results down, pipelined */
+  ncclSignNumAlgos = 8
 } ncclSignAlgo_t;
 
 /* Communicator configuration. Always start from NCCL_SIGN_CONFIG_INITIALIZER,

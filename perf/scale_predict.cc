@@ -18,6 +18,12 @@
 //                           count of fp32 elements from which on auto picks
 //                           the direct algorithm (majority, exact ties, and
 //                           with a tie rule), and what it picks just below
+//   scale_predict tree      for N = 4..4096 (every rank its own node) and
+//                           links of 1, 10 and 100 Gbit/s, counts of fp32
+//                           elements 2^10..2^28 (by 4x): the predictions of
+//                           the tree, halving-doubling, the ring and direct
+//                           (up to its 16 ranks), and what auto picks: where
+//                           the tree crosses over
 //
 // The ring all-reduce rows are the alpha-beta ring of NCCL and of signlion's
 // ncclSignHostSumAllReduce: 2(N-1) steps of alpha + (bytes/N)/beta, the
@@ -46,7 +52,8 @@ using signlion::algo::CostParams;
 using signlion::algo::Topology;
 
 constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing,     ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                     ncclSignAlgoFieldSum, ncclSignAlgoHierarchical,    ncclSignAlgoDirect};
+                                     ncclSignAlgoFieldSum, ncclSignAlgoHierarchical,    ncclSignAlgoDirect,
+                                     ncclSignAlgoTree};
 
 double ringAllReduceUs(const CostParams& p, int nranks, double bytes) {
   if (nranks < 2) return 0;
@@ -118,6 +125,35 @@ void crossoverRow(int nranks, double gbit, const signlion::algo::OpSpec& spec, c
          below == ncclSignAlgoAuto ? "-" : signlion::algoName(below));
 }
 
+int treeGrid() {
+  printf("grid,nranks,gbit,count,tree_us,hd_us,ring_us,direct_us,auto\n");
+  signlion::algo::OpSpec spec;
+  for (double gbit : {1.0, 10.0, 100.0})
+    for (int n : {4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 1536, 2048, 3072, 4096}) {
+      setenv("SIGNLION_COST_BETA_MBPS", std::to_string((long long)(gbit * 125.0)).c_str(), 1);
+      signlion::paramResetCache();
+      CostModel model;
+      model.setHostExecutor(signlion::host::hostChunkBytes(), (int64_t)signlion::host::hostSegmentElements());
+      unsigned available = signlion::algo::kAllAlgorithms & ~signlion::algo::algoBit(ncclSignAlgoHierarchical);
+      if (!signlion::algo::directAllowed(n)) available &= ~signlion::algo::algoBit(ncclSignAlgoDirect);
+      for (int lg = 10; lg <= 28; lg += 2) {
+        const uint64_t count = uint64_t{1} << lg;
+        auto us = [&](ncclSignAlgo_t a) {
+          double t = -1;
+          if ((available & signlion::algo::algoBit(a)) && model.predict(a, n, count, spec, &t) != ncclSuccess) t = -1;
+          return t;
+        };
+        ncclSignAlgo_t chosen = ncclSignAlgoAuto;
+        if (signlion::algo::chooseAlgorithm(n, count, spec, available, ncclSignAlgoAuto, model, &chosen) != ncclSuccess)
+          chosen = ncclSignAlgoAuto;
+        printf("tree,%d,%g,%llu,%.1f,%.1f,%.1f,%.1f,%s\n", n, gbit, (unsigned long long)count, us(ncclSignAlgoTree),
+               us(ncclSignAlgoHalvingDoubling), us(ncclSignAlgoRing), us(ncclSignAlgoDirect),
+               signlion::algoName(chosen));
+      }
+    }
+  return 0;
+}
+
 int crossover() {
   printf("grid,nranks,gbit,rules,direct_from_count,auto_picks_below\n");
   signlion::algo::OpSpec ties, tieRule;
@@ -134,11 +170,12 @@ int crossover() {
 
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "";
-  if (what != "cluster" && what != "star" && what != "crossover") {
-    fprintf(stderr, "usage: %s cluster|star|crossover   (CSV on stdout)\n", argv[0]);
+  if (what != "cluster" && what != "star" && what != "crossover" && what != "tree") {
+    fprintf(stderr, "usage: %s cluster|star|crossover|tree   (CSV on stdout)\n", argv[0]);
     return 2;
   }
   if (what == "crossover") return crossover();
+  if (what == "tree") return treeGrid();
   printf("grid,nranks,ranks_per_node,gbit,count,contender,predicted_us,auto_picks\n");
   if (what == "cluster") {
     for (int perNode : {1, 8})

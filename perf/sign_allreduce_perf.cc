@@ -12,7 +12,7 @@
 // all-reduce of fp32 over the same transport, onebit_baseline.h: the 1-bit
 // baseline rows, at most 16 ranks), mpisum (MPI_Allreduce of fp32, MPI
 // only), all. -A picks the sign algorithm (auto, ring, hd, allgather,
-// fieldsum, hier, direct).
+// fieldsum, hier, direct, tree).
 // algbw = count * sizeof(input datatype) / time, busbw = algbw * 2(n-1)/n:
 // the figures of an all-reduce of the input datatype, whatever the wire.
 // The last columns are the transport's byte counters: the most any rank sent
@@ -165,7 +165,7 @@ void usage(const char* argv0) {
       "[-u,--unalign <index of first element> misalign source and destination buffers (default: 0)]\n\t"
       "[-I,--per_iter_timing <0/1> per-iteration timing: i_min, i_max, i_p99, i_cv%% columns (default: 0)]\n\t"
       "[-K,--per_iter_skip <count> leading iterations left out of the -I statistics (default: 0)]\n\t"
-      "[-A,--algo <auto/ring/hd/allgather/fieldsum/hier/direct>]\n\t"
+      "[-A,--algo <auto/ring/hd/allgather/fieldsum/hier/direct/tree>]\n\t"
       "[--rank <r> --nranks <n> --id-file <path>] (one rank per process, started by hand: rank 0 writes the\n\t"
       "   unique id to <path> and removes it once every rank has joined; the others wait for it. A file left\n\t"
       "   by a run that was killed points at that run: delete it before starting the ranks)\n\t"
@@ -946,7 +946,7 @@ int main(int argc, char** argv) {
 
   ncclSignAlgo_t requested;
   if (!resolveAlgo(&o, &requested)) {
-    fprintf(stderr, "-A %s: not one of auto, ring, hd, allgather, fieldsum, hier, direct\n", o.algo.c_str());
+    fprintf(stderr, "-A %s: not one of auto, ring, hd, allgather, fieldsum, hier, direct, tree\n", o.algo.c_str());
     return 2;
   }
   w.config.algorithm = requested;

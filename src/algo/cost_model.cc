@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
 
 #include "algo/direct.h"
+#include "algo/tree.h"
 #include "common/checks.h"
 #include "common/config.h"
 #include "common/param.h"
@@ -42,6 +44,40 @@ void warnLeftOut(ncclSignAlgo_t algo, int nranks, const SettingConflict& conflic
     if (!said->insert(line).second) return;
   }
   WARN("%s", line.c_str());
+}
+
+// Blocks of the counter that each step i >= from touches first (a send reads
+// them, a receive adds into them, a local reads or writes them): what the host
+// executor's lazy pack (algo/chunk_order.h) packs just before step i's
+// transfers need them. Direct's first step reads 1/N of the votes, the ring's
+// 2/N, a tree's a pipeline chunk; halving-doubling's all of them.
+std::vector<int64_t> firstCounterTouches(const Schedule& s, size_t from) {
+  std::vector<int64_t> fresh(s.steps.size(), 0);
+  std::map<int64_t, int64_t> covered;  // disjoint [begin, end) already touched
+  auto touch = [&](size_t i, const Range& r) {
+    if (r.empty()) return;
+    int64_t b = r.begin, e = r.end, overlap = 0;
+    auto it = covered.upper_bound(b);
+    if (it != covered.begin() && std::prev(it)->second > b) --it;
+    while (it != covered.end() && it->first < r.end) {
+      overlap += std::min(it->second, r.end) - std::max(it->first, r.begin);
+      b = std::min(b, it->first);
+      e = std::max(e, it->second);
+      it = covered.erase(it);
+    }
+    covered[b] = e;
+    fresh[i] += r.size() - overlap;
+  };
+  for (size_t i = from; i < s.steps.size(); i++) {
+    const Step& st = s.steps[i];
+    for (const Local& l : st.locals)
+      if (l.op != LocalOp::kPackVotes && (l.src == Buffer::kCounter || l.dst == Buffer::kCounter)) touch(i, l.range);
+    for (const Recv& x : st.recvs)
+      if (x.buf == Buffer::kCounter) touch(i, x.range);
+    for (const Send& x : st.sends)
+      if (x.buf == Buffer::kCounter) touch(i, x.range);
+  }
+  return fresh;
 }
 
 // Several nodes, one of them with several ranks: otherwise the hierarchical
@@ -123,6 +159,17 @@ double CostModel::predict(const Schedule& s, const Topology* topo) const {
                           : elems(std::min(chunkBlocks(st.sends[0], chunk), st.sends[0].range.size())) * packUs;
     }
   }
+  // The lazy pack runs each block just before its first use: under the step
+  // that first touches it (the first chunk of the pack step exposed, above;
+  // blocks no transfer touches, under the pack step).
+  // (A pack into vote slots, the all-gather's, is not lazy: all of it there.)
+  std::vector<int64_t> packedUnder;
+  if (packStep < s.steps.size() && deferrablePack(s, packStep)->dst == Buffer::kCounter) {
+    packedUnder = firstCounterTouches(s, packStep);
+    int64_t touched = 0;
+    for (int64_t b : packedUnder) touched += b;
+    packedUnder[packStep] += std::max<int64_t>(0, s.nblocks - touched);
+  }
   size_t lastMessageStep = 0;
   for (size_t i = 0; i < s.steps.size(); i++)
     if (s.steps[i].anyRankCommunicates) lastMessageStep = i;
@@ -132,7 +179,12 @@ double CostModel::predict(const Schedule& s, const Topology* topo) const {
     const Step& step = s.steps[i];
     // Under this step's transfers (overlap), and after them.
     double underUs = 0, afterUs = 0;
-    if (i == packStep) underUs += elems(s.nblocks) * packUs - exposedPackUs;
+    if (!packedUnder.empty()) {
+      if (packedUnder[i] > 0)
+        underUs += std::max(0.0, elems(packedUnder[i]) * packUs - (i == packStep ? exposedPackUs : 0.0));
+    } else if (i == packStep) {
+      underUs += elems(s.nblocks) * packUs - exposedPackUs;
+    }
     if (unpackEarly) {
       int64_t written = 0, lastChunk = 0;
       forEachResultWrite(s, [&](size_t w, const Range& r) {
@@ -196,8 +248,10 @@ ncclResult_t CostModel::predict(ncclSignAlgo_t algo, int nranks, uint64_t count,
   // Whole segments, then the rest (the host runs each as one schedule).
   const uint64_t segment = params_.segmentElements > 0 ? (uint64_t)params_.segmentElements : 0;
   auto one = [&](uint64_t n, double* out) {
+    // The tree's rank 0 may be a leaf: its busiest rank sets the pace.
+    const int rank = algo == ncclSignAlgoTree ? treeBusiestRank(nranks) : 0;
     Schedule s;
-    NCCLCHECK(buildSchedule(algo, nranks, 0, blocksForCount(n), spec, &s, topo));
+    NCCLCHECK(buildSchedule(algo, nranks, rank, blocksForCount(n), spec, &s, topo));
     *out = predict(s, topo);
     return ncclSuccess;
   };

@@ -27,12 +27,15 @@ namespace algo {
 // vote planes (pack per element and counter) before the first step, and
 // decided or unpacked into the output (decide per element) after the last.
 // Rank 0's schedule is costed: it is on the critical path (a fold partner in
-// halving-doubling, and ring shards differ by at most one block).
+// halving-doubling, and ring shards differ by at most one block); for the
+// tree, whose steps are a pipeline, the busiest rank's (treeBusiestRank).
 //
 // The host executor overlaps that CPU work with the transfers
-// (overlapChunkBytes > 0, src/host/schedule_executor.h): then the first
-// message step's pack runs under its transfers but for the first chunk sent
-// (packed before anything leaves), each result range is unpacked (decide per
+// (overlapChunkBytes > 0, src/host/schedule_executor.h): then the pack into
+// the counter runs under the transfers, each block under the step that first
+// sends or adds to it (the executor's lazy pack), but for the first chunk
+// sent (packed before anything leaves); a pack into vote slots runs under
+// the first message step; each result range is unpacked (decide per
 // element) under the transfers of the step that writes it, and each step's
 // last chunk received is added and unpacked after the wire: a step costs
 // max(transfer, adds + pack and unpack under it) + that last chunk's add and
@@ -86,7 +89,8 @@ void cpuCostParamsFrom(const char* prefix, int64_t packPs, int64_t decidePs, Cos
 constexpr unsigned algoBit(ncclSignAlgo_t algo) { return 1u << static_cast<unsigned>(algo); }
 constexpr unsigned kAllAlgorithms = algoBit(ncclSignAlgoRing) | algoBit(ncclSignAlgoHalvingDoubling) |
                                     algoBit(ncclSignAlgoAllGather) | algoBit(ncclSignAlgoFieldSum) |
-                                    algoBit(ncclSignAlgoHierarchical) | algoBit(ncclSignAlgoDirect);
+                                    algoBit(ncclSignAlgoHierarchical) | algoBit(ncclSignAlgoDirect) |
+                                    algoBit(ncclSignAlgoTree);
 
 class CostModel {
  public:

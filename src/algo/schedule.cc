@@ -4,6 +4,11 @@
 
 #include "common/checks.h"
 #include "common/config.h"
+#include "common/param.h"
+
+// 0: decided results travel as their planes even where they could be coded
+// (an A/B switch for measuring what the coding saves); every rank must agree.
+SIGNLION_PARAM(ResultCoding, "RESULT_CODING", 1)
 
 namespace signlion {
 namespace algo {
@@ -19,8 +24,10 @@ int resultPlanes(ncclSignOp_t op, ncclSignZeroRule_t zeroRule, ncclSignTieRule_t
   return bits::majorityPlanes(nranks, zeroRule, tieRule);
 }
 
+bool resultCodingEnabled() { return signlionParamResultCoding() != 0; }
+
 bool resultsTravelAsTrits(const OpSpec& spec, int resultPlanes) {
-  return spec.op == ncclSignMajority && resultPlanes == 2;
+  return spec.op == ncclSignMajority && resultPlanes == 2 && resultCodingEnabled();
 }
 
 Range shardRange(int64_t count, int parts, int i) {
@@ -167,6 +174,9 @@ ncclResult_t buildSchedule(ncclSignAlgo_t algo, int nranks, int rank, int64_t nb
       break;
     case ncclSignAlgoDirect:
       detail::buildDirect(&s);
+      break;
+    case ncclSignAlgoTree:
+      detail::buildTree(&s);
       break;
     case ncclSignAlgoFieldSum: {
       // Fields as narrow as N allows, or fixed ones (Lion Cub: 4 or 8 bits).

@@ -268,8 +268,11 @@ SettingConflict settingsConflict(ncclSignAlgo_t algo, int nranks);
 
 // Whether the decided result travels trit coded (Coding::kTrits): a majority
 // whose result can be -1, 0 or +1 (2 result planes: exact ties, N even or
-// ternary). The average's result is a count (width(N) planes), not a trit.
+// ternary), unless SIGNLION_RESULT_CODING=0 (resultCodingEnabled, read once:
+// the 2 planes travel, for A/B comparisons). The average's result is a count
+// (width(N) planes), not a trit.
 bool resultsTravelAsTrits(const OpSpec& spec, int resultPlanes);
+bool resultCodingEnabled();
 
 // Builds rank `rank`'s schedule of `algo` (a concrete algorithm, not Auto) for
 // a message of nblocks blocks. Every rank of the communicator must call it
@@ -297,6 +300,7 @@ void buildAllGather(Schedule* s);
 void buildFieldSum(Schedule* s);
 void buildHierarchical(Schedule* s, const Topology& topo);
 void buildDirect(Schedule* s);
+void buildTree(Schedule* s);
 // SIGNLION_FIELD_BITS read once: fieldBitsFor(it, nranks); when that is 0,
 // *conflict (if not null) says why.
 int fieldSumBits(int nranks, SettingConflict* conflict);

@@ -25,7 +25,7 @@ constexpr AlgoName kAlgoNames[] = {
     {"hd", ncclSignAlgoHalvingDoubling},  {"halving_doubling", ncclSignAlgoHalvingDoubling},
     {"allgather", ncclSignAlgoAllGather}, {"fieldsum", ncclSignAlgoFieldSum},
     {"hier", ncclSignAlgoHierarchical},   {"hierarchical", ncclSignAlgoHierarchical},
-    {"direct", ncclSignAlgoDirect},
+    {"direct", ncclSignAlgoDirect},       {"tree", ncclSignAlgoTree},
 };
 }  // namespace
 
@@ -91,7 +91,7 @@ ncclResult_t resolveConfig(const ncclSignConfig_t* config, const char* caller, R
   if (!env.empty() && strcasecmp(env.c_str(), "auto") != 0) {
     ncclSignAlgo_t forced;
     if (!parseAlgoName(env.c_str(), &forced)) {
-      WARN("%s: SIGNLION_ALGO=%s is not one of auto, ring, hd, allgather, fieldsum, hier, direct", caller, env.c_str());
+      WARN("%s: SIGNLION_ALGO=%s is not one of auto, ring, hd, allgather, fieldsum, hier, direct, tree", caller, env.c_str());
       return ncclInvalidArgument;
     }
     r.algorithm = forced;

@@ -23,7 +23,7 @@ constexpr bool headerVersionCompatible(unsigned v) { return v / 100 == NCCL_SIGN
 
 // Parses an algorithm name as accepted by SIGNLION_ALGO ("auto", "ring", "hd"
 // or "halving_doubling", "allgather", "fieldsum", "hier", "hierarchical"
-// or "direct"). Returns false if unknown.
+// "direct" or "tree"). Returns false if unknown.
 bool parseAlgoName(const char* name, ncclSignAlgo_t* algo);
 // The name of an algorithm; "unknown" for any other value (an int: a peer's
 // message may carry a value that is no ncclSignAlgo_t).

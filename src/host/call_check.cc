@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "algo/schedule.h"
 #include "common/checks.h"
 #include "host/host_params.h"
 
@@ -210,7 +211,7 @@ std::string costParamText(double modelValue, double scale) {
 
 // The settings every rank must share, as one row of the init-time table.
 struct Settings {
-  int32_t algorithm, zeroRule, tieRule, pad;
+  int32_t algorithm, zeroRule, tieRule, resultCoding;
   int64_t segment, chunkBytes;
   double costParams[kCompareCostParams];
   uint64_t hostHash;  // not compared: the rank's node
@@ -229,6 +230,7 @@ ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& conf
   me.algorithm = config.algorithm;
   me.zeroRule = config.zeroRule;
   me.tieRule = config.tieRule;
+  me.resultCoding = algo::resultCodingEnabled() ? 1 : 0;
   me.segment = (int64_t)hostSegmentElements();
   me.chunkBytes = hostChunkBytes();
   for (int i = 0; i < kCompareCostParams; i++) me.costParams[i] = cost.*kCostParamNames[i].field;
@@ -264,6 +266,10 @@ ncclResult_t compareSettingsRows(const void* rows, int nranks, int rank, algo::T
       what = "tie rule (config->tieRule)";
       a = tieRuleName(o.tieRule);
       b = tieRuleName(r0.tieRule);
+    } else if (o.resultCoding != r0.resultCoding) {
+      what = "SIGNLION_RESULT_CODING";
+      a = num((uint64_t)o.resultCoding);
+      b = num((uint64_t)r0.resultCoding);
     } else if (o.segment != r0.segment) {
       what = "SIGNLION_HOST_SEGMENT (elements, in whole blocks of 64)";
       a = num((uint64_t)o.segment);

@@ -59,7 +59,7 @@ std::vector<int> schedulePeers(int nranks, int rank, const algo::Topology& topo,
   // setting rules out is passed over quietly: a call that forces it is where
   // the WARN belongs (and its peers, the ring's, are in already).
   for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum,
-                           ncclSignAlgoHierarchical, ncclSignAlgoDirect}) {
+                           ncclSignAlgoHierarchical, ncclSignAlgoDirect, ncclSignAlgoTree}) {
     algo::Schedule s;
     if (configured != ncclSignAlgoAuto && a != configured) continue;
     if (algo::settingsConflict(a, nranks).name != nullptr) continue;

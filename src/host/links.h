@@ -61,8 +61,10 @@ constexpr int kMaxHierNodeRanks = 16;
 // 0 otherwise (the cost model then leaves it out; forcing it fails).
 int hierarchicalNodeRanks(const algo::Topology& topo, int nranks, ncclSignAlgo_t configured);
 
-// Handle slots each rank publishes at link setup: generously above the ring's
-// 2 neighbours plus halving-doubling's ceil(log2 N) partners and fold partner.
+// Handle slots each rank publishes at link setup: 2 ceil(log2 N) + 4, above the
+// ring's 2 neighbours, halving-doubling's ceil(log2 N) partners and fold
+// partner and the tree's at most 4 (parent and children in one tree, parent in
+// the other) together from N = 8 on (below, N-1 covers every peer).
 // nodeRanks: hierarchicalNodeRanks (its intra-node peers come on top). At
 // least N-1 up to algo::kMaxDirectRanks ranks (the direct algorithm's peers).
 int maxPeerSlots(int nranks, int nodeRanks = 0);

@@ -169,7 +169,7 @@ class Rank {
 };
 
 const char* algoText(ncclSignAlgo_t a) {
-  static const char* names[] = {"auto", "ring", "hd", "allgather", "fieldsum", "hier", "direct"};
+  static const char* names[] = {"auto", "ring", "hd", "allgather", "fieldsum", "hier", "direct", "tree"};
   static_assert(sizeof(names) / sizeof(names[0]) == ncclSignNumAlgos, "a name for every algorithm");
   return names[a];
 }

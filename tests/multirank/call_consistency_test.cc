@@ -27,7 +27,7 @@ using test::runRanks;
 
 constexpr int kTimeoutMs = 3000;  // bounds every wait of these calls
 const ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                 ncclSignAlgoFieldSum, ncclSignAlgoDirect};
+                                 ncclSignAlgoFieldSum, ncclSignAlgoDirect,  ncclSignAlgoTree};
 
 ncclSignConfig_t makeConfig(ncclSignAlgo_t algo) {
   ncclSignConfig_t c = NCCL_SIGN_CONFIG_INITIALIZER;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "algo/schedule.h"
+#include "algo/tree.h"
 #include "bits/bits.h"
 #include "bits/float16.h"
 #include "common/config.h"
@@ -108,7 +109,7 @@ TEST_P(SignAllReduceMatrix, EveryRankGetsTheReference) {
 std::vector<MatrixCase> matrixCases() {
   std::vector<MatrixCase> v;
   for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum,
-                           ncclSignAlgoDirect})
+                           ncclSignAlgoDirect, ncclSignAlgoTree})
     for (int n = 1; n <= 16; n++) v.push_back({a, n});
   return v;
 }
@@ -135,7 +136,7 @@ void checkRulesOnFewValues(int rank, ncclSignComm_t comm, int n, ncclSignZeroRul
 // Zero and tie rules (and exact ties for even N) on every algorithm.
 TEST(SignAllReduceRules, ZeroAndTieRules) {
   for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                              ncclSignAlgoFieldSum, ncclSignAlgoDirect}) {
+                              ncclSignAlgoFieldSum, ncclSignAlgoDirect, ncclSignAlgoTree}) {
     for (int n : {2, 3, 4, 6}) {
       for (ncclSignZeroRule_t zero : {ncclSignZeroNegative, ncclSignZeroAbstain}) {
         for (ncclSignTieRule_t tie : {ncclSignTieZero, ncclSignTiePositive, ncclSignTieNegative}) {
@@ -185,7 +186,8 @@ TEST(SignAllReduceRules, RulesPerCallOnOneCommunicator) {
       {ncclSignZeroAbstain, NCCL_SIGN_RULE_OF_COMM, ncclSignZeroAbstain, ncclSignTiePositive},
       {ncclSignZeroPositive, ncclSignTieZero, ncclSignZeroPositive, ncclSignTieZero},
   };
-  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoDirect}) {
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoDirect,
+                              ncclSignAlgoTree}) {
     for (int n : {2, 4}) {
       withRanks(n, makeConfig(algo, ncclSignZeroNegative, ncclSignTiePositive), [&](int rank, ncclSignComm_t comm) {
         const size_t count = 1000;
@@ -363,7 +365,8 @@ TEST(SignAllReduceLarge, MillionsOfElements) {
   };
   for (Case c : {Case{ncclSignAlgoRing, 5, 1000003}, Case{ncclSignAlgoHalvingDoubling, 6, 1000003},
                  Case{ncclSignAlgoAllGather, 3, 1000003}, Case{ncclSignAlgoRing, 4, (1u << 24) + 7},
-                 Case{ncclSignAlgoHalvingDoubling, 3, (1u << 24) + 7}, Case{ncclSignAlgoDirect, 7, 1000003}}) {
+                 Case{ncclSignAlgoHalvingDoubling, 3, (1u << 24) + 7}, Case{ncclSignAlgoDirect, 7, 1000003},
+                 Case{ncclSignAlgoTree, 6, 1000003}, Case{ncclSignAlgoTree, 13, (1u << 22) + 7}}) {
     std::vector<Bytes> in = test::randomVoteInputs(c.n, c.count, ncclFloat32, 11);
     Bytes want =
         test::referenceOutput(in, c.count, ncclFloat32, ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero);
@@ -383,7 +386,8 @@ TEST(SignAllReduceSegments, SeveralSegmentsGetTheReference) {
   setenv("SIGNLION_HOST_SEGMENT", "4096", 1);
   paramResetCache();
   const size_t counts[] = {4095, 4096, 4097, 3 * 4096 + 7, 5 * 4096};
-  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoDirect}) {
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoDirect,
+                              ncclSignAlgoTree}) {
     for (int n : {3, 4, 5}) {
       withRanks(n, makeConfig(algo), [&](int rank, ncclSignComm_t comm) {
         uint32_t seed = 900;
@@ -428,7 +432,7 @@ TEST(SignAllReduceSegments, VotesPackedAheadGetTheReference) {
     setenv("SIGNLION_HOST_PACK_AHEAD", v.ahead ? "1" : "0", 1);
     paramResetCache();
     for (ncclSignAlgo_t algo :
-         {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoHierarchical, ncclSignAlgoDirect}) {
+         {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoHierarchical, ncclSignAlgoDirect, ncclSignAlgoTree}) {
       for (ncclSignZeroRule_t zero : {ncclSignZeroPositive, ncclSignZeroAbstain}) {
         const int n = 5;
         const std::string what = std::string(algoName(algo)) + " zero=" + std::to_string(zero) +
@@ -501,7 +505,8 @@ TEST_P(SignAllReduceOverlap, SmallChunksGetTheReference) {
 }
 INSTANTIATE_TEST_SUITE_P(Host, SignAllReduceOverlap,
                          ::testing::Values(ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                           ncclSignAlgoFieldSum, ncclSignAlgoHierarchical, ncclSignAlgoDirect),
+                                           ncclSignAlgoFieldSum, ncclSignAlgoHierarchical, ncclSignAlgoDirect,
+                                           ncclSignAlgoTree),
                          [](const ::testing::TestParamInfo<ncclSignAlgo_t>& info) {
                            return std::string(algoName(info.param));
                          });
@@ -510,7 +515,8 @@ INSTANTIATE_TEST_SUITE_P(Host, SignAllReduceOverlap,
 // (within 1%: the transport adds a header per message).
 TEST(SignAllReduceWire, BytesMatchTheSchedule) {
   const size_t count = 1 << 20;  // 4 MiB of fp32 input
-  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoDirect}) {
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoDirect,
+                              ncclSignAlgoTree}) {
     for (int n : {4, 8}) {
       std::vector<Bytes> in = test::randomVoteInputs(n, count, ncclFloat32, 3);
       withRanks(n, makeConfig(algo), [&](int rank, ncclSignComm_t comm) {
@@ -562,6 +568,68 @@ TEST(SignAllReduceWire, DirectBitsPerElementAreTheFormula) {
       });
     }
   }
+}
+
+// The tree's bytes in one real call, as bits per element, equal its formula
+// within 1 % at every N = 2..16 and on every rank (AlgoTree's in the unit
+// tests): in each tree (half the message) a rank sends counters *
+// width(subtree ranks) to its parent and q to each child, q = 1.6 for a coded
+// -1/0/+1 result, else 1; with exact ties, a tie rule, and in ternary mode.
+TEST(SignAllReduceWire, TreeBitsPerElementAreTheFormula) {
+  const size_t count = 1 << 20;
+  struct Rules {
+    ncclSignZeroRule_t zero;
+    ncclSignTieRule_t tie;
+  };
+  for (int n = 2; n <= 16; n++) {
+    std::vector<Bytes> in = test::randomVoteInputs(n, count, ncclFloat32, 60 + n);
+    for (Rules rules : {Rules{ncclSignZeroPositive, ncclSignTieZero}, Rules{ncclSignZeroPositive, ncclSignTiePositive},
+                        Rules{ncclSignZeroAbstain, ncclSignTieZero}}) {
+      const bool ternary = rules.zero == ncclSignZeroAbstain;
+      const int votePlanes = ternary ? 2 : 1;
+      const int resultPlanes = rules.tie != ncclSignTieZero ? 1 : ternary || n % 2 == 0 ? 2 : 1;
+      const double q = resultPlanes == 2 ? 1.6 : 1.0;
+      withRanks(n, makeConfig(ncclSignAlgoTree, rules.zero, rules.tie), [&](int rank, ncclSignComm_t comm) {
+        double formula = 0;
+        for (int t = 0; t < algo::kTreeCount; t++) {
+          const algo::TreeNode me = algo::treeNode(n, t, rank);
+          if (me.parent >= 0) formula += 0.5 * votePlanes * std::floor(std::log2(me.size) + 1);
+          formula += 0.5 * q * me.nchildren;
+        }
+        Bytes out(count * 4);
+        const double sent = 8.0 * (double)test::bytesSentByOneCall(comm, in[rank].data(), out.data(), count) / count;
+        const std::string what = "N=" + std::to_string(n) + " rank " + std::to_string(rank) +
+                                 " zero=" + std::to_string(rules.zero) + " tie=" + std::to_string(rules.tie);
+        EXPECT_NEAR(sent, formula, 0.01 * formula) << what;
+      });
+    }
+  }
+}
+
+// SIGNLION_RESULT_CODING=0 on real calls: results travel as their 2 planes
+// and every rank still gets the reference (exact ties at N = 4, ternary at
+// N = 3, in and out of place); direct's wire bits are then (N-1)/N * (1 + 2)
+// at N = 4 (2.25, against 1.95 coded), within 1 %.
+TEST(SignAllReduceWire, ResultCodingOffSendsPlanes) {
+  setenv("SIGNLION_RESULT_CODING", "0", 1);
+  paramResetCache();
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoDirect, ncclSignAlgoTree})
+    for (int n : {3, 4}) {
+      const ncclSignZeroRule_t zero = n == 3 ? ncclSignZeroAbstain : ncclSignZeroPositive;
+      withRanks(n, makeConfig(algo, zero, ncclSignTieZero), [&](int rank, ncclSignComm_t comm) {
+        checkRulesOnFewValues(rank, comm, n, zero, ncclSignTieZero,
+                              std::string(algoName(algo)) + " N=" + std::to_string(n) + " SIGNLION_RESULT_CODING=0");
+      });
+    }
+  const size_t count = 1 << 20;
+  std::vector<Bytes> in = test::randomVoteInputs(4, count, ncclFloat32, 77);
+  withRanks(4, makeConfig(ncclSignAlgoDirect), [&](int rank, ncclSignComm_t comm) {
+    Bytes out(count * 4);
+    const double sent = 8.0 * (double)test::bytesSentByOneCall(comm, in[rank].data(), out.data(), count) / count;
+    EXPECT_NEAR(sent, 2.25, 0.01 * 2.25) << "rank " << rank;
+  });
+  unsetenv("SIGNLION_RESULT_CODING");
+  paramResetCache();
 }
 
 // On 2 nodes of 4 (host ids per thread), ncclSignCommGetInterNodeWireBytes

@@ -61,7 +61,8 @@ ncclSignConfig_t configFor(ncclSignAlgo_t algo) {
 // headers, so at least one call has none, and the fewest bytes of a call must
 // be exactly the votes and headers.
 TEST(SmallCallWire, VotesPlusEightBytesPerMessageAndSixteenPerPeer) {
-  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoDirect}) {
+  for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoDirect,
+                              ncclSignAlgoTree}) {
     for (int n : {2, 3, 4, 8, 16}) {
       for (size_t count : {size_t{0}, size_t{1}, size_t{65}, size_t{5994}}) {
         std::vector<Bytes> in = test::randomVoteInputs(n, count, ncclFloat32, 5);

@@ -76,7 +76,7 @@ TEST(WarmPath, NoAllocationOnTheCallingThread) {
   const int n = 4;
   const size_t count = 300000;  // several chunks per transfer
   for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                              ncclSignAlgoFieldSum, ncclSignAlgoDirect}) {
+                              ncclSignAlgoFieldSum, ncclSignAlgoDirect, ncclSignAlgoTree}) {
     std::vector<long> warmAllocs = warmAllocations(algo, n, count, nullptr);
     for (int r = 0; r < n; r++) EXPECT_EQ(warmAllocs[r], 0) << "algorithm " << algo << " rank " << r;
   }
@@ -90,7 +90,7 @@ TEST(WarmPath, NoAllocationWithSegmentsPackedAhead) {
   const int n = 4;
   const size_t count = 300000;
   for (ncclSignAlgo_t algo :
-       {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoHierarchical, ncclSignAlgoDirect}) {
+       {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoHierarchical, ncclSignAlgoDirect, ncclSignAlgoTree}) {
     std::vector<long> warmAllocs =
         warmAllocations(algo, n, count, [](int r) -> const char* { return r < 2 ? "node-a" : "node-b"; });
     for (int r = 0; r < n; r++) EXPECT_EQ(warmAllocs[r], 0) << "algorithm " << algo << " rank " << r;

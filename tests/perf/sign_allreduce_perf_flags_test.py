@@ -145,7 +145,7 @@ for z in range(4):
 check("-T (timeout)", BASE + ["-T", "60"])
 for a in range(4):
     check("-a %d" % a, BASE + ["-a", str(a)])
-for algo in ("ring", "hd", "allgather", "fieldsum", "direct"):
+for algo in ("ring", "hd", "allgather", "fieldsum", "direct", "tree"):
     check("-A %s" % algo, BASE + ["-A", algo], lambda t, algo=algo: expect("algorithm " + algo in t["text"], algo))
 check("-A HD (any case)", BASE + ["-A", "HD"], lambda t: expect("algorithm hd" in t["text"], t["text"][:400]))
 check("-A with -o sum (noted)", BASE + ["-A", "ring", "-o", "sum"], note_about("-A"))

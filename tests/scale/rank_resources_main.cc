@@ -33,7 +33,7 @@
 // the sum all-reduce) and refuses its calls with ncclInvalidArgument: there a
 // rank passes when its first call is refused so ("refused" in the table).
 //
-// Usage: signlion_rank_resources --nranks N [--algos ring,hd,allgather,fieldsum,hier,direct,auto]
+// Usage: signlion_rank_resources --nranks N [--algos ring,hd,allgather,fieldsum,hier,direct,tree,auto]
 //        [--node-ranks G] [--check-bounds] [--markdown]
 // Exit status: 0 all ranks correct (and within bounds), 1 otherwise, 2 usage.
 #include <dirent.h>
@@ -167,7 +167,8 @@ int schedulePeerCount(ncclSignAlgo_t algo, int nranks, int rank, const signlion:
   std::vector<ncclSignAlgo_t> used{ncclSignAlgoRing};
   if (!refusedOn(algo, nranks)) used.push_back(algo);
   if (algo == ncclSignAlgoAuto) {
-    used = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum};
+    used = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum,
+            ncclSignAlgoTree};
     if (severalNodes) used.push_back(ncclSignAlgoHierarchical);
     if (signlion::algo::directAllowed(nranks)) used.push_back(ncclSignAlgoDirect);
   }
@@ -320,7 +321,7 @@ int main(int argc, char** argv) {
       o.nranks = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--algos") && i + 1 < argc) {
       if (!parseAlgos(argv[++i], &o.algos)) {
-        fprintf(stderr, "--algos %s: a list of auto, ring, hd, allgather, fieldsum, hier, direct\n", argv[i]);
+        fprintf(stderr, "--algos %s: a list of auto, ring, hd, allgather, fieldsum, hier, direct, tree\n", argv[i]);
         return 2;
       }
     } else if (!strcmp(argv[i], "--node-ranks") && i + 1 < argc) {
@@ -331,7 +332,7 @@ int main(int argc, char** argv) {
       o.markdown = true;
     } else {
       fprintf(stderr,
-              "usage: %s --nranks N [--algos ring,hd,allgather,fieldsum,hier,direct,auto] [--node-ranks G] "
+              "usage: %s --nranks N [--algos ring,hd,allgather,fieldsum,hier,direct,tree,auto] [--node-ranks G] "
               "[--check-bounds] [--markdown]\n",
               argv[0]);
       return 2;
@@ -343,7 +344,7 @@ int main(int argc, char** argv) {
   }
   if (o.algos.empty())
     o.algos = {ncclSignAlgoAuto,     ncclSignAlgoRing,         ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-               ncclSignAlgoFieldSum, ncclSignAlgoHierarchical, ncclSignAlgoDirect};
+               ncclSignAlgoFieldSum, ncclSignAlgoHierarchical, ncclSignAlgoDirect,  ncclSignAlgoTree};
   // Loopback only: the ranks and the root listen there.
   setenv("SIGNLION_SOCKET_IFNAME", "lo", 0);
 

@@ -14,7 +14,7 @@ set_tests_properties(scale.schedules_simulated_to_1024_ranks PROPERTIES LABELS s
 add_executable(signlion_rank_resources scale/rank_resources_main.cc scale/schedule_sim.cc)
 target_link_libraries(signlion_rank_resources PRIVATE signlion_host signlion_test_common)
 add_test(NAME scale.host_communicator_32_rank_processes
-         COMMAND signlion_rank_resources --nranks 32 --algos ring,hd,allgather,fieldsum,hier,direct,auto --check-bounds)
+         COMMAND signlion_rank_resources --nranks 32 --algos ring,hd,allgather,fieldsum,hier,direct,tree,auto --check-bounds)
 set_tests_properties(scale.host_communicator_32_rank_processes PROPERTIES LABELS scale TIMEOUT 600)
 
 # The direct algorithm at its rank limit (algo/direct.h): 16 processes, each

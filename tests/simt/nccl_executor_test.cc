@@ -312,7 +312,7 @@ void runEmulated(ncclSignAlgo_t algo, int n, size_t count, ncclDataType_t dt, co
 }
 
 constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                     ncclSignAlgoFieldSum, ncclSignAlgoDirect};
+                                     ncclSignAlgoFieldSum, ncclSignAlgoDirect, ncclSignAlgoTree};
 constexpr Spec kSpecs[] = {
     {ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero},
     {ncclSignMajority, ncclSignZeroNegative, ncclSignTiePositive},

@@ -177,7 +177,7 @@ TEST(AlgoChunkOrder, HazardsOnTheSameBlocksAreOrdered) {
 // of each shape. Its lazy pack is cutIntoChunks'.
 TEST(AlgoChunkOrder, GraphIsTheWaitsRelation) {
   const ncclSignAlgo_t algos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                  ncclSignAlgoFieldSum, ncclSignAlgoDirect};
+                                  ncclSignAlgoFieldSum, ncclSignAlgoDirect, ncclSignAlgoTree};
   for (ncclSignAlgo_t algo : algos)
     for (int n : {2, 3, 4, 5})
       for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage})

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "algo/schedule.h"
+#include "algo/tree.h"
 #include "bits/trits.h"
 #include "common/config.h"
 #include "common/node_layouts.h"
@@ -25,7 +26,8 @@ namespace {
 // Hierarchical with an unknown topology (every rank its own node) here; over
 // real node layouts in the AlgoHierarchical tests.
 constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing,     ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                     ncclSignAlgoFieldSum, ncclSignAlgoHierarchical,    ncclSignAlgoDirect};
+                                     ncclSignAlgoFieldSum, ncclSignAlgoHierarchical,    ncclSignAlgoDirect,
+                                     ncclSignAlgoTree};
 
 std::vector<Schedule> buildAll(ncclSignAlgo_t algo, int n, int64_t nblocks, const OpSpec& spec,
                                const Topology* topo = nullptr) {
@@ -114,13 +116,14 @@ class Simulator {
   }
 
   void checkResults() const {
+    std::vector<int64_t> want(static_cast<size_t>(count_), 0);  // once, not per rank: N up to 4096
+    for (int q = 0; q < n_; q++)
+      for (int64_t e = 0; e < count_; e++) want[e] += votes_[q][e];
+    for (int64_t& w : want) w = referenceResult(spec_, w);
     for (int r = 0; r < n_; r++) {
       int64_t bad = 0, first = -1;
       for (int64_t e = 0; e < count_; e++) {
-        int64_t sum = 0;
-        for (int q = 0; q < n_; q++) sum += votes_[q][e];
-        int64_t want = referenceResult(spec_, sum);
-        bool ok = ranks_[r].hasRes[e] && decode(ranks_[r].res[e]) == want;
+        bool ok = ranks_[r].hasRes[e] && decode(ranks_[r].res[e]) == want[e];
         if (!ok && bad++ == 0) first = e;
       }
       EXPECT_EQ(bad, 0) << "rank " << r << ": " << bad << " wrong results, first at element " << first;
@@ -338,10 +341,18 @@ class Simulator {
     }
   }
 
-  // Within a step no rank may write a range it also sends.
+  // Within a step no rank may write a range it also sends, nor receive into
+  // one range twice (two adds in one step would have no order).
   void checkHazards(size_t i) const {
     for (int r = 0; r < n_; r++) {
       const Step& st = sch_[r].steps[i];
+      for (size_t a = 0; a < st.recvs.size(); a++)
+        for (size_t b = a + 1; b < st.recvs.size(); b++)
+          if (st.recvs[a].buf == st.recvs[b].buf && st.recvs[a].slot == st.recvs[b].slot) {
+            EXPECT_TRUE(st.recvs[a].range.end <= st.recvs[b].range.begin ||
+                        st.recvs[b].range.end <= st.recvs[a].range.begin)
+                << "rank " << r << " step " << i << " receives into the same range twice";
+          }
       for (const Send& snd : st.sends)
         for (const Recv& rc : st.recvs)
           if (snd.buf == rc.buf && snd.slot == rc.slot) {
@@ -695,7 +706,7 @@ TEST(AlgoDirect, WireBitsPerElementAreTheFormula) {
 // second write of a block, or a write in the pack step, is refused.
 TEST(AlgoSchedule, ResultWrittenOnceAfterPacks) {
   for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather, ncclSignAlgoFieldSum,
-                           ncclSignAlgoDirect})
+                           ncclSignAlgoDirect, ncclSignAlgoTree})
     for (int n = 1; n <= 16; n++)
       for (int64_t nb : {0, 1, 5, 1000}) {
         for (int r = 0; r < n; r++) {
@@ -716,7 +727,7 @@ TEST(AlgoSchedule, ResultWrittenOnceAfterPacks) {
   // Every write comes after the step whose transfers run the pack; a decide
   // moved into the step that holds the pack (the writes still tile) would
   // write the output before the pack is done.
-  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoDirect}) {
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoDirect, ncclSignAlgoTree}) {
     Schedule s;
     ASSERT_EQ(buildSchedule(a, 4, 0, 1000, OpSpec(), &s), ncclSuccess);
     const size_t packStep = deferrablePack(s, 0) != nullptr ? 0 : 1;
@@ -904,6 +915,194 @@ TEST(AlgoTopology, DefaultHostIdFollowsNcclHostId) {
     setenv("NCCL_HOSTID", saved.c_str(), 1);
   else
     unsetenv("NCCL_HOSTID");
+}
+
+// SIGNLION_RESULT_CODING=0, the A/B switch: every algorithm's result
+// transfers travel as their 2 planes (Coding::kPlanes, 16 bytes per block),
+// so direct sends (N-1)/N * (1 + 2) bits per element instead of 1 + 1.6;
+// unset (or 1), they are coded. Read once: paramResetCache re-reads it.
+TEST(AlgoSchedule, ResultCodingSwitch) {
+  const int64_t nblocks = 720720;
+  auto directBits = [&](int n) {
+    Schedule s;
+    EXPECT_EQ(buildSchedule(ncclSignAlgoDirect, n, 0, nblocks, OpSpec(), &s), ncclSuccess);
+    return 8.0 * s.bytesSent() / double(nblocks * kBlockElems);
+  };
+  auto codings = [&](ncclSignAlgo_t a, int n, std::vector<Coding>* out) {
+    Schedule s;
+    ASSERT_EQ(buildSchedule(a, n, 1, 1000, OpSpec(), &s), ncclSuccess);
+    for (const Step& st : s.steps)
+      for (const Send& x : st.sends)
+        if (x.buf == Buffer::kResult) out->push_back(x.coding);
+  };
+  EXPECT_TRUE(resultCodingEnabled());
+  EXPECT_NEAR(directBits(4), 0.75 * 2.6, 1e-9);
+  setenv("SIGNLION_RESULT_CODING", "0", 1);
+  paramResetCache();
+  EXPECT_FALSE(resultCodingEnabled());
+  EXPECT_NEAR(directBits(4), 0.75 * 3.0, 1e-9);
+  for (ncclSignAlgo_t a : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoDirect, ncclSignAlgoTree}) {
+    std::vector<Coding> c;
+    codings(a, 4, &c);
+    ASSERT_FALSE(c.empty()) << algoName(a);
+    for (Coding x : c) EXPECT_EQ(x, Coding::kPlanes) << algoName(a);
+  }
+  unsetenv("SIGNLION_RESULT_CODING");
+  paramResetCache();
+  std::vector<Coding> c;
+  codings(ncclSignAlgoTree, 4, &c);
+  for (Coding x : c) EXPECT_EQ(x, Coding::kTrits);
+}
+
+// The double binary tree's shape (algo/tree.h) for every N up to 600 and
+// around the powers of two up to 4096: each
+// tree is one tree over all ranks (every rank but the root has a parent that
+// names it as a child, subtree sizes add up, heights grow towards the root),
+// every rank is an inner node of at most one of the two trees, siblings have
+// different slots below their parent's (no two adds into one range in one
+// step), and the depth stays within log2 N + 1.
+TEST(AlgoTree, ShapeUpTo4096Ranks) {
+  std::vector<int> ns;
+  for (int n = 1; n <= 600; n++) ns.push_back(n);
+  for (int n : {1000, 1023, 1024, 1025, 2047, 2048, 2049, 3000, 4095, 4096}) ns.push_back(n);
+  for (int n : ns) {
+    const int lg = (int)std::floor(std::log2(n));
+    std::vector<int> inner(n, 0);
+    for (int t = 0; t < kTreeCount; t++) {
+      std::vector<int> seen(n + 1, 0);
+      int roots = 0;
+      for (int r = 0; r < n; r++) {
+        const int p = treePosition(n, t, r);
+        ASSERT_TRUE(p >= 1 && p <= n) << "N=" << n;
+        ASSERT_EQ(treeRank(n, t, p), r) << "N=" << n;
+        ASSERT_EQ(seen[p]++, 0) << "N=" << n << ": position " << p << " twice";
+        const TreeNode me = treeNode(n, t, r);
+        int sizes = 1;
+        for (int i = 0; i < me.nchildren; i++) {
+          const TreeNode kid = treeNode(n, t, me.children[i]);
+          ASSERT_EQ(kid.parent, r) << "N=" << n << " tree " << t << " rank " << r;
+          ASSERT_LT(kid.height, me.height);
+          ASSERT_LT(treeSlot(kid), me.parent < 0 ? 2 * me.height : treeSlot(me));
+          sizes += kid.size;
+        }
+        if (me.nchildren == 2) {
+          ASSERT_NE(treeSlot(treeNode(n, t, me.children[0])), treeSlot(treeNode(n, t, me.children[1])));
+        }
+        ASSERT_EQ(me.size, sizes) << "N=" << n << " tree " << t << " rank " << r;
+        inner[r] += me.nchildren > 0;
+        if (me.parent < 0) {
+          roots++;
+          ASSERT_EQ(me.size, n);
+        }
+        int depth = 0;
+        for (int q = me.parent; q >= 0; q = treeNode(n, t, q).parent) ASSERT_LE(++depth, lg + 1) << "N=" << n;
+      }
+      ASSERT_EQ(roots, 1) << "N=" << n;
+    }
+    for (int r = 0; r < n; r++) ASSERT_LE(inner[r], 1) << "N=" << n << ": rank " << r << " is inner in both trees";
+  }
+}
+
+// The tree's schedules over many ranks, simulated: counters widen with the
+// subtree (the simulator checks every width), results come back down, chunks
+// and halves empty or partial where there are few blocks. Majority with
+// exact ties (binary and ternary, coded results) and the average, up to 4096
+// ranks.
+TEST(AlgoTree, SimulationUpTo4096Ranks) {
+  std::mt19937_64 rng(4096);
+  const OpSpec specs[] = {OpSpec{}, OpSpec{ncclSignMajority, ncclSignZeroAbstain, ncclSignTieZero},
+                          OpSpec{ncclSignAverage, ncclSignZeroPositive, ncclSignTieZero}};
+  for (int n : {17, 24, 31, 33, 63, 64, 65, 100, 127, 128, 255, 257, 511, 1000, 1024, 2047, 4095, 4096}) {
+    const std::vector<int64_t> sizes = n < 1000 ? std::vector<int64_t>{1, 3, 13, 41} : std::vector<int64_t>{1, 13};
+    for (int64_t nblocks : sizes)
+      for (const OpSpec& spec : specs) {
+        if (n >= 1000 && spec.op == ncclSignAverage) continue;  // the same widths as the majority's
+        const int64_t count = (nblocks - 1) * kBlockElems + 1 + int64_t(rng() % kBlockElems);
+        SCOPED_TRACE("N=" + std::to_string(n) + " nblocks=" + std::to_string(nblocks) + " op=" +
+                     std::to_string(spec.op) + " zeroRule=" + std::to_string(spec.zeroRule));
+        std::vector<Schedule> sch = buildAll(ncclSignAlgoTree, n, nblocks, spec);
+        auto votes = randomVotes(n, count, spec, rng);
+        Simulator sim(sch, votes, count);
+        sim.run();
+        if (HasFatalFailure() || HasFailure()) return;
+        sim.checkResults();
+        if (HasFailure()) return;
+      }
+  }
+}
+
+// The pipeline: a long message is cut into several chunks per half (the
+// more, the longer the message, up to kMaxTreeChunks), a few blocks into one;
+// a call takes K + (a fill of about 3 log2 N) steps, and every rank both
+// sends and receives in most of them.
+TEST(AlgoTree, ChunksArePipelined) {
+  EXPECT_EQ(treePipelineChunks(16, 4, 1), 1);
+  EXPECT_EQ(treePipelineChunks(1, 1 << 20, 1), 1);
+  int last = 1;
+  for (int64_t nb : {int64_t{1} << 10, int64_t{1} << 14, int64_t{1} << 18, int64_t{1} << 24}) {
+    const int k = treePipelineChunks(16, nb, 1);
+    EXPECT_GE(k, last) << nb;
+    EXPECT_LE(k, kMaxTreeChunks);
+    last = k;
+  }
+  EXPECT_GT(last, 8);
+  Schedule s;
+  const int64_t nb = int64_t{1} << 16;
+  ASSERT_EQ(buildSchedule(ncclSignAlgoTree, 16, 5, nb, OpSpec(), &s), ncclSuccess);
+  const int k = treePipelineChunks(16, nb, 1);
+  EXPECT_GT(k, 1);
+  EXPECT_LE(s.steps.size(), size_t(k + 3 * 4 + 1));
+  EXPECT_GT(s.messageSteps(), k);
+}
+
+// Bits per element per rank of the tree (bytesSent and bytesReceived of every
+// rank) against the formula, for every op, zero and tie rule at N = 2..16:
+// each tree carries half the message; in it a rank sends its counter to its
+// parent at counters * width(subtree ranks) bits (none at the root) and the
+// decided result to each child at q bits, q = 1.6 where two majority planes
+// travel coded, else the result planes; it receives the counters of its
+// children and the result from its parent. Within 1 % (only each half's last
+// chunk carries a partial trit group).
+TEST(AlgoTree, WireBitsPerElementAreTheFormula) {
+  for (int op = 0; op < ncclSignNumOps; op++)
+    for (int zr = 0; zr < ncclSignNumZeroRules; zr++)
+      for (int tr = 0; tr < ncclSignNumTieRules; tr++)
+        for (int n = 2; n <= 16; n++) {
+          const OpSpec spec{static_cast<ncclSignOp_t>(op), static_cast<ncclSignZeroRule_t>(zr),
+                            static_cast<ncclSignTieRule_t>(tr)};
+          const bool ternary = spec.zeroRule == ncclSignZeroAbstain;
+          const int counters = ternary ? 2 : 1;
+          int planes;
+          if (spec.op == ncclSignAverage) {
+            planes = counters * (int)std::floor(std::log2(n) + 1);
+          } else {
+            const bool tieRule = spec.tieRule != ncclSignTieZero;
+            planes = !tieRule && (ternary || n % 2 == 0) ? 2 : 1;
+          }
+          const double q = spec.op == ncclSignMajority && planes == 2 ? 1.6 : planes;
+          auto width = [](int count) { return std::floor(std::log2(count) + 1); };
+          for (int r = 0; r < n; r++) {
+            double sendFormula = 0, recvFormula = 0;
+            for (int t = 0; t < kTreeCount; t++) {
+              const TreeNode me = treeNode(n, t, r);
+              if (me.parent >= 0) {
+                sendFormula += 0.5 * counters * width(me.size);
+                recvFormula += 0.5 * q;
+              }
+              sendFormula += 0.5 * q * me.nchildren;
+              for (int i = 0; i < me.nchildren; i++)
+                recvFormula += 0.5 * counters * width(treeNode(n, t, me.children[i]).size);
+            }
+            const int64_t nblocks = 720720;
+            Schedule s;
+            ASSERT_EQ(buildSchedule(ncclSignAlgoTree, n, r, nblocks, spec, &s), ncclSuccess);
+            const double elems = double(nblocks) * kBlockElems;
+            const std::string what = "N=" + std::to_string(n) + " rank " + std::to_string(r) + " op " +
+                                     std::to_string(op) + " zero " + std::to_string(zr) + " tie " + std::to_string(tr);
+            EXPECT_NEAR(8.0 * s.bytesSent() / elems, sendFormula, 0.01 * sendFormula) << what;
+            EXPECT_NEAR(8.0 * s.bytesReceived() / elems, recvFormula, 0.01 * recvFormula) << what;
+          }
+        }
 }
 
 }  // namespace

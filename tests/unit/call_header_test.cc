@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/warn_capture.h"
 #include "host/call_check.h"
 
 namespace signlion {
@@ -105,6 +106,21 @@ TEST(CallHeader, SettingsRowWithAnUnknownAlgorithmIsAnError) {
   algo::Topology topo;
   EXPECT_EQ(host::compareSettingsRows(rows.data(), 2, 0, &topo), ncclInvalidUsage);
   EXPECT_EQ(topo.node.size(), 2u);
+}
+
+// SIGNLION_RESULT_CODING (the fourth int32 of a row) must agree: a rank that
+// sends results as planes while its peer expects them coded would misread
+// every result, so init fails, naming the variable.
+TEST(CallHeader, SettingsRowWithOtherResultCodingIsAnError) {
+  std::vector<uint8_t> rows(2 * host::settingsRowBytes(), 0);
+  int32_t coding = 1;
+  memcpy(rows.data() + host::settingsRowBytes() + 3 * sizeof(int32_t), &coding, sizeof(coding));
+  algo::Topology topo;
+  test::WarnCapture w;
+  EXPECT_EQ(host::compareSettingsRows(rows.data(), 2, 0, &topo), ncclInvalidUsage);
+  EXPECT_EQ(w.countContaining("SIGNLION_RESULT_CODING"), 1);
+  memcpy(rows.data() + 3 * sizeof(int32_t), &coding, sizeof(coding));  // rank 0 the same: agreed
+  EXPECT_EQ(host::compareSettingsRows(rows.data(), 2, 0, &topo), ncclSuccess);
 }
 
 }  // namespace

@@ -197,6 +197,11 @@ TEST(Config, EnvironmentForcesAlgorithm) {
     EXPECT_EQ(r.algorithm, ncclSignAlgoDirect);
   }
   {
+    EnvGuard g("SIGNLION_ALGO", "tree");
+    ASSERT_EQ(resolveConfig(nullptr, "test", &r), ncclSuccess);
+    EXPECT_EQ(r.algorithm, ncclSignAlgoTree);
+  }
+  {
     EnvGuard g("SIGNLION_ALGO", "bogus");
     EXPECT_EQ(resolveConfig(nullptr, "test", &r), ncclInvalidArgument);
   }

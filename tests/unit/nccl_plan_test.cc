@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "algo/schedule.h"
+#include "algo/tree.h"
 #include "bits/bits.h"
 #include "bits/fields.h"
 #include "bits/trits.h"
@@ -49,7 +51,7 @@ using algo::Range;
 using algo::Schedule;
 
 constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
-                                     ncclSignAlgoFieldSum, ncclSignAlgoDirect};
+                                     ncclSignAlgoFieldSum, ncclSignAlgoDirect, ncclSignAlgoTree};
 
 struct Spec {
   ncclSignOp_t op;
@@ -253,7 +255,7 @@ TEST(NcclPlan, ChunksGroupsStageAndLayoutOverTheMatrix) {
 }
 
 // Ring, halving-doubling and direct fuse the last add with the decide on
-// every rank that decides; allgather and field-sum run one collective and
+// every rank that decides (the tree at most on a root); allgather and field-sum run one collective and
 // fuse nothing.
 TEST(NcclPlan, FusionAndExchanges) {
   const Spec sp = kSpecs[0];
@@ -269,6 +271,11 @@ TEST(NcclPlan, FusionAndExchanges) {
           ASSERT_EQ(p.steps.size(), 2u);
           EXPECT_EQ(p.steps[0].exchange, algo == ncclSignAlgoAllGather ? Exchange::kAllGather : Exchange::kAllReduce);
           EXPECT_TRUE(p.fused.empty());
+        } else if (algo == ncclSignAlgoTree) {
+          // Only a root decides; whether its last add can fuse depends on
+          // what else arrives in that step.
+          const bool root = algo::treeNode(n, 0, r).parent < 0 || algo::treeNode(n, 1, r).parent < 0;
+          if (!root) EXPECT_TRUE(p.fused.empty()) << "rank " << r;
         } else {
           const bool decides = algo == ncclSignAlgoRing || algo == ncclSignAlgoDirect || r < p2;
           EXPECT_EQ(!p.fused.empty(), decides) << "rank " << r;
@@ -614,6 +621,39 @@ TEST(NcclExecutorOnCpu, DirectBitsPerElementAreTheFormula) {
         if (5040 % n == 0) {
           EXPECT_DOUBLE_EQ(bits, exact) << "rank " << r;
         }
+      }
+      if (HasFailure()) return;
+    }
+}
+
+// The tree on the NCCL executor posts what its formula says, within 1 % at
+// N = 2..16 on every rank: in each tree (half the message) counters *
+// width(subtree ranks) to its parent and q to each child, q = 1.6 for a coded
+// result, else 1 (AlgoTree.WireBitsPerElementAreTheFormula has the formula).
+// 5040 blocks cut into several pipeline chunks.
+TEST(NcclExecutorOnCpu, TreeBitsPerElementAreTheFormula) {
+  const size_t count = 5040 * 64;
+  const Spec specs[] = {{ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero},
+                        {ncclSignMajority, ncclSignZeroPositive, ncclSignTiePositive},
+                        {ncclSignMajority, ncclSignZeroAbstain, ncclSignTieZero}};
+  for (int n = 2; n <= 16; n++)
+    for (const Spec& sp : specs) {
+      const int votePlanes = sp.zero == ncclSignZeroAbstain ? 2 : 1;
+      const int resultPlanes = sp.tie != ncclSignTieZero ? 1 : votePlanes == 2 || n % 2 == 0 ? 2 : 1;
+      const double q = resultPlanes == 2 ? 1.6 : 1.0;
+      SCOPED_TRACE(name(ncclSignAlgoTree, n, 5040, sp, 65536));
+      std::vector<RankPlan> plans = planAll(ncclSignAlgoTree, n, 5040, sp, 65536);
+      std::vector<uint64_t> posted;
+      runPlansOnCpu(plans, count, ncclFloat32, sp, false, true, &posted);
+      ASSERT_EQ(posted.size(), size_t(n));
+      for (int r = 0; r < n; r++) {
+        double formula = 0;
+        for (int t = 0; t < algo::kTreeCount; t++) {
+          const algo::TreeNode me = algo::treeNode(n, t, r);
+          if (me.parent >= 0) formula += 0.5 * votePlanes * std::floor(std::log2(me.size) + 1);
+          formula += 0.5 * q * me.nchildren;
+        }
+        EXPECT_NEAR(8.0 * (double)posted[r] / count, formula, 0.01 * formula) << "rank " << r;
       }
       if (HasFailure()) return;
     }
