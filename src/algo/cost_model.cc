@@ -290,7 +290,7 @@ ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, uns
   }
   if (!worthHierarchical(nranks, topo)) available &= ~algoBit(ncclSignAlgoHierarchical);
   ncclSignAlgo_t best = ncclSignAlgoAuto;
-  double bestUs = 0;
+  double bestUs = 0, treeUs = 0;
   std::string all;
   // A rank's peers, and so its sockets and threads, stay bounded as N grows.
   if (!directAllowed(nranks) && (available & algoBit(ncclSignAlgoDirect))) {
@@ -309,10 +309,22 @@ ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, uns
     double us;
     NCCLCHECK(model.predict(algo, nranks, count, spec, &us, topo));
     all += std::string(" ") + algoName(algo) + " " + std::to_string(us);
+    if (algo == ncclSignAlgoTree) {  // weighed against the best of the others below
+      treeUs = us;
+      continue;
+    }
     if (best == ncclSignAlgoAuto || us < bestUs) {
       best = algo;
       bestUs = us;
     }
+  }
+  // The tree's predicted wins rest on the model's CPU-overlap terms (its short
+  // chunks expose the least pack and unpack), which runs of 16 to 64 ranks
+  // did not show: there it was slower than halving-doubling. So auto takes it
+  // only for a clear predicted win, kTreeMargin of the best other algorithm.
+  if (treeUs > 0 && (best == ncclSignAlgoAuto || treeUs < kTreeMargin * bestUs)) {
+    best = ncclSignAlgoTree;
+    bestUs = treeUs;
   }
   ARGCHECK(best != ncclSignAlgoAuto, fn, "available", "no algorithm of mask 0x%x can run with these settings:%s",
            available, all.c_str());

@@ -124,6 +124,10 @@ class CostModel {
   CostParams params_;
 };
 
+// The tree's predicted time must be under this share of the best other
+// algorithm's for auto to take it (cost_model.cc says why).
+constexpr double kTreeMargin = 0.9;
+
 // Picks the algorithm of one call. A concrete `requested` (from the config or
 // SIGNLION_ALGO, see resolveConfig) is returned as is, if `available` allows
 // it (buildSchedule then refuses it if a setting rules it out);
@@ -131,7 +135,8 @@ class CostModel {
 // to the lower enum value; the hierarchical algorithm only where topo has
 // several nodes and one of them several ranks, as elsewhere it is
 // halving-doubling or has nothing to cross; the direct algorithm only up to
-// kMaxDirectRanks ranks, algo/direct.h), leaving out any that a setting rules out
+// kMaxDirectRanks ranks, algo/direct.h; the tree only where it is predicted
+// to take at most kTreeMargin of the best other one's time), leaving out any that a setting rules out
 // (settingsConflict) with one WARN per algorithm, N and setting value in the
 // process. The choice is logged at INFO (subsystem ALGO).
 // Errors: ncclInvalidArgument (with a WARN) for nranks < 1, an unknown
