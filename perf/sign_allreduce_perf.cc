@@ -41,6 +41,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <set>
 #include <vector>
 
 #ifdef SIGNLION_PERF_MPI
@@ -50,6 +51,7 @@
 #include "bits/bits.h"
 #include "common/config.h"
 #include "nccl_sign.h"
+#include "host/link_rate.h"
 #include "onebit_baseline.h"
 #include "onebit_reference.h"
 #include "perf_inputs.h"
@@ -832,11 +834,15 @@ void connectOnebit(RankCtx& ctx) {
   const char* plugin = w.config.netPlugin != nullptr ? w.config.netPlugin : getenv("SIGNLION_NET_PLUGIN");
   checkNccl(signlion::perf::OnebitBaseline::create(w.nranks(), ctx.rank, plugin, timeoutMs, exchange, &ctx.onebit),
             "the onebit baseline's links");
-  int64_t mbits = 0;
-  checkNccl(ncclSignCommGetLinkRate(ctx.comm, &mbits), "ncclSignCommGetLinkRate");
-  ctx.onebit->paceLinks(mbits);
   std::vector<double> nodes = allGather(ctx, {(double)sentBytes(ctx).node});
   ctx.nodeOf.assign(nodes.begin(), nodes.end());
+  // Paced where the communicator paces its own links (host/send_pacing.h): a
+  // line rate (a standard one, or SIGNLION_COST_BETA_MBPS) and a rank per node.
+  int64_t mbits = 0;
+  checkNccl(ncclSignCommGetLinkRate(ctx.comm, &mbits), "ncclSignCommGetLinkRate");
+  const bool lineRate = signlion::host::isStandardLineRate(mbits) || getenv("SIGNLION_COST_BETA_MBPS") != nullptr;
+  const bool onePerNode = std::set<int>(ctx.nodeOf.begin(), ctx.nodeOf.end()).size() == ctx.nodeOf.size();
+  ctx.onebit->paceLinks(lineRate && onePerNode ? mbits : 0);
 }
 
 // Returns 0, or 1 after a failed collective (the comm is then aborted).

@@ -291,6 +291,7 @@ ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, uns
   if (!worthHierarchical(nranks, topo)) available &= ~algoBit(ncclSignAlgoHierarchical);
   ncclSignAlgo_t best = ncclSignAlgoAuto;
   double bestUs = 0, treeUs = 0;
+  bool treeSeen = false;
   std::string all;
   // A rank's peers, and so its sockets and threads, stay bounded as N grows.
   if (!directAllowed(nranks) && (available & algoBit(ncclSignAlgoDirect))) {
@@ -311,6 +312,7 @@ ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, uns
     all += std::string(" ") + algoName(algo) + " " + std::to_string(us);
     if (algo == ncclSignAlgoTree) {  // weighed against the best of the others below
       treeUs = us;
+      treeSeen = true;
       continue;
     }
     if (best == ncclSignAlgoAuto || us < bestUs) {
@@ -322,7 +324,7 @@ ncclResult_t chooseAlgorithm(int nranks, uint64_t count, const OpSpec& spec, uns
   // chunks expose the least pack and unpack), which runs of 16 to 64 ranks
   // did not show: there it was slower than halving-doubling. So auto takes it
   // only for a clear predicted win, kTreeMargin of the best other algorithm.
-  if (treeUs > 0 && (best == ncclSignAlgoAuto || treeUs < kTreeMargin * bestUs)) {
+  if (treeSeen && (best == ncclSignAlgoAuto || treeUs < kTreeMargin * bestUs)) {
     best = ncclSignAlgoTree;
     bestUs = treeUs;
   }

@@ -21,8 +21,6 @@
 // own votes (1 bit) there in step c or c + 1.
 #include "algo/tree.h"
 
-#include <set>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -242,12 +240,10 @@ void buildTree(Schedule* s) {
       any = timing.depth[d] && moves(st - timing.decideOffset - (int)d + 1);
     s->steps[st].anyRankCommunicates = any;
   }
-  // Chunks are pipelined: counters go up to the parents while results come
-  // down to the children, so every peer a rank sends to may be sent to at once.
-  std::set<int> sendPeers;
-  for (const Step& st : s->steps)
-    for (const Send& m : st.sends) sendPeers.insert(m.peer);
-  s->concurrentSendPeers = std::max<int>(1, (int)sendPeers.size());
+  // Chunks are pipelined, counters going up while results come down, but the
+  // links carry unequal loads (the counters to a parent are the widest), so
+  // an even split of the rate would cap the busiest link at a quarter of it:
+  // concurrentSendPeers stays 1, each link paced at the whole rate.
 }
 
 }  // namespace detail

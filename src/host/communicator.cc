@@ -99,7 +99,9 @@ ncclResult_t initRank(ncclSignComm* comm, int nranks, const ncclSignUniqueId& id
   std::vector<int> remote;
   for (int p : comm->links.peers())
     if (!comm->topology.sameNode(rank, p)) remote.push_back(p);
-  comm->pacing.init(comm->linkIsLineRate ? comm->linkMbits : 0, std::move(remote));
+  bool onePerNode = true;
+  for (const std::vector<int>& node : comm->topology.members(nranks)) onePerNode &= node.size() == 1;
+  comm->pacing.init(comm->linkIsLineRate && onePerNode ? comm->linkMbits : 0, std::move(remote));
   comm->executor.reset(new ScheduleExecutor(*comm->net, comm->links, comm->arena, comm->check, comm->config.timeoutMs));
   comm->sumTransfers.reset(new Transfers(*comm->net, comm->config.timeoutMs));
   INFO(kSubsysInit, "ncclSignCommInitRank: rank %d/%d ready, algorithm %s, net %s, %s (host id %s)", rank, nranks,

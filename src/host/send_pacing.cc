@@ -24,8 +24,10 @@ void SendPacing::follow(const Net& net, const Links& links, int fanout) {
   if (want == current_) return;
   bool ok = true;
   for (int p : remote_) ok &= net.setSendPacing(links.peer(p).sendComm, want);
-  if (!ok)
+  if (!ok && !refusedLogged_) {
     INFO(kSubsysNet, "host communicator: a link refused to be paced at %llu bytes/s", (unsigned long long)want);
+    refusedLogged_ = true;
+  }
   current_ = want;
 }
 

@@ -13,7 +13,11 @@
 // Capped at 95 % of the link rate over the number of peers (Linux's TCP
 // pacing, SO_MAX_PACING_RATE), the streams share the link without a standing
 // queue: almost no drops, direct at 1.07-1.1x its wire time. Only where the
-// rate is the link's own (LearnedLink::lineRate), never within a node.
+// rate is the link's own (LearnedLink::lineRate), and only where every node
+// holds one rank: ranks of one node share its link, and which of them send
+// across at once depends on the algorithm and the layout (a ring crosses at
+// one rank per node, direct at all of them), so no per-link share is right
+// for all; such communicators run uncapped.
 #pragma once
 
 #include <cstdint>
@@ -42,13 +46,15 @@ uint64_t pacedLinkBytesPerSec(int64_t linkMbits);
 
 class SendPacing {
  public:
-  // linkMbits: the rate of a link between nodes (0: unknown, nothing is ever
-  // capped); remotePeers: the peers on other nodes, whose links may be capped.
+  // linkMbits: the rate of a link between nodes (0: unknown or not to be
+  // paced, nothing is ever capped); remotePeers: the peers on other nodes,
+  // whose links may be capped.
   void init(int64_t linkMbits, std::vector<int> remotePeers);
   // Before a call whose schedule sends to `fanout` peers at once
   // (Schedule::concurrentSendPeers; 1 for the sum all-reduce's ring): every
   // remote link capped at the paced rate / fanout. Touches the sockets only
-  // when the fanout changes, so a warm
+  // when the fanout changes (a Lion step whose sum all-reduces alternate
+  // with its sign all-reduces costs 2 x peers x streams setsockopt calls), so a warm
   // communicator running one algorithm costs nothing per call. A socket that
   // refuses the cap is left as it is (the call still runs, at TCP's pace).
   void follow(const Net& net, const Links& links, int fanout);
@@ -59,6 +65,7 @@ class SendPacing {
   uint64_t linkBytesPerSec_ = 0;
   std::vector<int> remote_;
   uint64_t current_ = 0;
+  bool refusedLogged_ = false;
 };
 
 }  // namespace host

@@ -15,6 +15,10 @@ HostCommunicator::HostCommunicator(ncclSignComm_t comm, const ncclSignCallConfig
   ncclSignCommUserRank(comm, &rank_);
 }
 
+HostCommunicator::~HostCommunicator() {
+  while (startedCount_ > 0) (void)signAllReduceWait(nullptr, nullptr);
+}
+
 ncclResult_t HostCommunicator::signAllReduce(void* votes, size_t count, ncclDataType_t type, ncclSignOp_t op) {
   return ncclSignHostAllReduceWithConfig(votes, votes, count, type, op, &rules_, comm_);
 }

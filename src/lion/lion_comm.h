@@ -94,6 +94,9 @@ class HostCommunicator final : public Communicator {
   // the communicator's).
   explicit HostCommunicator(ncclSignComm_t comm,
                             const ncclSignCallConfig_t& rules = ncclSignCallConfig_t NCCL_SIGN_CALL_CONFIG_INITIALIZER);
+  // Waits for the calls it started and did not wait for: their votes may be
+  // freed next, and their slots of the shared thread must be given back.
+  ~HostCommunicator() override;
   int nranks() const override { return nranks_; }
   int rank() const override { return rank_; }
   bool onDevice() const override { return false; }

@@ -123,6 +123,19 @@ TEST(SendPacing, NeverWithinANodeNorWhenTurnedOffNorWithoutARate) {
           majority(comm, rank);
           for (uint64_t cap : capsOf(comm, rank)) EXPECT_EQ(cap, 0u) << "rank " << rank << ", one node";
         });
+    // Two nodes of two ranks: which ranks send across at once depends on the
+    // algorithm, so no share of the node's link is right for all: uncapped.
+    withRanks(
+        kRanks, [](int r) { return configOf(r % 2 == 0 ? 0 : 1, ncclSignAlgoDirect, true); },
+        [](int rank, ncclSignComm_t comm) {
+          majority(comm, rank);
+          for (int p = 0; p < kRanks; p++) {
+            void* send = comm->links.peer(p).sendComm;
+            if (p != rank && send != nullptr) {
+              EXPECT_EQ(signlion::net::commPacing(send), 0u) << "rank " << rank << ", two ranks a node";
+            }
+          }
+        });
     ScopedEnv off("SIGNLION_HOST_PACING", "0");
     withRanks(
         kRanks, [](int r) { return configOf(r, ncclSignAlgoDirect, true); },
