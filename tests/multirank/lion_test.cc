@@ -522,9 +522,9 @@ TEST(DistributedLion, LionChunkReadWhenTheOptimizerIsMade) {
     ASSERT_EQ(opt.step(params.data(), rankGrads(ncclFloat32, 130, rank, 0).data(), &applied), ncclSuccess);
     events[rank] = rec->events;
   });
-  const std::vector<std::string> want = {"vote 64@0", "start 64@0", "vote 64@64", "wait", "start 64@64",
-                                         "vote 2@128", "apply 64@0", "wait", "start 2@128", "apply 64@64",
-                                         "wait", "apply 2@128"};
+  const std::vector<std::string> want = {"vote 64@0", "start 64@0", "vote 64@64", "start 64@64",
+                                         "wait",      "vote 2@128", "start 2@128", "apply 64@0",
+                                         "wait",      "apply 64@64", "wait",       "apply 2@128"};
   EXPECT_EQ(events[0], want);
   EXPECT_EQ(events[1], want);
 }

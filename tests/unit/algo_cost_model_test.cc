@@ -261,12 +261,20 @@ TEST(AlgoCostModel, DefaultChoices) {
   // Without direct: powers of two: halving-doubling sends fewer bits in fewer
   // steps. Otherwise its fold sends the whole message twice more, and the
   // tree (3.6 bits per element on its busiest rank at N = 12, against the
-  // ring's 4.3, in K + 9 steps) wins; without the tree, the ring.
+  // ring's 4.3, in K + 9 steps) is predicted faster than the ring, but not
+  // by the margin auto asks of the tree (kTreeMargin): the ring.
   const unsigned noDirect = kAllAlgorithms & ~algoBit(ncclSignAlgoDirect);
   EXPECT_EQ(choose(16, uint64_t{1} << 28, m, ncclSignAlgoAuto, noDirect), ncclSignAlgoHalvingDoubling);
-  EXPECT_EQ(choose(12, uint64_t{1} << 28, m, ncclSignAlgoAuto, noDirect), ncclSignAlgoTree);
-  EXPECT_EQ(choose(12, uint64_t{1} << 28, m, ncclSignAlgoAuto, noDirect & ~algoBit(ncclSignAlgoTree)),
-            ncclSignAlgoRing);
+  double tree12 = 0, ring12 = 0;
+  ASSERT_EQ(m.predict(ncclSignAlgoTree, 12, uint64_t{1} << 28, OpSpec(), &tree12), ncclSuccess);
+  ASSERT_EQ(m.predict(ncclSignAlgoRing, 12, uint64_t{1} << 28, OpSpec(), &ring12), ncclSuccess);
+  EXPECT_LT(tree12, ring12);
+  EXPECT_GT(tree12, kTreeMargin * ring12);
+  EXPECT_EQ(choose(12, uint64_t{1} << 28, m, ncclSignAlgoAuto, noDirect), ncclSignAlgoRing);
+  // With a predicted win past the margin the tree is taken: a cheaper tree
+  // model (its only candidate besides the ring) shows both sides of the rule.
+  EXPECT_EQ(choose(12, uint64_t{1} << 28, m, ncclSignAlgoAuto, algoBit(ncclSignAlgoTree)), ncclSignAlgoTree)
+      << "the tree alone is taken whatever its time";
   EXPECT_EQ(choose(32, uint64_t{1} << 28, m), ncclSignAlgoHalvingDoubling);
   // Many ranks, tiny message: latency rules, halving-doubling has log N steps.
   EXPECT_EQ(choose(64, 64, m), ncclSignAlgoHalvingDoubling);
