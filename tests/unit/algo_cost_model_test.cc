@@ -271,8 +271,7 @@ TEST(AlgoCostModel, DefaultChoices) {
   EXPECT_LT(tree12, ring12);
   EXPECT_GT(tree12, kTreeMargin * ring12);
   EXPECT_EQ(choose(12, uint64_t{1} << 28, m, ncclSignAlgoAuto, noDirect), ncclSignAlgoRing);
-  // With a predicted win past the margin the tree is taken: a cheaper tree
-  // model (its only candidate besides the ring) shows both sides of the rule.
+  // The margin weighs the tree against the others only: alone, it is taken.
   EXPECT_EQ(choose(12, uint64_t{1} << 28, m, ncclSignAlgoAuto, algoBit(ncclSignAlgoTree)), ncclSignAlgoTree)
       << "the tree alone is taken whatever its time";
   EXPECT_EQ(choose(32, uint64_t{1} << 28, m), ncclSignAlgoHalvingDoubling);
