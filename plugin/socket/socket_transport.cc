@@ -25,17 +25,17 @@
 
 #include "common/checks.h"
 #include "common/clock.h"
+#include "net/socket_device_table.h"
+#include "net/socket_devices.h"
+#include "net/socket_params.h"
+#include "net/socket_stream.h"
 #include "net_common.h"
+#include "socket/socket_pairing.h"
+#include "socket/socket_wire.h"
+#include "transport/connect_registry.h"
 #include "transport/fixed_queue.h"
 #include "transport/request_table.h"
-#include "transport/connect_registry.h"
 #include "transport/tag_matcher.h"
-#include "socket/socket_device_table.h"
-#include "socket/socket_devices.h"
-#include "socket/socket_pairing.h"
-#include "socket/socket_params.h"
-#include "socket/socket_stream.h"
-#include "socket/socket_wire.h"
 
 namespace signlion {
 namespace net {

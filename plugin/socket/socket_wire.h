@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "nccl_sign.h"
-#include "socket/socket_devices.h"
+#include "net/socket_devices.h"
 #include "socket/socket_transport.h"
 
 namespace signlion {

@@ -12,7 +12,7 @@
 #include <thread>
 #include <unordered_set>
 
-#include "socket/socket_params.h"
+#include "net/socket_params.h"
 
 namespace signlion {
 namespace net {

@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "common/checks.h"
+#include "net/comm_header.h"  // byte counters readable by commBytes()
+#include "net/socket_devices.h"
+#include "net/socket_params.h"
+#include "net/socket_stream.h"
 #include "net_common.h"
-#include "socket/socket_devices.h"
-#include "socket/socket_params.h"
-#include "socket/socket_stream.h"
-#include "socket/socket_transport.h"  // CommHeader: byte counters readable by commBytes()
 #include "transport/connect_registry.h"
 #include "transport/request_table.h"
 #include "ucx/ucx_liveness.h"

@@ -17,10 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include "net/socket_device_table.h"
+#include "net/socket_devices.h"
+#include "net/socket_net.h"
 #include "plugin_fixture.h"
-#include "socket/socket_device_table.h"
-#include "socket/socket_devices.h"
-#include "socket/socket_net.h"
 #include "socket/socket_transport.h"
 #include "socket/socket_wire.h"
 #include "ucx/ucx_wire.h"
