@@ -3,7 +3,7 @@
 // signlion_net_socket instead of dlopen'ing libnccl-net-signlion.so.
 //
 // Declared here in the network layer and defined by the transport
-// (plugin/socket/socket_net.cc and socket_transport.cc): the host
+// (plugin/socket/socket_net.cc, socket_comm.cc, socket_requests.cc): the host
 // communicator, whose default network this is, reaches the transport through
 // this interface alone and never includes a plugin header. Whatever calls
 // these links signlion_net_socket.
