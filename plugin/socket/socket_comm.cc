@@ -22,11 +22,6 @@ namespace signlion {
 namespace net {
 namespace sock {
 
-int64_t timeoutMs() {
-  int64_t t = signlionParamSocketTimeoutMs();
-  return t > 0 ? t : 30000;
-}
-
 // Whether a whole header is staged at `in` (avail bytes).
 bool headerStaged(const char* in, size_t avail) {
   SocketMsgHeader h;
@@ -136,7 +131,7 @@ bool waitedTooLong(int64_t* sinceMs, bool waiting, bool moved) {
   }
   int64_t now = nowMs();
   if (moved || *sinceMs < 0) *sinceMs = now;
-  return now - *sinceMs > timeoutMs();
+  return now - *sinceMs > socketTimeoutMs();
 }
 
 // An unfinished connect leaves its context's list: it finished or failed.

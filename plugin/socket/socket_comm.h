@@ -26,6 +26,7 @@
 
 #include "net/comm_header.h"
 #include "net/socket_devices.h"
+#include "net/socket_params.h"  // socketTimeoutMs
 #include "socket/socket_pairing.h"
 #include "socket/socket_transport.h"
 #include "socket/socket_wire.h"
@@ -57,9 +58,6 @@ constexpr size_t kEarlyBudget = 8u << 20;
 // direction: the peer's sender reads it to tell an orderly close from a
 // vanished peer.
 constexpr char kByeMagic[8] = {'S', 'L', 'N', 'C', 'B', 'Y', 'E', '!'};
-
-// SIGNLION_SOCKET_TIMEOUT, in ms (its default when not positive).
-int64_t timeoutMs();
 
 // Wire formats: socket_wire.h.
 using Hello = SocketHello;

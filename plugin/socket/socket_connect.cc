@@ -94,7 +94,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
     c->connecting.reset(cs);
     cs->trafficClass = trafficClass;
     c->trafficClass = trafficClass;
-    cs->deadline = nowMs() + timeoutMs();
+    cs->deadline = nowMs() + socketTimeoutMs();
     uint64_t connId = 0;
     if (getrandom(&connId, sizeof(connId), 0) != (ssize_t)sizeof(connId)) connId = (uint64_t)nowMs() ^ (uint64_t)c;
     int nfd = 1 + c->nsocks;
@@ -181,7 +181,7 @@ ncclResult_t socketConnect(int dev, int trafficClass, void* handle, void** sendC
   if (!all) {
     if (nowMs() > cs->deadline) {
       WARN("NET/signlion: connect to %s timed out after %lld ms", addressString(cs->to[0]).c_str(),
-           (long long)timeoutMs());
+           (long long)socketTimeoutMs());
       setConnecting(nullptr);
       destroyComm(c);
       return ncclSystemError;
@@ -274,7 +274,7 @@ ncclResult_t socketAccept(void* listenComm, void** recvComm) {
       why = "closed during handshake";
     else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
       why = strerror(errno);
-    else if (p->off < sizeof(Hello) && now - p->start > timeoutMs())
+    else if (p->off < sizeof(Hello) && now - p->start > socketTimeoutMs())
       why = "handshake timed out";
     else if (p->off == sizeof(Hello)) {
       const Hello& he = p->hello;
@@ -317,7 +317,7 @@ ncclResult_t socketAccept(void* listenComm, void** recvComm) {
     bool complete = g.ctrlFd >= 0;
     for (int fd : g.dataFds) complete &= fd >= 0;
     if (!complete) {
-      if (now - g.start > timeoutMs()) {
+      if (now - g.start > socketTimeoutMs()) {
         WARN("NET/signlion: dropping incomplete connection (%zu data streams expected) after timeout",
              g.dataFds.size());
         dropGroup(&g);

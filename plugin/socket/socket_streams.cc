@@ -162,7 +162,7 @@ void helperLoop(Comm* c, Helper* h) {
     int64_t now = nowMs();
     if (progress) {
       lastProgress = now;
-    } else if (now - std::max(lastProgress, c->dataProgressMs.load(std::memory_order_relaxed)) > timeoutMs() &&
+    } else if (now - std::max(lastProgress, c->dataProgressMs.load(std::memory_order_relaxed)) > socketTimeoutMs() &&
                busy() && !(c->isSend && peerSaidBye(c))) {
       setError(c, ncclRemoteError, "no progress on a data stream within SIGNLION_SOCKET_TIMEOUT");
     }

@@ -40,7 +40,7 @@ void flushBeforeBye(SendComm* c) {
   memset(&p, 0, sizeof(p));
   void* req = ucp_ep_flush_nbx(c->ep, &p);
   if (req == nullptr || UCS_PTR_IS_ERR(req)) return;
-  int64_t start = monotonicMs(), limit = std::min<int64_t>(timeoutMs(), 2000);
+  int64_t start = monotonicMs(), limit = std::min<int64_t>(socketTimeoutMs(), 2000);
   while (ucp_request_check_status(req) == UCS_INPROGRESS && monotonicMs() - start < limit &&
          checkPeer(c, false) == OobWatch::kAlive)
     progress(c);
@@ -166,7 +166,7 @@ void destroyComm(Comm* c) {
     park = slotsPending(c);
   }
   if (c->worker != nullptr && sc != nullptr && sc->ep != nullptr) {
-    int64_t limit = std::min<int64_t>(timeoutMs(), 2000);
+    int64_t limit = std::min<int64_t>(socketTimeoutMs(), 2000);
     bool peerMode = !sc->epNoErrHandling;
     if (!peerMode && slotsPending(c) && checkPeer(c, true) == OobWatch::kAlive)
       (void)drainSlots(c, limit, 200);  // no force close here: let the receiver take them
@@ -245,7 +245,7 @@ void waitForCallerBuffers(Comm* c) {
   constexpr int64_t kSettleIdleMs = 200;
   int64_t start = monotonicMs(), lastMove = start;
   int left = -1;
-  while (monotonicMs() - start < timeoutMs()) {
+  while (monotonicMs() - start < socketTimeoutMs()) {
     {
       std::lock_guard<std::mutex> lk(workerLock());
       for (int i = 0; i < 16 && progress(c) != 0; i++) {
@@ -306,7 +306,7 @@ void discardSends(SendComm* c) {
   memset(&p, 0, sizeof(p));
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  (void)waitUcx(c, ucp_ep_close_nbx(c->ep, &p), std::min<int64_t>(timeoutMs(), 2000));
+  (void)waitUcx(c, ucp_ep_close_nbx(c->ep, &p), std::min<int64_t>(socketTimeoutMs(), 2000));
   c->ep = nullptr;
 }
 

@@ -24,6 +24,7 @@
 
 #include "net/comm_header.h"  // byte counters readable by commBytes()
 #include "net/socket_devices.h"
+#include "net/socket_params.h"  // socketTimeoutMs
 #include "net_common.h"
 #include "transport/connect_registry.h"
 #include "transport/request_table.h"
@@ -45,9 +46,6 @@ constexpr uint32_t kSetupIdBit = kUcxSetupIdBit;  // the setup messages' tags (c
 // How long accept waits, after a connector's bye or death, for its last setup
 // message, which travels on another connection than the bye (ucxAccept).
 constexpr int64_t kSetupGraceMs = 1000;
-
-// SIGNLION_SOCKET_TIMEOUT, in ms (its default when not positive).
-int64_t timeoutMs();
 
 // ---- Wire formats (the setup connection): ucx_wire.h ----------------------------
 

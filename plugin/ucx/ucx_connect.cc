@@ -73,10 +73,10 @@ ncclResult_t connectSteps(SendComm* c, bool* ready);
 // may return the comm: its endpoint made and confirmed (state 5). Timed out
 // when the listener's part is still missing after the timeout.
 ncclResult_t progressConnect(SendComm* c, bool* ready) {
-  bool late = monotonicMs() - c->startMs > timeoutMs();
+  bool late = monotonicMs() - c->startMs > socketTimeoutMs();
   NCCLCHECK(connectSteps(c, ready));
   if (late && !*ready) {
-    WARN("NET/signlion-ucx: connect: no answer from the listener within %lld ms", (long long)timeoutMs());
+    WARN("NET/signlion-ucx: connect: no answer from the listener within %lld ms", (long long)socketTimeoutMs());
     return ncclRemoteError;
   }
   return ncclSuccess;
@@ -153,7 +153,7 @@ ncclResult_t connectSteps(SendComm* c, bool* ready) {
     s = ucp_ep_create(c->worker, &ep, &c->ep);
   }
   c->oob.start(c->fd, monotonicMs());  // only heartbeats and the bye follow on the socket
-  if (s != UCS_OK && c->oob.settle(std::min<int64_t>(timeoutMs(), 1000)) == OobWatch::kClosed) {
+  if (s != UCS_OK && c->oob.settle(std::min<int64_t>(socketTimeoutMs(), 1000)) == OobWatch::kClosed) {
     // The receiver closed (its comm is gone) before we reached it: a
     // comm without an endpoint whose sends complete discarded.
     c->ep = nullptr;
@@ -313,7 +313,7 @@ ncclResult_t ucxAccept(void* listenComm, void** recvComm) {
       int r = moveBytes(in.fd, false, (char*)&in.hello, sizeof(in.hello), &in.off);
       if (r < 0)
         why = "closed before its hello";
-      else if (r == 0 && now - in.startMs > timeoutMs())
+      else if (r == 0 && now - in.startMs > socketTimeoutMs())
         why = "sent no hello in time";
       else if (r > 0) {
         why = ucxHelloProblem(in.hello, l->secret);
@@ -339,7 +339,7 @@ ncclResult_t ucxAccept(void* listenComm, void** recvComm) {
       int r = moveBytes(in.fd, true, in.out.data(), in.out.size(), &in.off);
       if (r < 0)
         why = "closed during our reply";
-      else if (r == 0 && now - in.startMs > timeoutMs())
+      else if (r == 0 && now - in.startMs > socketTimeoutMs())
         why = "took no reply in time";
       else if (r > 0) {
         // The connector makes its endpoint now; the comm is handed out once
@@ -375,9 +375,9 @@ ncclResult_t ucxAccept(void* listenComm, void** recvComm) {
       else if (gone && !in.comm->setup[0].done)
         why = "closed before it confirmed its endpoint";
       else if (gone) {
-        if (now - in.goneMs > std::min<int64_t>(timeoutMs(), kSetupGraceMs))
+        if (now - in.goneMs > std::min<int64_t>(socketTimeoutMs(), kSetupGraceMs))
           why = "closed, and its last setup message never came";  // else drained again at the next call
-      } else if (got == 0 && now - in.startMs > timeoutMs())
+      } else if (got == 0 && now - in.startMs > socketTimeoutMs())
         why = "did not confirm its endpoint in time";
       ready = got > 0;
     }

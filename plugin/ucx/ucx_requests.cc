@@ -253,20 +253,20 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
       }
       if ((r->pending = pendingNow()) > 0)
         return peerLost(c, "peer closed its send comm with our receive still waiting for a message");
-    } else if (!c->isSend && monotonicMs() - r->postedMs > timeoutMs()) {
+    } else if (!c->isSend && monotonicMs() - r->postedMs > socketTimeoutMs()) {
       // A receive waiting past the timeout while a message no receive
       // claims sits in the worker: the sender used a tag we never post.
       ucp_tag_recv_info_t info;
       if (ucp_tag_probe_nb(c->worker, ucpTag(c->commId, 0), kCommIdMask, 0, &info) != nullptr) {
         WARN("NET/signlion-ucx: recv comm %p: message with tag %d (%zu bytes) matches no posted receive within %lld ms",
-             (void*)c, (int)(uint32_t)info.sender_tag, info.length, (long long)timeoutMs());
+             (void*)c, (int)(uint32_t)info.sender_tag, info.length, (long long)socketTimeoutMs());
         return ncclInvalidUsage;
       }
     }
-    if (r->pending > 0 && c->oob.state() == OobWatch::kAlive && c->oob.silentFor(monotonicMs()) > timeoutMs()) {
+    if (r->pending > 0 && c->oob.state() == OobWatch::kAlive && c->oob.silentFor(monotonicMs()) > socketTimeoutMs()) {
       char why[160];
       snprintf(why, sizeof(why), "peer silent for %lld ms (stopped or unreachable; SIGNLION_SOCKET_TIMEOUT=%lld)",
-               (long long)c->oob.silentFor(monotonicMs()), (long long)timeoutMs());
+               (long long)c->oob.silentFor(monotonicMs()), (long long)socketTimeoutMs());
       return peerLost(c, why);
     }
     if (r->pending > 0) return ncclSuccess;
@@ -278,7 +278,7 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
     if (s.status == UCS_OK) continue;
     if (c->isSend) {
       // Failed sends: the receiver closed in order (discarded, fine) or died.
-      OobWatch::State st = static_cast<SendComm*>(c)->epForced ? OobWatch::kClosed : c->oob.settle(timeoutMs());
+      OobWatch::State st = static_cast<SendComm*>(c)->epForced ? OobWatch::kClosed : c->oob.settle(socketTimeoutMs());
       if (st == OobWatch::kClosed) continue;
       char why[160];
       snprintf(why, sizeof(why), "send of tag %d failed: %s", s.tag, ucsStr(s.status));

@@ -14,11 +14,6 @@ namespace signlion {
 namespace net {
 namespace ucx {
 
-int64_t timeoutMs() {
-  int64_t t = signlionParamSocketTimeoutMs();
-  return t > 0 ? t : 30000;
-}
-
 Global& global() {
   static Global* g = new Global();  // kept until exit, as the UCP context
   return *g;
