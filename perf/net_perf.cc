@@ -35,11 +35,11 @@
 #include <vector>
 
 #include "common/param.h"
-#include "socket/socket_devices.h"
+#include "net/socket_devices.h"
+#include "net/socket_net.h"
+#include "net/socket_params.h"
+#include "net/socket_stream.h"
 #include "pair_files.h"
-#include "socket/socket_net.h"
-#include "socket/socket_params.h"
-#include "socket/socket_stream.h"
 
 namespace {
 

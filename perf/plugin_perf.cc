@@ -36,8 +36,8 @@
 #include <thread>
 #include <vector>
 
+#include "net/socket_net.h"
 #include "pair_files.h"
-#include "socket/socket_net.h"
 #ifdef SIGNLION_PERF_HAVE_UCX
 #include "ucx/ucx_net.h"
 #endif

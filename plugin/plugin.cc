@@ -2,7 +2,7 @@
 // version NCCL probes (2.30.3 .. 2.32 look for v12 first, 2.28/2.29 for v11,
 // older releases for v10, v9, v8). The version script keeps every other
 // symbol hidden.
-#include "socket/socket_net.h"
+#include "net/socket_net.h"
 #include "socket/socket_transport.h"
 
 #define SIGNLION_EXPORT __attribute__((visibility("default")))

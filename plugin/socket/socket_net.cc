@@ -1,7 +1,7 @@
 // The socket transport dressed as ncclNet v8, v9, v10, v11 and v12: the
 // adapters are transport/net_versions.h's; SocketOps forwards to
 // socket_transport.h.
-#include "socket/socket_net.h"
+#include "net/socket_net.h"
 
 #include "common/checks.h"
 #include "socket/socket_transport.h"

@@ -42,7 +42,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "socket/socket_devices.h"
+#include "net/socket_devices.h"
 
 namespace signlion {
 namespace net {

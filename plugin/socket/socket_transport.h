@@ -21,63 +21,25 @@
 // without delivering them instead of failing (docs/dev/PLUGIN_INTERNALS.md, "Teardown").
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <unordered_set>
 
-#include "common/debug.h"
 #include "nccl_sign.h"
+#include "net/comm_header.h"
+#include "net/socket_device_table.h"
+#include "net/socket_net.h"
 
 namespace signlion {
 namespace net {
 
-constexpr int kSocketMaxDevs = 16;
-constexpr int kSocketMaxRecvs = 8;                // grouped receives per irecv
 constexpr int kSocketMaxRequests = 32;            // outstanding requests per comm (NCCL_NET_MAX_REQUESTS)
-constexpr int kSocketMaxStreams = 64;             // cap on SIGNLION_NSOCKS
 constexpr size_t kSocketMaxMessage = 1ull << 30;  // maxP2pBytes: test() reports sizes as int
-// Interfaces one fused device (makeVDevice) may hold: what the listen handle
-// has room for (128 bytes: one address each plus the connection's fields).
-constexpr int kSocketMaxFusedNics = 4;
 
-// First member of every comm object we hand out, so byte counters can be read
-// from a comm pointer alone (also by a copy of this code in another library).
-struct CommHeader {
-  uint32_t magic;
-  uint32_t kind;
-  std::atomic<uint64_t> bytesSent{0};
-  std::atomic<uint64_t> bytesRecv{0};
-  // The control connection carries both directions between the two ranks
-  // (socket_pairing.h): set once this comm has sent or read the offer, or
-  // moved onto the shared connection.
-  std::atomic<uint32_t> ctrlShared{0};
-};
-constexpr uint32_t kCommMagic = 0x534c4e43;  // "SLNC"
-enum CommKind : uint32_t { kCommListen = 1, kCommSend = 2, kCommRecv = 3 };
-
-struct SocketProps {
-  const char* name;     // a fused device: its interfaces' names joined by '+'
-  const char* pciPath;  // nullptr for virtual interfaces
-  uint64_t guid;
-  int speedMbps;  // a fused device: the sum of its interfaces'
-  int maxComms;
-  int maxRecvs;
-  int ndevs;  // physical devices it is made of (1 unless fused)
-  int devs[kSocketMaxFusedNics];
-};
-
-ncclResult_t socketInit(LogSink logger);
-ncclResult_t socketDevices(int* ndev);
-ncclResult_t socketGetProperties(int dev, SocketProps* props);
-// NCCL's NIC fusion: a new device made of ndevs (1..4) distinct physical
-// devices of one address family; *d gets its index (physical devices first,
-// then fused ones in the order made; ndevs == 1 returns that device, the
-// same list again the device made for it). A comm
-// on it deals its data streams over the interfaces, stream i on interface
-// i mod n at each end, control stream on the first. socket_device_table.cc.
-ncclResult_t socketMakeVDevice(int ndevs, const int* devs, int* d);
+// socketInit, socketDevices, socketGetProperties and socketMakeVDevice, and
+// the limits on devices and streams: net/socket_device_table.h. The header
+// every comm begins with: net/comm_header.h.
 ncclResult_t socketListen(int dev, void* handle, void** listenComm);
 // Connects a caller started and has not seen finish. ncclNet has no call that
 // cancels a connect in progress (the half-made comm lives behind the handle
@@ -117,14 +79,7 @@ void socketCommWaitAny(void* const* comms, size_t n, int timeoutMs);
 // Data streams of a send or receive comm of this socket transport (the
 // connector's choice, socketDeviceStreams); 0 for anything else.
 int socketCommStreams(void* comm);
-// Ends a send or recv comm's link as a crash would: the peer's pending and
-// later operations on it fail (ncclRemoteError) instead of ending as after an
-// orderly close, where a closed receiver's sends complete undelivered. A
-// receiver waiting on an aborted send comm fails at once; a sender to an
-// aborted recv comm once that comm is closed (its sockets' reset), which the
-// caller does next, without a bye. Waits for nothing. For a communicator's
-// abort, which aborts every link before it closes any.
-ncclResult_t socketAbortComm(void* comm);
+// socketAbortComm (a link ended as a crash would): net/socket_net.h.
 // socket_net.h's commSetPacing and commPacing.
 bool socketSetPacing(void* sendComm, uint64_t bytesPerSec);
 uint64_t socketPacing(void* sendComm);

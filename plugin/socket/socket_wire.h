@@ -2,15 +2,15 @@
 // decoding of what a peer sent: the listen handle (which travels through the
 // application's own out-of-band exchange), the hello on each new stream, and
 // the headers on the control stream. Bytes in, a struct or a reason out; no
-// I/O. socket_transport.cc and the fuzz targets (tests/fuzz/) call the same
-// functions.
+// I/O. The transport (socket_connect.cc and the control streams) and the
+// fuzz targets (tests/fuzz/) call the same functions.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "nccl_sign.h"
-#include "socket/socket_devices.h"
+#include "net/socket_devices.h"
 #include "socket/socket_transport.h"
 
 namespace signlion {

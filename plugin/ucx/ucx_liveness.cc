@@ -12,7 +12,7 @@
 #include <thread>
 #include <unordered_set>
 
-#include "socket/socket_params.h"
+#include "net/socket_params.h"
 
 namespace signlion {
 namespace net {
@@ -41,9 +41,7 @@ Heartbeat& heartbeat() {
 }
 
 int64_t heartbeatPeriodMs() {
-  int64_t t = signlionParamSocketTimeoutMs();
-  if (t <= 0) t = 30000;
-  return std::max<int64_t>(10, t / 4);
+  return std::max<int64_t>(10, socketTimeoutMs() / 4);
 }
 
 void heartbeatLoop() {

@@ -9,7 +9,7 @@
 //     comms of opposite directions into one connection); each progress step
 //     moves both, so one call moves every comm; every call into a worker
 //     holds one process-wide mutex; after a comm ends uncleanly, comms of
-//     its side made later get a fresh worker (ucx_transport.cc, Global);
+//     its side made later get a fresh worker (ucx_comm.h, Global);
 //   - a close with requests in flight returns once UCX is done with the
 //     caller's buffers (waitForCallerBuffers; docs/dev/PLUGIN_INTERNALS.md, "Concurrency
 //     and teardown");

@@ -1,7 +1,7 @@
 // The UCX transport's setup formats (ucx_transport.h): the listen handle, the
 // connector's hello and the listener's reply on the setup connection, and the
 // pure checks of what a peer sent (bytes in, a verdict out, no I/O), called
-// by ucx_transport.cc and by the fuzz targets (tests/fuzz/). Needs no UCX.
+// by ucx_connect.cc and by the fuzz targets (tests/fuzz/). Needs no UCX.
 // The worker address that follows a reply is UCX's own format, handed to
 // ucp_ep_create as it came; only its length is ours to bound.
 #pragma once
@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "nccl_sign.h"
-#include "socket/socket_devices.h"
+#include "net/socket_devices.h"
 
 namespace signlion {
 namespace net {

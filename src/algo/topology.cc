@@ -1,15 +1,7 @@
 #include "algo/topology.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdlib>
-#include <fstream>
 #include <map>
-
-#include "common/param.h"
-
-SIGNLION_STRING_PARAM(HostId, "HOSTID", "")
 
 namespace signlion {
 namespace algo {
@@ -50,20 +42,6 @@ uint64_t hostIdHash(const std::string& hostId) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : hostId) h = (h ^ c) * 0x100000001b3ull;
   return h;
-}
-
-std::string defaultHostId() {
-  std::string env = signlionParamHostId();
-  if (!env.empty()) return env;
-  // Read as NCCL reads it: from the environment, at the time of the call.
-  const char* nccl = getenv("NCCL_HOSTID");
-  if (nccl != nullptr && nccl[0] != '\0') return nccl;
-  char name[256] = {0};
-  if (gethostname(name, sizeof(name) - 1) != 0) name[0] = 0;
-  std::string bootId;
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::getline(f, bootId);
-  return std::string(name) + bootId;
 }
 
 }  // namespace algo

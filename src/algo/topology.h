@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/host_id.h"
+
 namespace signlion {
 namespace algo {
 
@@ -32,12 +34,8 @@ Topology topologyFromHostHashes(const std::vector<uint64_t>& hostHash);
 // A 64-bit hash (FNV-1a) of a host identity string.
 uint64_t hostIdHash(const std::string& hostId);
 
-// This process's host identity when no per-rank one is given, NCCL's rule
-// with signlion's override in front: SIGNLION_HOSTID if set, else
-// NCCL_HOSTID if set, else the hostname plus the kernel's boot id. So
-// containers on one machine share a node, and network namespaces (or
-// processes sharing a GPU) are told apart only by setting one of the two.
-std::string defaultHostId();
+// This process's host identity when no per-rank one is given:
+// defaultHostId(), common/host_id.h.
 
 }  // namespace algo
 }  // namespace signlion

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "bits/trits.h"
+#include "common/type_name.h"
 #include "nccl_sign.h"
 
 namespace signlion {
@@ -52,9 +53,9 @@ constexpr int majorityPlanes(int nranks, ncclSignZeroRule_t zero, ncclSignTieRul
 // Datatypes a vote can be read from / a result written to.
 bool isVoteType(ncclDataType_t dt);
 size_t typeSize(ncclDataType_t dt);
-// "unknown" for any other value (an int: a peer's message may carry a value
-// that is no ncclDataType_t).
-const char* typeName(int dt);
+// typeName(dt): common/type_name.h, where src/common's own messages reach it
+// too; bits::typeName is the same function.
+using signlion::typeName;
 
 // The datatype/op/rules check every sign collective runs at entry: a vote
 // type, an op in range, and a float type for ncclSignAverage. Logs a WARN

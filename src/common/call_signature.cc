@@ -3,9 +3,9 @@
 #include <cinttypes>
 #include <string>
 
-#include "bits/bits.h"
 #include "common/checks.h"
 #include "common/config.h"
+#include "common/type_name.h"
 
 namespace signlion {
 
@@ -56,7 +56,7 @@ ncclResult_t compareSignatures(const CallSignature& o, const CallSignature& m, c
   auto num = [](uint64_t v) { return std::to_string(v); };
   differs("collective", o.kind != m.kind, kindName(o.kind), kindName(m.kind));
   differs("count", o.count != m.count, num(o.count), num(m.count));
-  differs("datatype", o.datatype != m.datatype, bits::typeName(o.datatype), bits::typeName(m.datatype));
+  differs("datatype", o.datatype != m.datatype, typeName(o.datatype), typeName(m.datatype));
   differs("op", o.op != m.op, opName(o.op), opName(m.op));
   differs("zero rule", o.zeroRule != m.zeroRule, zeroRuleName(o.zeroRule), zeroRuleName(m.zeroRule));
   differs("tie rule", o.tieRule != m.tieRule, tieRuleName(o.tieRule), tieRuleName(m.tieRule));

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "algo/topology.h"
 #include "common/checks.h"
+#include "common/host_id.h"
 #include "common/param.h"
 
 SIGNLION_STRING_PARAM(Algo, "ALGO", "auto")
@@ -71,7 +71,7 @@ ncclResult_t resolveConfig(const ncclSignConfig_t* config, const char* caller, R
     if (config->netPlugin != nullptr) r.netPlugin = config->netPlugin;
     if (config->size == sizeof(ncclSignConfig_t) && config->hostId != nullptr) r.hostId = config->hostId;
   }
-  if (r.hostId.empty()) r.hostId = algo::defaultHostId();
+  if (r.hostId.empty()) r.hostId = defaultHostId();
   // The host communicator's NCCL_NET_PLUGIN: read at every init (not cached),
   // so a process may open communicators over different transports.
   if (r.netPlugin.empty()) {

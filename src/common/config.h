@@ -14,7 +14,7 @@ struct ResolvedConfig {
   ncclSignTieRule_t tieRule = ncclSignTieZero;
   int timeoutMs = 0;      // 0 until resolved: SIGNLION_TIMEOUT_MS
   std::string netPlugin;  // config->netPlugin, else SIGNLION_NET_PLUGIN; empty: the built-in socket transport
-  std::string hostId;     // config->hostId, else algo::defaultHostId()
+  std::string hostId;     // config->hostId, else defaultHostId() (common/host_id.h)
 };
 
 // Whether a config struct made with the header of version `v` can be read by

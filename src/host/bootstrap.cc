@@ -20,7 +20,7 @@
 
 #include "common/checks.h"
 #include "common/clock.h"
-#include "socket/socket_stream.h"
+#include "net/socket_stream.h"
 
 namespace signlion {
 namespace host {

@@ -11,7 +11,7 @@
 // acknowledged by the other side. allGather and barrier run over that ring.
 //
 // Addresses come from the socket transport's device selection
-// (SIGNLION_SOCKET_IFNAME, SIGNLION_SOCKET_FAMILY: plugin/socket/socket_devices.h);
+// (SIGNLION_SOCKET_IFNAME, SIGNLION_SOCKET_FAMILY: src/net/socket_devices.h);
 // without a device, loopback. IPv4 and IPv6 both work.
 //
 // Every wait is bounded by the timeout given at creation. Errors:
@@ -25,9 +25,9 @@
 #include <memory>
 #include <mutex>
 
-#include "nccl_sign.h"
 #include "host/bootstrap_wire.h"
-#include "socket/socket_devices.h"
+#include "nccl_sign.h"
+#include "net/socket_devices.h"
 
 namespace signlion {
 namespace host {

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "nccl_sign.h"
-#include "socket/socket_devices.h"
+#include "net/socket_devices.h"
 
 namespace signlion {
 namespace host {

@@ -11,11 +11,10 @@
 #include <vector>
 
 #include "common/checks.h"
-#include "socket/socket_device_table.h"
-#include "socket/socket_devices.h"
-#include "socket/socket_net.h"
-#include "socket/socket_params.h"
-#include "socket/socket_transport.h"
+#include "net/socket_device_table.h"
+#include "net/socket_devices.h"
+#include "net/socket_net.h"
+#include "net/socket_params.h"
 
 namespace signlion {
 namespace host {

@@ -6,7 +6,7 @@
 // Learned once per communicator, by its first ncclSignAllReduce (never
 // during CUDA graph capture: a comm's first call is refused there already):
 // every rank's host identity (config.hostId, else SIGNLION_HOSTID, else
-// NCCL_HOSTID, else hostname + boot id: algo::defaultHostId, the host
+// NCCL_HOSTID, else hostname + boot id: defaultHostId, the host
 // communicator's rule) is hashed and all-gathered over the comm, the hashes
 // are read back on the host (the stream is waited for, once), and when the
 // comm has several nodes and one of them several ranks, NCCL's grouping is

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "fuzz_bytes.h"
-#include "socket/socket_stream.h"
+#include "net/socket_stream.h"
 #include "socket/socket_transport.h"
 #include "socket/socket_wire.h"
 

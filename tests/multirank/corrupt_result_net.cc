@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "socket/socket_net.h"
+#include "net/socket_net.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <map>
 #include <mutex>
 
-#include "socket/socket_net.h"
+#include "net/socket_net.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include "host/communicator.h"
 #include "host/send_pacing.h"
 #include "nccl_sign.h"
-#include "socket/socket_net.h"
+#include "net/socket_net.h"
 
 namespace {
 

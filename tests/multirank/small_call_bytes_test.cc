@@ -23,7 +23,7 @@ namespace {
 using test::Bytes;
 using test::withRanks;
 
-constexpr uint64_t kSocketHeader = 8;  // per message (plugin/socket/socket_transport.cc, WireMsg)
+constexpr uint64_t kSocketHeader = 8;  // per message (plugin/socket/socket_wire.h, SocketWireMsg)
 constexpr uint64_t kCallHeader = 16;   // per peer and call (src/host/call_check.h, CallHeader)
 
 // The bytes rank s.rank sends in one call of schedule s: the planes, a socket

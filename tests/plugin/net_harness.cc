@@ -11,7 +11,7 @@
 #include <fstream>
 #include <thread>
 
-#include "socket/socket_net.h"
+#include "net/socket_net.h"
 
 namespace signlion {
 namespace nettest {

@@ -31,8 +31,8 @@
 #include <thread>
 #include <vector>
 
+#include "net/socket_net.h"
 #include "net_harness.h"
-#include "socket/socket_net.h"
 
 using namespace signlion::nettest;
 

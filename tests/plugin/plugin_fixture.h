@@ -65,7 +65,7 @@ struct PluginLog {
   }
   static int otherWarns() { return warns().load() - unclaimedWarns().load(); }
   // INFO lines of the UCX transport replacing its shared worker after a comm
-  // ended uncleanly (ucx_transport.cc, replaceTaintedWorker): every comm the
+  // ended uncleanly (ucx_worker.cc, replaceTaintedWorker): every comm the
   // process makes later uses the new worker, the old one is kept until exit.
   static std::atomic<int>& workerReplacements() {
     static std::atomic<int> n{0};
@@ -146,6 +146,10 @@ class PluginTest : public ::testing::TestWithParam<int> {
   NetDriver net_;
   int dev_ = -1;
 };
+
+// The behaviours that are version independent run on v11 only; the suite is
+// instantiated once, in plugin_transfer_test.cc, for the tests of every file.
+class PluginV11 : public PluginTest {};
 
 }  // namespace nettest
 }  // namespace signlion

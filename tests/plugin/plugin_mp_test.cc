@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "common/param.h"
+#include "net/socket_net.h"
 #include "net_harness.h"
-#include "socket/socket_net.h"
 
 using namespace signlion::nettest;
 

@@ -2,7 +2,7 @@
 // links made by hand over real loopback TCP sockets: who initiates, what an
 // offer does, an offer read before its send comm registered, a pairing undone
 // by a close before the offer went out, and the cases that must not pair.
-// The transport-level behaviour (headers, switch, order) is in plugin_test.cc.
+// The transport-level behaviour (headers, switch, order) is in plugin_pairing_test.cc.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>

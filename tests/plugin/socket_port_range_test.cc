@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/param.h"
-#include "socket/socket_port_range.h"
-#include "socket/socket_stream.h"
+#include "net/socket_port_range.h"
+#include "net/socket_stream.h"
 
 namespace signlion {
 namespace net {

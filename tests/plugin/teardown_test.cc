@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "net/socket_net.h"
 #include "plugin_fixture.h"
-#include "socket/socket_net.h"
 
 using namespace signlion::nettest;
 

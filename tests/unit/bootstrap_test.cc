@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "common/param.h"
-#include "socket/socket_devices.h"
-#include "socket/socket_stream.h"
+#include "net/socket_devices.h"
+#include "net/socket_stream.h"
 
 namespace signlion {
 namespace host {

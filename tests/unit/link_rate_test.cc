@@ -9,7 +9,7 @@
 #include "common/param.h"
 #include "host/host_params.h"
 #include "host/link_rate.h"
-#include "socket/socket_device_table.h"
+#include "net/socket_device_table.h"
 
 namespace {
 

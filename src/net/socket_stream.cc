@@ -1,4 +1,4 @@
-#include "socket/socket_stream.h"
+#include "net/socket_stream.h"
 
 #include <netinet/in.h>
 #include <netinet/ip.h>
@@ -10,7 +10,7 @@
 
 #include "common/clock.h"
 #include "common/debug.h"
-#include "socket/socket_port_range.h"
+#include "net/socket_port_range.h"
 
 namespace signlion {
 namespace net {

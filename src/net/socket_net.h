@@ -2,6 +2,12 @@
 // communicator) and for tests and benchmarks that link the static library
 // signlion_net_socket instead of dlopen'ing libnccl-net-signlion.so.
 //
+// Declared here in the network layer and defined by the transport
+// (plugin/socket/socket_net.cc, socket_comm.cc, socket_requests.cc): the host
+// communicator, whose default network this is, reaches the transport through
+// this interface alone and never includes a plugin header. Whatever calls
+// these links signlion_net_socket.
+//
 // The shared plugin exports only ncclNetPlugin_v8..v12; the byte counters are
 // reached through commBytes() below, which reads the CommHeader every comm of
 // ours begins with, so it also works on comms created by a dlopen'ed copy of
@@ -11,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "nccl_sign.h"
 #include "net_v10.h"
 #include "net_v11.h"
 #include "net_v12.h"
@@ -48,11 +55,20 @@ uint64_t commPacing(void* sendComm);
 
 // True once a send or recv comm has done its part of sharing one control
 // connection for both directions between its two processes
-// (socket_pairing.h): a send comm sent its offer or moved onto the peer's
+// (plugin/socket/socket_pairing.h): a send comm sent its offer or moved onto the peer's
 // connection; a recv comm handed its socket to its process's sender or
 // followed the peer's sender onto the shared connection. Sharing is complete
 // when all four comms of the pairing (two per process) say so.
 bool commSharesControl(void* comm);
+
+// Ends a send or recv comm's link as a crash would: the peer's pending and
+// later operations on it fail (ncclRemoteError) instead of ending as after an
+// orderly close, where a closed receiver's sends complete undelivered. A
+// receiver waiting on an aborted send comm fails at once; a sender to an
+// aborted recv comm once that comm is closed (its sockets' reset), which the
+// caller does next, without a bye. Waits for nothing. For a communicator's
+// abort, which aborts every link before it closes any.
+ncclResult_t socketAbortComm(void* comm);
 
 // Sleeps up to timeoutMs until a send or recv comm's control stream is ready
 // (bytes to read, room to write), so a host-side caller need not spin on test().

@@ -1,4 +1,4 @@
-#include "socket/socket_device_table.h"
+#include "net/socket_device_table.h"
 
 #include <sys/resource.h>
 
@@ -11,8 +11,7 @@
 
 #include "common/checks.h"
 #include "common/param.h"
-#include "socket/socket_params.h"
-#include "socket/socket_transport.h"
+#include "net/socket_params.h"
 
 namespace signlion {
 namespace net {

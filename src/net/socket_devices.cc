@@ -1,4 +1,4 @@
-#include "socket/socket_devices.h"
+#include "net/socket_devices.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "common/debug.h"
-#include "socket/socket_params.h"
+#include "net/socket_params.h"
 
 namespace signlion {
 namespace net {

@@ -1,16 +1,50 @@
 // The socket transport's device table: the interfaces that pass
 // SIGNLION_SOCKET_IFNAME (rescanned when parameters change), followed by the
 // virtual devices makeVDevice fused from them (NCCL's NIC fusion, ncclNet v9
-// and later). A comm on a fused device spreads its data streams over the
-// member interfaces (socket_transport.h).
+// and later), and how many data streams a comm on each opens. A comm on a
+// fused device spreads its data streams over the member interfaces
+// (plugin/socket/socket_transport.h). Below the transport, so that the host
+// communicator (src/host/net.cc) can tell it the learned link rate and ask
+// for a device's interfaces without including the transport.
 #pragma once
 
+#include <cstdint>
+
+#include "common/debug.h"
 #include "nccl_sign.h"
-#include "socket/socket_devices.h"
-#include "socket/socket_transport.h"
+#include "net/socket_devices.h"
 
 namespace signlion {
 namespace net {
+
+constexpr int kSocketMaxDevs = 16;
+constexpr int kSocketMaxRecvs = 8;                // grouped receives per irecv
+constexpr int kSocketMaxStreams = 64;             // cap on SIGNLION_NSOCKS
+// Interfaces one fused device (makeVDevice) may hold: what the listen handle
+// has room for (128 bytes: one address each plus the connection's fields).
+constexpr int kSocketMaxFusedNics = 4;
+
+struct SocketProps {
+  const char* name;     // a fused device: its interfaces' names joined by '+'
+  const char* pciPath;  // nullptr for virtual interfaces
+  uint64_t guid;
+  int speedMbps;  // a fused device: the sum of its interfaces'
+  int maxComms;
+  int maxRecvs;
+  int ndevs;  // physical devices it is made of (1 unless fused)
+  int devs[kSocketMaxFusedNics];
+};
+
+ncclResult_t socketInit(LogSink logger);
+ncclResult_t socketDevices(int* ndev);
+ncclResult_t socketGetProperties(int dev, SocketProps* props);
+// NCCL's NIC fusion: a new device made of ndevs (1..4) distinct physical
+// devices of one address family; *d gets its index (physical devices first,
+// then fused ones in the order made; ndevs == 1 returns that device, the
+// same list again the device made for it). A comm
+// on it deals its data streams over the interfaces, stream i on interface
+// i mod n at each end, control stream on the first. socket_device_table.cc.
+ncclResult_t socketMakeVDevice(int ndevs, const int* devs, int* d);
 
 // The interfaces of a device: one for a physical device, 2..4 for a fused one.
 struct NicSet {

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "socket/socket_devices.h"
+#include "net/socket_devices.h"
 
 namespace signlion {
 namespace net {

@@ -2,6 +2,8 @@
 // the table (name, default, meaning).
 #pragma once
 
+#include <cstdint>
+
 #include "common/param.h"
 
 namespace signlion {
@@ -25,6 +27,12 @@ SIGNLION_PARAM(Nthreads, "NTHREADS", 2)
 // Longest wait, in ms, for a connection handshake or for progress on a
 // transfer that has started; past it the call or test returns an error.
 SIGNLION_PARAM(SocketTimeoutMs, "SOCKET_TIMEOUT", 30000)
+// SIGNLION_SOCKET_TIMEOUT in ms, its default when set to nothing positive:
+// what every bounded wait of both transports waits at most.
+inline int64_t socketTimeoutMs() {
+  int64_t t = signlionParamSocketTimeoutMs();
+  return t > 0 ? t : 30000;
+}
 // Bytes per chunk when a message is spread across the data streams.
 SIGNLION_PARAM(SocketChunkSize, "SOCKET_CHUNKSIZE", 128 * 1024)
 // Messages up to this size travel inline on the control stream. 64 KiB, not

@@ -1,10 +1,10 @@
-#include "socket/socket_port_range.h"
+#include "net/socket_port_range.h"
 
 #include <cerrno>
 #include <cstdlib>
 
 #include "common/debug.h"
-#include "socket/socket_params.h"
+#include "net/socket_params.h"
 
 namespace signlion {
 namespace net {
