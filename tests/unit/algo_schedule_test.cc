@@ -23,6 +23,38 @@ namespace signlion {
 namespace algo {
 namespace {
 
+// The decided result's planes as the wire formulas below count them, written
+// out rather than taken from resultPlanes(): width(N) per counter for
+// average; 2 for exact ties at even N or in ternary mode; 1 with a tie rule
+// or at odd N.
+int formulaResultPlanes(const OpSpec& spec, int n) {
+  const int counters = spec.zeroRule == ncclSignZeroAbstain ? 2 : 1;
+  if (spec.op == ncclSignAverage) return counters * (int)std::floor(std::log2(n) + 1);
+  const bool tieRule = spec.tieRule != ncclSignTieZero;
+  return !tieRule && (counters == 2 || n % 2 == 0) ? 2 : 1;
+}
+
+// Whether the result travels coded (bits/trits.h: two majority planes as
+// 1.6 bits per element).
+bool formulaResultCoded(const OpSpec& spec, int n) {
+  return spec.op == ncclSignMajority && formulaResultPlanes(spec, n) == 2;
+}
+
+// f(spec, n, what) for every op, zero and tie rule at N = 2..16.
+template <typename F>
+void forEveryRuleUpTo16Ranks(F&& f) {
+  for (int op = 0; op < ncclSignNumOps; op++)
+    for (int zr = 0; zr < ncclSignNumZeroRules; zr++)
+      for (int tr = 0; tr < ncclSignNumTieRules; tr++)
+        for (int n = 2; n <= 16; n++) {
+          const OpSpec spec{static_cast<ncclSignOp_t>(op), static_cast<ncclSignZeroRule_t>(zr),
+                            static_cast<ncclSignTieRule_t>(tr)};
+          f(spec, n,
+            "N=" + std::to_string(n) + " op " + std::to_string(op) + " zero " + std::to_string(zr) + " tie " +
+                std::to_string(tr));
+        }
+}
+
 // Hierarchical with an unknown topology (every rank its own node) here; over
 // real node layouts in the AlgoHierarchical tests.
 constexpr ncclSignAlgo_t kAlgos[] = {ncclSignAlgoRing,     ncclSignAlgoHalvingDoubling, ncclSignAlgoAllGather,
@@ -652,48 +684,33 @@ TEST(AlgoDirect, PairwiseStepsAndExactWidths) {
 // within 1 % of the formula on a prime block count too,
 // for every op, zero and tie rule at N = 2..16.
 TEST(AlgoDirect, WireBitsPerElementAreTheFormula) {
-  for (int op = 0; op < ncclSignNumOps; op++)
-    for (int zr = 0; zr < ncclSignNumZeroRules; zr++)
-      for (int tr = 0; tr < ncclSignNumTieRules; tr++)
-        for (int n = 2; n <= 16; n++) {
-          const OpSpec spec{static_cast<ncclSignOp_t>(op), static_cast<ncclSignZeroRule_t>(zr),
-                            static_cast<ncclSignTieRule_t>(tr)};
-          const bool ternary = spec.zeroRule == ncclSignZeroAbstain;
-          const int counters = ternary ? 2 : 1;
-          int planes;
-          if (spec.op == ncclSignAverage) {
-            planes = counters * (int)std::floor(std::log2(n) + 1);
-          } else {
-            const bool tieRule = spec.tieRule != ncclSignTieZero;
-            planes = !tieRule && (ternary || n % 2 == 0) ? 2 : 1;
-          }
-          // A result of 2 majority planes travels coded (bits/trits.h): 1.6
-          // bits per element, exactly tritBytes(blocks) bytes.
-          const bool coded = spec.op == ncclSignMajority && planes == 2;
-          const double formula = (n - 1.0) / n * (counters + (coded ? 1.6 : planes));
-          for (int64_t nblocks : {int64_t{720720}, int64_t{10007}}) {  // lcm(1..16); a prime
-            const bool equalShards = nblocks % n == 0;
-            // Equal shards of S blocks: N-1 vote shards out, N-1 copies of the own result shard out.
-            const int64_t shard = nblocks / n;
-            const double resultBytes = coded ? double(bits::tritBytes(size_t(shard))) : 8.0 * planes * shard;
-            const double exact = 8.0 * (n - 1) * (8.0 * counters * shard + resultBytes) / (double(nblocks) * kBlockElems);
-            for (int r = 0; r < n; r++) {
-              Schedule s;
-              ASSERT_EQ(buildSchedule(ncclSignAlgoDirect, n, r, nblocks, spec, &s), ncclSuccess);
-              const double elems = double(nblocks) * kBlockElems;
-              const double sent = 8.0 * s.bytesSent() / elems, received = 8.0 * s.bytesReceived() / elems;
-              const std::string what = "N=" + std::to_string(n) + " rank " + std::to_string(r) + " op " +
-                                       std::to_string(op) + " zero " + std::to_string(zr) + " tie " +
-                                       std::to_string(tr) + " nblocks " + std::to_string(nblocks);
-              if (equalShards) {
-                EXPECT_DOUBLE_EQ(sent, exact) << what;
-                EXPECT_DOUBLE_EQ(received, exact) << what;
-              }
-              EXPECT_NEAR(sent, formula, 0.01 * formula) << what;
-              EXPECT_NEAR(received, formula, 0.01 * formula) << what;
-            }
-          }
+  forEveryRuleUpTo16Ranks([](const OpSpec& spec, int n, const std::string& rule) {
+    const int counters = spec.zeroRule == ncclSignZeroAbstain ? 2 : 1;
+    const int planes = formulaResultPlanes(spec, n);
+    // A coded result travels as exactly tritBytes(blocks) bytes.
+    const bool coded = formulaResultCoded(spec, n);
+    const double formula = (n - 1.0) / n * (counters + (coded ? 1.6 : planes));
+    for (int64_t nblocks : {int64_t{720720}, int64_t{10007}}) {  // lcm(1..16); a prime
+      const bool equalShards = nblocks % n == 0;
+      // Equal shards of S blocks: N-1 vote shards out, N-1 copies of the own result shard out.
+      const int64_t shard = nblocks / n;
+      const double resultBytes = coded ? double(bits::tritBytes(size_t(shard))) : 8.0 * planes * shard;
+      const double exact = 8.0 * (n - 1) * (8.0 * counters * shard + resultBytes) / (double(nblocks) * kBlockElems);
+      for (int r = 0; r < n; r++) {
+        Schedule s;
+        ASSERT_EQ(buildSchedule(ncclSignAlgoDirect, n, r, nblocks, spec, &s), ncclSuccess);
+        const double elems = double(nblocks) * kBlockElems;
+        const double sent = 8.0 * s.bytesSent() / elems, received = 8.0 * s.bytesReceived() / elems;
+        const std::string what = rule + " rank " + std::to_string(r) + " nblocks " + std::to_string(nblocks);
+        if (equalShards) {
+          EXPECT_DOUBLE_EQ(sent, exact) << what;
+          EXPECT_DOUBLE_EQ(received, exact) << what;
         }
+        EXPECT_NEAR(sent, formula, 0.01 * formula) << what;
+        EXPECT_NEAR(received, formula, 0.01 * formula) << what;
+      }
+    }
+  });
 }
 
 // SIGNLION_FIELD_BITS: 0 is the narrowest width that holds N votes; a set
@@ -1064,45 +1081,31 @@ TEST(AlgoTree, ChunksArePipelined) {
 // children and the result from its parent. Within 1 % (only each half's last
 // chunk carries a partial trit group).
 TEST(AlgoTree, WireBitsPerElementAreTheFormula) {
-  for (int op = 0; op < ncclSignNumOps; op++)
-    for (int zr = 0; zr < ncclSignNumZeroRules; zr++)
-      for (int tr = 0; tr < ncclSignNumTieRules; tr++)
-        for (int n = 2; n <= 16; n++) {
-          const OpSpec spec{static_cast<ncclSignOp_t>(op), static_cast<ncclSignZeroRule_t>(zr),
-                            static_cast<ncclSignTieRule_t>(tr)};
-          const bool ternary = spec.zeroRule == ncclSignZeroAbstain;
-          const int counters = ternary ? 2 : 1;
-          int planes;
-          if (spec.op == ncclSignAverage) {
-            planes = counters * (int)std::floor(std::log2(n) + 1);
-          } else {
-            const bool tieRule = spec.tieRule != ncclSignTieZero;
-            planes = !tieRule && (ternary || n % 2 == 0) ? 2 : 1;
-          }
-          const double q = spec.op == ncclSignMajority && planes == 2 ? 1.6 : planes;
-          auto width = [](int count) { return std::floor(std::log2(count) + 1); };
-          for (int r = 0; r < n; r++) {
-            double sendFormula = 0, recvFormula = 0;
-            for (int t = 0; t < kTreeCount; t++) {
-              const TreeNode me = treeNode(n, t, r);
-              if (me.parent >= 0) {
-                sendFormula += 0.5 * counters * width(me.size);
-                recvFormula += 0.5 * q;
-              }
-              sendFormula += 0.5 * q * me.nchildren;
-              for (int i = 0; i < me.nchildren; i++)
-                recvFormula += 0.5 * counters * width(treeNode(n, t, me.children[i]).size);
-            }
-            const int64_t nblocks = 720720;
-            Schedule s;
-            ASSERT_EQ(buildSchedule(ncclSignAlgoTree, n, r, nblocks, spec, &s), ncclSuccess);
-            const double elems = double(nblocks) * kBlockElems;
-            const std::string what = "N=" + std::to_string(n) + " rank " + std::to_string(r) + " op " +
-                                     std::to_string(op) + " zero " + std::to_string(zr) + " tie " + std::to_string(tr);
-            EXPECT_NEAR(8.0 * s.bytesSent() / elems, sendFormula, 0.01 * sendFormula) << what;
-            EXPECT_NEAR(8.0 * s.bytesReceived() / elems, recvFormula, 0.01 * recvFormula) << what;
-          }
+  forEveryRuleUpTo16Ranks([](const OpSpec& spec, int n, const std::string& rule) {
+    const int counters = spec.zeroRule == ncclSignZeroAbstain ? 2 : 1;
+    const double q = formulaResultCoded(spec, n) ? 1.6 : formulaResultPlanes(spec, n);
+    auto width = [](int count) { return std::floor(std::log2(count) + 1); };
+    for (int r = 0; r < n; r++) {
+      double sendFormula = 0, recvFormula = 0;
+      for (int t = 0; t < kTreeCount; t++) {
+        const TreeNode me = treeNode(n, t, r);
+        if (me.parent >= 0) {
+          sendFormula += 0.5 * counters * width(me.size);
+          recvFormula += 0.5 * q;
         }
+        sendFormula += 0.5 * q * me.nchildren;
+        for (int i = 0; i < me.nchildren; i++)
+          recvFormula += 0.5 * counters * width(treeNode(n, t, me.children[i]).size);
+      }
+      const int64_t nblocks = 720720;
+      Schedule s;
+      ASSERT_EQ(buildSchedule(ncclSignAlgoTree, n, r, nblocks, spec, &s), ncclSuccess);
+      const double elems = double(nblocks) * kBlockElems;
+      const std::string what = rule + " rank " + std::to_string(r);
+      EXPECT_NEAR(8.0 * s.bytesSent() / elems, sendFormula, 0.01 * sendFormula) << what;
+      EXPECT_NEAR(8.0 * s.bytesReceived() / elems, recvFormula, 0.01 * recvFormula) << what;
+    }
+  });
 }
 
 }  // namespace
