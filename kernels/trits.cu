@@ -95,28 +95,33 @@ SIGNLION_KERNEL encodeTritsWordKernel(const uint32_t* __restrict__ pos, const ui
   }
 }
 
-SIGNLION_KERNEL decodeTritsKernel(const uint8_t* __restrict__ in, size_t groups, size_t rest,
+// Half-group h of a warp: lane l holds byte l of it (v), whose five digits
+// go by ballots to the ten lanes that store half-word k of each plane. Every
+// lane of the warp calls it (its ballots); a byte above kTritMaxByte marks *bad.
+SIGNLION_DEVICE void decodeHalfGroup(unsigned v, size_t h, int lane, uint32_t* __restrict__ pos,
+                                     uint32_t* __restrict__ neg, uint32_t* __restrict__ bad, uint32_t badValue) {
+  const bool invalid = v > bits::kTritMaxByte;
+  uint32_t mine = 0;  // lane k < 5: +1 half-word k; lane 5 + k: -1 half-word k
+  SIGNLION_UNROLL
+  for (int k = 0; k < 5; k++) {
+    const unsigned d = v % 3;
+    v /= 3;
+    const uint32_t p = warpBallot(d == 1), m = warpBallot(d == 2);
+    if (lane == k) mine = p;
+    if (lane == 5 + k) mine = m;
+  }
+  const uint32_t anyInvalid = warpBallot(invalid);
+  const size_t g = h / 2, half = h % 2;
+  if (lane < 5) pos[g * kGroupHalfWords + 2 * lane + half] = mine;
+  if (lane >= 5 && lane < 10) neg[g * kGroupHalfWords + 2 * (lane - 5) + half] = mine;
+  if (lane == 0 && anyInvalid != 0) *bad = badValue;
+}
+
+// The tail after the whole groups: the two planes' half-words as they are
+// (an element both +1 and -1 marks *bad).
+SIGNLION_DEVICE void copyTritTail(const uint8_t* __restrict__ in, size_t groups, size_t rest,
                                   uint32_t* __restrict__ pos, uint32_t* __restrict__ neg, uint32_t* __restrict__ bad,
                                   uint32_t badValue) {
-  const int lane = (int)laneId();
-  for (size_t h = globalWarp(); h < 2 * groups; h += warpCount()) {  // warp-uniform
-    unsigned v = in[32 * h + lane];
-    const bool invalid = v > bits::kTritMaxByte;
-    uint32_t mine = 0;  // lane k < 5: +1 half-word k; lane 5 + k: -1 half-word k
-    SIGNLION_UNROLL
-    for (int k = 0; k < 5; k++) {
-      const unsigned d = v % 3;
-      v /= 3;
-      const uint32_t p = warpBallot(d == 1), m = warpBallot(d == 2);
-      if (lane == k) mine = p;
-      if (lane == 5 + k) mine = m;
-    }
-    const uint32_t anyInvalid = warpBallot(invalid);
-    const size_t g = h / 2, half = h % 2;
-    if (lane < 5) pos[g * kGroupHalfWords + 2 * lane + half] = mine;
-    if (lane >= 5 && lane < 10) neg[g * kGroupHalfWords + 2 * (lane - 5) + half] = mine;
-    if (lane == 0 && anyInvalid != 0) *bad = badValue;
-  }
   const uint32_t* tail = reinterpret_cast<const uint32_t*>(in + groups * bits::kTritGroupBytes);
   const size_t first = groups * kGroupHalfWords;
   for (size_t t = globalThread(); t < 2 * rest; t += threadCount()) {
@@ -125,6 +130,15 @@ SIGNLION_KERNEL decodeTritsKernel(const uint8_t* __restrict__ in, size_t groups,
     neg[first + t] = m;
     if ((p & m) != 0) *bad = badValue;
   }
+}
+
+SIGNLION_KERNEL decodeTritsKernel(const uint8_t* __restrict__ in, size_t groups, size_t rest,
+                                  uint32_t* __restrict__ pos, uint32_t* __restrict__ neg, uint32_t* __restrict__ bad,
+                                  uint32_t badValue) {
+  const int lane = (int)laneId();
+  for (size_t h = globalWarp(); h < 2 * groups; h += warpCount())  // warp-uniform
+    decodeHalfGroup(in[32 * h + lane], h, lane, pos, neg, bad, badValue);
+  copyTritTail(in, groups, rest, pos, neg, bad, badValue);
 }
 
 // Half-groups a warp of the warp-x4 variant decodes per step.
@@ -141,34 +155,11 @@ SIGNLION_KERNEL decodeTritsX4Kernel(const uint8_t* __restrict__ in, size_t group
     for (int u = 0; u < kDecodeHalves; u++) bytes[u] = h0 + u < halves ? in[32 * (h0 + u) + lane] : 0u;
     SIGNLION_UNROLL
     for (int u = 0; u < kDecodeHalves; u++) {
-      const size_t h = h0 + u;
-      if (h >= halves) break;  // warp-uniform
-      unsigned v = bytes[u];
-      const bool invalid = v > bits::kTritMaxByte;
-      uint32_t mine = 0;  // lane k < 5: +1 half-word k; lane 5 + k: -1 half-word k
-      SIGNLION_UNROLL
-      for (int k = 0; k < 5; k++) {
-        const unsigned d = v % 3;
-        v /= 3;
-        const uint32_t p = warpBallot(d == 1), m = warpBallot(d == 2);
-        if (lane == k) mine = p;
-        if (lane == 5 + k) mine = m;
-      }
-      const uint32_t anyInvalid = warpBallot(invalid);
-      const size_t g = h / 2, half = h % 2;
-      if (lane < 5) pos[g * kGroupHalfWords + 2 * lane + half] = mine;
-      if (lane >= 5 && lane < 10) neg[g * kGroupHalfWords + 2 * (lane - 5) + half] = mine;
-      if (lane == 0 && anyInvalid != 0) *bad = badValue;
+      if (h0 + u >= halves) break;  // warp-uniform
+      decodeHalfGroup(bytes[u], h0 + u, lane, pos, neg, bad, badValue);
     }
   }
-  const uint32_t* tail = reinterpret_cast<const uint32_t*>(in + groups * bits::kTritGroupBytes);
-  const size_t first = groups * kGroupHalfWords;
-  for (size_t t = globalThread(); t < 2 * rest; t += threadCount()) {
-    const uint32_t p = tail[t], m = tail[2 * rest + t];
-    pos[first + t] = p;
-    neg[first + t] = m;
-    if ((p & m) != 0) *bad = badValue;
-  }
+  copyTritTail(in, groups, rest, pos, neg, bad, badValue);
 }
 
 }  // namespace
