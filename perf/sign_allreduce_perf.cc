@@ -840,7 +840,7 @@ void connectOnebit(RankCtx& ctx) {
   // line rate (a standard one, or SIGNLION_COST_BETA_MBPS) and a rank per node.
   int64_t mbits = 0;
   checkNccl(ncclSignCommGetLinkRate(ctx.comm, &mbits), "ncclSignCommGetLinkRate");
-  const bool lineRate = signlion::host::isStandardLineRate(mbits) || getenv("SIGNLION_COST_BETA_MBPS") != nullptr;
+  const bool lineRate = signlion::host::isLineRate(mbits);
   const bool onePerNode = std::set<int>(ctx.nodeOf.begin(), ctx.nodeOf.end()).size() == ctx.nodeOf.size();
   ctx.onebit->paceLinks(lineRate && onePerNode ? mbits : 0);
 }

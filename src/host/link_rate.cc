@@ -23,6 +23,8 @@ namespace host {
 
 namespace {
 const double kStandard[] = {10, 100, 1000, 2500, 5000, 10000, 25000, 40000, 50000, 100000, 200000, 400000};
+// SIGNLION_COST_BETA_MBPS set to a rate (0 or less is unset).
+bool betaIsSet() { return paramIsSet("COST_BETA_MBPS") && signlionParamCostBetaMBps() > 0; }
 }  // namespace
 
 bool isStandardLineRate(int64_t mbits) {
@@ -30,6 +32,8 @@ bool isStandardLineRate(int64_t mbits) {
     if ((double)mbits == s) return true;
   return false;
 }
+
+bool isLineRate(int64_t mbits) { return betaIsSet() || isStandardLineRate(mbits); }
 
 int64_t nominalLinkMbits(double measuredMbits) {
   double best = 0, bestDistance = 0;
@@ -204,10 +208,10 @@ ncclResult_t learnLinkRate(const Net& net, Bootstrap& bootstrap, const algo::Top
                            LearnedLink* out) {
   const int nranks = bootstrap.nranks(), rank = bootstrap.rank();
   *out = LearnedLink{};
-  const int64_t beta = signlionParamCostBetaMBps();
+  const int64_t beta = betaIsSet() ? signlionParamCostBetaMBps() : 0;
   const bool several = nranks > 1 && topo.known() && topo.members(nranks).size() > 1;
   std::vector<PlanRow> plans(nranks);
-  plans[rank] = PlanRow{paramIsSet("COST_BETA_MBPS") && beta > 0 ? beta : 0, signlionParamHostChunkBytes() != 0,
+  plans[rank] = PlanRow{beta, signlionParamHostChunkBytes() != 0,
                         several && !net.loopback() ? 1 : 0, localNetworkStack()};
   NCCLCHECK(bootstrap.allGather(plans.data(), sizeof(PlanRow)));
   bool allWant = true, oneStack = true;

@@ -44,6 +44,11 @@ namespace host {
 int64_t nominalLinkMbits(double measuredMbits);
 // Whether mbits is one of those standard rates.
 bool isStandardLineRate(int64_t mbits);
+// Whether a communicator's rate of mbits is the link's own (LearnedLink::
+// lineRate, below): SIGNLION_COST_BETA_MBPS is set (its x 8 is then the
+// rate), or mbits is a standard rate. For code that has only the rate
+// (ncclSignCommGetLinkRate) and must follow the same rule.
+bool isLineRate(int64_t mbits);
 
 // The rate every rank uses from every rank's measurement (<= 0: that rank
 // measured nothing, not a node's first rank): the slowest one, 0 when none

@@ -58,8 +58,6 @@ class SendPacing {
   // communicator running one algorithm costs nothing per call. A socket that
   // refuses the cap is left as it is (the call still runs, at TCP's pace).
   void follow(const Net& net, const Links& links, int fanout);
-  // The cap per remote link now, bytes per second (0: none).
-  uint64_t bytesPerSec() const { return current_; }
 
  private:
   uint64_t linkBytesPerSec_ = 0;

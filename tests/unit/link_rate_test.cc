@@ -37,6 +37,17 @@ TEST(LinkRate, StandardLineRates) {
   for (int64_t m : {10, 100, 1000, 2500, 5000, 10000, 25000, 40000, 50000, 100000, 200000, 400000})
     EXPECT_TRUE(signlion::host::isStandardLineRate(m)) << m;
   for (int64_t m : {0, 1, 65, 3000, 999, 1001, 96, 9999}) EXPECT_FALSE(signlion::host::isStandardLineRate(m)) << m;
+  // A rate from SIGNLION_COST_BETA_MBPS (set, above 0) is the link's own too.
+  EXPECT_FALSE(signlion::host::isLineRate(96));
+  EXPECT_TRUE(signlion::host::isLineRate(100));
+  setenv("SIGNLION_COST_BETA_MBPS", "12", 1);
+  signlion::paramResetCache();
+  EXPECT_TRUE(signlion::host::isLineRate(96));
+  setenv("SIGNLION_COST_BETA_MBPS", "0", 1);
+  signlion::paramResetCache();
+  EXPECT_FALSE(signlion::host::isLineRate(96)) << "0 is unset";
+  unsetenv("SIGNLION_COST_BETA_MBPS");
+  signlion::paramResetCache();
 }
 
 // Every rank reads the same table and takes the slowest node's rate; ranks
