@@ -5,10 +5,30 @@ they run), so running them on a thread of their own is how they overlap with Pyt
 such as a backward pass. One thread per communicator keeps every rank's calls in the
 order they were submitted, which the collectives need, and never lets two threads use
 one communicator at once.
+
+The worker threads are daemons, so that a forgotten executor never keeps a process alive; but
+an interpreter that finalizes while one of them is inside a torch or library call ends it by
+unwinding through C++ frames, which aborts the process ("terminate called without an active
+exception"). So at exit every worker still running finishes what is queued and is joined first
+(a collective blocked on a peer ends within its communicator's timeout).
 """
+import atexit
 import queue
 import threading
 import weakref
+
+_workers_lock = threading.Lock()
+_workers = {}  # worker thread -> its queue, while the thread runs
+
+
+@atexit.register
+def _join_workers_at_exit():
+    with _workers_lock:
+        workers = list(_workers.items())
+    for thread, calls in workers:
+        calls.put(None)
+    for thread, _ in workers:
+        thread.join()
 
 
 class Work:
@@ -77,6 +97,14 @@ def _complete(future, value, error):
 
 
 def _serve(calls):
+    try:
+        _serve_until_stopped(calls)
+    finally:
+        with _workers_lock:
+            _workers.pop(threading.current_thread(), None)
+
+
+def _serve_until_stopped(calls):
     while True:
         item = calls.get()
         if item is None:
@@ -110,6 +138,8 @@ class SerialExecutor:
                 # The thread holds only the queue, so that an executor nobody references is
                 # collected and its finalizer stops the thread.
                 self._thread = threading.Thread(target=_serve, args=(self._calls,), name=self._name, daemon=True)
+                with _workers_lock:
+                    _workers[self._thread] = self._calls
                 self._thread.start()
                 weakref.finalize(self, self._calls.put, None)
             self._calls.put((fn, args, work))

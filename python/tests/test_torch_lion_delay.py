@@ -11,9 +11,13 @@ test_torch_lion.py split in its two halves (reference_vote, reference_apply):
     bit for bit, the vote in flight carried by state[p]["delayed_update"];
  3. arguments: delay=2, -1, True, 0.5 and "1" raise ValueError naming delay; so do the options it
     does not take (master_weights, skip_nonfinite, average with bf16 parameters); maximize
-    equals negated gradients; close() with a vote in flight returns and drops it."""
+    equals negated gradients; close() with a vote in flight returns and drops it;
+ 4. a process that exits with a vote (or any background call) still running, its optimizer never
+    closed, exits cleanly once the call is done: it aborted when the interpreter finalized while
+    the daemon thread was inside a torch call ("terminate called without an active exception")."""
 import io
 import os
+import subprocess
 import sys
 import unittest
 
@@ -178,6 +182,38 @@ class Delay(unittest.TestCase):
         opt_a.close()  # the vote in flight is dropped, unapplied
         self.assertTrue(all(torch.equal(x, p.detach()) for x, p in zip(before, a)))
         self.assertRaises(RuntimeError, opt_a.step)
+        opt_b.close()
+
+    def test_exit_with_calls_in_flight(self):
+        python_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+        script = """
+import sys, time
+sys.path.insert(0, %r)
+import torch
+from signlion.background import SerialExecutor
+from signlion.torch import DistributedLion
+
+def busy():  # a torch call in flight when the main thread reaches the end of the script
+    a = torch.randn(256, 256)
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end:
+        a = torch.tanh(a @ a)
+    print("background call finished", flush=True)
+
+opt = DistributedLion([torch.nn.Parameter(torch.randn(1 << 20))], aggregation="local", delay=1)
+for _ in range(2):
+    for p in opt.param_groups[0]["params"]:
+        p.grad = torch.randn_like(p)
+    opt.step()  # leaves its vote in flight on the optimizer's thread; never closed
+SerialExecutor("busy").submit(busy)
+time.sleep(0.05)
+""" % python_dir
+        for attempt in range(3):
+            run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+            self.assertEqual(run.returncode, 0, "attempt %d: exit status %d, stderr: %s"
+                             % (attempt, run.returncode, run.stderr[-2000:]))
+            self.assertIn("background call finished", run.stdout)
+            self.assertNotIn("terminate called", run.stderr)
 
 
 if __name__ == "__main__":
