@@ -79,7 +79,8 @@ void fillInput(void* buf, size_t count, ncclDataType_t dt, int rank, uint64_t se
   }
 }
 
-size_t countWrong(const void* out, size_t count, ncclDataType_t dt, Reduction red, int nranks, uint64_t seed) {
+size_t countWrong(const void* out, size_t count, ncclDataType_t dt, Reduction red, int nranks, uint64_t seed,
+                  ncclSignTieRule_t tie) {
   const size_t esize = bits::typeSize(dt);
   std::vector<uint64_t> keys(nranks);
   for (int r = 0; r < nranks; r++) keys[r] = rankKey(seed, r);
@@ -89,7 +90,7 @@ size_t countWrong(const void* out, size_t count, ncclDataType_t dt, Reduction re
   if (red != Reduction::kSum) {
     ncclSignOp_t op = red == Reduction::kAverage ? ncclSignAverage : ncclSignMajority;
     for (int k = 0; k <= nranks; k++)
-      bits::referenceResult(nranks - 2 * k, nranks, op, ncclSignTieZero, dt, &byNegatives[k], 0);
+      bits::referenceResult(nranks - 2 * k, nranks, op, tie, dt, &byNegatives[k], 0);
   }
 
   size_t wrong = 0;

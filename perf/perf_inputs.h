@@ -29,9 +29,10 @@ void fillInput(void* buf, size_t count, ncclDataType_t dt, int rank, uint64_t se
 
 // Elements of `out` (count of dt) that differ, bit for bit, from what the
 // reduction of all nranks ranks' fillInput(seed) must give.
-// kMajority / kAverage: ncclSignZeroPositive and ncclSignTieZero (the defaults).
-// kSum: dt is ncclFloat32 or ncclBfloat16.
-size_t countWrong(const void* out, size_t count, ncclDataType_t dt, Reduction red, int nranks, uint64_t seed);
+// kMajority / kAverage: ncclSignZeroPositive and the tie rule `tie` (ncclSignTieZero,
+// the default, keeps exact ties). kSum: dt is ncclFloat32 or ncclBfloat16.
+size_t countWrong(const void* out, size_t count, ncclDataType_t dt, Reduction red, int nranks, uint64_t seed,
+                  ncclSignTieRule_t tie = ncclSignTieZero);
 
 }  // namespace perf
 }  // namespace signlion

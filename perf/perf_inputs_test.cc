@@ -42,6 +42,29 @@ TEST(PerfInputs, SignExpectationsMatchTheReference) {
         }
 }
 
+// A tie rule makes a tied element +1 or -1 where exact ties give 0: the check
+// follows the rule it is told, and tells the rules apart at an even N.
+TEST(PerfInputs, MajorityExpectationsFollowTheTieRule) {
+  const size_t count = 1000;
+  for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16})
+    for (int n : {2, 3, 4, 8}) {
+      auto in = inputs(n, count, dt, 5 + n);
+      std::vector<const void*> ptrs;
+      for (auto& v : in) ptrs.push_back(v.data());
+      for (ncclSignTieRule_t tie : {ncclSignTieZero, ncclSignTiePositive, ncclSignTieNegative}) {
+        std::vector<char> out(count * bits::typeSize(dt));
+        bits::referenceSignAllReduce(ptrs, count, dt, ncclSignMajority, ncclSignZeroPositive, tie, out.data());
+        EXPECT_EQ(countWrong(out.data(), count, dt, Reduction::kMajority, n, 5 + n, tie), 0u) << n;
+        for (ncclSignTieRule_t other : {ncclSignTieZero, ncclSignTiePositive, ncclSignTieNegative}) {
+          if (other == tie) continue;
+          size_t wrong = countWrong(out.data(), count, dt, Reduction::kMajority, n, 5 + n, other);
+          if (n % 2) EXPECT_EQ(wrong, 0u) << "no ties at an odd N";
+          else EXPECT_GT(wrong, 0u) << "n=" << n << ": ties " << (int)tie << " checked as " << (int)other;
+        }
+      }
+    }
+}
+
 TEST(PerfInputs, SumExpectationsAreThePlainSum) {
   const size_t count = 4099;
   for (int n : {1, 2, 5, 8}) {

@@ -49,6 +49,7 @@
 #endif
 
 #include "bits/bits.h"
+#include "common/call_signature.h"
 #include "common/config.h"
 #include "nccl_sign.h"
 #include "host/link_rate.h"
@@ -173,6 +174,8 @@ void usage(const char* argv0) {
       "   by a run that was killed points at that run: delete it before starting the ranks)\n\t"
       "[--net-plugin <name or path>] host mode: the ncclNet carrying the traffic (config.netPlugin), e.g.\n\t"
       "         signlion-ucx for libnccl-net-signlion-ucx.so (default: the built-in socket transport)\n\t"
+      "[--tie-rule <zero/positive/negative>] host mode: what a tied majority gives (config.tieRule; default\n\t"
+      "         zero, exact ties); positive or negative makes every decided element one bit\n\t"
       "[--nccl] GPU mode: ncclSignAllReduce on device buffers and NCCL communicators, -t x -g ranks as\n\t"
       "         processes (rank r on GPU r %% devices), each row next to NCCL's ncclAllReduce of the\n\t"
       "         same count in fp32 and bf16; -o mavo/avg/all. Exits 77 when no GPU answers.\n\t"
@@ -227,6 +230,7 @@ int parseOptions(int argc, char** argv, Options* o) {
                                     {"id-file", required_argument, 0, 1002},
                                     {"nccl", no_argument, 0, 1003},
                                     {"net-plugin", required_argument, 0, 1004},
+                                    {"tie-rule", required_argument, 0, 1005},
                                     {"help", no_argument, 0, 'h'},
                                     {}};
   o->args.assign(argv, argv + argc);
@@ -366,6 +370,20 @@ int parseOptions(int argc, char** argv, Options* o) {
       case 1004:
         o->netPlugin = optarg;
         break;
+      case 1005: {
+        const std::string rule = optarg;
+        if (rule == "zero") {
+          o->tieRule = ncclSignTieZero;
+        } else if (rule == "positive") {
+          o->tieRule = ncclSignTiePositive;
+        } else if (rule == "negative") {
+          o->tieRule = ncclSignTieNegative;
+        } else {
+          fprintf(stderr, "--tie-rule %s: not one of zero, positive, negative\n", optarg);
+          return 2;
+        }
+        break;
+      }
       case 'h':
         usage(argv[0]);
         return -1;
@@ -712,7 +730,8 @@ BenchResult benchTime(RankCtx& ctx, const OpInfo& op, ncclDataType_t dt, size_t 
       if (op.onebit) ctx.onebit->resetErrors();  // the reference's call starts from zero errors
       runColl(ctx, op, dt, count, inPlace);
       double mine = op.onebit ? (double)onebitWrong(reinterpret_cast<const float*>(output), count, n, seed)
-                              : (double)signlion::perf::countWrong(output, count, dt, op.red, n, seed);
+                              : (double)signlion::perf::countWrong(output, count, dt, op.red, n, seed,
+                                                                   (ncclSignTieRule_t)o.tieRule);
       for (double v : allGather(ctx, {mine})) wrong += v;
       if (wrong) break;
     }
@@ -773,10 +792,10 @@ void printHeader(RankCtx& ctx) {
   int version = 0;
   ncclSignGetVersion(&version);
   const char* bits = getenv("SIGNLION_FIELD_BITS");
-  PRINT("# signlion %d.%d.%d host communicator: %d ranks (%d %s x %d threads), algorithm %s%s%s\n", version / 10000,
-        version / 100 % 100, version % 100, w.nranks(), w.nProcs, w.mpi ? "MPI processes" : "processes",
-        o.ranksPerProcess(), o.algo.c_str(), o.algoNote.c_str(),
-        bits ? (std::string(", SIGNLION_FIELD_BITS=") + bits).c_str() : "");
+  PRINT("# signlion %d.%d.%d host communicator: %d ranks (%d %s x %d threads), algorithm %s%s%s, tie rule %s\n",
+        version / 10000, version / 100 % 100, version % 100, w.nranks(), w.nProcs,
+        w.mpi ? "MPI processes" : "processes", o.ranksPerProcess(), o.algo.c_str(), o.algoNote.c_str(),
+        bits ? (std::string(", SIGNLION_FIELD_BITS=") + bits).c_str() : "", signlion::tieRuleName(o.tieRule));
   PRINT("#\n# Using devices\n");
   // One line per rank, gathered: pid and host name (32 characters).
   char host[33] = {0};
@@ -960,7 +979,12 @@ int main(int argc, char** argv) {
     fprintf(stderr, "--net-plugin: host mode only (with --nccl, NCCL_NET_PLUGIN picks NCCL's network)\n");
     return 2;
   }
+  if (o.nccl && o.tieRule != ncclSignTieZero) {
+    fprintf(stderr, "--tie-rule: host mode only (with --nccl the communicator's rules are the defaults)\n");
+    return 2;
+  }
   if (o.nccl) return ncclMain(o, w.config.algorithm);
+  w.config.tieRule = o.tieRule;
   if (o.timeoutSec > 0) w.config.timeoutMs = o.timeoutSec * 1000;
   if (!o.netPlugin.empty()) w.config.netPlugin = o.netPlugin.c_str();  // o outlives every communicator
 #ifdef SIGNLION_PERF_MPI

@@ -44,6 +44,7 @@ struct Options {
   std::string idFile;
   bool nccl = false;      // the GPU mode
   std::string netPlugin;  // --net-plugin: config.netPlugin of the host communicator (empty: the built-in socket one)
+  int tieRule = 0;  // ncclSignTieZero; --tie-rule: config.tieRule of the host communicator (host mode)
   int ranksPerProcess() const { return nThreads * nGpus; }
 };
 

@@ -149,6 +149,14 @@ for algo in ("ring", "hd", "allgather", "fieldsum", "direct", "tree"):
     check("-A %s" % algo, BASE + ["-A", algo], lambda t, algo=algo: expect("algorithm " + algo in t["text"], algo))
 check("-A HD (any case)", BASE + ["-A", "HD"], lambda t: expect("algorithm hd" in t["text"], t["text"][:400]))
 check("-A with -o sum (noted)", BASE + ["-A", "ring", "-o", "sum"], note_about("-A"))
+# --tie-rule: the header names it, the check follows it (a wrong element exits non-zero), and at
+# an even N a tie rule makes the decided result one bit (fewer wire bits than exact ties).
+for rule in ("zero", "positive", "negative"):
+    check("--tie-rule %s" % rule, BASE + ["-t", "4", "-A", "direct", "-c", "2", "--tie-rule", rule],
+          lambda t, rule=rule: expect("tie rule " + rule in t["text"] and all(r["#wrong"] == 0 for r in t["rows"]),
+                                      (rule, t["text"][:600])))
+check("rejects --tie-rule up", BASE + ["--tie-rule", "up"],
+      lambda out: expect("--tie-rule up: not one of zero, positive, negative" in out, out), expect_rc=2)
 
 
 def env_forces_algorithm():
@@ -331,7 +339,7 @@ if nccl_rc in (0, 77):
                  ["-g", "2"], ["-u", "1"], ["-S", "1"]):
         check("--nccl %s" % " ".join(args), ["--nccl", "-t", "1", "-b", "8", "-e", "64", "-f", "8", "-n", "2"] + args,
               expect_rc=nccl_rc)
-    for args in (["-G", "2", "-z", "1"], ["-G", "2", "-I", "1"], ["-G", "2", "-y", "1"]):
+    for args in (["-G", "2", "-z", "1"], ["-G", "2", "-I", "1"], ["-G", "2", "-y", "1"], ["--tie-rule", "positive"]):
         check("--nccl rejects %s" % " ".join(args), ["--nccl", "-t", "1", "-b", "8", "-e", "8"] + args, expect_rc=2)
 else:
     failures.append("--nccl probe exited %d" % nccl_rc)
