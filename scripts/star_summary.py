@@ -46,6 +46,12 @@ def load(path, key_fields, time_field):
     return {k: (statistics.median(v), len(v)) for k, v in times.items()}, extra, times
 
 
+def family(name):
+    """(tie rule suffix, transport suffix) of a contender's name, e.g. sign-direct-tie+ucx."""
+    base, _, via = name.partition("+")
+    return ("-tie" if base.endswith("-tie") else "", "+" + via if via else "")
+
+
 def ethernet(path):
     med, rows, runs = load(path, ("nranks", "rate", "bytes"), "time_us")
     groups = defaultdict(dict)  # (n, rate, bytes, build) -> name -> (ms, reps)
@@ -62,19 +68,26 @@ def ethernet(path):
             wire_ms = float(row["wire_bytes_per_rank"]) / rate_bytes_per_s(rate) * 1e3
             print("wire %s: %s %.1f ms (median of %d), wire %.1f ms: %.2fx of wire time"
                   % (head, name, ms, reps, wire_ms, ms / wire_ms))
-        for via in ("", "+ucx"):  # the transport: a name's suffix (ethernet_bench.sh TRANSPORTS)
-            if "sign-auto" + via not in g:
+        # A family: one transport (a "+ucx" suffix, ethernet_bench.sh TRANSPORTS) and one tie rule
+        # ("-tie": another contract, so never compared with exact ties as a choice of algorithm).
+        for tie, via in (("", ""), ("", "+ucx"), ("-tie", ""), ("-tie", "+ucx")):
+            auto_name = "sign-auto" + tie + via
+            if auto_name not in g:
                 continue
-            auto = g["sign-auto" + via][0]
+            auto = g[auto_name][0]
             forced = {k: v[0] for k, v in g.items()
-                      if k.startswith("sign-") and k != "sign-auto" + via and k.endswith(via) and (via or "+" not in k)}
+                      if k.startswith("sign-") and k != auto_name and family(k) == (tie, via)}
             if forced:
                 best = min(forced, key=forced.get)
                 parts = ", ".join("%s %.1f ms (auto %.3fx)" % (k, v, auto / v) for k, v in sorted(forced.items()))
-                print("auto %s: sign-auto%s %.1f ms; %s; best forced %s: auto %.3fx, within 5%%: %s"
-                      % (head, via, auto, parts, best, auto / forced[best],
+                print("auto %s: %s %.1f ms; %s; best forced %s: auto %.3fx, within 5%%: %s"
+                      % (head, auto_name, auto, parts, best, auto / forced[best],
                          "yes" if auto <= 1.05 * forced[best] else "NO"))
-                choice(head, n, rate, size, build, via, forced, rows, runs)
+                choice(head, n, rate, size, build, tie + via, forced, rows, runs)
+        if "onebit" in g:  # DeepSpeed's 1-bit pattern over the same links
+            for name in sorted(k for k in g if k.startswith("sign-") and "+" not in k):
+                print("onebit %s: %s %.1f ms, onebit %.1f ms: %.2fx faster"
+                      % (head, name, g[name][0], g["onebit"][0], g["onebit"][0] / g[name][0]))
         for name in sorted(g):
             if name.endswith("+ucx") and name[:-4] in g:
                 print("ucx %s: %s %.1f ms over UCX, %.1f ms over sockets: UCX %.2fx the socket time"
