@@ -68,12 +68,12 @@ signlion_python_tests(train_baselines test_train_baselines.py TrainBaselines
                       powersgd_ordered_matches_serial bf16_hook_or_clear_refusal)
 # DistributedLion(delay=1), the one-step-delayed vote (python/tests/test_torch_lion_delay.py): bit
 # for bit against the NumPy Lion's two halves with step t applying step t-1's vote, 2 and 3 ranks,
-# overlap on and off; resume exact with the vote in flight saved; arguments checked; a process
-# exiting with background calls in flight exits cleanly. Again with the
-# library's step pipelined in chunks of 16 elements (the vote's collective on its own thread).
+# overlap on and off; resume exact with the vote in flight saved; arguments checked; step t's vote
+# queued before step t-1's is applied; a process exiting with background calls in flight exits
+# cleanly. Again with the library's step pipelined in chunks of 16 elements (the vote's collective on its own thread).
 signlion_python_tests(delay test_torch_lion_delay.py Delay
                       matches_delayed_reference_world2 matches_delayed_reference_world3 resume_exact_world2
-                      arguments_checked maximize_and_close exit_with_calls_in_flight)
+                      arguments_checked maximize_and_close exit_with_calls_in_flight next_vote_starts_before_the_apply)
 signlion_python_tests(delay-pipelined test_torch_lion_delay.py Delay
                       matches_delayed_reference_world3 resume_exact_world2
                       ENVIRONMENT SIGNLION_LIBRARY=$<TARGET_FILE:nccl-sign> SIGNLION_SOCKET_IFNAME=lo

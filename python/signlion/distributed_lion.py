@@ -166,17 +166,18 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
     vote of step t-1 while step t's vote travels during the next forward and backward (the
     pipelining of Pipe-SGD), so a step can approach max(compute, wire) instead of compute plus
     the wire time of the last bucket's vote. Per bucket, step() of step t (t = 1, 2, ...):
-      1. waits for the votes started by step t-1 (the step's only wait for the wire);
-      2. applies u_{t-1}, the update the ranks agreed at step t-1 (majority or average of their
+      1. starts step t's vote from a copy of this step's gradients on the background thread,
+         queued behind step t-1's (the library's step: c_t = beta1 m_{t-1} + (1-beta1) g_t voted
+         and sign all-reduced, m_t = beta2 m_{t-1} + (1-beta2) g_t at once, with step t's betas);
+      2. waits for the votes started by step t-1 (the step's only wait for the wire);
+      3. applies u_{t-1}, the update the ranks agreed at step t-1 (majority or average of their
          sign(c_{t-1}), or sign of the mean gradient's c for "global"): p = p - lr_t * (u_{t-1} +
          wd_t * p) per element in fp32, each operation rounded once (the library's pass 2), lr_t
          and wd_t this step's param_groups values (what a scheduler set for step t scales the
-         update applied at step t). Step 1 has no earlier vote and applies nothing, not even
-         weight decay: waiting for its own vote would make it synchronous and then either apply
-         one vote twice or leave one out; so T steps apply T-1 votes, each exactly once;
-      3. starts step t's vote from a copy of this step's gradients on the background thread
-         (the library's step: c_t = beta1 m_{t-1} + (1-beta1) g_t voted and sign all-reduced,
-         m_t = beta2 m_{t-1} + (1-beta2) g_t at once, with step t's betas), and returns.
+         update applied at step t), and returns. Step 1 has no earlier vote and applies nothing,
+         not even weight decay: waiting for its own vote would make it synchronous and then
+         either apply one vote twice or leave one out; so T steps apply T-1 votes, each exactly
+         once.
     Every rank applies the same u_{t-1}. A parameter without a gradient votes with a zero
     gradient (there is no per-step agreement round with delay=1: its momentum still decays and
     votes); frozen buckets (requires_grad=False) do not vote. zero_grad() and the next backward
@@ -185,8 +186,10 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
     saved and restored by state_dict()/load_state_dict(), so 2K steps equal K steps + save +
     load + K steps bit for bit (a state without it, e.g. saved with delay=0, applies nothing at
     the next step; a delay=0 optimizer ignores it). close() waits for the vote in flight and
-    drops it, unapplied. Costs two more buffers of a bucket's size (the gradients' copy and the
-    agreed update) and fp32 work space for the apply. Not with CUDA parameters,
+    drops it, unapplied. step() starts step t's votes before it waits for and applies step
+    t-1's, so the link goes from one step's votes to the next without a gap; this costs four more
+    buffers of a bucket's size (two copies of the gradients and two agreed updates, step t-1's
+    and step t's) and fp32 work space for the apply. Not with CUDA parameters,
     master_weights, skip_nonfinite or a GradScaler (ValueError or RuntimeError), nor
     aggregation="average" with fp16/bf16 parameters. With delay=1 votes start in step() only, so
     overlap changes nothing in the results (its hooks only adopt the gradients). Whether the
@@ -1023,14 +1026,31 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
     # ---- delay=1: each step applies the previous step's vote ----
 
     def _step_delayed(self, first):
-        """Step t with delay=1 (see the class's "Delayed vote"): waits for the votes of step t-1,
-        applies them with this step's lr and weight_decay, then starts step t's votes from this
+        """Step t with delay=1 (see the class's "Delayed vote"): starts step t's votes from this
         step's gradients (copied, so that zero_grad() and the next backward may run) on the
-        background thread, where they travel during the next forward and backward."""
+        background thread, queued behind step t-1's, where they travel during the next forward
+        and backward; then waits for the votes of step t-1 and applies them with this step's lr
+        and weight_decay. Starting first keeps the link busy: the wire goes from step t-1's last
+        vote straight to step t's, with no gap for this step's applies (a vote reads only the
+        momentum and its gradients, never the parameters)."""
         timeline = self._timeline
+        self._raise_failure()
+        previous = []  # (bucket, the Work of its vote in flight, if any) of step t-1
+        b = first
+        with self._aborting_on_failure(b):
+            for b in self._buckets:
+                b.prepare_gradients()  # a missing gradient votes as zero (no agreement round with delay=1)
+            for b in self._buckets:
+                previous.append((b, b.vote_work))
+                b.vote_work = None
+                if not any(p.requires_grad for p in b.params):
+                    continue  # frozen on every rank alike (checked): no vote, nothing to apply
+                self._start_delayed_vote(b, self._hyperparameters(b.group_index))
         t = _now_us() if timeline is not None else 0
         try:
-            self._wait_in_flight(raise_failure=False)
+            for _, work in previous:
+                if work is not None:
+                    work.wait()
         except BaseException as e:  # KeyboardInterrupt while waiting: the peers must not hang
             self._fail(first, e)
             raise
@@ -1039,31 +1059,34 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
             timeline.add("wait for votes", t, _now_us(), step=timeline.step)
         b = first
         with self._aborting_on_failure(b):
-            for b in self._buckets:
-                b.prepare_gradients()  # a missing gradient votes as zero (no agreement round with delay=1)
-                lr, _, weight_decay, _ = self._hyperparameters(b.group_index)
+            for b, _ in previous:
                 if b.vote_pending:
+                    lr, _, weight_decay, _ = self._hyperparameters(b.group_index)
                     t = _now_us() if timeline is not None else 0
                     self._apply_delayed(b, lr, weight_decay)
                     if timeline is not None:
                         timeline.add("apply b%d (vote of step %d)" % (b.index, timeline.step - 1), t, _now_us(),
                                      step=timeline.step, bucket=b.index)
-            for b in self._buckets:
-                if not any(p.requires_grad for p in b.params):
-                    continue  # frozen on every rank alike (checked): no vote, nothing to apply
-                self._start_delayed_vote(b, self._hyperparameters(b.group_index))
+                # The vote started above becomes the one in flight.
+                b.vote_pending = b.vote_work is not None
+                if b.vote_pending:
+                    b.vote_grad, b.next_vote_grad = b.next_vote_grad, b.vote_grad
+                    b.vote_out, b.next_vote_out = b.next_vote_out, b.vote_out
 
     def _delay_buffers(self, b):
         if b.vote_out is None:
             b.vote_grad = torch.empty_like(b.grad)
             b.vote_out = torch.zeros_like(b.flat)
+            b.next_vote_grad = torch.empty_like(b.grad)
+            b.next_vote_out = torch.zeros_like(b.flat)
             b.apply_work = torch.empty(b.numel, dtype=torch.float32, device=b.flat.device)
             if b.dtype != torch.float32:
                 b.apply_param32 = torch.empty(b.numel, dtype=torch.float32, device=b.flat.device)
 
     def _start_delayed_vote(self, b, hyper):
-        """Step t's vote of bucket b: the gradients copied (negated with maximize), then on the
-        background thread the library's step with lr = 1 and weight_decay = 0 into vote_out
+        """Step t's vote of bucket b, into the bucket's next_vote_* buffers (those of step t-1's
+        vote may still be in use): the gradients copied (negated with maximize), then on the
+        background thread the library's step with lr = 1 and weight_decay = 0 into next_vote_out
         holding zeros, which makes it 0 - 1 * (u + 0 * 0) = -u exactly, u the agreed update, while
         the momentum moves as in any step."""
         _, betas, _, maximize = hyper
@@ -1072,28 +1095,28 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
                 raise RuntimeError("signlion: a parameter's .data was replaced after the optimizer was made; "
                                    "copy into it in place (p.data.copy_(...)) instead")
         self._delay_buffers(b)
+        grads, out = b.next_vote_grad, b.next_vote_out
         if maximize:
-            torch.neg(b.grad, out=b.vote_grad)
+            torch.neg(b.grad, out=grads)
         else:
-            b.vote_grad.copy_(b.grad)
-        b.vote_out.zero_()
-        b.vote_pending = True
+            grads.copy_(b.grad)
+        out.zero_()
         self._state_cache = None
         timeline = self._timeline
+        step = timeline.step if timeline is not None else 0
         if timeline is not None:
             b.trace_launch = (timeline.step, _now_us(), _now_us())
-        self._executor.submit(self._run_delayed_vote, b, betas)
+        b.vote_work = self._executor.submit(self._run_delayed_vote, b, betas, grads, out, step)
 
-    def _run_delayed_vote(self, b, betas):
+    def _run_delayed_vote(self, b, betas, grads, out, step):
         if self._failure is not None:
             return
         try:
             timeline = self._timeline
             t = _now_us() if timeline is not None else 0
             b.lion.set_hyperparameters(1.0, betas, 0.0)
-            b.lion.step(b.vote_out.data_ptr(), b.vote_grad.data_ptr())
+            b.lion.step(out.data_ptr(), grads.data_ptr())
             if timeline is not None:
-                step = b.trace_launch[0] if b.trace_launch is not None else timeline.step
                 timeline.add("vote b%d (applied at step %d)" % (b.index, step + 1), t, _now_us(), step=step,
                              bucket=b.index)
                 timeline.add_library_phases(b.index, step, b.lion.phases())

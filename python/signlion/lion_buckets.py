@@ -96,10 +96,15 @@ class _Bucket:
         self.trace_ready = None
         self.trace_launch = None
         # delay=1 (DistributedLion._step_delayed): the gradients the vote in flight reads, where
-        # the library's step writes minus the agreed update (vote_out), fp32 work space for the
-        # apply, and whether vote_out holds a vote not applied yet. Made at the first such step.
+        # the library's step writes minus the agreed update (vote_out), the same two for the
+        # next step's vote (started before this one is applied), the Work of the vote in flight
+        # (None for one loaded from a state), fp32 work space for the apply, and whether
+        # vote_out holds a vote not applied yet. Made at the first such step.
         self.vote_grad = None
         self.vote_out = None
+        self.next_vote_grad = None
+        self.next_vote_out = None
+        self.vote_work = None
         self.apply_work = None
         self.apply_param32 = None
         self.vote_pending = False

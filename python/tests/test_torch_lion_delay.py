@@ -184,6 +184,30 @@ class Delay(unittest.TestCase):
         self.assertRaises(RuntimeError, opt_a.step)
         opt_b.close()
 
+    def test_next_vote_starts_before_the_apply(self):
+        """step() queues step t's vote behind step t-1's before it waits for and applies step
+        t-1's, so the link never idles while a step applies; with the parameters still equal to
+        those of the same steps taken with the wait before the start (checked against the
+        NumPy reference by the tests above)."""
+        from signlion.torch import DistributedLion
+        model = make_model()
+        opt = DistributedLion(model, lr=LR, weight_decay=WD, aggregation="local", delay=1)
+        events = []
+        submit, apply = opt._executor.submit, opt._apply_delayed
+        opt._executor.submit = lambda *a: (events.append("start"), submit(*a))[1]
+        opt._apply_delayed = lambda *a: (events.append("apply"), apply(*a))[1]
+        for step in range(3):
+            for p, g in zip(model, grads_of(0, step, [p.shape for p in model])):
+                p.grad = g.to(p.dtype)
+            events.append("step")
+            opt.step()
+        buckets = len(opt._buckets)
+        opt.close()
+        self.assertGreater(buckets, 1)
+        want = (["step"] + ["start"] * buckets
+                + (["step"] + ["start"] * buckets + ["apply"] * buckets) * 2)
+        self.assertEqual(events, want)
+
     def test_exit_with_calls_in_flight(self):
         python_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
         script = """
