@@ -42,6 +42,12 @@ namespace sock {
 constexpr uint32_t kMrMagic = 0x534c4d52;      // "SLMR"
 constexpr int kPollMs = 50;                    // helper wake-up period, bounds close latency
 constexpr size_t kCallerOnlyMax = 512 * 1024;  // payloads up to this are moved by the caller (enqueueStreams)
+// How long a helper leaves such a payload to the caller after the caller's
+// last visit to the streams (test() on any request of the comm): a caller
+// that waits on another comm (posts a send, then blocks on the reply's
+// receive) would otherwise leave the rest of the send to an idle helper's
+// next kPollMs check.
+constexpr int64_t kCallerGraceUs = 500;
 constexpr size_t kMaxPendingAccepts = 256;
 constexpr size_t kStageBytes = 64 * 1024;  // recv comm staging buffer for the control stream
 constexpr size_t kDirectRead = 4096;       // inline remainder read straight into the user buffer
@@ -109,6 +115,7 @@ struct StreamTask {
   size_t off;    // progress inside chunk nextChunk
   size_t share;  // bytes of the message this task carries
   Request* req;
+  bool urgent;   // of a payload above kCallerOnlyMax: helpers move it at once
 };
 
 // What a recv comm keeps about a message whose header it read (TagMatcher's Msg).
@@ -172,6 +179,8 @@ struct Comm : CommHeader {
   bool aborted = false;                    // socketAbortComm cut the streams: close says no bye
   std::atomic<int64_t> dataProgressMs{0};  // last time any thread moved data-stream bytes
   std::atomic<int> queuedTasks{0};         // sum of the streams' `queued`: test() skips them all at 0
+  std::atomic<int> urgentTasks{0};         // the queued tasks with `urgent` set
+  std::atomic<int64_t> callerVisitUs{0};   // the caller's last visit to streams with queued tasks
   std::mutex mrMutex;
   std::unordered_set<MemRegion*> mrs;
   // Since when the control stream waits mid-message (-1: it does not); see ctrlStalled.

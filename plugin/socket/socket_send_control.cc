@@ -145,6 +145,7 @@ void discardSends(SendComm* c) {
     while (!st.tasks.empty()) {
       StreamTask& t = st.tasks.front();
       t.req->pending.fetch_sub(t.share, std::memory_order_acq_rel);
+      if (t.urgent) c->urgentTasks.fetch_sub(1, std::memory_order_release);
       st.tasks.pop_front();
       st.queued.fetch_sub(1, std::memory_order_release);
       c->queuedTasks.fetch_sub(1, std::memory_order_release);

@@ -87,6 +87,7 @@ bool progressStream(Comm* c, Stream* st, bool byHelper) {
     size_t bytes = t->share;
     {
       std::lock_guard<std::mutex> q(st->qMu);
+      if (t->urgent) c->urgentTasks.fetch_sub(1, std::memory_order_release);
       st->tasks.pop_front();
       st->queued.fetch_sub(1, std::memory_order_release);
       c->queuedTasks.fetch_sub(1, std::memory_order_release);
@@ -103,6 +104,7 @@ bool progressStream(Comm* c, Stream* st, bool byHelper) {
 
 void callerProgressStreams(Comm* c) {
   if (c->queuedTasks.load(std::memory_order_acquire) == 0) return;  // small messages: no stream to visit
+  c->callerVisitUs.store(nowUs(), std::memory_order_relaxed);
   for (Stream& st : c->streams)
     if (st.queued.load(std::memory_order_acquire) > 0) progressStream(c, &st, false);
 }
@@ -140,6 +142,20 @@ void helperLoop(Comm* c, Helper* h) {
       }
       if (h->stop) return;
     }
+    // Payloads up to kCallerOnlyMax are the caller's while it keeps visiting
+    // the streams; a helper takes over kCallerGraceUs after its last visit,
+    // or once no byte moved for SIGNLION_SOCKET_TIMEOUT (then its poll below
+    // finds the stall, which a caller that only tests would never report).
+    if (c->urgentTasks.load(std::memory_order_acquire) == 0 &&
+        nowMs() - c->dataProgressMs.load(std::memory_order_relaxed) <= socketTimeoutMs()) {
+      int64_t idleUs = nowUs() - c->callerVisitUs.load(std::memory_order_relaxed);
+      if (idleUs < kCallerGraceUs) {
+        std::unique_lock<std::mutex> lk(h->mu);
+        h->cv.wait_for(lk, std::chrono::microseconds(kCallerGraceUs - idleUs),
+                       [&] { return h->stop || c->urgentTasks.load(std::memory_order_acquire) > 0; });
+        continue;
+      }
+    }
     pfds.clear();
     which.clear();
     for (int s : h->streams) {
@@ -175,6 +191,7 @@ void helperLoop(Comm* c, Helper* h) {
 void enqueueStreams(Comm* c, uint64_t seq, char* buf, size_t size, Request* req) {
   size_t nchunks = (size + c->chunkSize - 1) / c->chunkSize;
   if (nchunks == 0) return;
+  const bool urgent = size > kCallerOnlyMax;
   size_t n = (size_t)c->nsocks;
   size_t start = seq % n;
   for (size_t s = 0; s < n; s++) {
@@ -184,23 +201,25 @@ void enqueueStreams(Comm* c, uint64_t seq, char* buf, size_t size, Request* req)
     for (size_t k = first; k < nchunks; k += n) share += std::min(c->chunkSize, size - k * c->chunkSize);
     Stream& st = c->streams[s];
     std::lock_guard<std::mutex> q(st.qMu);
-    bool queued = st.tasks.push_back({buf, size, c->chunkSize, first, n, 0, share, req});
+    bool queued = st.tasks.push_back({buf, size, c->chunkSize, first, n, 0, share, req, urgent});
     if (!queued) {  // cannot happen: the request table bounds the tasks
       setError(c, ncclInternalError, "stream task queue overflow");
       return;
     }
+    if (urgent) c->urgentTasks.fetch_add(1, std::memory_order_release);
     st.queued.fetch_add(1, std::memory_order_release);
     c->queuedTasks.fetch_add(1, std::memory_order_release);
   }
   callerProgressStreams(c);
   // A medium message is left to the caller, whose test() calls (and
-  // commWait, which polls the streams with queued tasks) finish it: waking a
-  // helper for what the sockets did not take at once cost a thread hand-off
-  // per message and helpers racing the caller for two cores, 256 KiB
-  // ping-pong 1.45x the plain socket instead of 1.1-1.2x (docs/
-  // PERFORMANCE.md, "Why medium messages cost what they cost"). A caller that stops calling
-  // still gets it done: an idle helper checks its streams every kPollMs.
-  if (size > kCallerOnlyMax) wakeHelpers(c);
+  // commWait, which polls the streams with queued tasks) finish it: a helper
+  // moving it at once cost a thread hand-off per message and helpers racing
+  // the caller for two cores, 256 KiB ping-pong 1.45x the plain socket
+  // instead of 1.1-1.2x. The helpers are still told: one takes over
+  // kCallerGraceUs after the caller's last visit, so a caller that waits
+  // elsewhere (on the reply's receive, say) costs that much, not an idle
+  // helper's kPollMs (a 256 KiB ping-pong took 24 ms instead of 1.1 ms).
+  if (urgent || c->queuedTasks.load(std::memory_order_acquire) > 0) wakeHelpers(c);
 }
 
 ncclResult_t startHelpers(Comm* c, int nthreads) {
