@@ -47,7 +47,7 @@ constexpr size_t kCallerOnlyMax = 512 * 1024;  // payloads up to this are moved 
 // that waits on another comm (posts a send, then blocks on the reply's
 // receive) would otherwise leave the rest of the send to an idle helper's
 // next kPollMs check.
-constexpr int64_t kCallerGraceUs = 500;
+constexpr int64_t kCallerGraceUs = 100;
 constexpr size_t kMaxPendingAccepts = 256;
 constexpr size_t kStageBytes = 64 * 1024;  // recv comm staging buffer for the control stream
 constexpr size_t kDirectRead = 4096;       // inline remainder read straight into the user buffer
