@@ -48,6 +48,10 @@ constexpr size_t kCallerOnlyMax = 512 * 1024;  // payloads up to this are moved 
 // receive) would otherwise leave the rest of the send to an idle helper's
 // next kPollMs check.
 constexpr int64_t kCallerGraceUs = 100;
+// While the caller keeps visiting, the helper's checks back off from
+// kCallerGraceUs to this, so a caller testing in a tight loop through a long
+// medium transfer costs about a thousand helper wake-ups a second, not ten.
+constexpr int64_t kCallerGraceMaxUs = 1000;
 constexpr size_t kMaxPendingAccepts = 256;
 constexpr size_t kStageBytes = 64 * 1024;  // recv comm staging buffer for the control stream
 constexpr size_t kDirectRead = 4096;       // inline remainder read straight into the user buffer

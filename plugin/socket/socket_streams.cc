@@ -126,6 +126,7 @@ void helperLoop(Comm* c, Helper* h) {
   std::vector<pollfd> pfds;
   std::vector<int> which;
   int64_t lastProgress = nowMs();
+  int64_t backoffUs = 0;  // the next wait of a helper leaving its streams to the caller
   auto busy = [&] {
     if (c->error.load(std::memory_order_relaxed) != ncclSuccess || c->peerClosed.load(std::memory_order_relaxed))
       return false;
@@ -141,6 +142,10 @@ void helperLoop(Comm* c, Helper* h) {
         lastProgress = nowMs();  // idle time is not a stall
       }
       if (h->stop) return;
+      if (!busy()) {
+        backoffUs = 0;
+        continue;
+      }
     }
     // Payloads up to kCallerOnlyMax are the caller's while it keeps visiting
     // the streams; a helper takes over kCallerGraceUs after its last visit,
@@ -151,11 +156,13 @@ void helperLoop(Comm* c, Helper* h) {
       int64_t idleUs = nowUs() - c->callerVisitUs.load(std::memory_order_relaxed);
       if (idleUs < kCallerGraceUs) {
         std::unique_lock<std::mutex> lk(h->mu);
-        h->cv.wait_for(lk, std::chrono::microseconds(kCallerGraceUs - idleUs),
+        h->cv.wait_for(lk, std::chrono::microseconds(std::max(kCallerGraceUs - idleUs, backoffUs)),
                        [&] { return h->stop || c->urgentTasks.load(std::memory_order_acquire) > 0; });
+        backoffUs = std::min(std::max(2 * backoffUs, kCallerGraceUs), kCallerGraceMaxUs);
         continue;
       }
     }
+    backoffUs = 0;
     pfds.clear();
     which.clear();
     for (int s : h->streams) {
