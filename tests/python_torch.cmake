@@ -73,7 +73,8 @@ signlion_python_tests(train_baselines test_train_baselines.py TrainBaselines
 # cleanly. Again with the library's step pipelined in chunks of 16 elements (the vote's collective on its own thread).
 signlion_python_tests(delay test_torch_lion_delay.py Delay
                       matches_delayed_reference_world2 matches_delayed_reference_world3 resume_exact_world2
-                      arguments_checked maximize_and_close exit_with_calls_in_flight next_vote_starts_before_the_apply)
+                      arguments_checked maximize_and_close exit_with_calls_in_flight next_vote_starts_before_the_apply
+                      submit_after_the_exit_hook_runs_inline)
 signlion_python_tests(delay-pipelined test_torch_lion_delay.py Delay
                       matches_delayed_reference_world3 resume_exact_world2
                       ENVIRONMENT SIGNLION_LIBRARY=$<TARGET_FILE:nccl-sign> SIGNLION_SOCKET_IFNAME=lo

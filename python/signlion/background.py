@@ -19,11 +19,14 @@ import weakref
 
 _workers_lock = threading.Lock()
 _workers = {}  # worker thread -> its queue, while the thread runs
+_exiting = False  # set by the exit hook: later calls run on the calling thread
 
 
 @atexit.register
 def _join_workers_at_exit():
+    global _exiting
     with _workers_lock:
+        _exiting = True
         workers = list(_workers.items())
     for thread, calls in workers:
         calls.put(None)
@@ -131,8 +134,15 @@ class SerialExecutor:
         self._submit_lock = threading.Lock()
 
     def submit(self, fn, *args):
-        """Queues fn(*args) and returns its Work."""
+        """Queues fn(*args) and returns its Work. Once the interpreter's exit hooks
+        have stopped the workers, fn runs at once on the calling thread."""
         work = Work()
+        if _exiting:
+            try:
+                work._finish(fn(*args), None)
+            except BaseException as e:  # handed to whoever waits for the work
+                work._finish(None, e)
+            return work
         with self._submit_lock:
             if self._thread is None:
                 # The thread holds only the queue, so that an executor nobody references is

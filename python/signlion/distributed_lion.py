@@ -1104,8 +1104,6 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         self._state_cache = None
         timeline = self._timeline
         step = timeline.step if timeline is not None else 0
-        if timeline is not None:
-            b.trace_launch = (timeline.step, _now_us(), _now_us())
         b.vote_work = self._executor.submit(self._run_delayed_vote, b, betas, grads, out, step)
 
     def _run_delayed_vote(self, b, betas, grads, out, step):

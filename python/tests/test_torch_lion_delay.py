@@ -208,6 +208,30 @@ class Delay(unittest.TestCase):
                 + (["step"] + ["start"] * buckets + ["apply"] * buckets) * 2)
         self.assertEqual(events, want)
 
+    def test_submit_after_the_exit_hook_runs_inline(self):
+        """An exit handler that runs after signlion's (registered before signlion was imported)
+        and submits a call gets it run on its own thread: it was queued for a worker already
+        stopped, and its wait() never returned."""
+        python_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+        script = """
+import atexit, sys
+executor, got = [], []
+def late():
+    executor[0].submit(got.append, 42).wait()  # its worker was stopped by signlion's hook
+    print("late call:", got, flush=True)
+atexit.register(late)  # before the import: runs after signlion's exit hook
+sys.path.insert(0, %r)
+from signlion.background import SerialExecutor
+executor.append(SerialExecutor("early"))
+executor[0].submit(lambda: None).wait()
+""" % python_dir
+        try:
+            run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            self.fail("the late call never ran: the process hung at exit")
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertIn("late call: [42]", run.stdout)
+
     def test_exit_with_calls_in_flight(self):
         python_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
         script = """
