@@ -86,8 +86,10 @@ def ethernet(path):
                 choice(head, n, rate, size, build, tie + via, forced, rows, runs)
         if "onebit" in g:  # DeepSpeed's 1-bit pattern over the same links
             for name in sorted(k for k in g if k.startswith("sign-") and "+" not in k):
-                print("onebit %s: %s %.1f ms, onebit %.1f ms: %.2fx faster"
-                      % (head, name, g[name][0], g["onebit"][0], g["onebit"][0] / g[name][0]))
+                ratio = g["onebit"][0] / g[name][0]
+                print("onebit %s: %s %.1f ms, onebit %.1f ms: %.2fx %s"
+                      % (head, name, g[name][0], g["onebit"][0], ratio if ratio >= 1 else 1 / ratio,
+                         "faster" if ratio >= 1 else "slower"))
         for name in sorted(g):
             if name.endswith("+ucx") and name[:-4] in g:
                 print("ucx %s: %s %.1f ms over UCX, %.1f ms over sockets: UCX %.2fx the socket time"

@@ -149,8 +149,7 @@ for algo in ("ring", "hd", "allgather", "fieldsum", "direct", "tree"):
     check("-A %s" % algo, BASE + ["-A", algo], lambda t, algo=algo: expect("algorithm " + algo in t["text"], algo))
 check("-A HD (any case)", BASE + ["-A", "HD"], lambda t: expect("algorithm hd" in t["text"], t["text"][:400]))
 check("-A with -o sum (noted)", BASE + ["-A", "ring", "-o", "sum"], note_about("-A"))
-# --tie-rule: the header names it, the check follows it (a wrong element exits non-zero), and at
-# an even N a tie rule makes the decided result one bit (fewer wire bits than exact ties).
+# --tie-rule: the header names it, and the check follows it (a wrong element exits non-zero).
 for rule in ("zero", "positive", "negative"):
     check("--tie-rule %s" % rule, BASE + ["-t", "4", "-A", "direct", "-c", "2", "--tie-rule", rule],
           lambda t, rule=rule: expect("tie rule " + rule in t["text"] and all(r["#wrong"] == 0 for r in t["rows"]),
