@@ -370,15 +370,11 @@ int parseOptions(int argc, char** argv, Options* o) {
       case 1004:
         o->netPlugin = optarg;
         break;
-      case 1005: {
-        const std::string rule = optarg;
-        if (rule == "zero") {
-          o->tieRule = ncclSignTieZero;
-        } else if (rule == "positive") {
-          o->tieRule = ncclSignTiePositive;
-        } else if (rule == "negative") {
-          o->tieRule = ncclSignTieNegative;
-        } else {
+      case 1005: {  // the names the call check prints (tieRuleName)
+        o->tieRule = -1;
+        for (int t = 0; t < ncclSignNumTieRules; t++)
+          if (strcmp(optarg, signlion::tieRuleName(t)) == 0) o->tieRule = t;
+        if (o->tieRule < 0) {
           fprintf(stderr, "--tie-rule %s: not one of zero, positive, negative\n", optarg);
           return 2;
         }

@@ -70,7 +70,7 @@ def ethernet(path):
                   % (head, name, ms, reps, wire_ms, ms / wire_ms))
         # A family: one transport (a "+ucx" suffix, ethernet_bench.sh TRANSPORTS) and one tie rule
         # ("-tie": another contract, so never compared with exact ties as a choice of algorithm).
-        for tie, via in (("", ""), ("", "+ucx"), ("-tie", ""), ("-tie", "+ucx")):
+        for tie, via in sorted({family(k) for k in g if k.startswith("sign-")}):
             auto_name = "sign-auto" + tie + via
             if auto_name not in g:
                 continue
