@@ -60,10 +60,14 @@ job() {  # LABEL ENV... : one 4-rank run of sign_allreduce_perf; rank 0's log in
 }
 
 # The choices a job's log shows, one per line: each size's algorithm, the chunk, the streams.
+# Streams are read from the connections made after the rate was learned: the
+# defaults' job first connects the probe that measures the link (one stream,
+# the rate still unknown), the variables' job has no probe.
 choices() {
   grep -o 'count [0-9]*: chose [a-z_-]*' "$1" | sort -u
   grep -o 'host chunk [0-9]* bytes' "$1" | sort -u
-  grep -o 'connected to [^,]*, [0-9]* streams' "$1" | sed 's/connected to [^,]*, //' | sort -u
+  sed -n '/ncclSignCommInitRank: link rate/,$p' "$1" | grep -o 'connected to [^,]*, [0-9]* streams' |
+    sed 's/connected to [^,]*, //' | sort -u
 }
 
 fails=0
