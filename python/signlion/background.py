@@ -10,15 +10,24 @@ The worker threads are daemons, so that a forgotten executor never keeps a proce
 an interpreter that finalizes while one of them is inside a torch or library call ends it by
 unwinding through C++ frames, which aborts the process ("terminate called without an active
 exception"). So at exit every worker still running finishes what is queued and is joined first
-(a collective blocked on a peer ends within its communicator's timeout).
+(a collective blocked on a peer ends within its communicator's timeout). The join is bounded:
+each executor's exit_timeout (its owner's communicator timeout and a margin, by default
+DEFAULT_EXIT_TIMEOUT_S); a worker still inside a call past it is named on stderr and left
+behind, so that a call that never returns cannot hold the process at exit.
 """
 import atexit
 import queue
+import sys
 import threading
+import time
 import weakref
 
+# How long the exit hook waits for a worker whose owner gave no bound: PyTorch's default
+# process-group timeout, the longest a collective of a default job blocks.
+DEFAULT_EXIT_TIMEOUT_S = 1800.0
+
 _workers_lock = threading.Lock()
-_workers = {}  # worker thread -> its queue, while the thread runs
+_workers = {}  # worker thread -> (its queue, seconds the exit hook waits for it), while it runs
 _exiting = False  # set by the exit hook: later calls run on the calling thread
 
 
@@ -28,10 +37,23 @@ def _join_workers_at_exit():
     with _workers_lock:
         _exiting = True
         workers = list(_workers.items())
-    for thread, calls in workers:
+    for thread, (calls, _) in workers:
         calls.put(None)
-    for thread, _ in workers:
-        thread.join()
+    start = time.monotonic()  # the workers finish side by side: each bound counts from here
+    for thread, (_, bound) in workers:
+        thread.join(max(0.0, bound - (time.monotonic() - start)))
+        if thread.is_alive():
+            sys.stderr.write("signlion: at exit, background thread %r was still inside a call after %.0f s (its "
+                             "exit_timeout): the interpreter exits without waiting for it\n" % (thread.name, bound))
+            sys.stderr.flush()
+
+
+def exit_timeout(comm):
+    """The exit bound for an executor whose calls are collectives of comm (an object with
+    timeout_ms, or None: the default): two of its timeouts (a call blocked on a dead peer fails
+    within one, and the communicator then fails the calls queued behind at once) and 10 s."""
+    timeout_ms = getattr(comm, "timeout_ms", None)
+    return None if not timeout_ms else 2.0 * timeout_ms / 1000.0 + 10.0
 
 
 class Work:
@@ -124,10 +146,16 @@ def _serve_until_stopped(calls):
 
 class SerialExecutor:
     """One daemon thread that runs submitted calls one after another, in submission order.
-    Started at the first submit; stopped by close() or when the executor is garbage."""
+    Started at the first submit; stopped by close() or when the executor is garbage.
+    exit_timeout: seconds the interpreter's exit waits for the thread to finish what is queued
+    (None: DEFAULT_EXIT_TIMEOUT_S); an owner whose calls are collectives passes its
+    communicator's timeout and a margin."""
 
-    def __init__(self, name):
+    def __init__(self, name, exit_timeout=None):
+        if exit_timeout is not None and not exit_timeout >= 0:
+            raise ValueError("signlion: exit_timeout must be a number of seconds >= 0, not %r" % (exit_timeout,))
         self._name = name
+        self._exit_timeout = DEFAULT_EXIT_TIMEOUT_S if exit_timeout is None else float(exit_timeout)
         self._calls = queue.SimpleQueue()
         self._thread = None
         self._last = None
@@ -149,7 +177,7 @@ class SerialExecutor:
                 # collected and its finalizer stops the thread.
                 self._thread = threading.Thread(target=_serve, args=(self._calls,), name=self._name, daemon=True)
                 with _workers_lock:
-                    _workers[self._thread] = self._calls
+                    _workers[self._thread] = (self._calls, self._exit_timeout)
                 self._thread.start()
                 weakref.finalize(self, self._calls.put, None)
             self._calls.put((fn, args, work))

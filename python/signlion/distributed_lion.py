@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from . import capi
 from .background import SerialExecutor as _SerialExecutor
+from .background import exit_timeout as _exit_timeout
 from .lion_buckets import _DTYPES, _Bucket, _group_buckets
 from .lion_hyperparameters import _HYPERPARAMETERS, _check_group
 from .lion_state import LionStateDict
@@ -296,7 +297,7 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
             if self.device.type == "cuda":
                 self._side_stream = torch.cuda.Stream(self.device)
             else:
-                self._executor = _SerialExecutor("signlion-lion-steps")
+                self._executor = _SerialExecutor("signlion-lion-steps", exit_timeout=_exit_timeout(self._comm))
         self._add_buckets(range(len(self.param_groups)))
         self._ready = True
 

@@ -14,7 +14,7 @@ import threading
 
 import torch.distributed as dist
 
-from .background import SerialExecutor
+from .background import SerialExecutor, exit_timeout
 from .process_groups import _store_of, host_comm_from_process_group
 
 _host_comms = {}  # id(group) -> _Slot
@@ -34,7 +34,7 @@ class _HostEntry:
     def __init__(self, group, comm):
         self.group = group  # held, so that the id in the key is not reused while cached
         self.comm = comm
-        self.executor = SerialExecutor("signlion-sign-all-reduce")
+        self.executor = SerialExecutor("signlion-sign-all-reduce", exit_timeout=exit_timeout(comm))
 
     def close(self):
         self.executor.close()

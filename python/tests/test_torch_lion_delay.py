@@ -19,6 +19,7 @@ import io
 import os
 import subprocess
 import sys
+import time
 import unittest
 
 try:
@@ -262,6 +263,33 @@ time.sleep(0.05)
                              % (attempt, run.returncode, run.stderr[-2000:]))
             self.assertIn("background call finished", run.stdout)
             self.assertNotIn("terminate called", run.stderr)
+
+    def test_exit_is_bounded_by_the_communicators_timeout(self):
+        """A call on the optimizer's thread that never returns holds the exit for two of the
+        communicator's timeouts and 10 s, then the process exits naming the thread (it waited
+        for the call forever before)."""
+        python_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+        script = """
+import os, sys, tempfile, time
+sys.path.insert(0, %r)
+import torch, torch.distributed as dist
+from signlion.torch import DistributedLion
+store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+opt = DistributedLion([torch.nn.Parameter(torch.randn(64))], timeout=1, overlap=True)
+opt._executor.submit(time.sleep, 600)  # a call that does not return before the test gives up
+print("submitted", flush=True)
+""" % python_dir
+        start = time.monotonic()
+        try:
+            run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90)
+        except subprocess.TimeoutExpired:
+            self.fail("the process waited for the stuck call at exit past its bound")
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertIn("submitted", run.stdout)
+        self.assertIn("signlion-lion-steps", run.stderr)
+        self.assertIn("exits without waiting", run.stderr)
+        self.assertGreaterEqual(time.monotonic() - start, 12.0)  # it did wait for its bound first
 
 
 if __name__ == "__main__":
