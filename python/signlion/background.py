@@ -16,6 +16,8 @@ DEFAULT_EXIT_TIMEOUT_S); a worker still inside a call past it is named on stderr
 behind, so that a call that never returns cannot hold the process at exit.
 """
 import atexit
+import math
+import numbers
 import queue
 import sys
 import threading
@@ -43,8 +45,11 @@ def _join_workers_at_exit():
     for thread, (_, bound) in workers:
         thread.join(max(0.0, bound - (time.monotonic() - start)))
         if thread.is_alive():
-            sys.stderr.write("signlion: at exit, background thread %r was still inside a call after %.0f s (its "
-                             "exit_timeout): the interpreter exits without waiting for it\n" % (thread.name, bound))
+            # Not aborted from here: an abort frees the communicator the call may be inside.
+            sys.stderr.write("signlion: at exit, background thread %r was still inside a call after %g s (its "
+                             "exit_timeout): the interpreter exits without waiting for it (should the call "
+                             "return while the interpreter finalizes, the process may abort)\n"
+                             % (thread.name, bound))
             sys.stderr.flush()
 
 
@@ -152,10 +157,13 @@ class SerialExecutor:
     communicator's timeout and a margin."""
 
     def __init__(self, name, exit_timeout=None):
-        if exit_timeout is not None and not exit_timeout >= 0:
-            raise ValueError("signlion: exit_timeout must be a number of seconds >= 0, not %r" % (exit_timeout,))
+        if exit_timeout is not None and (isinstance(exit_timeout, bool) or not isinstance(exit_timeout, numbers.Real)
+                                         or not math.isfinite(exit_timeout) or exit_timeout < 0):
+            raise ValueError("signlion: exit_timeout must be a finite number of seconds >= 0 or None, not %r"
+                             % (exit_timeout,))
         self._name = name
-        self._exit_timeout = DEFAULT_EXIT_TIMEOUT_S if exit_timeout is None else float(exit_timeout)
+        bound = DEFAULT_EXIT_TIMEOUT_S if exit_timeout is None else float(exit_timeout)
+        self._exit_timeout = min(bound, threading.TIMEOUT_MAX)  # what Thread.join takes
         self._calls = queue.SimpleQueue()
         self._thread = None
         self._last = None
@@ -165,23 +173,28 @@ class SerialExecutor:
         """Queues fn(*args) and returns its Work. Once the interpreter's exit hooks
         have stopped the workers, fn runs at once on the calling thread."""
         work = Work()
-        if _exiting:
+        with self._submit_lock:
+            # Decided under the workers' lock: a call queued here is ahead of the exit hook's
+            # stop (the hook sets _exiting under it, then stops the workers it saw), and a
+            # worker started here is one the hook sees.
+            with _workers_lock:
+                queued = not _exiting
+                if queued:
+                    if self._thread is None:
+                        # The thread holds only the queue, so that an executor nobody references is
+                        # collected and its finalizer stops the thread.
+                        self._thread = threading.Thread(target=_serve, args=(self._calls,), name=self._name,
+                                                        daemon=True)
+                        _workers[self._thread] = (self._calls, self._exit_timeout)
+                        self._thread.start()
+                        weakref.finalize(self, self._calls.put, None)
+                    self._calls.put((fn, args, work))
+                    self._last = work
+        if not queued:
             try:
                 work._finish(fn(*args), None)
             except BaseException as e:  # handed to whoever waits for the work
                 work._finish(None, e)
-            return work
-        with self._submit_lock:
-            if self._thread is None:
-                # The thread holds only the queue, so that an executor nobody references is
-                # collected and its finalizer stops the thread.
-                self._thread = threading.Thread(target=_serve, args=(self._calls,), name=self._name, daemon=True)
-                with _workers_lock:
-                    _workers[self._thread] = (self._calls, self._exit_timeout)
-                self._thread.start()
-                weakref.finalize(self, self._calls.put, None)
-            self._calls.put((fn, args, work))
-            self._last = work
         return work
 
     def drain(self):

@@ -19,6 +19,7 @@ import io
 import os
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -287,9 +288,17 @@ print("submitted", flush=True)
             self.fail("the process waited for the stuck call at exit past its bound")
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
         self.assertIn("submitted", run.stdout)
-        self.assertIn("signlion-lion-steps", run.stderr)
+        self.assertIn("thread 'signlion-lion-steps' was still inside a call after 12 s", run.stderr)
         self.assertIn("exits without waiting", run.stderr)
         self.assertGreaterEqual(time.monotonic() - start, 12.0)  # it did wait for its bound first
+
+    def test_exit_timeout_checked(self):
+        from signlion.background import SerialExecutor
+        for bad in (float("inf"), float("nan"), -1, True, "1", [1]):
+            with self.assertRaisesRegex(ValueError, "exit_timeout"):
+                SerialExecutor("x", exit_timeout=bad)
+        self.assertEqual(SerialExecutor("x", exit_timeout=2)._exit_timeout, 2.0)
+        self.assertEqual(SerialExecutor("x", exit_timeout=1e300)._exit_timeout, threading.TIMEOUT_MAX)
 
 
 if __name__ == "__main__":

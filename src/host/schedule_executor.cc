@@ -166,7 +166,8 @@ bool ScheduleExecutor::aheadMatches(const Segments* seg) const {
 void ScheduleExecutor::beginAhead() {
   aheadUsable_ = false;
   ahead_.valid = false;
-  // Only for a schedule that packs into its counter lazily (all but allgather):
+  // Only for a schedule that packs into its counter lazily (ring, hd, hier,
+  // direct, tree; not allgather's votes or field-sum's fields):
   // the next segment's is then the same kind, and copies what is packed.
   if (signlionParamHostPackAhead() == 0 || segs_.nextSend == nullptr || lazyPack_ == nullptr ||
       lazyPack_->dst != Buffer::kCounter)
