@@ -210,6 +210,16 @@ class Delay(unittest.TestCase):
                 + (["step"] + ["start"] * buckets + ["apply"] * buckets) * 2)
         self.assertEqual(events, want)
 
+    def _run_to_exit(self, script, timeout_s, hang_message):
+        """Runs script in a fresh interpreter; fails with hang_message if it has not exited
+        within timeout_s, or if it exited with a non-zero status."""
+        try:
+            run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.fail(hang_message)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        return run
+
     def test_submit_after_the_exit_hook_runs_inline(self):
         """An exit handler that runs after signlion's (registered before signlion was imported)
         and submits a call gets it run on its own thread: it was queued for a worker already
@@ -227,11 +237,7 @@ from signlion.background import SerialExecutor
 executor.append(SerialExecutor("early"))
 executor[0].submit(lambda: None).wait()
 """ % python_dir
-        try:
-            run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
-        except subprocess.TimeoutExpired:
-            self.fail("the late call never ran: the process hung at exit")
-        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        run = self._run_to_exit(script, 30, "the late call never ran: the process hung at exit")
         self.assertIn("late call: [42]", run.stdout)
 
     def test_exit_with_calls_in_flight(self):
@@ -282,11 +288,7 @@ opt._executor.submit(time.sleep, 600)  # a call that does not return before the 
 print("submitted", flush=True)
 """ % python_dir
         start = time.monotonic()
-        try:
-            run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90)
-        except subprocess.TimeoutExpired:
-            self.fail("the process waited for the stuck call at exit past its bound")
-        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        run = self._run_to_exit(script, 90, "the process waited for the stuck call at exit past its bound")
         self.assertIn("submitted", run.stdout)
         self.assertIn("thread 'signlion-lion-steps' was still inside a call after 12 s", run.stderr)
         self.assertIn("exits without waiting", run.stderr)
