@@ -13,8 +13,8 @@
 # Environment (defaults: the full sweep of docs/dev/SCALE.md, "The measured star: every contender"):
 #   RANKS="4 8" RATES="1gbit 10gbit" MINB=1M MAXB=256M FACTOR=4 ITERS=2 WARMUP=1
 #   CONTENDERS="sign-auto sign-ring sign-hd sign-allgather sign-direct fieldsum-4 fieldsum-8 onebit fp32-sum bf16-sum mpi-fp32"
-#     (also sign-tree: the double binary tree, and sign-auto-tie / sign-direct-tie: auto and
-#     direct with a tie rule (--tie-rule positive: every decided element one bit), not in the
+#     (also sign-tree: the double binary tree, and sign-auto-tie / sign-direct-tie / sign-hd-tie: auto,
+#     direct and halving-doubling with a tie rule (--tie-rule positive: every decided element one bit), not in the
 #     default sweep)
 #   RUN_TIMEOUT=600 (seconds per contender run)
 #   POINT_BYTES=<bytes, K/M/G>: each size runs on its own, every contender in
@@ -80,6 +80,7 @@ contender_args() {  # name nranks -> prints "ENV... -- ARGS..." or nothing when 
     sign-tree) echo "-- -o mavo -A tree ${b[*]}" ;;
     sign-auto-tie) echo "-- -o mavo -A auto --tie-rule positive ${b[*]}" ;;
     sign-direct-tie) (($2 <= 16)) && echo "-- -o mavo -A direct --tie-rule positive ${b[*]}" ;;
+    sign-hd-tie) echo "-- -o mavo -A hd --tie-rule positive ${b[*]}" ;;
     fieldsum-4) (($2 <= 15)) && echo "SIGNLION_FIELD_BITS=4 -- -o mavo -A fieldsum ${b[*]}" ;;
     fieldsum-8) echo "SIGNLION_FIELD_BITS=8 -- -o mavo -A fieldsum ${b[*]}" ;;
     # DeepSpeed's 1-bit compressed all-reduce of fp32 (1-bit Adam/LAMB), on
