@@ -228,8 +228,9 @@ if [[ -f $UCX_PLUGIN ]]; then
   t0=$SECONDS
   run ucx-closed SIGNLION_SOCKET_PORT_RANGE=$RANGE UCX_TCP_PORT_RANGE=$UCX_RANGE UCX_TCP_CONN_NB=y \
     SIGNLION_NET_PLUGIN="$UCX_PLUGIN" UCX_TLS=tcp UCX_NET_DEVICES="$STAR_IF" UCX_WARN_UNUSED_ENV_VARS=n
+  # A rank whose peers gave up first sees them close the connection it was making instead.
   expect_clear_failure ucx-closed "UCX transport, firewalls open $RANGE but not UCX_TCP_PORT_RANGE=$UCX_RANGE" \
-    "links to [0-9]+ peers not all up" $((SECONDS - t0))
+    "(links to [0-9]+ peers not all up|closed the connection before it confirmed the endpoint)" $((SECONDS - t0))
 fi
 
 [ "$failures" = 0 ] && echo "PASS" && exit 0
