@@ -3,18 +3,24 @@
 // N = 2, 3, 4 ranks as processes sharing the one device (perf/nccl_ranks.h:
 // each its own NCCL_HOSTID, NCCL's traffic over our net plugin on loopback),
 // over the matrix of counts, datatypes, ops, zero and tie rules, every
-// algorithm and auto, in and out of place, aligned and not; a CUDA graph of a
-// warm call replayed twice; ncclSignCommRelease, then the comm used again.
+// algorithm and auto, in and out of place, aligned and not; each call's
+// inputs differ from the previous call's (so scratch left by that call holds
+// other values than this one's) and bytes around the output must stay as they
+// were. A CUDA graph of a warm call replayed twice; ncclSignCommRelease, then
+// the comm used again.
 // The hierarchical algorithm over NCCL: 4 (and 5) processes on the one GPU,
 // each its own NCCL_HOSTID (so NCCL connects them as hosts), grouped into 2
 // nodes by config.hostId: host ids all-gathered, ncclCommSplit by node, the
 // same matrix forced hierarchical and auto, a captured replay, release.
 // The ranks report on stderr and through their exit codes (gtest does not
-// run in them). Without a device every test skips and says why.
+// run in them); a rank past kFailuresShown failures makes the rest of its
+// calls unchecked, so that its peers, blocked in NCCL otherwise, finish and
+// report too. Without a device every test skips and says why.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -63,6 +69,14 @@ void onRanks(int n, const std::function<int(int, int, ncclComm_t)>& body) {
   for (int r = 0; r < n; r++) EXPECT_EQ(codes[r], 0) << "rank " << r << " (its stderr says why)";
 }
 
+// Failures a rank prints and checks up to; past them it still makes every
+// call, unchecked, so that its peers are not left waiting in NCCL.
+constexpr int kFailuresShown = 20;
+// Bytes after every output (and the element before a misaligned one) that a
+// call must leave as they were, set to kCanary before each call.
+constexpr size_t kCanaryBytes = 64;
+constexpr uint8_t kCanary = 0xC3;
+
 // What one rank does, failures counted and printed.
 class Rank {
  public:
@@ -71,9 +85,12 @@ class Rank {
   }
   ~Rank() {
     for (void* p : bufs_) cudaFree(p);
+    for (cudaStream_t s : streams_) cudaStreamDestroy(s);
     if (stream_) cudaStreamDestroy(stream_);
   }
   int failures() const { return std::min(fails_, 100); }
+  // Whether results are still compared (see kFailuresShown).
+  bool checking() const { return fails_ <= kFailuresShown; }
   int rank() const { return rank_; }
   int nranks() const { return n_; }
   ncclComm_t comm() const { return comm_; }
@@ -86,39 +103,56 @@ class Rank {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "rank %d/%d: FAILED: %s\n", rank_, n_, msg);
     fails_++;
+    if (fails_ <= kFailuresShown) fprintf(stderr, "rank %d/%d: FAILED: %s\n", rank_, n_, msg);
+    if (fails_ == kFailuresShown + 1)
+      fprintf(stderr, "rank %d/%d: more than %d failures: the remaining calls run unchecked, so the peers finish\n",
+              rank_, n_, kFailuresShown);
     return false;
   }
 
+  // A device buffer of `bytes`, and kCanaryBytes more for the canary past
+  // the largest output it will hold.
   char* deviceBuffer(size_t bytes) {
     void* p = nullptr;
-    check(cudaMalloc(&p, bytes) == cudaSuccess, "cudaMalloc(%zu)", bytes);
+    check(cudaMalloc(&p, bytes + kCanaryBytes) == cudaSuccess, "cudaMalloc(%zu)", bytes + kCanaryBytes);
     bufs_.push_back(p);
     return static_cast<char*>(p);
   }
-
-  // Inputs in, garbage in and results out on the rank's own stream. The
-  // stream is non-blocking, so it is not ordered after the legacy default
-  // stream: a plain cudaMemset there may still be writing, and a small
-  // cudaMemcpy from pageable memory may return before its DMA is done, when
-  // the call on the stream starts reading.
-  bool upload(char* d_dst, const void* src, size_t bytes) {
-    return check(cudaMemcpyAsync(d_dst, src, bytes, cudaMemcpyHostToDevice, stream_) == cudaSuccess, "H2D");
+  // Another non-blocking stream of this rank's, destroyed with it.
+  cudaStream_t newStream() {
+    cudaStream_t s = nullptr;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreate");
+    streams_.push_back(s);
+    return s;
   }
-  bool fill(char* d_dst, int byte, size_t bytes) {
-    return check(cudaMemsetAsync(d_dst, byte, bytes, stream_) == cudaSuccess, "cudaMemsetAsync");
+
+  // Inputs in, garbage in and results out on a stream of the rank's (s, or
+  // its own stream when s is null). The streams are non-blocking, so they are
+  // not ordered after the legacy default stream: a plain cudaMemset there may
+  // still be writing, and a small cudaMemcpy from pageable memory may return
+  // before its DMA is done, when the call on the stream starts reading.
+  bool upload(char* d_dst, const void* src, size_t bytes, cudaStream_t s = nullptr) {
+    return check(cudaMemcpyAsync(d_dst, src, bytes, cudaMemcpyHostToDevice, on(s)) == cudaSuccess, "H2D");
+  }
+  bool fill(char* d_dst, int byte, size_t bytes, cudaStream_t s = nullptr) {
+    return check(cudaMemsetAsync(d_dst, byte, bytes, on(s)) == cudaSuccess, "cudaMemsetAsync");
   }
   // Holds the stream for 10 ms (a host function on it), so that what is
   // enqueued next runs late: a call that read its input or wrote its output
-  // without waiting for the stream would then fail every time, not by chance.
-  bool delay() {
+  // without waiting for the stream, or one on another stream that did not
+  // wait for it, would then fail every time, not by chance.
+  bool delay(cudaStream_t s = nullptr) {
     auto sleep10ms = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(10)); };
-    return check(cudaLaunchHostFunc(stream_, sleep10ms, nullptr) == cudaSuccess, "cudaLaunchHostFunc");
+    return check(cudaLaunchHostFunc(on(s), sleep10ms, nullptr) == cudaSuccess, "cudaLaunchHostFunc");
   }
   bool download(void* dst, const char* d_src, size_t bytes) {
     return check(cudaMemcpyAsync(dst, d_src, bytes, cudaMemcpyDeviceToHost, stream_) == cudaSuccess, "D2H") &&
            check(cudaStreamSynchronize(stream_) == cudaSuccess, "D2H: cudaStreamSynchronize");
+  }
+  bool sync(cudaStream_t s, const std::string& what) {
+    cudaError_t err = cudaStreamSynchronize(on(s));
+    return check(err == cudaSuccess, "%s: cudaStreamSynchronize: %s", what.c_str(), cudaGetErrorString(err));
   }
 
   // hostId: the node this rank acts as (NULL: as the environment says).
@@ -131,25 +165,50 @@ class Rank {
     return check(ncclSignCommSetConfig(comm_, &cfg) == ncclSuccess, "ncclSignCommSetConfig");
   }
 
-  // Puts input and garbage on the device (send at d_send, output at d_recv;
-  // in place: both d_recv), runs the call, compares with want. The input of
-  // an out-of-place call must come back untouched.
-  bool call(const Bytes& input, const Bytes& want, size_t count, ncclDataType_t dt, ncclSignOp_t op, char* d_send,
-            char* d_recv, bool inPlace, const std::string& what) {
-    const size_t bytes = count * bits::typeSize(dt);
-    char* send = inPlace ? d_recv : d_send;
-    if (bytes > 0) {
-      if (!upload(send, input.data(), bytes)) return false;
-      if (!inPlace && !fill(d_recv, 0xEE, bytes)) return false;
-    }
-    ncclResult_t res = ncclSignAllReduce(send, d_recv, count, dt, op, comm_, stream_);
+  // One call's buffers: its input at send (in place: at recv), its output at
+  // recv, `head` bytes before recv that belong to no call (a misaligned
+  // output's element before it).
+  struct Io {
+    char* send;
+    char* recv;
+    bool inPlace;
+    size_t head;
+  };
+  // Puts input, garbage in the output and the canaries on the device, on
+  // stream s.
+  bool stage(const Io& io, const Bytes& input, cudaStream_t s = nullptr) {
+    const size_t bytes = input.size();
+    char* send = io.inPlace ? io.recv : io.send;
+    if (bytes > 0 && !upload(send, input.data(), bytes, s)) return false;
+    if (!io.inPlace && bytes > 0 && !fill(io.recv, 0xEE, bytes, s)) return false;
+    if (io.head > 0 && !fill(io.recv - io.head, kCanary, io.head, s)) return false;
+    return fill(io.recv + bytes, kCanary, kCanaryBytes, s);
+  }
+  // The output against want, the input of an out-of-place call untouched,
+  // the canaries unchanged; the stream that ran the call already synchronized.
+  bool verify(const Io& io, const Bytes& input, const Bytes& want, size_t count, ncclDataType_t dt,
+              const std::string& what) {
+    if (!checking()) return false;
+    const Bytes canary(kCanaryBytes, kCanary);
+    const Bytes head(io.head, kCanary);
+    return compare(io.recv, want, count, dt, what) &&
+           (io.inPlace || compare(io.send, input, count, dt, what + " (input changed)")) &&
+           compareBytes(io.recv + want.size(), canary, what + ": the bytes after the output changed") &&
+           (io.head == 0 || compareBytes(io.recv - io.head, head, what + ": the bytes before the output changed"));
+  }
+
+  // Stages, runs the call on the rank's stream, waits, verifies.
+  bool call(const Bytes& input, const Bytes& want, size_t count, ncclDataType_t dt, ncclSignOp_t op, const Io& io,
+            const std::string& what) {
+    if (!stage(io, input)) return false;
+    ncclResult_t res = ncclSignAllReduce(io.inPlace ? io.recv : io.send, io.recv, count, dt, op, comm_, stream_);
     if (!check(res == ncclSuccess, "%s: ncclSignAllReduce returned %s", what.c_str(), ncclGetErrorString(res)))
       return false;
-    cudaError_t err = cudaStreamSynchronize(stream_);
-    if (!check(err == cudaSuccess, "%s: cudaStreamSynchronize: %s", what.c_str(), cudaGetErrorString(err)))
-      return false;
-    return compare(d_recv, want, count, dt, what) &&
-           (inPlace || compare(d_send, input, count, dt, what + " (input changed)"));
+    return sync(stream_, what) && verify(io, input, want, count, dt, what);
+  }
+  bool call(const Bytes& input, const Bytes& want, size_t count, ncclDataType_t dt, ncclSignOp_t op, char* d_send,
+            char* d_recv, bool inPlace, const std::string& what) {
+    return call(input, want, count, dt, op, Io{d_send, d_recv, inPlace, 0}, what);
   }
 
   bool compare(const char* d_buf, const Bytes& want, size_t count, ncclDataType_t dt, const std::string& what) {
@@ -159,11 +218,20 @@ class Rank {
     return check(bad == std::string::npos, "%s: first wrong element %zu of %zu", what.c_str(), bad / bits::typeSize(dt),
                  count);
   }
+  bool compareBytes(const char* d_buf, const Bytes& want, const std::string& what) {
+    Bytes got(want.size());
+    if (!got.empty() && !download(got.data(), d_buf, got.size())) return false;
+    size_t bad = test::firstMismatch(got, want);
+    return check(bad == std::string::npos, "%s (byte %zu of %zu)", what.c_str(), bad, want.size());
+  }
 
  private:
+  cudaStream_t on(cudaStream_t s) const { return s != nullptr ? s : stream_; }
+
   int rank_, n_;
   ncclComm_t comm_;
   cudaStream_t stream_ = nullptr;
+  std::vector<cudaStream_t> streams_;
   std::vector<void*> bufs_;
   int fails_ = 0;
 };
@@ -183,40 +251,66 @@ std::string describe(size_t count, ncclDataType_t dt, ncclSignOp_t op, ncclSignZ
   return buf;
 }
 
+// What a matrix runs over besides the algorithms and rules.
+struct MatrixShape {
+  std::vector<size_t> counts;
+  std::vector<ncclDataType_t> types;
+  size_t misaligned;  // the count run misaligned too (0: none)
+};
+
+const MatrixShape kFullMatrix{{0, 1, 63, 64, 65, 4097, 1000003},
+                              {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt8},
+                              4097};
+
+// Input sets per count and datatype. A call takes one that neither the
+// previous call nor the previous call of its algorithm (which laid out the
+// scratch as it does) took: the scratch then holds other counters and
+// results than this call's, and a read that overtook its write finds them.
+constexpr int kInputSets = 3;
+
 // The matrix over `algos`, every rank acting as node hostId(rank) (NULL: the
 // environment's). Every config carries the host id, so the first call on
 // the comm learns the nodes with it.
 int matrixOf(int rank, int n, ncclComm_t comm, const std::vector<ncclSignAlgo_t>& algos,
-             const char* (*hostId)(int rank, int n)) {
+             const char* (*hostId)(int rank, int n), const MatrixShape& shape = kFullMatrix) {
   Rank R(rank, n, comm);
   const char* host = hostId ? hostId(rank, n) : nullptr;
-  const size_t kCounts[] = {0, 1, 63, 64, 65, 4097, 1000003};
-  const ncclDataType_t kTypes[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt8};
-  const size_t maxBytes = 1000003 * 4 + 64;
+  const size_t maxCount = *std::max_element(shape.counts.begin(), shape.counts.end());
+  const size_t maxBytes = maxCount * 4 + 64;  // room for a misaligned output's offset
   char* d_send = R.deviceBuffer(maxBytes);
   char* d_recv = R.deviceBuffer(maxBytes);
-  for (size_t count : kCounts) {
-    for (ncclDataType_t dt : kTypes) {
+  int lastSet = -1;
+  std::vector<int> lastSetOf(ncclSignNumAlgos, -1);
+  for (size_t count : shape.counts) {
+    for (ncclDataType_t dt : shape.types) {
       const size_t esize = bits::typeSize(dt);
-      std::vector<Bytes> inputs = test::randomVoteInputs(n, count, dt, 1000u + (uint32_t)count * 7u + (uint32_t)dt);
+      std::vector<std::vector<Bytes>> inputs;
+      for (int k = 0; k < kInputSets; k++)
+        inputs.push_back(
+            test::randomVoteInputs(n, count, dt, 1000u + (uint32_t)count * 7u + (uint32_t)dt + 100003u * (uint32_t)k));
       for (ncclSignOp_t op : {ncclSignMajority, ncclSignAverage}) {
         if (op == ncclSignAverage && dt == ncclInt8) continue;
         for (int z = 0; z < ncclSignNumZeroRules; z++) {
           for (int t = 0; t < (op == ncclSignAverage ? 1 : (int)ncclSignNumTieRules); t++) {
             const auto zero = (ncclSignZeroRule_t)z;
             const auto tie = (ncclSignTieRule_t)t;
-            Bytes want = test::referenceOutput(inputs, count, dt, op, zero, tie);
+            std::vector<Bytes> want(kInputSets);  // made when first needed
             for (ncclSignAlgo_t algo : algos) {
-              if (!R.setConfig(algo, zero, tie, host)) return R.failures();
+              R.setConfig(algo, zero, tie, host);
               for (size_t offset : {size_t{0}, size_t{1}}) {
-                if (offset && count != 4097) continue;  // element pointers off every vector alignment
+                if (offset && count != shape.misaligned) continue;  // element pointers off every vector alignment
                 for (bool inPlace : {false, true}) {
+                  int set = 0;
+                  while (set == lastSet || set == lastSetOf[algo]) set++;
+                  lastSet = lastSetOf[algo] = set;
+                  if (want[set].empty() && count > 0)
+                    want[set] = test::referenceOutput(inputs[set], count, dt, op, zero, tie);
                   // The first rule pair of each algorithm: its copies wait behind a held stream.
-                  if (z == 0 && t == 0 && !R.delay()) return R.failures();
-                  R.call(inputs[rank], want, count, dt, op, d_send + offset * esize, d_recv + offset * esize, inPlace,
-                         describe(count, dt, op, zero, tie, algo, inPlace, offset));
+                  if (z == 0 && t == 0) R.delay();
+                  const Rank::Io io{d_send + offset * esize, d_recv + offset * esize, inPlace, offset * esize};
+                  R.call(inputs[set][rank], want[set], count, dt, op, io,
+                         describe(count, dt, op, zero, tie, algo, inPlace, offset) + " inputs " + std::to_string(set));
                 }
-                if (R.failures() > 20) return R.failures();
               }
             }
           }
