@@ -103,9 +103,13 @@ ncclResult_t CommContext::beginCall(cudaStream_t stream, bool* capturing) {
     CUDACHECK(cudaHostGetDevicePointer(&onDevice, flag, 0));
     malformedDevice_ = static_cast<uint32_t*>(onDevice);
   }
-  // Within a capture the graph's own edges order the calls, and an event
-  // recorded outside it cannot be waited on.
-  if (!*capturing) CUDACHECK(cudaStreamWaitEvent(stream, lastUse_, 0));
+  // Every call, eager or replayed from a graph, waits for the last one that
+  // used the scratch, whatever stream that ran on. In a capture the wait
+  // becomes an external event wait node: each replay waits for the work
+  // lastUse_ holds when it is launched (an eager call's, or another graph's
+  // replay). Without the flag a capture may wait only for work captured
+  // with it, and the replay would not wait at all.
+  CUDACHECK(cudaStreamWaitEvent(stream, lastUse_, *capturing ? cudaEventWaitExternal : cudaEventWaitDefault));
   return ncclSuccess;
 }
 
@@ -163,7 +167,10 @@ ncclResult_t CommContext::malformedResults(const char* caller) const {
 }
 
 ncclResult_t CommContext::endCall(cudaStream_t stream, bool capturing) {
-  if (!capturing) CUDACHECK(cudaEventRecord(lastUse_, stream));
+  // In a capture: an external event record node, so that each launch of the
+  // graph records lastUse_ and the next call, on any stream, waits for the
+  // replay. The flag is invalid outside capture.
+  CUDACHECK(cudaEventRecordWithFlags(lastUse_, stream, capturing ? cudaEventRecordExternal : cudaEventRecordDefault));
   return ncclSuccess;
 }
 

@@ -70,9 +70,11 @@ class CommContext {
 
   // Device side; the comm's device must be current.
   // Opens a call on `stream`: makes the side stream and events on first use,
-  // tells whether the stream is being captured, and (outside capture) orders
-  // the call after the previous one, whatever stream that ran on: both use
-  // the same scratch.
+  // tells whether the stream is being captured, and orders the call after
+  // the previous one, whatever stream that ran on: both use the same
+  // scratch. In a capture the order holds for each replay (an external
+  // event wait node): after whatever call, eager or replayed, ended last
+  // when the graph is launched.
   ncclResult_t beginCall(cudaStream_t stream, bool* capturing);
   // Scratch of at least `bytes` (see above).
   // Errors: ncclInvalidUsage when it would grow during capture.
@@ -82,7 +84,9 @@ class CommContext {
   // Errors: ncclInvalidUsage (WARN) when it has not run yet and `stream` is
   // being captured; learnNodeGroups's.
   ncclResult_t learnNodes(const NcclApi& api, cudaStream_t stream, bool capturing);
-  // Closes the call: outside capture, marks where its work ends.
+  // Closes the call: marks where its work ends, for the next call to wait
+  // for; in a capture, where each replay's ends (an external event record
+  // node).
   ncclResult_t endCall(cudaStream_t stream, bool capturing);
   // Where the decode kernels record a malformed coded result (peer + 1), in
   // mapped host memory made with the side stream: the host reads it without
@@ -113,7 +117,7 @@ class CommContext {
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ = nullptr;
   cudaEvent_t join_ = nullptr;
-  cudaEvent_t lastUse_ = nullptr;  // recorded at the end of each call outside capture
+  cudaEvent_t lastUse_ = nullptr;  // recorded at the end of each call and each replay of a captured one
   volatile uint32_t* malformedHost_ = nullptr;  // cudaHostAlloc, mapped
   uint32_t* malformedDevice_ = nullptr;         // the device's address of it
   void* scratch_ = nullptr;

@@ -6,8 +6,9 @@
 // algorithm and auto, in and out of place, aligned and not; each call's
 // inputs differ from the previous call's (so scratch left by that call holds
 // other values than this one's) and bytes around the output must stay as they
-// were. A CUDA graph of a warm call replayed twice; ncclSignCommRelease, then
-// the comm used again.
+// were. A CUDA graph of a warm call replayed twice; a replay and an eager call
+// on another stream, and two graphs replayed on two streams, each ordered
+// after the other; ncclSignCommRelease, then the comm used again.
 // The hierarchical algorithm over NCCL: 4 (and 5) processes on the one GPU,
 // each its own NCCL_HOSTID (so NCCL connects them as hosts), grouped into 2
 // nodes by config.hostId: host ids all-gathered, ncclCommSplit by node, the
@@ -422,6 +423,93 @@ int graphs(int rank, int n, ncclComm_t comm) { return graphsOf(rank, n, comm, nu
 TEST(NcclSignAllReduceGpu, CapturedWarmCallReplaysTwice) {
   SKIP_WITHOUT_GPU();
   onRanks(2, graphs);
+}
+
+// Calls on one comm share its scratch whatever stream they are made on
+// (docs/NCCL.md, "Streams and ordering"), replays of captured calls too. Per
+// algorithm, after a warm-up, a call is captured on stream 1 (graph 1) and
+// another on stream 2 (graph 2), each with its own buffers; then
+//  - graph 1 replayed on stream 1, and at once an eager call on stream 2;
+//  - an eager call on stream 2, and at once graph 1 replayed on stream 1;
+//  - graph 1 replayed on stream 1, and at once graph 2 on stream 2.
+// The first of each pair is held back 10 ms on its stream, so that the
+// second, unless it waits for the first, runs before or alongside it on the
+// same scratch. Every call has its own inputs; both results must be the
+// reference and the bytes around the outputs unchanged. A rank whose capture
+// failed makes eager calls in place of its replays, so that its peers finish.
+int replaysOrdered(int rank, int n, ncclComm_t comm) {
+  Rank R(rank, n, comm);
+  const size_t count = 65541;
+  const ncclDataType_t dt = ncclBfloat16;
+  const ncclSignOp_t op = ncclSignMajority;
+  const ncclSignZeroRule_t zero = ncclSignZeroAbstain;
+  const ncclSignTieRule_t tie = ncclSignTieZero;
+  const size_t bytes = count * bits::typeSize(dt);
+  cudaStream_t s1 = R.stream(), s2 = R.newStream();
+  const Rank::Io a{R.deviceBuffer(bytes), R.deviceBuffer(bytes), false, 0};
+  const Rank::Io b{R.deviceBuffer(bytes), R.deviceBuffer(bytes), false, 0};
+  uint32_t seed = 500;
+  auto inputs = [&] { return test::randomVoteInputs(n, count, dt, seed++); };
+  auto reference = [&](const std::vector<Bytes>& in) { return test::referenceOutput(in, count, dt, op, zero, tie); };
+  auto eager = [&](const Rank::Io& io, cudaStream_t s, const std::string& what) {
+    ncclResult_t res = ncclSignAllReduce(io.send, io.recv, count, dt, op, comm, s);
+    R.check(res == ncclSuccess, "%s: ncclSignAllReduce returned %s", what.c_str(), ncclGetErrorString(res));
+  };
+  auto capture = [&](const Rank::Io& io, cudaStream_t s, const std::string& what) -> cudaGraphExec_t {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    R.check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess, "%s: BeginCapture", what.c_str());
+    ncclResult_t res = ncclSignAllReduce(io.send, io.recv, count, dt, op, comm, s);
+    R.check(cudaStreamEndCapture(s, &graph) == cudaSuccess, "%s: EndCapture", what.c_str());
+    if (R.check(res == ncclSuccess, "%s: captured call returned %s", what.c_str(), ncclGetErrorString(res)) &&
+        graph != nullptr)
+      R.check(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess, "%s: instantiate", what.c_str());
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return exec;
+  };
+  auto replay = [&](cudaGraphExec_t exec, const Rank::Io& io, cudaStream_t s, const std::string& what) {
+    if (exec == nullptr) return eager(io, s, what + " (in place of a replay)");
+    R.check(cudaGraphLaunch(exec, s) == cudaSuccess, "%s: cudaGraphLaunch", what.c_str());
+  };
+  // Runs first(io1 on s1) held back, then second(io2 on s2) at once; checks both.
+  using Run = std::function<void(const Rank::Io&, cudaStream_t, const std::string&)>;
+  auto pair = [&](const Run& first, const Rank::Io& io1, cudaStream_t t1, const std::string& what1, const Run& second,
+                  const Rank::Io& io2, cudaStream_t t2, const std::string& what2) {
+    std::vector<Bytes> in1 = inputs(), in2 = inputs();
+    R.stage(io1, in1[rank], t1);
+    R.delay(t1);
+    first(io1, t1, what1);
+    R.stage(io2, in2[rank], t2);
+    second(io2, t2, what2);
+    R.sync(t1, what1);
+    R.sync(t2, what2);
+    R.verify(io1, in1[rank], reference(in1), count, dt, what1);
+    R.verify(io2, in2[rank], reference(in2), count, dt, what2);
+  };
+  for (int alg = 0; alg < ncclSignNumAlgos; alg++) {
+    const std::string name = algoText((ncclSignAlgo_t)alg);
+    R.setConfig((ncclSignAlgo_t)alg, zero, tie);
+    std::vector<Bytes> warm = inputs();
+    R.call(warm[rank], reference(warm), count, dt, op, a, name + " warm-up");
+    cudaGraphExec_t g1 = capture(a, s1, name + " graph 1"), g2 = capture(b, s2, name + " graph 2");
+    const Run replay1 = [&](const Rank::Io& io, cudaStream_t s, const std::string& w) { replay(g1, io, s, w); };
+    const Run replay2 = [&](const Rank::Io& io, cudaStream_t s, const std::string& w) { replay(g2, io, s, w); };
+    pair(replay1, a, s1, name + ": graph 1 replayed on stream 1 (held)", eager, b, s2,
+         name + ": then an eager call on stream 2");
+    pair(eager, b, s2, name + ": an eager call on stream 2 (held)", replay1, a, s1,
+         name + ": then graph 1 replayed on stream 1");
+    pair(replay1, a, s1, name + ": graph 1 replayed on stream 1 (held)", replay2, b, s2,
+         name + ": then graph 2 replayed on stream 2");
+    if (g1 != nullptr) cudaGraphExecDestroy(g1);
+    if (g2 != nullptr) cudaGraphExecDestroy(g2);
+  }
+  R.check(ncclSignCommRelease(comm) == ncclSuccess, "ncclSignCommRelease");
+  return R.failures();
+}
+
+TEST(NcclSignAllReduceGpu, ReplayAndEagerCallsOnTwoStreamsWaitForEachOther) {
+  SKIP_WITHOUT_GPU();
+  onRanks(3, replaysOrdered);
 }
 
 // The same on 2 nodes x 2: the node exchange and ncclCommSplit happen at the

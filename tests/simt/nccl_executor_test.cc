@@ -46,20 +46,52 @@
 #include "nccl/segments.h"
 #include "nccl/sign_allreduce_nccl.h"
 
-// The runtime calls DeviceBackend makes beyond the emulator's (streams are
-// synchronous there, so an event orders nothing that is not already done).
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
+// The runtime calls DeviceBackend and the comm context make beyond the
+// emulator's (streams are synchronous there, so an event orders nothing that
+// is not already done). What a thread asks of events is logged while
+// tEventLog is set, and its streams count as captured while tCapturing is:
+// the test of how calls order themselves reads the log.
+namespace {
+struct EventOp {
+  char kind;  // 'r' record, 'w' wait
+  cudaStream_t stream;
+  cudaEvent_t event;
+  unsigned int flags;
+};
+thread_local std::vector<EventOp>* tEventLog = nullptr;
+thread_local bool tCapturing = false;
+void logEvent(char kind, cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  if (tEventLog != nullptr) tEventLog->push_back({kind, stream, event, flags});
+}
+}  // namespace
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  logEvent('r', s, e, cudaEventRecordDefault);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int flags) {
+  // As CUDA: the external flag is for capture only.
+  if (flags != cudaEventRecordDefault && (flags != cudaEventRecordExternal || !tCapturing)) return cudaErrorInvalidValue;
+  logEvent('r', s, e, flags);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+  if (flags != cudaEventWaitDefault && (flags != cudaEventWaitExternal || !tCapturing)) return cudaErrorInvalidValue;
+  logEvent('w', s, e, flags);
+  return cudaSuccess;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+// Each event its own address, so that the log tells them apart.
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) {
-  static int dummy;
-  *e = reinterpret_cast<cudaEvent_t>(&dummy);
+  *e = reinterpret_cast<cudaEvent_t>(new char);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete reinterpret_cast<char*>(e);
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) { return cudaStreamCreate(stream); }
 cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
-  *status = cudaStreamCaptureStatusNone;
+  *status = tCapturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
   return cudaSuccess;
 }
 // Mapped host memory (the comm's malformed-result flag): the emulator's device
@@ -675,6 +707,55 @@ TEST(NcclEntryOnSimt, MalformedCodedResultFailsTheCommsLaterCalls) {
                              std::to_string(1 - r);
     EXPECT_EQ(warns.countContaining(line.c_str()), 2) << line;
   }
+}
+
+// Calls on one comm share its scratch, so each waits for the one before,
+// whatever stream either ran on; a call captured into a CUDA graph does so at
+// every replay, and the calls after a replay wait for it. The context asks
+// CUDA for that with one event, the comm's last use: an eager call waits for
+// it and records it; a captured call makes the same wait and record external
+// event nodes (cudaEventWaitExternal, cudaEventRecordExternal), which each
+// launch of the graph performs. The emulator runs everything at once, so
+// this checks what the context asks of CUDA; the GPU test
+// ReplayAndEagerCallsOnTwoStreamsWaitForEachOther checks the order itself.
+TEST(NcclCommContextOnSimt, CallsInAndOutOfCaptureWaitForAndMarkTheCommsLastUse) {
+  int comm, stream1, stream2;
+  cudaStream_t s1 = reinterpret_cast<cudaStream_t>(&stream1), s2 = reinterpret_cast<cudaStream_t>(&stream2);
+  CommContext ctx(reinterpret_cast<ncclComm_t>(&comm), CommShape{1, 0, 0}, ResolvedConfig{});
+  std::vector<EventOp> log;
+  tEventLog = &log;
+  auto call = [&](cudaStream_t s, bool capture) {
+    tCapturing = capture;
+    bool capturing = !capture;
+    EXPECT_EQ(ctx.beginCall(s, &capturing), ncclSuccess);
+    EXPECT_EQ(capturing, capture);
+    EXPECT_EQ(ctx.endCall(s, capturing), ncclSuccess);
+    tCapturing = false;
+  };
+  call(s1, false);  // the warm-up, eager
+  call(s1, true);   // captured on s1
+  call(s2, false);  // eager on s2 (after a replay of the capture, on a GPU)
+  call(s2, true);   // captured on s2 (a second graph)
+  tEventLog = nullptr;
+  ASSERT_EQ(log.size(), 8u);
+  const cudaEvent_t lastUse = log[1].event;
+  struct Want {
+    char kind;
+    cudaStream_t stream;
+    unsigned int flags;
+  };
+  const Want want[] = {{'w', s1, cudaEventWaitDefault},  {'r', s1, cudaEventRecordDefault},
+                       {'w', s1, cudaEventWaitExternal}, {'r', s1, cudaEventRecordExternal},
+                       {'w', s2, cudaEventWaitDefault},  {'r', s2, cudaEventRecordDefault},
+                       {'w', s2, cudaEventWaitExternal}, {'r', s2, cudaEventRecordExternal}};
+  for (size_t i = 0; i < log.size(); i++) {
+    SCOPED_TRACE("event operation " + std::to_string(i));
+    EXPECT_EQ(log[i].kind, want[i].kind);
+    EXPECT_EQ(log[i].stream, want[i].stream);
+    EXPECT_EQ(log[i].event, lastUse);
+    EXPECT_EQ(log[i].flags, want[i].flags);
+  }
+  EXPECT_EQ(ctx.release(), ncclSuccess);
 }
 
 // A call config the entry point cannot honour is refused before NCCL or the
