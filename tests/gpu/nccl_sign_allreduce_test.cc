@@ -6,9 +6,11 @@
 // algorithm and auto, in and out of place, aligned and not; each call's
 // inputs differ from the previous call's (so scratch left by that call holds
 // other values than this one's) and bytes around the output must stay as they
-// were. A CUDA graph of a warm call replayed twice; a replay and an eager call
-// on another stream, and two graphs replayed on two streams, each ordered
-// after the other; ncclSignCommRelease, then the comm used again.
+// were. At N = 3 the matrix again with small chunks and segments, so that
+// every step moves several chunks and a call runs as several segments. A CUDA
+// graph of a warm call replayed twice; a replay and an eager call on another
+// stream, and two graphs replayed on two streams, each ordered after the
+// other; ncclSignCommRelease, then the comm used again.
 // The hierarchical algorithm over NCCL: 4 (and 5) processes on the one GPU,
 // each its own NCCL_HOSTID (so NCCL connects them as hosts), grouped into 2
 // nodes by config.hostId: host ids all-gathered, ncclCommSplit by node, the
@@ -27,11 +29,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bits/bits.h"
+#include "common/nccl_small_pieces.h"
 #include "common/vote_inputs.h"
 #include "nccl_ranks.h"
 #include "nccl_sign.h"
@@ -334,6 +339,27 @@ std::vector<ncclSignAlgo_t> everyAlgorithm() {
 
 int matrix(int rank, int n, ncclComm_t comm) { return matrixOf(rank, n, comm, everyAlgorithm(), nullptr); }
 
+// Sets an environment variable for the scope (ranks forked in it inherit
+// it), restoring what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    const char* had = getenv(name);
+    if (had != nullptr) had_ = std::make_unique<std::string>(had);
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, had_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::unique_ptr<std::string> had_;
+};
+
 // Two nodes: the first half of the ranks (rounded up) and the rest.
 const char* twoNodes(int rank, int n) { return rank < (n + 1) / 2 ? "signlion-gpu-node-a" : "signlion-gpu-node-b"; }
 
@@ -354,6 +380,24 @@ TEST(NcclSignAllReduceGpu, MatrixOnThreeRanks) {
 TEST(NcclSignAllReduceGpu, MatrixOnFourRanks) {
   SKIP_WITHOUT_GPU();
   onRanks(4, matrix);
+}
+
+// With the default chunk (4 MiB) and segment (64M elements) every transfer
+// of the matrix above is one chunk and every call one segment. Here
+// (common/nccl_small_pieces.h, whose sizes tests/unit/nccl_plan_test.cc
+// checks) a step's transfers are cut into several chunks, each one's adds
+// running on the side stream while the next one moves, and calls of several
+// segments reuse the scratch one segment after the other.
+TEST(NcclSignAllReduceGpu, MatrixOnThreeRanksInSmallChunksAndSegments) {
+  SKIP_WITHOUT_GPU();
+  ScopedEnv chunk("SIGNLION_NCCL_CHUNK_BYTES", std::to_string(test::kSmallChunkBytes));
+  ScopedEnv segment("SIGNLION_NCCL_SEGMENT", std::to_string(test::kSmallSegment));
+  const MatrixShape shape{std::vector<size_t>(std::begin(test::kSmallPiecesCounts), std::end(test::kSmallPiecesCounts)),
+                          {ncclFloat32, ncclBfloat16, ncclInt8},
+                          test::kSmallPiecesCounts[0]};
+  onRanks(3, [&shape](int rank, int n, ncclComm_t comm) {
+    return matrixOf(rank, n, comm, everyAlgorithm(), nullptr, shape);
+  });
 }
 
 // 2 nodes x 2 ranks, and unequal nodes of 3 and 2.

@@ -31,6 +31,7 @@
 #include "bits/trits.h"
 #include "common/config.h"
 #include "common/fake_fabric.h"
+#include "common/nccl_small_pieces.h"
 #include "common/node_layouts.h"
 #include "common/param.h"
 #include "common/vote_inputs.h"
@@ -287,6 +288,37 @@ TEST(NcclPlan, FusionAndExchanges) {
   // One rank: nothing to exchange.
   std::vector<RankPlan> one = planAll(ncclSignAlgoAllGather, 1, 10, sp, 4096);
   EXPECT_EQ(one[0].p.steps[0].exchange, Exchange::kSteps);
+}
+
+// The sizes the GPU test MatrixOnThreeRanksInSmallChunksAndSegments runs
+// with (common/nccl_small_pieces.h) do what it is there for: its calls of more
+// than a segment run as several, and every segment of at least 65 blocks has,
+// on every rank, a step of several chunks, for each algorithm that exchanges
+// by steps and every op and rule pair. (Allgather and field-sum exchange by
+// one collective, in no chunks; a segment of one block is one chunk.)
+TEST(NcclPlan, SmallPiecesCutStepsIntoChunksAndCallsIntoSegments) {
+  const int n = test::kSmallPiecesRanks;
+  const uint64_t segment = (uint64_t)test::kSmallSegment;
+  ASSERT_EQ(segment % 64, 0u);
+  int severalSegments = 0;
+  for (size_t count : test::kSmallPiecesCounts) {
+    severalSegments += count > segment;
+    for (uint64_t part : {std::min<uint64_t>(count, segment), count > segment ? count % segment : 0}) {
+      const int64_t nblocks = algo::blocksForCount(part);
+      if (nblocks < 65) continue;
+      for (ncclSignAlgo_t algo : {ncclSignAlgoRing, ncclSignAlgoHalvingDoubling, ncclSignAlgoDirect, ncclSignAlgoTree})
+        for (const Spec& sp : kSpecs) {
+          SCOPED_TRACE(name(algo, n, nblocks, sp, test::kSmallChunkBytes));
+          std::vector<RankPlan> all = planAll(algo, n, nblocks, sp, test::kSmallChunkBytes);
+          for (int r = 0; r < n; r++) {
+            size_t most = 0;
+            for (const StepPlan& st : all[r].p.steps) most = std::max(most, st.groups.size());
+            EXPECT_GE(most, 2u) << "rank " << r << ": no step of several chunks";
+          }
+        }
+    }
+  }
+  EXPECT_EQ(severalSegments, 2);
 }
 
 // A schedule this executor cannot run is refused, not mis-run.
