@@ -11,7 +11,12 @@
 #                 GoogleTest/Benchmark from .gpu-carry/prefix (scripts/gpu_prepare.sh)
 #   gpu-tests     ctest -L gpu: kernels vs the CPU algebra, ncclSignAllReduce across
 #                 2-5 processes on the GPU, Distributed Lion's CUDA passes, PyTorch CUDA
-#                 tests (python.cuda.*); none may skip
+#                 tests (python.cuda.*); none may skip. The ncclSignAllReduce tests of
+#                 3-5 processes run first, one at a time, the rest after them in
+#                 parallel; every test stops 20 s before the step's limit, and the
+#                 summary names the one cut off and counts those not run. A failed
+#                 N = 3 matrix runs again with CUDA_LAUNCH_BLOCKING=1 (the summary
+#                 says whether it then passes)
 #   nccl-plugin   NCCL itself over our plugin (NCCL_NET=signlion), N = 2 and 4,
 #                 with the NCCL the build used and with PyTorch's (nvidia-nccl-cu*)
 #   kernel-bench  kernel_bench: GB/s and the ratio to a device-to-device copy, a
@@ -53,7 +58,8 @@
 # configure arguments),
 # CUDA_ARCHS (default: the GPU's own, e.g. 90), NCCL_HOME (default: the CUDA
 # toolkit's NCCL if it has one, else PyTorch's nvidia-nccl package),
-# GPU_TEST_JOBS=4 (ctest -j), GPU_TESTS_EXCLUDE (ctest -E regex), MEMCHECK_FILTER, RACECHECK_FILTER,
+# GPU_TEST_JOBS=4 (ctest -j), GPU_TESTS_EXCLUDE (ctest -E regex), GPU_TESTS_ONE_BY_ONE and
+# GPU_TESTS_BLOCKING_RERUN (test names, space-separated), MEMCHECK_FILTER, RACECHECK_FILTER,
 # NCCL_MEMCHECK_FILTER (gtest filters), PERF_ARGS, NCCL_TESTS_ARGS,
 # LION_PARAMS=100000000, LION_WORLDS="2 4", LION_TIMEOUT=120 (seconds per world),
 # TRAIN_WORLDS="2 4", TRAIN_STEPS=30, TRAIN_CONTENDERS, TRAIN_TIMEOUT=150 (seconds per run),
@@ -74,7 +80,7 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 # Default time limit of each step (seconds); BUDGET cuts them further.
 default_timeout() {
   case $1 in
-    env) echo 60 ;; build) echo 480 ;; gpu-tests) echo 540 ;; memcheck) echo 420 ;;
+    env) echo 60 ;; build) echo 480 ;; gpu-tests) echo 420 ;; memcheck) echo 420 ;;
     kernel-bench) echo 180 ;; perf) echo 300 ;; nccl-plugin) echo 180 ;; nccl-tests) echo 420 ;;
     lion-step) echo 300 ;; train-cuda) echo 360 ;; cluster) echo 300 ;; *) echo 300 ;;
   esac
@@ -163,20 +169,95 @@ step_build() {
   note "sm_$archs, NCCL $(nccl_version_of "$nccl") from $nccl, $(nproc) cores"
 }
 
+# The ncclSignAllReduce tests whose ranks are processes on the one GPU (3 to 5
+# each, every rank with NCCL's and the net plugin's threads), most telling
+# first: run one at a time before the other gpu tests, so that no two share
+# the cores, and a time limit cuts the least telling ones.
+GPU_TESTS_ONE_BY_ONE_DEFAULT="gpu.NcclSignAllReduceGpu.ReplayAndEagerCallsOnTwoStreamsWaitForEachOther
+gpu.NcclSignAllReduceGpu.MatrixOnThreeRanksInSmallChunksAndSegments gpu.NcclSignAllReduceGpu.MatrixOnThreeRanks
+gpu.NcclSignAllReduceGpu.MatrixOnFourRanks gpu.NcclSignAllReduceGpu.HierarchicalOnTwoNodesOfTwo
+gpu.NcclSignAllReduceGpu.HierarchicalOnNodesOfThreeAndTwo"
+# Failed ones of these run once more under CUDA_LAUNCH_BLOCKING=1, where every
+# launch ends before the next is made: failures that vanish then come from
+# the order of work inside a process, failures that stay from data or NCCL.
+GPU_TESTS_BLOCKING_RERUN_DEFAULT="gpu.NcclSignAllReduceGpu.MatrixOnThreeRanks
+gpu.NcclSignAllReduceGpu.MatrixOnThreeRanksInSmallChunksAndSegments"
+
+# ctest's last verdict on test $1 in log $2 (its line "3/9 Test #12: NAME ....
+# ***Timeout 2.67 sec"): Passed, Failed, Timeout, Skipped, Exception, ... or
+# nothing when it did not run.
+ctest_verdict() {
+  awk -v t="$1" '$2 == "Test" && $4 == t { v = $5; if (v ~ /^\.*$/) v = $6; sub(/^\.*\**/, "", v); sub(/:$/, "", v) }
+    END { print v }' "$2"
+}
+
 step_gpu_tests() {
   need_build
   local log=$LOGS/gpu-tests.ctest.log
   # GPU_TESTS_EXCLUDE: a ctest -E regex, for a test the machine cannot run
   # (docs.quickstart.pytorch-cuda needs the package index for pip); the
   # summary names what was left out.
-  local exclude=()
+  local exclude=() one=() t all rc=0 stop
   [ -n "${GPU_TESTS_EXCLUDE:-}" ] && exclude=(-E "$GPU_TESTS_EXCLUDE")
-  (cd "$BUILD" && ctest -L gpu "${exclude[@]}" -j "${GPU_TEST_JOBS:-4}" --output-on-failure --timeout 600) 2>&1 | tee "$log"
-  local rc=${PIPESTATUS[0]}
-  note "$(grep -E 'tests passed|tests failed' "$log" | tail -1)${GPU_TESTS_EXCLUDE:+ (left out: $GPU_TESTS_EXCLUDE)}"
+  # Every ctest below stops its tests at the same time, 20 s before the step's
+  # own limit (STEP_END, from the driver), and reports the one it cut as
+  # ***Timeout: the summary is written, and the steps after this one keep
+  # their time.
+  stop=$(( ${STEP_END:-$(( $(date +%s) + 3600 ))} - 20 ))
+  local ctest_args=(--output-on-failure --timeout 600 --stop-time "$(date -d "@$stop" +%H:%M:%S)")
+  all=$(cd "$BUILD" && ctest -N -L gpu "${exclude[@]}" | sed -n 's/^ *Test *#[0-9]*: //p')
+  for t in ${GPU_TESTS_ONE_BY_ONE:-$GPU_TESTS_ONE_BY_ONE_DEFAULT}; do
+    grep -qxF "$t" <<<"$all" && one+=("$t")
+  done
+  : >"$log"
+  for t in "${one[@]}"; do
+    [ $(( stop - $(date +%s) )) -ge 15 ] || break
+    echo "== $t (alone) =="
+    (cd "$BUILD" && ctest -R "^${t//./\\.}\$" "${ctest_args[@]}") 2>&1 | tee -a "$log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  done
+  local alone_regex; alone_regex=$(printf '^%s$|' "${one[@]//./\\.}"); alone_regex=${alone_regex%|}
+  if [ $(( stop - $(date +%s) )) -ge 15 ]; then
+    echo "== the other gpu tests, -j ${GPU_TEST_JOBS:-4} =="
+    (cd "$BUILD" && ctest -L gpu -E "${alone_regex:-^$}${GPU_TESTS_EXCLUDE:+|$GPU_TESTS_EXCLUDE}" \
+      -j "${GPU_TEST_JOBS:-4}" "${ctest_args[@]}") 2>&1 | tee -a "$log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  fi
+  # Each test's verdict, then the counts, what was cut off and what never ran.
+  local passed=0 failed=() cut=() notrun=() v
+  while read -r t; do
+    [ -n "$t" ] || continue
+    v=$(ctest_verdict "$t" "$log")
+    case $v in
+      Passed) passed=$((passed + 1)) ;;
+      Timeout) cut+=("$t") ;;
+      "") notrun+=("$t") ;;
+      *) failed+=("$t") ;;
+    esac
+  done <<<"$all"
+  # The failed N = 3 matrices once more with every launch synchronous.
+  local blocking=()
+  for t in ${GPU_TESTS_BLOCKING_RERUN:-$GPU_TESTS_BLOCKING_RERUN_DEFAULT}; do
+    [[ " ${failed[*]} " == *" $t "* ]] || continue
+    if [ $(( stop - $(date +%s) )) -lt 15 ]; then blocking+=("${t##*.} not rerun (no time left)"); continue; fi
+    echo "== $t again, CUDA_LAUNCH_BLOCKING=1 =="
+    (cd "$BUILD" && CUDA_LAUNCH_BLOCKING=1 ctest -R "^${t//./\\.}\$" "${ctest_args[@]}") 2>&1 \
+      | tee "$LOGS/gpu-tests.blocking.log" | tee -a "$log"
+    case $(ctest_verdict "$t" "$LOGS/gpu-tests.blocking.log") in
+      Passed) blocking+=("${t##*.} passes with CUDA_LAUNCH_BLOCKING=1: ordering inside a process") ;;
+      Timeout) blocking+=("${t##*.} with CUDA_LAUNCH_BLOCKING=1 cut off") ;;
+      *) blocking+=("${t##*.} fails with CUDA_LAUNCH_BLOCKING=1 too: data or NCCL") ;;
+    esac
+  done
+  local total; total=$(grep -c . <<<"$all")
+  note "$passed of $total passed${failed[*]:+; failed: ${failed[*]#gpu.}}${cut[*]:+; cut off at the time limit: ${cut[*]#gpu.}}${notrun[*]:+; not run (no time left): ${#notrun[@]}}${GPU_TESTS_EXCLUDE:+ (left out: $GPU_TESTS_EXCLUDE)}"
+  for v in "${blocking[@]}"; do note "$v"; done
+  [ ${#notrun[@]} -eq 0 ] || printf 'not run (no time left): %s\n' "${notrun[@]}"
   grep -q '\*\*\*Skipped' "$log" && { grep '\*\*\*Skipped' "$log"; fail "gpu tests were skipped although a GPU is here"; }
-  grep -q 'tests passed' "$log" || fail "no gpu test ran"
-  [ "$rc" -eq 0 ] || fail "gpu tests failed"
+  [ "$passed" -gt 0 ] || fail "no gpu test passed"
+  [ ${#cut[@]} -eq 0 ] || fail "cut off at the time limit: ${cut[*]}"
+  [ $rc -eq 0 ] && [ ${#failed[@]} -eq 0 ] || fail "gpu tests failed"
+  [ ${#notrun[@]} -eq 0 ] || fail "${#notrun[@]} gpu tests not run: no time left"
 }
 
 step_memcheck() {
@@ -440,7 +521,7 @@ for s in $STEPS; do
   : >"$note"
   echo "==== $s (limit ${limit}s) ===="
   t0=$(date +%s)
-  timeout -k 15 "$limit" bash "$0" --one "$s" "$LOGS" "$note" "$FIGURES" 2>&1 | tee "$log"
+  STEP_END=$((t0 + limit)) timeout -k 15 "$limit" bash "$0" --one "$s" "$LOGS" "$note" "$FIGURES" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   secs=$(( $(date +%s) - t0 ))
   case $rc in
