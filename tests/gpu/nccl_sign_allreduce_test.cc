@@ -479,8 +479,11 @@ TEST(NcclSignAllReduceGpu, CapturedWarmCallReplaysTwice) {
 // The first of each pair is held back 10 ms on its stream, so that the
 // second, unless it waits for the first, runs before or alongside it on the
 // same scratch. Every call has its own inputs; both results must be the
-// reference and the bytes around the outputs unchanged. A rank whose capture
-// failed makes eager calls in place of its replays, so that its peers finish.
+// reference and the bytes around the outputs unchanged. Last, a graph of two
+// calls captured on one stream, as a training step holds several: each
+// waits for and marks the comm's last use inside the one graph. A rank whose
+// capture failed makes eager calls in place of its replays, so that its peers
+// finish.
 int replaysOrdered(int rank, int n, ncclComm_t comm) {
   Rank R(rank, n, comm);
   const size_t count = 65541;
@@ -499,17 +502,23 @@ int replaysOrdered(int rank, int n, ncclComm_t comm) {
     ncclResult_t res = ncclSignAllReduce(io.send, io.recv, count, dt, op, comm, s);
     R.check(res == ncclSuccess, "%s: ncclSignAllReduce returned %s", what.c_str(), ncclGetErrorString(res));
   };
-  auto capture = [&](const Rank::Io& io, cudaStream_t s, const std::string& what) -> cudaGraphExec_t {
+  // A graph of calls on s, one per buffer set of ios.
+  auto captureAll = [&](const std::vector<Rank::Io>& ios, cudaStream_t s, const std::string& what) -> cudaGraphExec_t {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     R.check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess, "%s: BeginCapture", what.c_str());
-    ncclResult_t res = ncclSignAllReduce(io.send, io.recv, count, dt, op, comm, s);
+    ncclResult_t res = ncclSuccess;
+    for (const Rank::Io& io : ios)
+      if (res == ncclSuccess) res = ncclSignAllReduce(io.send, io.recv, count, dt, op, comm, s);
     R.check(cudaStreamEndCapture(s, &graph) == cudaSuccess, "%s: EndCapture", what.c_str());
     if (R.check(res == ncclSuccess, "%s: captured call returned %s", what.c_str(), ncclGetErrorString(res)) &&
         graph != nullptr)
       R.check(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess, "%s: instantiate", what.c_str());
     if (graph != nullptr) cudaGraphDestroy(graph);
     return exec;
+  };
+  auto capture = [&](const Rank::Io& io, cudaStream_t s, const std::string& what) {
+    return captureAll({io}, s, what);
   };
   auto replay = [&](cudaGraphExec_t exec, const Rank::Io& io, cudaStream_t s, const std::string& what) {
     if (exec == nullptr) return eager(io, s, what + " (in place of a replay)");
@@ -546,6 +555,23 @@ int replaysOrdered(int rank, int n, ncclComm_t comm) {
          name + ": then graph 2 replayed on stream 2");
     if (g1 != nullptr) cudaGraphExecDestroy(g1);
     if (g2 != nullptr) cudaGraphExecDestroy(g2);
+    // Two calls in one graph (a failed capture: both eager).
+    const std::string what = name + ": graph of two calls on stream 1";
+    cudaGraphExec_t both = captureAll({a, b}, s1, what);
+    std::vector<Bytes> inA = inputs(), inB = inputs();
+    R.stage(a, inA[rank], s1);
+    R.stage(b, inB[rank], s1);
+    R.delay(s1);
+    if (both != nullptr) {
+      R.check(cudaGraphLaunch(both, s1) == cudaSuccess, "%s: cudaGraphLaunch", what.c_str());
+    } else {
+      eager(a, s1, what + " (in place of a replay)");
+      eager(b, s1, what + " (in place of a replay)");
+    }
+    R.sync(s1, what);
+    if (both != nullptr) cudaGraphExecDestroy(both);
+    R.verify(a, inA[rank], reference(inA), count, dt, what + ", the first");
+    R.verify(b, inB[rank], reference(inB), count, dt, what + ", the second");
   }
   R.check(ncclSignCommRelease(comm) == ncclSuccess, "ncclSignCommRelease");
   return R.failures();
