@@ -65,7 +65,9 @@ NcclCommunicator::~NcclCommunicator() {
 // wait on stepped_ (state copies, destruction) covers all of them. Under
 // graph capture neither the wait nor the record is made (an event recorded
 // in a capture cannot be waited on outside it); the capture's own stream
-// order applies, as in CommContext::beginCall.
+// order applies, so a replay is not ordered against steps on other streams
+// (CommContext::beginCall orders its calls' replays with external event
+// nodes instead).
 ncclResult_t NcclCommunicator::beginStep(void* stream) {
   stream_ = static_cast<cudaStream_t>(stream);
   CUDACHECK(cudaGetDevice(&callerDevice_));
