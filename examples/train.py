@@ -229,9 +229,11 @@ CHECKPOINT_NAME = re.compile(r"step(\d{8})-rank(\d+)\.pt(\.tmp)?$")
 # The options that do not change what a run computes: a resumed run may set them differently.
 # Every other option (and any added later) is a setting of the run, saved with its checkpoints
 # and compared by --resume. --threads may change the last bits of OpenBLAS's sums, but it is a
-# property of the machine the run continues on, not of the run.
+# property of the machine the run continues on, not of the run; --overlap gives the same
+# parameters bit for bit on or off (DistributedLion's contract), and tracing only observes.
 NOT_RUN_SETTINGS = {"steps", "threads", "ckpt_dir", "ckpt_every", "resume", "keep", "timeout", "eval_every",
-                    "val_size", "log_every", "json", "save_params"}
+                    "val_size", "log_every", "json", "save_params", "overlap", "trace", "trace_warmup",
+                    "trace_steps"}
 # Options that only one workload reads.
 WORKLOAD_SETTINGS = {"width": "mlp", "context": "lm"}
 
@@ -255,6 +257,8 @@ def _setting_name(key):
 def settings_difference(saved, current):
     """None when the run settings are the same, else a sentence naming the first that differs."""
     for key in list(current) + [k for k in saved if k not in current]:
+        if key in NOT_RUN_SETTINGS:
+            continue  # saved by a train.py that still counted it as a setting of the run
         if key not in saved:
             return "%s is %r in this run and was not set in the checkpoint's" % (_setting_name(key), current[key])
         if key not in current:
@@ -311,17 +315,24 @@ def complete_steps(ckpt_dir, rank):
     return steps
 
 
-def common_steps(ckpt_dir, rank):
-    """The steps whose checkpoint every rank has complete (the ranks agree on them: their folders
-    may be on different machines). Collective."""
+def steps_per_rank(ckpt_dir, rank):
+    """Every rank's complete_steps, sorted, in rank order (the ranks agree on them: their
+    folders may be on different machines). Collective."""
     per_rank = [None] * dist.get_world_size()
     dist.all_gather_object(per_rank, sorted(complete_steps(ckpt_dir, rank)))
+    return per_rank
+
+
+def common_steps(ckpt_dir, rank):
+    """The steps whose checkpoint every rank has complete. Collective."""
+    per_rank = steps_per_rank(ckpt_dir, rank)
     return set(per_rank[0]).intersection(*per_rank[1:])
 
 
 def find_checkpoint(args, rank):
     """--resume: (step, this rank's checkpoint) of the newest step every rank has complete, or
-    (0, None) without one; --ckpt-every without --resume: (0, None), refused where some rank's
+    (0, None) when no rank has any; refused where some ranks have checkpoints but no step is
+    complete on all (starting over would overwrite and --keep delete them); --ckpt-every without --resume: (0, None), refused where some rank's
     folder holds checkpoint files (of an earlier run, which the new run's would mix with and
     --keep would delete). A checkpoint whose run settings differ from this run's is refused on
     every rank, naming the first setting that differs. Collective: every rank returns or raises
@@ -329,18 +340,26 @@ def find_checkpoint(args, rank):
     world = dist.get_world_size()
     if not args.resume and not args.ckpt_every:
         return 0, None  # the folder is neither read nor written
+    per_rank = steps_per_rank(args.ckpt_dir, rank)
+    held = sorted(set().union(*per_rank))
     if not args.resume:
-        per_rank = [None] * world
-        dist.all_gather_object(per_rank, sorted(complete_steps(args.ckpt_dir, rank)))
-        held = sorted(set().union(*per_rank))
         if held:
             raise Refused("train.py: --ckpt-dir %s holds the checkpoints of an earlier run (steps %s); continue "
                           "it with --resume (with its settings), or give this run a folder of its own"
                           % (args.ckpt_dir, ", ".join(str(s) for s in held)))
         return 0, None
-    common = common_steps(args.ckpt_dir, rank)
+    common = set(per_rank[0]).intersection(*per_rank[1:])
     if not common:
-        return 0, None
+        if held:
+            # Starting over would overwrite (and --keep delete) the checkpoints some ranks hold.
+            raise Refused("train.py: --resume refused: no step's checkpoint in %s is complete on all %d ranks "
+                          "(%s): a rank's files are missing (a machine replaced with an empty disk?), or they "
+                          "were written by a run with another number of ranks. Restore the missing files, resume "
+                          "with the rank count that wrote them, or give a new run a folder of its own"
+                          % (args.ckpt_dir, world, "; ".join(
+                              "rank %d: %s" % (r, ", ".join(str(s) for s in steps) if steps else "none")
+                              for r, steps in enumerate(per_rank))))
+        return 0, None  # an empty folder: the first start of a job launched with --resume
     step = max(common)
     ck = torch.load(checkpoint_path(args.ckpt_dir, step, rank))
     if "settings" in ck:

@@ -48,8 +48,9 @@ set_tests_properties(${SIGNLION_TEST_ROOT}.lion_step_bench_cpu PROPERTIES LABELS
 # (python/tests/test_train_example.py): the ranks end identical and 2K steps
 # equal K steps + checkpoint + --resume + K steps bit for bit (overlap off and,
 # where DistributedLion takes overlap=, on; --delay 1; DDP + Lion too); --resume refuses a
-# checkpoint of other run settings naming the setting, and a run without it a
-# folder holding checkpoints; --keep K leaves the K newest (also after a save
+# checkpoint of other run settings naming the setting (not --overlap, which a resume
+# may flip), a folder where no step is complete on every rank (a rank's files lost,
+# another rank count), and a run without --resume a folder holding checkpoints; --keep K leaves the K newest (also after a save
 # cut short), --keep 0 is refused; --clip-grad-norm runs with identical ranks
 # (and changes the result, overlap off); --amp is refused on CPU and runs on
 # CUDA (skipped without a GPU); --trace writes each rank's step timeline and
@@ -57,7 +58,7 @@ set_tests_properties(${SIGNLION_TEST_ROOT}.lion_step_bench_cpu PROPERTIES LABELS
 signlion_python_tests(train_example test_train_example.py TrainExample
                       signlion_resume_exact_overlap_off signlion_resume_exact_overlap_on signlion_resume_exact_delay
                       ddp_lion_resume_exact
-                      resume_refuses_other_settings keep_last_k keep_one_after_interrupted_save keep_zero_refused
+                      resume_refuses_other_settings resume_refuses_a_folder_no_step_is_complete_in keep_last_k keep_one_after_interrupted_save keep_zero_refused
                       clip_grad_norm_signlion_overlap_off clip_grad_norm_signlion_overlap_on clip_grad_norm_ddp_lion
                       amp_refused_on_cpu amp_cuda trace
                       TIMEOUT 600 ENVIRONMENT "SIGNLION_LIBRARY=$<TARGET_FILE:nccl-sign>")

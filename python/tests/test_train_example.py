@@ -97,8 +97,12 @@ class TrainExample(unittest.TestCase):
         self.torchrun(*opts, "--steps", str(STEPS // 2), "--ckpt-dir", ckpt, "--ckpt-every", str(STEPS // 2))
         with open(os.path.join(ckpt, "LATEST")) as f:
             self.assertEqual(f.read().strip(), str(STEPS // 2))
-        # the options that do not change the run may differ
-        out = self.torchrun(*opts, "--steps", str(STEPS), "--ckpt-dir", ckpt, "--resume", "--save-params", parts,
+        # the options that do not change the run may differ: --overlap too (the same parameters
+        # bit for bit on or off)
+        resumed = list(opts)
+        if optimizer.startswith("signlion") and not more and overlap_supported():
+            resumed[resumed.index("--overlap") + 1] = "off" if overlap == "on" else "on"
+        out = self.torchrun(*resumed, "--steps", str(STEPS), "--ckpt-dir", ckpt, "--resume", "--save-params", parts,
                             "--log-every", "3", "--keep", "5", "--eval-every", "2")
         self.assertIn("steps %d..%d" % (STEPS // 2, STEPS), out)
         a, b = self.params(whole), self.params(parts)
@@ -144,6 +148,30 @@ class TrainExample(unittest.TestCase):
                             ok=False)
         self.assertIn("train.py: --ckpt-dir %s holds the checkpoints of an earlier run (steps 2)" % ckpt, out)
         self.assertEqual(self.checkpoint_files(ckpt), files)
+
+    def test_resume_refuses_a_folder_no_step_is_complete_in(self):
+        """--resume where some ranks hold checkpoints but no step's is complete on every rank (a
+        rank's files lost, or a run of another rank count) is refused on every rank, naming each
+        rank's steps, and the files are left as they were (starting over would overwrite them and
+        --keep delete them); an empty folder starts the run at step 0."""
+        ckpt = os.path.join(self.tmp, "ckpt")
+        out = self.torchrun("--optimizer", "ddp-lion", "--steps", "2", "--ckpt-dir", ckpt, "--ckpt-every", "2",
+                            "--resume")
+        self.assertIn("steps 0..2", out)
+        files = self.checkpoint_files(ckpt)
+        self.assertEqual(files, ["step00000002-rank0.pt", "step00000002-rank1.pt"])
+        out = self.torchrun("--optimizer", "ddp-lion", "--steps", "4", "--ckpt-dir", ckpt, "--ckpt-every", "2",
+                            "--resume", ranks=3, ok=False)
+        self.assertIn("train.py: --resume refused: no step's checkpoint in %s is complete on all 3 ranks "
+                      "(rank 0: 2; rank 1: 2; rank 2: none)" % ckpt, out)
+        self.assertNotIn("steps 0..4", out)
+        self.assertEqual(self.checkpoint_files(ckpt), files)
+        os.remove(os.path.join(ckpt, "step00000002-rank1.pt"))
+        out = self.torchrun("--optimizer", "ddp-lion", "--steps", "4", "--ckpt-dir", ckpt, "--ckpt-every", "2",
+                            "--resume", ok=False)
+        self.assertIn("is complete on all 2 ranks (rank 0: 2; rank 1: none)", out)
+        self.assertNotIn("steps 0..4", out)
+        self.assertEqual(self.checkpoint_files(ckpt), ["step00000002-rank0.pt"])
 
     def test_keep_last_k(self):
         """--keep 2 with a checkpoint every step leaves the 2 newest of every rank, also after
