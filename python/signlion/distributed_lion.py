@@ -17,7 +17,7 @@ from . import capi
 from .background import SerialExecutor as _SerialExecutor
 from .background import exit_timeout as _exit_timeout
 from .lion_buckets import _DTYPES, _Bucket, _group_buckets
-from .lion_hyperparameters import _HYPERPARAMETERS, _check_group
+from .lion_hyperparameters import _HYPERPARAMETERS, _WriteCountingGroup, _check_group, _hyper_writes
 from .lion_state import LionStateDict
 from .process_groups import _as_float, host_comm_from_process_group, nccl_comm_from_process_group
 from .rank_agreement import _broadcast_bytes, _first_difference, _HostChannel, _jsonable, _ProcessGroupChannel
@@ -283,9 +283,11 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         # Overlap: "probe" until the first step tells whether the loop changes gradients or
         # hyper-parameters between backward() and step(); then "overlap" (buckets start in
         # backward) or "deferred" (they start in step()). _hyper_seen: the hyper-parameters when
-        # this backward's first gradient was ready.
+        # this backward's first gradient was ready, and _hyper_writes_seen the writes of them
+        # counted by then (a write of an equal value is a loop that sets them there too).
         self._mode = "probe" if not self.delay else "delayed"  # delayed: votes start in step() only
         self._hyper_seen = None
+        self._hyper_writes_seen = None
         self._hooks_fire_twice = False
         self._unscale_scratch = None  # GradScaler's unscaling of fp16/bf16 buckets
         self._next_launch = 0
@@ -323,7 +325,9 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         """As torch.optim's; after construction it is collective (every rank adds the same group)
         and makes new buckets, checked across ranks and broadcast from rank 0 like the first ones."""
         super().add_param_group(param_group)
-        group = self.param_groups[-1]
+        # Kept as a dict that counts hyper-parameter writes (the probe of overlap reads them). The
+        # group is this copy from here on, as after torch's own load_state_dict.
+        group = self.param_groups[-1] = _WriteCountingGroup(self.param_groups[-1])
         try:
             _check_group(group)
             for p in group["params"]:
@@ -620,6 +624,7 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
                 return
             if self._hyper_seen is None:  # the first gradient of this backward
                 self._hyper_seen = self._all_hyperparameters()
+                self._hyper_writes_seen = _hyper_writes(self.param_groups)
             if position in b.ready:
                 # A second gradient in one backward (a weight used in two reentrant checkpointed
                 # segments): overlapping would start the bucket before the last of them.
@@ -927,6 +932,7 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
                         if self._mode != "probe":
                             b.probe_copy = None  # the first step is over: its copy is not needed
                     self._hyper_seen = None
+                    self._hyper_writes_seen = None
             if self._failure is None:
                 self._rebucket_if_frozen_changed()
             if self.overlap:
@@ -943,6 +949,10 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         hyper_changed = self._hyper_seen is not None and any(
             seen != now[gi] and (self._mode != "overlap" or any(b.launched for b in self._buckets if b.group_index == gi))
             for gi, seen in enumerate(self._hyper_seen))
+        # Written at all since backward's first gradient, equal values included (the probe's
+        # question is what the loop does there, not what it did this once).
+        hyper_written = self._hyper_writes_seen is not None and \
+            _hyper_writes(self.param_groups) != self._hyper_writes_seen
         with self._aborting_on_failure(first):
             amp = self._amp_inputs(grad_scaler)
         if self.delay:
@@ -973,8 +983,8 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         elif self.overlap and self._mode == "probe" and (self._hyper_seen is not None or changed or amp):
             # The first step after backward decides: a loop that changes nothing between backward()
             # and step() gets its buckets started during backward from the next step on.
-            self._mode = "deferred" if (changed or hyper_changed or amp is not None or self._hooks_fire_twice) \
-                else "overlap"
+            self._mode = "deferred" if (changed or hyper_changed or hyper_written or amp is not None
+                                        or self._hooks_fire_twice) else "overlap"
         with self._aborting_on_failure(first):
             for b in self._buckets:
                 if not b.launched:

@@ -30,3 +30,56 @@ def _check_group(group):
                          "outside autograd")
     if group["maximize"] not in (True, False):
         raise ValueError("signlion: maximize must be True or False, not %r" % (group["maximize"],))
+
+
+class _WriteCountingGroup(dict):
+    """A param group that counts the writes of its hyper-parameters (`hyper_writes`), a value
+    equal to the old one included: with overlap, the first step learns from it whether the loop
+    sets hyper-parameters between backward() and step() (a schedule that writes this step's lr
+    there, equal to the initial lr at step 0, must not be taken for a loop that never does).
+    Everything else is a plain dict."""
+
+    def _count(self, keys):
+        if any(k in _HYPERPARAMETERS for k in keys):
+            self.hyper_writes = getattr(self, "hyper_writes", 0) + 1
+
+    def __setitem__(self, key, value):
+        self._count((key,))
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key):
+        self._count((key,))
+        dict.__delitem__(self, key)
+
+    def update(self, *args, **kwargs):
+        other = dict(*args, **kwargs)
+        self._count(other)
+        dict.update(self, other)
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self._count((key,))
+        return dict.setdefault(self, key, default)
+
+    def pop(self, key, *default):
+        self._count((key,))
+        return dict.pop(self, key, *default)
+
+    def popitem(self):
+        item = dict.popitem(self)
+        self._count((item[0],))
+        return item
+
+    def clear(self):
+        self._count(tuple(self))
+        dict.clear(self)
+
+
+def _hyper_writes(param_groups):
+    """The writes counted so far over these groups (a group replaced by a plain dict counts none:
+    its values are still compared)."""
+    return sum(getattr(g, "hyper_writes", 0) for g in param_groups)

@@ -3,7 +3,8 @@ process groups of 2 and 3 spawned ranks (docs/PYTORCH.md, "Between backward() an
  1. torch.nn.utils.clip_grad_norm_ between backward() and step(): overlap on equals overlap
     off bit for bit, in every one of repeated runs, and clipping changes the result;
  2. the learning rate changed between backward() and step() at every step, a parameter used
-    on one rank only: overlap on equals overlap off, identical on every rank;
+    on one rank only: overlap on equals overlap off, identical on every rank; also a schedule
+    whose first value equals the initial lr (set by hand, or StepLR stepped there);
  3. a loop that starts changing gradients after steps that overlapped: step() raises on
     every rank, naming the change (never a silently different result);
  4. GradScaler's protocol for optimizers that handle scaling themselves (the grad_scale and
@@ -24,6 +25,7 @@ import os
 import sys
 import time
 import unittest
+import warnings
 
 try:
     import torch
@@ -116,6 +118,35 @@ def check_lr_between_backward_and_step(rank, world):
         assert_same_on_all_ranks(params, world, "lr changed between backward and step, overlap=%s" % overlap)
         opt.close()
     assert torch.equal(results[0], results[1]), "lr changed between backward and step: overlap on != off"
+
+
+def check_lr_schedule_starting_at_the_initial_lr(rank, world):
+    """A schedule set between backward() and step() whose first value is the initial lr (a step
+    decay; StepLR stepped there): the first step sees a write of an equal value, which must count
+    as a loop that sets the lr there, so that the later decay is honoured with overlap as without."""
+    from signlion.torch import DistributedLion
+    for schedule in ("manual", "StepLR"):
+        results = []
+        for overlap in (True, False):
+            params = make_params()
+            opt = DistributedLion(params, lr=LR, weight_decay=WD, overlap=overlap, bucket_cap_mb=1e-4)
+            steplr = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.1)
+            for step in range(5):
+                backward_with(params, grads_of(rank, step, [p.shape for p in params]), [True] * len(params))
+                if schedule == "manual":
+                    for g in opt.param_groups:
+                        g["lr"] = LR if step < 2 else LR * 0.1
+                else:
+                    with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()"
+                        warnings.simplefilter("ignore")
+                        steplr.step()
+                opt.step()
+                opt.zero_grad()
+            results.append(torch.cat([p.detach().float().reshape(-1) for p in params]))
+            assert opt.param_groups[0]["lr"] < LR, "%s: the schedule never decayed the lr" % schedule
+            assert_same_on_all_ranks(params, world, "%s between backward and step, overlap=%s" % (schedule, overlap))
+            opt.close()
+        assert torch.equal(results[0], results[1]), "%s between backward and step: overlap on != off" % schedule
 
 
 # ---- 3. a change that starts after overlapped steps ----
@@ -412,6 +443,9 @@ class Loops(unittest.TestCase):
 
     def test_lr_between_backward_and_step_world2(self):
         run_ranks(2, "check_lr_between_backward_and_step")
+
+    def test_lr_schedule_starting_at_the_initial_lr_world2(self):
+        run_ranks(2, "check_lr_schedule_starting_at_the_initial_lr")
 
     def test_late_change_raises_world2(self):
         run_ranks(2, "check_late_change_raises")
