@@ -62,7 +62,8 @@ struct UcxPendingConnects {
 };
 
 ncclResult_t ucxInit(LogSink logger);
-// NCCL_PTR_HOST, plus NCCL_PTR_CUDA when this UCX supports CUDA memory.
+// NCCL_PTR_HOST, plus NCCL_PTR_CUDA when this UCX supports CUDA memory and
+// SIGNLION_UCX_CUDA_POINTERS asks for it (ucx_ptr_support.h says why).
 int ucxPtrSupport();
 ncclResult_t ucxDevices(int* ndev);
 ncclResult_t ucxGetProperties(int dev, UcxProps* props);
