@@ -43,7 +43,6 @@
 namespace signlion {
 namespace net {
 
-constexpr int kUcxMaxDevs = 16;
 constexpr int kUcxMaxRecvs = 8;
 constexpr size_t kUcxMaxMessage = 1ull << 30;  // test() reports sizes as int
 

@@ -195,7 +195,11 @@ ncclResult_t ucxInit(LogSink logger) {
       return ncclSystemError;
     }
   }
-  g.devs = findSocketDevices(kUcxMaxDevs);
+  // One device: NCCL takes every device for a NIC of its own (bandwidth
+  // summed, channels spread over them), but the data goes wherever UCX sends
+  // it (UCX_NET_DEVICES); the interface is only where the setup connection
+  // listens. The first the interface variables select (SIGNLION_SOCKET_IFNAME).
+  g.devs = findSocketDevices(1);
   if (g.devs.empty()) {
     IfnameSpec spec = socketIfnameSpec();
     WARN("NET/signlion-ucx: no usable interface for the setup connection (%s=%s)",
@@ -204,7 +208,8 @@ ncclResult_t ucxInit(LogSink logger) {
   }
   g.ready = true;
   g.pid = getpid();
-  INFO(kSubsysInit | kSubsysNet, "NET/signlion-ucx: UCX %s, %zu devices", ucp_get_version_string(), g.devs.size());
+  INFO(kSubsysInit | kSubsysNet, "NET/signlion-ucx: UCX %s, one device, setup connections on %s %s",
+       ucp_get_version_string(), g.devs[0].name.c_str(), addressString(g.devs[0].addr).c_str());
   logCudaPointers(g.context);
   return ncclSuccess;
 }
