@@ -193,8 +193,9 @@ ncclResult_t socketMakeVDevice(int ndevs, const int* devs, int* d) {
     return ncclSuccess;
   }
   // NCCL fuses on its own whenever the plugin can (NCCL_NET_MERGE_LEVEL,
-  // PORT by default), and every interface without a PCI device (a bridge, a
-  // veth, a VM's host-only network) hangs under the same CPU: it would stripe
+  // PORT by default), and places every interface without a PCI device (a
+  // bridge, a veth, a VM's host-only network) as a port of one NIC under the
+  // first CPU, so at PORT level they are one group: it would stripe
   // a comm over interfaces that may not reach the peer (virbr0 has the same
   // address on every host). Fuse only interfaces the user named.
   const IfnameSpec spec = socketIfnameSpec();
