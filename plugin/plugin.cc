@@ -1,6 +1,6 @@
 // libnccl-net-signlion.so: the exported ncclNet structs, one per interface
 // version NCCL probes (2.30.3 .. 2.32 look for v12 first, 2.28/2.29 for v11,
-// older releases for v10, v9, v8). The version script keeps every other
+// 2.26/2.27 for v10, 2.24/2.25 for v9, 2.20-2.23 for v8; 2.19 knows v7 at most). The version script keeps every other
 // symbol hidden.
 #include "net/socket_net.h"
 #include "socket/socket_transport.h"

@@ -8,6 +8,9 @@
 #      least 35% of it (tx byte counters): the streams are striped;
 #   2. losing one link mid-transfer (ip link set down) ends both sides with an
 #      error from the transfer calls within 20 s, not a hang (timeout 3 s);
+#   0. the two interfaces fuse (makeVDevice, as NCCL's NIC fusion asks on its
+#      own) only when SIGNLION_SOCKET_IFNAME names them: with no interface
+#      variable at all, or an exclude list, the fusion is refused;
 #   3. with HOST_PERF (sign_allreduce_perf) given: the host communicator
 #      between the namespaces with SIGNLION_SOCKET_IFNAME naming both
 #      interfaces stripes its links over both (each carries >= 25%).
@@ -85,6 +88,18 @@ if ((BENCH)); then
   mi=$(median <"$DIR/iperf.txt"); m1=$(median <"$DIR/one.txt"); m2=$(median <"$DIR/both.txt")
   echo "median: iperf3 two links $mi Gbit/s; plugin one link $m1 Gbit/s; plugin one comm on two links $m2 Gbit/s ($(awk -v a="$m2" -v b="$mi" 'BEGIN { printf "%.2f", a / b }')x iperf3)"
 fi
+
+# 0. Fusion only of interfaces named: NCCL asks for it on its own.
+for spec in unset "^docker" "=$IF_A,$IF_A2"; do
+  want=$([[ $spec == unset ]] || [[ $spec == ^* ]] && echo 5 || echo 0)
+  setvar=(SIGNLION_SOCKET_IFNAME="$spec")
+  [[ $spec == unset ]] && setvar=()
+  ip netns exec "$NS_A" env -u SIGNLION_SOCKET_IFNAME -u NCCL_SOCKET_IFNAME -u GLOO_SOCKET_IFNAME "${setvar[@]}" \
+    timeout 60 "$PEER" --mode fuse --version 12 --ifname "$IF_A,$IF_A2" --lib "$LIB" --dir "$DIR" >"$DIR/fuse.log" 2>&1
+  rc=$?
+  echo "SIGNLION_SOCKET_IFNAME $spec: $(grep -h '^fuse:' "$DIR/fuse.log") (exit $rc)"
+  [[ $rc == "$want" ]] || { fail "fusion with SIGNLION_SOCKET_IFNAME $spec: exit $rc, expected $want"; cat "$DIR/fuse.log"; }
+done
 
 # 1. One comm over both links.
 a1=$(txb "$NS_A" "$IF_A"); a2=$(txb "$NS_A" "$IF_A2")

@@ -218,7 +218,10 @@ ncclResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, c
 ncclResult_t ucxIflush(void* recvComm, int, void**, int*, void**, void** request) {
   ARGCHECK(request != nullptr, "iflush", "request", "NULL");
   ARGCHECK(asComm(recvComm, kCommRecv) != nullptr, "iflush", "recvComm", "%p is not a recv comm", recvComm);
-  *request = nullptr;  // host memory: nothing to flush
+  // Nothing to flush in host memory; NCCL calls this after receives into GPU
+  // memory only when NCCL_PTR_CUDA is advertised, which the user then chose
+  // for GPUs that need no flush (ucx_ptr_support.h).
+  *request = nullptr;
   return ncclSuccess;
 }
 

@@ -43,7 +43,6 @@
 namespace signlion {
 namespace net {
 
-constexpr int kUcxMaxDevs = 16;
 constexpr int kUcxMaxRecvs = 8;
 constexpr size_t kUcxMaxMessage = 1ull << 30;  // test() reports sizes as int
 
@@ -62,7 +61,8 @@ struct UcxPendingConnects {
 };
 
 ncclResult_t ucxInit(LogSink logger);
-// NCCL_PTR_HOST, plus NCCL_PTR_CUDA when this UCX supports CUDA memory.
+// NCCL_PTR_HOST, plus NCCL_PTR_CUDA when this UCX supports CUDA memory and
+// SIGNLION_UCX_CUDA_POINTERS asks for it (ucx_ptr_support.h says why).
 int ucxPtrSupport();
 ncclResult_t ucxDevices(int* ndev);
 ncclResult_t ucxGetProperties(int dev, UcxProps* props);

@@ -9,6 +9,7 @@
 
 #include "common/checks.h"
 #include "net/socket_params.h"
+#include "ucx/ucx_ptr_support.h"
 
 namespace signlion {
 namespace net {
@@ -108,6 +109,32 @@ ucs_status_t waitUcx(Comm* c, void* req, int64_t limitMs) {
   return s;
 }
 
+// Debian's UCX has no cuda transports; a build with them lists
+// UCS_MEMORY_TYPE_CUDA in the context's memory types.
+static bool contextListsCuda(ucp_context_h context) {
+  if (context == nullptr) return false;
+  ucp_context_attr_t a;
+  memset(&a, 0, sizeof(a));
+  a.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  return ucp_context_query(context, &a) == UCS_OK && (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
+}
+
+// Says, once per process, what became of GPU pointers (ucx_ptr_support.h).
+static void logCudaPointers(ucp_context_h context) {
+  const bool listed = contextListsCuda(context), asked = signlionParamUcxCudaPointers() != 0;
+  if (listed && asked)
+    WARN("NET/signlion-ucx: NCCL_PTR_CUDA advertised (SIGNLION_UCX_CUDA_POINTERS=1) but iflush does not flush: data "
+         "received into GPU memory is safe only on GPUs NCCL does not flush for (compute capability 9.0 and later)");
+  else if (listed)
+    INFO(kSubsysInit | kSubsysNet,
+         "NET/signlion-ucx: this UCX registers CUDA memory, but NCCL_PTR_CUDA is not advertised (iflush does not "
+         "flush): NCCL stages GPU buffers through host memory; SIGNLION_UCX_CUDA_POINTERS=1 for GPUs of compute "
+         "capability 9.0 and later");
+  else if (asked)
+    INFO(kSubsysInit | kSubsysNet, "NET/signlion-ucx: SIGNLION_UCX_CUDA_POINTERS=1 ignored: this UCX lists no CUDA "
+                                   "memory");
+}
+
 bool deviceAddress(int dev, SocketAddress* a) {
   Global& g = global();
   std::lock_guard<std::mutex> lk(g.mu);
@@ -168,7 +195,11 @@ ncclResult_t ucxInit(LogSink logger) {
       return ncclSystemError;
     }
   }
-  g.devs = findSocketDevices(kUcxMaxDevs);
+  // One device: NCCL takes every device for a NIC of its own (bandwidth
+  // summed, channels spread over them), but the data goes wherever UCX sends
+  // it (UCX_NET_DEVICES); the interface is only where the setup connection
+  // listens. The first the interface variables select (SIGNLION_SOCKET_IFNAME).
+  g.devs = findSocketDevices(1);
   if (g.devs.empty()) {
     IfnameSpec spec = socketIfnameSpec();
     WARN("NET/signlion-ucx: no usable interface for the setup connection (%s=%s)",
@@ -177,24 +208,13 @@ ncclResult_t ucxInit(LogSink logger) {
   }
   g.ready = true;
   g.pid = getpid();
-  INFO(kSubsysInit | kSubsysNet, "NET/signlion-ucx: UCX %s, %zu devices", ucp_get_version_string(), g.devs.size());
+  INFO(kSubsysInit | kSubsysNet, "NET/signlion-ucx: UCX %s, one device, setup connections on %s %s",
+       ucp_get_version_string(), g.devs[0].name.c_str(), addressString(g.devs[0].addr).c_str());
+  logCudaPointers(g.context);
   return ncclSuccess;
 }
 
-int ucxPtrSupport() {
-  // Debian's UCX has no cuda transports; a build with them would list
-  // UCS_MEMORY_TYPE_CUDA in the context's memory types.
-  Global& g = global();
-  int bits = NCCL_PTR_HOST;
-  if (g.context != nullptr) {
-    ucp_context_attr_t a;
-    memset(&a, 0, sizeof(a));
-    a.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-    if (ucp_context_query(g.context, &a) == UCS_OK && (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)))
-      bits |= NCCL_PTR_CUDA;
-  }
-  return bits;
-}
+int ucxPtrSupport() { return ucxPtrSupportFor(contextListsCuda(global().context), signlionParamUcxCudaPointers() != 0); }
 
 ncclResult_t ucxDevices(int* ndev) {
   ARGCHECK(ndev != nullptr, "devices", "ndev", "NULL");

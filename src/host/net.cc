@@ -120,11 +120,10 @@ ncclResult_t Net::open(const char* plugin, std::unique_ptr<Net>* out) {
   }
   // Several interfaces named on purpose (SIGNLION_SOCKET_IFNAME, or the Gloo or
   // NCCL variable it follows): one device striped over them. Not without
-  // any, which then means every interface, some
-  // of which may not reach the peers; nor with an exclude list ("^docker"),
-  // which means the same.
-  const std::string ifname = net::socketIfnameSpec().spec;
-  if (n->ours_ && ndev > 1 && !ifname.empty() && !net::parseIfnameFilter(ifname).exclude) {
+  // any, which then means every interface, some of which may not reach the
+  // peers; nor with an exclude list ("^docker"), which means the same
+  // (IfnameSpec::namesInterfaces; makeVDevice refuses those too).
+  if (n->ours_ && ndev > 1 && net::socketIfnameSpec().namesInterfaces()) {
     ncclNetVDeviceProps_v11_t fuse{};
     for (int d = 0; d < ndev && fuse.ndevs < net::kSocketMaxFusedNics; d++) {
       ncclNetProperties_v11_t props;

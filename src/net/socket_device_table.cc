@@ -164,8 +164,15 @@ ncclResult_t socketGetProperties(int dev, SocketProps* props) {
 ncclResult_t socketMakeVDevice(int ndevs, const int* devs, int* d) {
   ARGCHECK(d != nullptr, "makeVDevice", "d", "NULL");
   ARGCHECK(devs != nullptr, "makeVDevice", "props", "NULL");
-  ARGCHECK(ndevs >= 1 && ndevs <= kSocketMaxFusedNics, "makeVDevice", "props->ndevs", "%d not in [1, %d]", ndevs,
-           kSocketMaxFusedNics);
+  ARGCHECK(ndevs >= 1, "makeVDevice", "props->ndevs", "%d is not positive", ndevs);
+  // NCCL asks for up to 8 under ncclNet v12, and takes a failed fusion as
+  // "keep these apart" (it tries smaller groups, then the interfaces alone):
+  // a limit of ours, not a wrong argument, so no WARN.
+  if (ndevs > kSocketMaxFusedNics) {
+    INFO(kSubsysNet | kSubsysInit, "NET/signlion: not fusing %d interfaces: at most %d per device", ndevs,
+         kSocketMaxFusedNics);
+    return ncclInvalidUsage;
+  }
   std::lock_guard<std::mutex> lk(gDevMutex);
   refreshDevicesLocked();
   int nphys = (int)gDevs.size();
@@ -184,6 +191,22 @@ ncclResult_t socketMakeVDevice(int ndevs, const int* devs, int* d) {
   if (ndevs == 1) {  // nothing to fuse: the device itself
     *d = devs[0];
     return ncclSuccess;
+  }
+  // NCCL fuses on its own whenever the plugin can (NCCL_NET_MERGE_LEVEL,
+  // PORT by default), and places every interface without a PCI device (a
+  // bridge, a veth, a VM's host-only network) as a port of one NIC under the
+  // first CPU, so at PORT level they are one group: it would stripe
+  // a comm over interfaces that may not reach the peer (virbr0 has the same
+  // address on every host). Fuse only interfaces the user named.
+  const IfnameSpec spec = socketIfnameSpec();
+  if (!spec.namesInterfaces()) {
+    std::string names;
+    for (int i = 0; i < ndevs; i++) names += (i ? "+" : "") + gDevs[devs[i]].name;
+    INFO(kSubsysNet | kSubsysInit,
+         "NET/signlion: not fusing %s: fusion needs SIGNLION_SOCKET_IFNAME (or GLOO_/NCCL_SOCKET_IFNAME) to name "
+         "the interfaces, %s",
+         names.c_str(), spec.spec.empty() ? "none is set" : "an exclude list names none");
+    return ncclInvalidUsage;
   }
   for (size_t k = 0; k < gFused.size(); k++) {  // the same interfaces in the same order: that device again
     bool same = gFused[k].n == ndevs;

@@ -22,6 +22,7 @@ constexpr int kSocketMaxRecvs = 8;                // grouped receives per irecv
 constexpr int kSocketMaxStreams = 64;             // cap on SIGNLION_NSOCKS
 // Interfaces one fused device (makeVDevice) may hold: what the listen handle
 // has room for (128 bytes: one address each plus the connection's fields).
+// ncclNet v12 lets NCCL ask for up to 8; more than 4 is refused.
 constexpr int kSocketMaxFusedNics = 4;
 
 struct SocketProps {
@@ -41,7 +42,10 @@ ncclResult_t socketGetProperties(int dev, SocketProps* props);
 // NCCL's NIC fusion: a new device made of ndevs (1..4) distinct physical
 // devices of one address family; *d gets its index (physical devices first,
 // then fused ones in the order made; ndevs == 1 returns that device, the
-// same list again the device made for it). A comm
+// same list again the device made for it). Refused (ncclInvalidUsage, an
+// INFO line; NCCL then keeps the interfaces apart) for more than
+// kSocketMaxFusedNics, and unless the interface spec names the interfaces
+// (IfnameSpec::namesInterfaces): NCCL asks on its own. A comm
 // on it deals its data streams over the interfaces, stream i on interface
 // i mod n at each end, control stream on the first. socket_device_table.cc.
 ncclResult_t socketMakeVDevice(int ndevs, const int* devs, int* d);

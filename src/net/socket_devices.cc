@@ -121,6 +121,8 @@ void collect(const IfnameFilter& filter, int family, int maxDevs, std::vector<So
 
 }  // namespace
 
+bool IfnameSpec::namesInterfaces() const { return !spec.empty() && !parseIfnameFilter(spec).exclude; }
+
 IfnameSpec socketIfnameSpec() {
   IfnameSpec out;
   out.spec = signlionParamSocketIfname();

@@ -45,6 +45,13 @@ IfnameFilter parseIfnameFilter(const std::string& spec);
 struct IfnameSpec {
   std::string spec;
   const char* source = "";
+  // True when the spec picks interfaces by name or prefix ("eth0,eth1",
+  // "=ib0,ib1", "eth"): every interface it passes was asked for. False for
+  // no spec (every interface but docker and lo, some of which may reach no
+  // peer: a bridge to local VMs, a host-only network) and for an exclude
+  // list ("^docker"), which means the same. Only then are several
+  // interfaces fused into one device (socketMakeVDevice, src/host/net.cc).
+  bool namesInterfaces() const;
 };
 IfnameSpec socketIfnameSpec();
 

@@ -20,6 +20,10 @@
 //     messages, 8 in flight, b receives and checks every 8th message; each
 //     prints its rate ("stream: ... Gbit/s"). Exit 0 on success, 4 when a
 //     transfer call failed (the error is printed), 1 on a setup problem.
+//   signlion_net_peer --mode fuse --ifname IF1,IF2,.. --lib PATH --dir DIR [--version 12]
+//     asks for the device fused from the listed interfaces, as NCCL's NIC
+//     fusion does: exit 0 when it is made (and reports what it should), 5
+//     when makeVDevice refuses and no device was made, 1 otherwise.
 #include <unistd.h>
 
 #include <chrono>
@@ -193,6 +197,22 @@ static int fusedDevice(NetDriver& net, const std::string& list, int version) {
   return d;
 }
 
+static int fuse(const PeerOptions& opt) {
+  NetDriver net;
+  if (!loadPlugin(opt, "fuse", &net)) return 1;
+  int before = 0, after = 0;
+  if (net.devices(&before) != ncclSuccess) return 1;
+  int dev = fusedDevice(net, opt.ifname, opt.version);
+  if (net.devices(&after) != ncclSuccess) return 1;
+  net.finalize();
+  if (dev >= 0) {
+    printf("fuse: %s fused into device %d\n", opt.ifname.c_str(), dev);
+    return 0;
+  }
+  printf("fuse: %s not fused, %d devices before and %d after\n", opt.ifname.c_str(), before, after);
+  return after == before ? 5 : 1;
+}
+
 static int stream(const PeerOptions& opt, size_t bytes) {
   const size_t kMsg = size_t(4) << 20;
   const int kWindow = 8;
@@ -343,6 +363,7 @@ int main(int argc, char** argv) {
   if (mode == "sendbig") return sendBig(opt);
   if (mode == "recvbig" || mode == "recvclose") return recvBig(opt, mode == "recvclose");
   if (mode == "stream") return stream(opt, bytes);
+  if (mode == "fuse") return fuse(opt);
   if (mode == "connectclose") return connectClose(opt, count);
   if (opt.role != "a" && opt.role != "b") {
     fprintf(stderr, "--role a|b is required\n");

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
+#include "net/socket_devices.h"
 #include "plugin_fixture.h"
 
 using namespace signlion::nettest;
@@ -107,6 +109,36 @@ TEST_P(PluginTest, TransfersAllSizesBitExact) {
   net_.closeRecv(r);
 }
 
+// The UCX transport reports one device whatever the interfaces: the data go
+// where UCX sends them (UCX_NET_DEVICES), and NCCL would take each device for
+// a NIC of its own. The device is the first interface the variable selects:
+// with an exclude list that excludes nothing, every interface (loopback too)
+// is a candidate. In a process of its own (as CTest runs it) the transport's
+// first init sees this spec; it had a device per interface before.
+TEST(UcxDevices, OneDeviceWhateverTheInterfaces) {
+  if (pluginIsSocket(pluginUnderTest(SIGNLION_PLUGIN_PATH))) GTEST_SKIP() << "the UCX transport's devices";
+  Env every("SIGNLION_SOCKET_IFNAME", "^=no-such-if");
+  const std::vector<signlion::net::SocketDevice> all = signlion::net::findSocketDevices(16);
+  std::string err;
+  void* lib = openPlugin(pluginUnderTest(SIGNLION_PLUGIN_PATH), &err);
+  ASSERT_NE(lib, nullptr) << err;
+  NetDriver net;
+  ASSERT_TRUE(net.bind(lib, 12));
+  ASSERT_EQ(net.init(&PluginLog::logger), ncclSuccess);
+  int ndev = 0;
+  ASSERT_EQ(net.devices(&ndev), ncclSuccess);
+  EXPECT_EQ(ndev, 1) << all.size() << " interfaces";
+  ncclNetProperties_v12_t p;
+  ASSERT_EQ(net.properties(0, &p), ncclSuccess);
+  ASSERT_FALSE(all.empty());
+  if (all.size() > 1) {
+    EXPECT_EQ(std::string(p.name), all[0].name) << "the first interface selected";
+  }
+  EXPECT_EQ(p.vProps.ndevs, 1);
+  net.finalize();
+  dlclose(lib);
+}
+
 // NIC fusion's arguments (a real fusion of two interfaces needs two, which
 // loopback cannot give: netns.multinic_fused_device makes them).
 // v9 and later: v8 has no makeVDevice.
@@ -124,8 +156,16 @@ TEST_P(PluginFusion, MakeVDeviceChecksItsArguments) {
   const int missing[] = {dev_, ndev + 3};
   EXPECT_EQ(net_.makeVDevice(2, missing, &d), ncclInvalidArgument);
   EXPECT_EQ(net_.makeVDevice(0, one, &d), ncclInvalidArgument);
+  // Five devices: more than ncclNet v9-v11's props hold (a wrong argument);
+  // v12's hold 8, and the socket transport fuses at most 4: a limit, refused
+  // without a WARN (NCCL then tries fewer). The UCX transport fuses none.
   const int five[] = {0, 1, 2, 3, 4};
-  EXPECT_EQ(net_.makeVDevice(5, five, &d), ncclInvalidArgument) << "at most 4 interfaces per fused device";
+  const ncclResult_t tooMany = GetParam() == 12 && socketTransport() ? ncclInvalidUsage : ncclInvalidArgument;
+  const int warns = PluginLog::warns();
+  EXPECT_EQ(net_.makeVDevice(5, five, &d), tooMany) << "at most 4 interfaces per fused device";
+  if (tooMany == ncclInvalidUsage) {
+    EXPECT_EQ(PluginLog::warns(), warns) << PluginLog::lastWarn();
+  }
   int after = 0;
   ASSERT_EQ(net_.devices(&after), ncclSuccess);
   EXPECT_EQ(after, ndev) << "nothing was made";

@@ -77,6 +77,66 @@ TEST(SocketIfname, FollowsGlooThenNccl) {
   EXPECT_TRUE(findSocketDevices(16).empty());
 }
 
+// NIC fusion only of interfaces the spec names: NCCL calls makeVDevice on its
+// own for interfaces it finds close together (every one without a PCI device
+// is), so with no spec, or an exclude list, a fusion is refused
+// (ncclInvalidUsage: NCCL then keeps them apart); named, the same two fuse.
+// Needs two interfaces of one address family besides docker ones (loopback
+// counts): skipped with fewer. netns.multinic_fused_device checks the same
+// with two veths and no spec at all.
+TEST(SocketIfname, FusesOnlyInterfacesTheSpecNames) {
+  Env gloo("GLOO_SOCKET_IFNAME", "");
+  Env nccl("NCCL_SOCKET_IFNAME", "");
+  std::string names[2];
+  {
+    Env every("SIGNLION_SOCKET_IFNAME", "^=no-such-if");  // excludes nothing, names nothing
+    NetDriver net;
+    net.bindInProcess(12);
+    ASSERT_EQ(net.init(&PluginLog::logger), ncclSuccess);
+    int ndev = 0;
+    ASSERT_EQ(net.devices(&ndev), ncclSuccess);
+    // The first pair that is not refused for its arguments (two address families).
+    ncclResult_t r = ncclInvalidArgument;
+    for (int a = 0; a < ndev && r == ncclInvalidArgument; a++)
+      for (int b = a + 1; b < ndev && r == ncclInvalidArgument; b++) {
+        const int pair[] = {a, b};
+        int d = -1;
+        r = net.makeVDevice(2, pair, &d);
+        ncclNetProperties_v12_t pa, pb;
+        ASSERT_EQ(net.properties(a, &pa), ncclSuccess);
+        ASSERT_EQ(net.properties(b, &pb), ncclSuccess);
+        names[0] = pa.name;
+        names[1] = pb.name;
+      }
+    net.finalize();
+    if (r == ncclInvalidArgument) GTEST_SKIP() << "fewer than two interfaces of one address family";
+    EXPECT_EQ(r, ncclInvalidUsage) << names[0] << "+" << names[1] << " fused under an exclude list";
+    int after = 0;
+    ASSERT_EQ(net.devices(&after), ncclSuccess);
+    EXPECT_EQ(after, ndev) << "nothing was made";
+  }
+  const std::string both = "=" + names[0] + "," + names[1];
+  for (const char* spec : {"", "^docker", both.c_str()}) {
+    SCOPED_TRACE(std::string("SIGNLION_SOCKET_IFNAME=") + spec);
+    Env mine("SIGNLION_SOCKET_IFNAME", spec);
+    NetDriver net;
+    net.bindInProcess(12);
+    ASSERT_EQ(net.init(&PluginLog::logger), ncclSuccess);
+    const int pair[] = {findDevice(net, names[0]), findDevice(net, names[1])};
+    if (pair[0] < 0 || pair[1] < 0) {  // the default spec leaves loopback out when there is another interface
+      EXPECT_STREQ(spec, "");
+      continue;
+    }
+    int ndev = 0, after = 0, d = -1;
+    ASSERT_EQ(net.devices(&ndev), ncclSuccess);
+    const bool named = spec == both.c_str();
+    EXPECT_EQ(net.makeVDevice(2, pair, &d), named ? ncclSuccess : ncclInvalidUsage);
+    ASSERT_EQ(net.devices(&after), ncclSuccess);
+    EXPECT_EQ(after, named ? ndev + 1 : ndev);
+    net.finalize();
+  }
+}
+
 // ---- Data streams per comm (SIGNLION_NSOCKS, SIGNLION_SOCKET_SPEED) --------------------
 
 // Unset (0), SIGNLION_NSOCKS follows the link: one data stream below 10 Gbit/s,

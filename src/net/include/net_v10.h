@@ -1,5 +1,5 @@
 /*************************************************************************
- * ncclNet v10 (NCCL 2.24 .. 2.27): init gains a profiler callback, connect a
+ * ncclNet v10 (NCCL 2.26, 2.27): init gains a profiler callback, connect a
  * per-connection config (traffic class), isend/irecv a profiler handle.
  ************************************************************************/
 #ifndef SIGNLION_NET_V10_H_

@@ -1,5 +1,5 @@
 /*************************************************************************
- * ncclNet v8 (NCCL 2.19 .. 2.2x): sizes are int; init takes only a logger.
+ * ncclNet v8 (NCCL 2.20 .. 2.23): sizes are int; init takes only a logger.
  ************************************************************************/
 #ifndef SIGNLION_NET_V8_H_
 #define SIGNLION_NET_V8_H_

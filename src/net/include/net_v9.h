@@ -1,5 +1,5 @@
 /*************************************************************************
- * ncclNet v9 (NCCL 2.23 ..): size_t sizes in isend/irecv, virtual NICs,
+ * ncclNet v9 (NCCL 2.24, 2.25): size_t sizes in isend/irecv, virtual NICs,
  * forceFlush and transfer-size limits in the properties.
  ************************************************************************/
 #ifndef SIGNLION_NET_V9_H_
