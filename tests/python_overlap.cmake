@@ -19,12 +19,13 @@ signlion_python_tests(collectives test_torch_collectives.py SignAllReduce
                       needs_a_process_group ddp_hook_world2 ddp_hook_world3)
 # DistributedLion under the training loops users write (python/tests/test_torch_lion_loops.py):
 # clipping and a learning rate changed between backward() and step() (overlap on equals off; also
-# a schedule whose first value is the initial lr, set by hand or by StepLR there),
+# a schedule whose first value is the initial lr, set by hand or by StepLR there), in-place writes
+# into master_weights parameters kept,
 # GradScaler's protocol, a failure on one rank aborting the peers, frozen/tied/channels_last
 # parameters, gradients as bucket views, settings compared across ranks, close().
 signlion_python_tests(loops test_torch_lion_loops.py Loops
                       clipping_world2 clipping_world3 lr_between_backward_and_step_world2
-                      lr_schedule_starting_at_the_initial_lr_world2
+                      lr_schedule_starting_at_the_initial_lr_world2 master_weights_take_in_place_writes_world2
                       late_change_raises_world2 grad_scaler_protocol_world2 failure_aborts_world3
                       frozen_and_tied_world2 gradients_are_bucket_views_world2 settings_compared_world2
                       close_refuses_world2 compiled_model_world2)

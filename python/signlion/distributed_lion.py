@@ -828,7 +828,10 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         for p, (offset, n, ptr) in zip(b.params, b.slices):
             if p.data.data_ptr() != ptr:
                 raise RuntimeError("signlion: a parameter's .data was replaced after the optimizer was made; "
-                                   "copy into it in place (p.data.copy_(...)) instead")
+                                   "copy into it in place instead (with torch.no_grad(): p.copy_(...))")
+        if b.has_master and b.params_versions is not None and \
+                any(p._version != v for p, v in zip(b.params, b.params_versions)):
+            self._adopt_parameter_writes(b)
         grad = b.grad
         if maximize:
             if b.negated is None:
@@ -857,6 +860,23 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
                 if b.has_master:
                     after[3][o:o + n] = before[3][o:o + n]
             b.load(after[0])
+        # The parameters' version counters after this step: a later change is the loop's in-place
+        # write (the library's writes do not move them; nor do writes through .data).
+        if b.has_master:
+            b.params_versions = [p._version for p in b.params]
+
+    def _adopt_parameter_writes(self, b):
+        """master_weights: the loop wrote into b's parameters in place since its last step
+        (weight clipping under no_grad(), module.load_state_dict()): the master copy takes the written values,
+        element by element where the parameter no longer equals the master rounded to its
+        dtype, so that the write is not lost at the next step; the others keep the master's
+        extra bits."""
+        blob, _, _, master = b.save()
+        bits = torch.int16  # fp16 and bf16: NaN == NaN and -0 != +0 here
+        written = master.to(b.dtype).view(bits) != b.flat.detach().to("cpu").view(bits)
+        if bool(written.any()):
+            master[written] = b.flat.detach().to("cpu")[written].float()
+            b.load(blob)
 
     def _amp_inputs(self, grad_scaler):
         """GradScaler's part in this step: (found_inf on this rank, grad_scale or None), or None
@@ -1104,7 +1124,7 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         for p, (offset, n, ptr) in zip(b.params, b.slices):
             if p.data.data_ptr() != ptr:
                 raise RuntimeError("signlion: a parameter's .data was replaced after the optimizer was made; "
-                                   "copy into it in place (p.data.copy_(...)) instead")
+                                   "copy into it in place instead (with torch.no_grad(): p.copy_(...))")
         self._delay_buffers(b)
         grads, out = b.next_vote_grad, b.next_vote_out
         if maximize:

@@ -79,6 +79,9 @@ class _Bucket:
                 offset += n
         self.lion = None
         self.has_master = False
+        # master_weights: each parameter's version counter as the last step left it (None before
+        # the first step, which takes the master copy from the parameters).
+        self.params_versions = None
         # Overlap: positions (in self.params) of the parameters with a gradient hook, those whose
         # gradient is final in this backward, whether the step was launched since step(), and
         # the gradients' version counter when the bucket was complete (what its step reads).

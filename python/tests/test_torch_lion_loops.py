@@ -4,7 +4,8 @@ process groups of 2 and 3 spawned ranks (docs/PYTORCH.md, "Between backward() an
     off bit for bit, in every one of repeated runs, and clipping changes the result;
  2. the learning rate changed between backward() and step() at every step, a parameter used
     on one rank only: overlap on equals overlap off, identical on every rank; also a schedule
-    whose first value equals the initial lr (set by hand, or StepLR stepped there);
+    whose first value equals the initial lr (set by hand, or StepLR stepped there); with
+    master_weights, a write into the parameters in place between steps is kept;
  3. a loop that starts changing gradients after steps that overlapped: step() raises on
     every rank, naming the change (never a silently different result);
  4. GradScaler's protocol for optimizers that handle scaling themselves (the grad_scale and
@@ -147,6 +148,44 @@ def check_lr_schedule_starting_at_the_initial_lr(rank, world):
             assert_same_on_all_ranks(params, world, "%s between backward and step, overlap=%s" % (schedule, overlap))
             opt.close()
         assert torch.equal(results[0], results[1]), "%s between backward and step: overlap on != off" % schedule
+
+
+def _master_run(rank, overlap, write):
+    """bf16 and fp16 parameters with master_weights: two steps, then write(params) under
+    no_grad(), then two more steps; the parameters and the master copies at the end."""
+    from signlion.torch import DistributedLion
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s).to(dt)) for s, dt in (((40, 30), torch.bfloat16),
+                                                                     ((50,), torch.float16), ((7, 3), torch.bfloat16))]
+    opt = DistributedLion(params, lr=1e-3, weight_decay=0.1, overlap=overlap, master_weights=True, bucket_cap_mb=1e-3)
+    for step in range(4):
+        if step == 2:
+            with torch.no_grad():
+                write(params)
+        backward_with(params, grads_of(rank, step, [p.shape for p in params]), [True] * len(params))
+        opt.step()
+        opt.zero_grad()
+    out = [p.detach().float().clone() for p in params] + [opt.state[p]["master"].clone() for p in params]
+    opt.close()
+    return out
+
+
+def check_master_weights_take_in_place_writes(rank, world):
+    """master_weights: a write into the parameters in place between steps (weight clipping, a
+    load of weights) is what the next step starts from, not lost to the master copy; a write of
+    the values they already hold (the version counter moves, no value does) changes nothing."""
+    for overlap in (True, False):
+        clipped = _master_run(rank, overlap, lambda ps: [p.copy_(p.float().clamp(-0.05, 0.05)) for p in ps])
+        bound = 0.05 + 2 * 1e-3 * (1 + 0.1 * 0.05) + 1e-3  # two steps of lr 1e-3 and a bf16 rounding
+        for i, p in enumerate(clipped[:3]):
+            assert float(p.abs().max()) <= bound, "overlap=%s: parameter %d reached %g after clamping to 0.05" % (
+                overlap, i, float(p.abs().max()))
+        untouched = _master_run(rank, overlap, lambda ps: None)
+        rewritten = _master_run(rank, overlap, lambda ps: [p.copy_(p.clone()) for p in ps])
+        for i, (a, b) in enumerate(zip(untouched, rewritten)):
+            assert torch.equal(a, b), "overlap=%s: rewriting the same values changed %s %d" % (
+                overlap, "parameter" if i < 3 else "master copy", i % 3)
+        assert_same_on_all_ranks(clipped[:3], world, "master_weights after a clamp, overlap=%s" % overlap)
 
 
 # ---- 3. a change that starts after overlapped steps ----
@@ -446,6 +485,9 @@ class Loops(unittest.TestCase):
 
     def test_lr_schedule_starting_at_the_initial_lr_world2(self):
         run_ranks(2, "check_lr_schedule_starting_at_the_initial_lr")
+
+    def test_master_weights_take_in_place_writes_world2(self):
+        run_ranks(2, "check_master_weights_take_in_place_writes")
 
     def test_late_change_raises_world2(self):
         run_ranks(2, "check_late_change_raises")
