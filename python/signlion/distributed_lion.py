@@ -614,7 +614,9 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
                     "its step (overlap=True starts a bucket's step during backward, as soon as its gradients are "
                     "ready, so gradients cannot be accumulated over several backward passes that way): run all "
                     "but the last backward of an accumulation inside `with optimizer.no_sync():`, call step() "
-                    "after each backward, or make the optimizer with overlap=False"
+                    "after each backward, or make the optimizer with overlap=False. A backward meant for "
+                    "another optimizer counts too (a GAN's generator loss through the discriminator this "
+                    "optimizer steps): freeze these parameters with requires_grad_(False) during it"
                     % (b.indices[position], b.describe()))
                 self._fail(b, error)
                 raise error
