@@ -19,7 +19,7 @@ from .background import exit_timeout as _exit_timeout
 from .lion_buckets import _DTYPES, _Bucket, _group_buckets
 from .lion_hyperparameters import _HYPERPARAMETERS, _WriteCountingGroup, _check_group, _hyper_writes
 from .lion_state import LionStateDict
-from .process_groups import _as_float, host_comm_from_process_group, nccl_comm_from_process_group
+from .process_groups import _as_float, checked_group, host_comm_from_process_group, nccl_comm_from_process_group
 from .rank_agreement import _broadcast_bytes, _first_difference, _HostChannel, _jsonable, _ProcessGroupChannel
 from .timeline import Timeline as _Timeline
 from .timeline import bucket_track as _bucket_track
@@ -215,6 +215,8 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
             raise ValueError("aggregation must be one of %s, not %r" % (sorted(capi.AGGREGATIONS), aggregation))
         if overlap not in (True, False):
             raise ValueError("signlion: overlap must be True or False, not %r" % (overlap,))
+        if process_group is not None:
+            checked_group(process_group)  # before any collective: a non-member would wait for the members
         if isinstance(delay, bool) or delay not in (0, 1):
             raise ValueError("signlion: delay must be 0 (each step applies its own vote) or 1 (each step applies "
                              "the previous step's vote), not %r" % (delay,))

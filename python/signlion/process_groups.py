@@ -86,15 +86,39 @@ def resolve_timeout(timeout=None, group=None):
     return max(1, min(_MAX_TIMEOUT_MS, int(math.ceil(seconds * 1000.0)))), source
 
 
+def checked_group(group, what="process_group"):
+    """`group` (None: WORLD) once it is known to be a process group this rank belongs to; else
+    ValueError (this rank is not a member: torch.distributed.new_group gave it
+    GroupMember.NON_GROUP_MEMBER) or TypeError (not a process group), naming `what`. Checked
+    before any collective, because a non-member would otherwise wait in the store for a key
+    that only the members write."""
+    from torch.distributed import distributed_c10d as c10d
+    non_member = c10d.GroupMember.NON_GROUP_MEMBER
+    if group is non_member or (type(group) is type(non_member) and group == non_member):
+        raise ValueError("signlion: %s: this rank (rank %d of the default group) is not a member of the group "
+                         "(torch.distributed.new_group returns a group only on its members): only the members of "
+                         "a group may use it" % (what, dist.get_rank()))
+    if group is None:
+        return dist.group.WORLD
+    if not isinstance(group, dist.ProcessGroup):
+        raise TypeError("signlion: %s must be a torch.distributed process group (dist.new_group(...)) or None, "
+                        "not %s" % (what, type(group).__name__))
+    if dist.get_rank(group) < 0:
+        raise ValueError("signlion: %s: this rank (rank %d of the default group) is not a member of the group"
+                         % (what, dist.get_rank()))
+    return group
+
+
 def host_comm_from_process_group(group=None, zero_rule="positive", tie_rule="zero", store=None, timeout=None):
     """A host communicator over the ranks of `group` (default: WORLD), its unique id
     passed through the process group's store. Collective over the group. Every wait for a peer
     is bounded by `timeout` (a datetime.timedelta or seconds), by default the process group's
-    own timeout (resolve_timeout); the communicator's timeout_ms and timeout_source tell which."""
+    own timeout (resolve_timeout); the communicator's timeout_ms and timeout_source tell which.
+    A rank that is not a member of `group` gets a ValueError at once."""
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("signlion: torch.distributed is not initialized; call init_process_group first "
                            "(or use aggregation='local')")
-    group = group if group is not None else dist.group.WORLD
+    group = checked_group(group)
     timeout_ms, source = resolve_timeout(timeout, group)
     nranks, rank = dist.get_world_size(group), dist.get_rank(group)
     store = store if store is not None else _store_of(group)
@@ -122,7 +146,7 @@ def nccl_comm_from_process_group(group=None, device=None):
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("signlion: torch.distributed is not initialized; call init_process_group('nccl') first "
                            "(or use aggregation='local')")
-    group = group if group is not None else dist.group.WORLD
+    group = checked_group(group)
     device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     try:
         backend = group._get_backend(torch.device("cuda"))

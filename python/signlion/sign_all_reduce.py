@@ -8,7 +8,7 @@ from .background import Work
 from .host_comm_cache import clear_host_comm_cache, release_host_comm  # public here (__all__)
 from .host_comm_cache import counts as _cache_counts
 from .host_comm_cache import host_entry as _host_entry
-from .process_groups import nccl_comm_from_process_group
+from .process_groups import checked_group, nccl_comm_from_process_group
 
 _OPS = {"majority": capi.MAJORITY, "average": capi.AVERAGE}
 _DATATYPES = {torch.float32: capi.FLOAT32, torch.float16: capi.FLOAT16, torch.bfloat16: capi.BFLOAT16,
@@ -113,9 +113,7 @@ def sign_all_reduce(tensor, op="majority", group=None, async_op=False, zero_rule
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("signlion: sign_all_reduce: group: torch.distributed is not initialized; call "
                            "init_process_group first")
-    group = group if group is not None else dist.group.WORLD
-    if group is None or dist.get_rank(group) < 0:
-        raise ValueError("signlion: sign_all_reduce: group: this rank is not a member of the group")
+    group = checked_group(group, "sign_all_reduce: group")
     datatype, code = _DATATYPES[tensor.dtype], _OPS[op]
     if tensor.device.type == "cuda":
         return _cuda_sign_all_reduce(tensor, datatype, code, group, async_op, (zero_rule, tie_rule))

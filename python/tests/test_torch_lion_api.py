@@ -10,7 +10,8 @@ test_torch_lion.py wherever values are compared:
  5. models that differ across ranks (20 vs 25 parameters, other shapes): that clear error;
  6. per-parameter state: state[p]["exp_avg"], torch's state_dict format, a state saved by a
     plain (lion_pytorch-style) Lion and by lion_pytorch.Lion when installed, the old format;
- 7. maximize, foreach, fused accepted; capturable and differentiable refused clearly."""
+ 7. maximize, foreach, fused accepted; capturable and differentiable refused clearly;
+ 9. a rank outside process_group gets a ValueError at once, before any collective;"""
 import os
 import sys
 import unittest
@@ -222,6 +223,36 @@ def check_models_that_differ_fail_clearly(rank, world):
     for i, g in enumerate(grads):
         reference_param_step(ref, i, g, rank, world, "mavo", LR, WD)
     assert_matches(params, ref, "after the errors")
+
+
+# ---- 9. a process group this rank is not a member of ----
+
+def _nonmember_process_group(rank, world, init_file):
+    """Ranks 0 and 1 make an optimizer over their subgroup; rank 2 is not a member: a ValueError
+    at once (before, it waited in the store for the members' key until the store's timeout, or,
+    finding it there, failed in the communicator's init with an unnamed SignError)."""
+    import datetime
+    import time
+    os.environ["SIGNLION_SOCKET_IFNAME"] = "lo"
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    from signlion.torch import DistributedLion, host_comm_from_process_group
+    sub = dist.new_group([0, 1])
+    params = make_model()
+    if rank == 2:
+        started = time.monotonic()
+        expect_value_error(lambda: DistributedLion(params, process_group=sub), "process_group", "not a member")
+        expect_value_error(lambda: host_comm_from_process_group(sub), "not a member")
+        elapsed = time.monotonic() - started
+        assert elapsed < 30.0, "the non-member waited %.1f s before its error" % elapsed
+    else:
+        opt = DistributedLion(params, lr=LR, weight_decay=WD, process_group=sub)
+        for p, g in zip(params, grads_of(rank, 0, [p.shape for p in params])):
+            p.grad = g.to(p.dtype)
+        opt.step()
+        opt.close()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 # ---- 6. per-parameter state ----
@@ -456,6 +487,9 @@ class AcrossRanks(unittest.TestCase):
 
     def test_old_opaque_format_world2(self):
         run_ranks(2, "check_old_opaque_format")
+
+    def test_nonmember_process_group_world3(self):
+        spawn_ranks.run_ranks(3, _nonmember_process_group, timeout=120)
 
 
 if __name__ == "__main__":
