@@ -23,7 +23,7 @@ signlion_python_tests(api test_torch_lion_api.py AcrossRanks
                       add_param_group_world2 parameters_broadcast_from_rank0_world3
                       models_that_differ_fail_clearly_world2 models_that_differ_fail_clearly_world3
                       state_dict_torch_format_world2 old_opaque_format_world2
-                      nonmember_process_group_world3)
+                      nonmember_process_group_world3 vote_rules_differ_world2 vote_rules_differ_world3)
 include(${CMAKE_CURRENT_SOURCE_DIR}/python_overlap.cmake)
 # CUDA tensors (python/tests/test_torch_lion_cuda.py): skipped (77) without
 # CUDA, without PyTorch's ProcessGroupNCCL._comm_ptr (2.8+) or without NCCL.

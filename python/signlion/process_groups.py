@@ -109,21 +109,59 @@ def checked_group(group, what="process_group"):
     return group
 
 
+def _agree_on_rules(store, key, rank, nranks, rules):
+    """Collective over the group's ranks, through the store, before their communicator is made
+    (which would refuse rules that differ with an unnamed SignError): raises the same ValueError
+    on every rank when some rank's (zero_rule, tie_rule) differs from rank 0's. A few store
+    operations per rank, whatever the number of ranks: rank 0 publishes its rules, each rank
+    compares its own with them, the first to differ describes itself, and the last rank to
+    arrive publishes how many differ."""
+    mine = "%s %s" % rules
+    if rank == 0:
+        store.set(key + "/rules0", mine)
+        root = mine
+    else:
+        root = bytes(store.get(key + "/rules0")).decode()
+    if mine != root:
+        if store.add(key + "/rules-differ", 1) == 1:
+            ours, theirs = mine.split(), root.split()
+            name = "zero_rule" if ours[0] != theirs[0] else "tie_rule"
+            value, root_value = (ours[0], theirs[0]) if name == "zero_rule" else (ours[1], theirs[1])
+            store.set(key + "/rules-first", "on rank %d, %s is %r here, %r on rank 0" % (rank, name, value,
+                                                                                       root_value))
+    if store.add(key + "/rules-arrived", 1) == nranks:
+        store.set(key + "/rules-verdict", str(store.add(key + "/rules-differ", 0)))
+    differing = int(bytes(store.get(key + "/rules-verdict")).decode())
+    if differing:
+        first = bytes(store.get(key + "/rules-first")).decode()
+        raise ValueError("signlion: the ranks' vote rules differ (every rank must pass the same zero_rule and "
+                         "tie_rule): %s; %d rank%s differ%s from rank 0" % (first, differing,
+                                                                          "s" if differing > 1 else "",
+                                                                          "" if differing > 1 else "s"))
+
+
 def host_comm_from_process_group(group=None, zero_rule="positive", tie_rule="zero", store=None, timeout=None):
     """A host communicator over the ranks of `group` (default: WORLD), its unique id
     passed through the process group's store. Collective over the group. Every wait for a peer
     is bounded by `timeout` (a datetime.timedelta or seconds), by default the process group's
     own timeout (resolve_timeout); the communicator's timeout_ms and timeout_source tell which.
-    A rank that is not a member of `group` gets a ValueError at once."""
+    A rank that is not a member of `group` gets a ValueError at once; rules that differ across
+    the ranks give every rank a ValueError naming the first difference."""
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("signlion: torch.distributed is not initialized; call init_process_group first "
                            "(or use aggregation='local')")
     group = checked_group(group)
+    if zero_rule not in capi.ZERO_RULES:
+        raise ValueError("signlion: zero_rule must be one of %s, not %r" % (sorted(capi.ZERO_RULES), zero_rule))
+    if tie_rule not in capi.TIE_RULES:
+        raise ValueError("signlion: tie_rule must be one of %s, not %r" % (sorted(capi.TIE_RULES), tie_rule))
     timeout_ms, source = resolve_timeout(timeout, group)
     nranks, rank = dist.get_world_size(group), dist.get_rank(group)
     store = store if store is not None else _store_of(group)
     members = "all" if group is dist.group.WORLD else "-".join(str(r) for r in dist.get_process_group_ranks(group))
     key = "signlion/hostcomm/%s/%d" % (members, next(_comm_serials[members]))
+    if nranks > 1:
+        _agree_on_rules(store, key, rank, nranks, (zero_rule, tie_rule))
     if rank == 0:
         uid = capi.get_unique_id()
         store.set(key, uid)

@@ -11,7 +11,8 @@ test_torch_lion.py wherever values are compared:
  6. per-parameter state: state[p]["exp_avg"], torch's state_dict format, a state saved by a
     plain (lion_pytorch-style) Lion and by lion_pytorch.Lion when installed, the old format;
  7. maximize, foreach, fused accepted; capturable and differentiable refused clearly;
- 9. a rank outside process_group gets a ValueError at once, before any collective;"""
+ 9. a rank outside process_group gets a ValueError at once, and vote rules that differ across
+    ranks a ValueError naming the rule on every rank, before any communicator is made;"""
 import os
 import sys
 import unittest
@@ -225,7 +226,7 @@ def check_models_that_differ_fail_clearly(rank, world):
     assert_matches(params, ref, "after the errors")
 
 
-# ---- 9. a process group this rank is not a member of ----
+# ---- 9. process groups and vote rules, checked before the communicator ----
 
 def _nonmember_process_group(rank, world, init_file):
     """Ranks 0 and 1 make an optimizer over their subgroup; rank 2 is not a member: a ValueError
@@ -253,6 +254,30 @@ def _nonmember_process_group(rank, world, init_file):
         opt.close()
     dist.barrier()
     dist.destroy_process_group()
+
+
+def check_vote_rules_differ(rank, world):
+    """Rules that differ on one rank: the same ValueError on every rank, naming the rule (before,
+    the communicator's init refused them with an unnamed SignError); then the ranks still work."""
+    from signlion.torch import DistributedLion, host_comm_from_process_group
+    zero = "abstain" if rank == 1 else "positive"
+    msg = expect_value_error(lambda: DistributedLion(make_model(), zero_rule=zero), "zero_rule", "abstain",
+                             "positive")
+    assert "rank 1" in msg, msg
+    tie = "negative" if rank == world - 1 else "zero"
+    msg = expect_value_error(lambda: DistributedLion(make_model(), tie_rule=tie), "tie_rule", "negative")
+    assert "rank %d" % (world - 1) in msg, msg
+    expect_value_error(lambda: host_comm_from_process_group(zero_rule=zero), "zero_rule")
+    params = make_model()
+    ref = new_reference(params)
+    opt = DistributedLion(params, lr=LR, weight_decay=WD, zero_rule="positive", tie_rule="zero")
+    grads = grads_of(rank, 0, [p.shape for p in params])
+    for p, g in zip(params, grads):
+        p.grad = g.to(p.dtype)
+    opt.step()
+    for i, g in enumerate(grads):
+        reference_param_step(ref, i, g, rank, world, "mavo", LR, WD)
+    assert_matches(params, ref, "after the refused rules")
 
 
 # ---- 6. per-parameter state ----
@@ -490,6 +515,12 @@ class AcrossRanks(unittest.TestCase):
 
     def test_nonmember_process_group_world3(self):
         spawn_ranks.run_ranks(3, _nonmember_process_group, timeout=120)
+
+    def test_vote_rules_differ_world2(self):
+        run_ranks(2, "check_vote_rules_differ")
+
+    def test_vote_rules_differ_world3(self):
+        run_ranks(3, "check_vote_rules_differ")
 
 
 if __name__ == "__main__":
