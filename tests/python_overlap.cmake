@@ -16,6 +16,7 @@ signlion_python_tests(overlap-pipelined test_torch_lion_overlap.py Overlap
 signlion_python_tests(collectives test_torch_collectives.py SignAllReduce
                       matches_reference_and_errors_world2 matches_reference_world4 subgroup_world3
                       overlapping_subgroups_world3 threads_make_one_communicator_world2
+                      empty_calls_world2 empty_calls_world3
                       needs_a_process_group ddp_hook_world2 ddp_hook_world3)
 # DistributedLion under the training loops users write (python/tests/test_torch_lion_loops.py):
 # clipping and a learning rate changed between backward() and step() (overlap on equals off; also

@@ -35,6 +35,21 @@ class _HostEntry:
         self.group = group  # held, so that the id in the key is not reused while cached
         self.comm = comm
         self.executor = SerialExecutor("signlion-sign-all-reduce", exit_timeout=exit_timeout(comm))
+        self.failure = None  # the error of the call that failed, after which the communicator was aborted
+
+    def fail(self, error):
+        """After a call failed on the communicator (a peer lost, or calls that did not match), on
+        the executor's thread, so that no call is inside it: aborts it, so that the peers waiting
+        on this rank fail at once rather than after the timeout (the library names a mismatch on
+        the rank that sees it, while its peer may still wait), and takes the entry out of the
+        cache, so that the group's next call makes a new communicator (on every rank, as each
+        one's call failed)."""
+        self.failure = error
+        self.comm.abort()
+        with _host_comms_lock:
+            slot = _host_comms.get(id(self.group))
+            if slot is not None and slot.entry is self:
+                del _host_comms[id(self.group)]
 
     def close(self):
         self.executor.close()

@@ -14,6 +14,9 @@ _OPS = {"majority": capi.MAJORITY, "average": capi.AVERAGE}
 _DATATYPES = {torch.float32: capi.FLOAT32, torch.float16: capi.FLOAT16, torch.bfloat16: capi.BFLOAT16,
               torch.int8: capi.INT8}
 
+# ncclResult_t values: an argument refused before the call moved anything; calls that do not match.
+_NCCL_INVALID_ARGUMENT, _NCCL_INVALID_USAGE = 4, 5
+
 # The most host communicators (host_comm_cache.py) one process holds for sign_all_reduce: a
 # group's first call beyond it raises the same RuntimeError on every rank of the group. Read at
 # each communicator's creation, so that raising it here (on every rank) takes effect.
@@ -121,9 +124,21 @@ def sign_all_reduce(tensor, op="majority", group=None, async_op=False, zero_rule
     comm = entry.comm
 
     def run():
-        if tensor.numel():
+        if entry.failure is not None:  # queued behind a call that failed: its communicator is aborted
+            raise RuntimeError("signlion: sign_all_reduce: an earlier call on this group failed (%s), which aborted "
+                               "the group's host communicator; the group's next call makes a new one"
+                               % entry.failure)
+        try:
+            # An empty tensor is a call too: skipped here, it would pair this rank's next call
+            # with another rank's current one. The library checks it against the other ranks'
+            # calls like any other (a short round of headers), so a count that differs fails.
             comm.sign_all_reduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), datatype, code,
                                  zero_rule=zero_rule, tie_rule=tie_rule)
+        except capi.SignError as e:
+            if e.result == _NCCL_INVALID_ARGUMENT:
+                raise  # refused alike on every rank before anything moved: the communicator goes on
+            entry.fail(e)
+            raise _call_failed(e) from e
         return tensor
 
     work = entry.executor.submit(run)
@@ -131,6 +146,20 @@ def sign_all_reduce(tensor, op="majority", group=None, async_op=False, zero_rule
         return work
     work.wait()
     return None
+
+
+def _call_failed(e):
+    """The error of a CPU call that failed on the host communicator (SignError e), in words."""
+    if e.result == _NCCL_INVALID_USAGE:
+        why = ("the ranks' calls did not match: a rank passed another numel (an empty tensor included), dtype, op or "
+               "rules, or made a call the others did not make (the library's WARN line on stderr names the "
+               "difference); a retry or a restart fails the same way")
+    else:
+        why = ("a peer exited, froze or failed, or its link broke; or another rank found that the ranks' calls did "
+               "not match, and its error says so")
+    return RuntimeError("signlion: sign_all_reduce failed (%s): %s. The group's host communicator was aborted, so "
+                        "the other ranks' calls on it fail at once too, and the group's next call makes a new one "
+                        "on every rank" % (e, why))
 
 
 def _cuda_sign_all_reduce(tensor, datatype, code, group, async_op, rules):

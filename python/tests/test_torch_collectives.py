@@ -4,7 +4,9 @@ over gloo, the votes counted in NumPy):
  1. sign_all_reduce: fp32, fp16, bf16, int8; majority and average; zero rules positive and
     abstain; 0, 1 and 1000 elements, zeros and NaN among the values; in place; async_op with
     wait(), is_completed() and get_future(); a subgroup; the communicator cached (a second call
-    makes none); bad input named in the error;
+    makes none); bad input named in the error; an empty tensor on some ranks only is an error on
+    every rank (not a call skipped, which paired the next calls out of order), and the group's next
+    call works on a new communicator;
  2. sign_majority_hook: a DDP model's gradients after backward equal the majority of the
     ranks' sign(grad) of the same model without DDP (the recipe of docs/PYTORCH.md)."""
 import os
@@ -225,6 +227,38 @@ def check_errors(rank, world):
     assert torch.equal(t, torch.ones(3))
 
 
+def check_empty_calls(rank, world):
+    """Empty tensors on every rank: calls like any other (the next ones pair as they should). An
+    empty tensor on rank 0 only: every rank's call fails (the library names the counts), none
+    hangs, and the group's next call works on a new communicator."""
+    from signlion.torch import host_comm_cache_info, sign_all_reduce
+    for dtype in (torch.float32, torch.int8):
+        sign_all_reduce(torch.empty(0, dtype=dtype))
+        t = values(rank, 5, dtype, 7)
+        want = reference(gather(t), "majority", "positive", dtype)
+        sign_all_reduce(t)
+        assert torch.equal(t, want), "after empty calls on every rank: a wrong result"
+    work = sign_all_reduce(torch.empty(0), async_op=True)
+    work.wait()
+    created = host_comm_cache_info()["created"]
+    t = torch.empty(0) if rank == 0 else torch.full((4,), float(rank))
+    try:
+        sign_all_reduce(t)
+    except RuntimeError as e:
+        msg = str(e)
+        assert "sign_all_reduce failed" in msg and "aborted" in msg, msg
+        mismatch = "calls did not match" in msg
+    else:
+        raise AssertionError("rank %d: an empty tensor on rank 0 only raised nothing" % rank)
+    seen = [None] * world
+    dist.all_gather_object(seen, mismatch)
+    assert any(seen), "no rank said that the calls did not match: %s" % seen
+    t = torch.ones(3) * (rank + 1)
+    sign_all_reduce(t)  # a new communicator: the ranks work together again
+    assert torch.equal(t, torch.ones(3)), t
+    assert host_comm_cache_info()["created"] == created + 1, host_comm_cache_info()
+
+
 # ---- the DDP recipe (docs/PYTORCH.md, "signSGD with majority vote for any DDP model") ----
 
 def make_net():
@@ -282,6 +316,12 @@ class SignAllReduce(unittest.TestCase):
 
     def test_threads_make_one_communicator_world2(self):
         run_ranks(2, "check_threads_make_one_communicator")
+
+    def test_empty_calls_world2(self):
+        run_ranks(2, "check_empty_calls")
+
+    def test_empty_calls_world3(self):
+        run_ranks(3, "check_empty_calls")
 
     def test_needs_a_process_group(self):
         from signlion.torch import sign_all_reduce
