@@ -26,6 +26,7 @@ from .timeline import bucket_track as _bucket_track
 from .timeline import now_us as _now_us
 
 _NCCL_INVALID_ARGUMENT = 4
+_NCCL_INVALID_USAGE = 5  # what the host communicator returns when the ranks' calls do not match
 
 
 class CommError(RuntimeError):
@@ -759,6 +760,18 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         b, e = self._failure
         what = b.describe() if b is not None else "the optimizer"
         comm = self._comm
+        if isinstance(e, capi.SignError) and e.result == _NCCL_INVALID_USAGE and comm is not None:
+            # No peer was lost: the program made other calls on some ranks. A RuntimeError, not
+            # CommError: a restart from a checkpoint would fail the same way.
+            return RuntimeError(
+                "signlion: rank %d of %d: the step of %s failed: %s. The ranks made different calls: a collective "
+                "of this rank met one of another rank that differs (its count, datatype or op, or a call that "
+                "some ranks made and others did not), e.g. a parameter frozen, added or left without a gradient "
+                "on some ranks only, or a setting such as SIGNLION_LION_CHUNK that differs across ranks; the "
+                "library's WARN line on stderr names the difference. The host communicator was aborted (the other "
+                "ranks fail at once) and this optimizer refuses further steps and state_dict(). Restarting will "
+                "not help: every rank must make the same calls in the same order."
+                % (comm.rank, comm.nranks, what, e))
         if isinstance(e, capi.SignError) and e.result != _NCCL_INVALID_ARGUMENT and comm is not None:
             timeout_s = comm.timeout_ms / 1000.0
             return CommError(
@@ -766,7 +779,9 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
                 "broke: no data came from it for the timeout of %g s (%s), or its connection reported the loss (the "
                 "library's WARN line on stderr names the cause). The host communicator was aborted (the other ranks "
                 "fail at once) and this optimizer refuses further steps and state_dict(): what this rank applied of "
-                "the failed step is undefined. Restart the job from the last checkpoint (torchrun --max-restarts)."
+                "the failed step is undefined. Restart the job from the last checkpoint (torchrun --max-restarts), "
+                "unless another rank's error says that the ranks made different calls: then a restart fails the "
+                "same way."
                 % (comm.rank, comm.nranks, what, e, timeout_s, getattr(comm, "timeout_source", "its config")),
                 comm.rank, comm.nranks, timeout_s, e.result)
         return RuntimeError("signlion: the step of %s failed (%s: %s); the optimizer state is undefined and "
@@ -958,7 +973,8 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
                     self._hyper_seen = None
                     self._hyper_writes_seen = None
             if self._failure is None:
-                self._rebucket_if_frozen_changed()
+                with self._aborting_on_failure(None):  # its checks are collectives: a failure aborts the peers
+                    self._rebucket_if_frozen_changed()
             if self.overlap:
                 self._register_hooks(self._buckets)  # parameters unfrozen since the last step
         self._state_cache = None

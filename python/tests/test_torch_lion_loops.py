@@ -12,7 +12,9 @@ process groups of 2 and 3 spawned ranks (docs/PYTORCH.md, "Between backward() an
     found_inf attributes torch 2.x's GradScaler.step sets): an inf on one rank skips the step
     on every rank with nothing touched; a scale is divided out exactly as GradScaler.unscale_;
  5. any failure inside a step on one rank (here a replaced .data) aborts the communicator:
-    the peers raise CommError within seconds, not after the 60 s timeout;
+    the peers raise CommError within seconds, not after the 60 s timeout; calls that differ
+    across ranks (a parameter frozen on one rank only) are named as such, not as a lost peer
+    (a RuntimeError that is no CommError: a restart would fail the same way);
  6. frozen, unused and tied parameters: a bucket of frozen parameters and a parameter frozen
     after construction hold no later bucket back (they start during backward) and cost no
     state copy (a parameter frozen later is moved to a bucket of its own at the step that
@@ -297,6 +299,50 @@ def check_failure_aborts(rank, world):
         raise AssertionError("rank %d: no error" % rank)
 
 
+def check_calls_that_differ(rank, world):
+    """Rank 1 freezes a parameter alone: its next step moves its buckets (a check across ranks)
+    while the others step, so the ranks' collectives differ. The rank whose call meets a
+    different one raises a RuntimeError saying that the ranks made different calls and that a
+    restart will not help (before: a CommError blaming a lost peer and telling to restart); a
+    rank that only sees the abort raises CommError, which points at the other's error."""
+    from signlion.torch import CommError, DistributedLion
+    for overlap in (False, True):
+        params = make_params()
+        opt = DistributedLion(params, lr=LR, overlap=overlap, bucket_cap_mb=1e-4, timeout=60.0)
+        used = [True] * len(params)
+        started = time.monotonic()
+        try:
+            for step in range(4):
+                if step == 1 and rank == 1:
+                    params[3].requires_grad_(False)
+                backward_with(params, grads_of(rank, step, [p.shape for p in params]), used)
+                opt.step()
+                opt.zero_grad()
+        except CommError as e:
+            assert "different calls" in str(e) and "restart" in str(e), str(e)
+            mismatch = False
+        except RuntimeError as e:
+            msg = str(e)
+            assert "rank %d of %d" % (rank, world) in msg, msg
+            assert "The ranks made different calls" in msg and "WARN line" in msg, msg
+            assert "Restarting will not help" in msg and "A peer exited" not in msg, msg
+            mismatch = True
+        else:
+            raise AssertionError("rank %d: a parameter frozen on rank 1 only raised nothing" % rank)
+        elapsed = time.monotonic() - started
+        assert elapsed < 30.0, "rank %d: the error came after %.1f s" % (rank, elapsed)
+        seen = [None] * world
+        dist.all_gather_object(seen, mismatch)
+        assert any(seen), "overlap=%s: no rank said that the ranks made different calls" % overlap
+        try:
+            opt.step()
+        except RuntimeError as e:
+            assert isinstance(e, CommError) != mismatch, "the refusal differs from the error: %s" % e
+        else:
+            raise AssertionError("rank %d: the failed optimizer stepped again" % rank)
+        opt.close()
+
+
 # ---- 6. frozen, tied, channels_last ----
 
 def check_frozen_and_tied(rank, world):
@@ -497,6 +543,12 @@ class Loops(unittest.TestCase):
 
     def test_failure_aborts_world3(self):
         run_ranks(3, "check_failure_aborts")
+
+    def test_calls_that_differ_world2(self):
+        run_ranks(2, "check_calls_that_differ")
+
+    def test_calls_that_differ_world3(self):
+        run_ranks(3, "check_calls_that_differ")
 
     def test_frozen_and_tied_world2(self):
         run_ranks(2, "check_frozen_and_tied")
