@@ -19,6 +19,9 @@ from .background import exit_timeout as _exit_timeout
 from .lion_buckets import _DTYPES, _Bucket, _group_buckets
 from .lion_hyperparameters import _HYPERPARAMETERS, _WriteCountingGroup, _check_group, _hyper_writes
 from .lion_state import LionStateDict
+from .parameter_owners import check_unowned as _check_unowned
+from .parameter_owners import claim as _claim_parameters
+from .parameter_owners import release as _release_parameters
 from .process_groups import _as_float, checked_group, host_comm_from_process_group, nccl_comm_from_process_group
 from .rank_agreement import _broadcast_bytes, _first_difference, _HostChannel, _jsonable, _ProcessGroupChannel
 from .timeline import Timeline as _Timeline
@@ -333,6 +336,7 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         group = self.param_groups[-1] = _WriteCountingGroup(self.param_groups[-1])
         try:
             _check_group(group)
+            _check_unowned(group["params"], self, len(self.param_groups) - 1)
             for p in group["params"]:
                 if p.device.type not in ("cpu", "cuda"):
                     raise TypeError("signlion: parameters must be CPU or CUDA tensors, not %s" % p.device)
@@ -427,6 +431,7 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
             for b in new:
                 b.lion.record_phases(True)
         self._buckets += new
+        _claim_parameters([p for b in new for p in b.params], self)
         self._layout_pattern = self._requires_grad_pattern()
         if self.overlap:
             self._register_hooks(new)
@@ -481,6 +486,7 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
                 b.hook_handles, b.grad_accumulators, b.hooked = [], [], set()
                 b.lion.destroy()
             self._buckets = []
+            _release_parameters(self)
             self._state_cache = None
             if self._executor is not None:
                 self._executor.close()

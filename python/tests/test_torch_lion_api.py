@@ -12,7 +12,8 @@ test_torch_lion.py wherever values are compared:
     plain (lion_pytorch-style) Lion and by lion_pytorch.Lion when installed, the old format;
  7. maximize, foreach, fused accepted; capturable and differentiable refused clearly;
  9. a rank outside process_group gets a ValueError at once, and vote rules that differ across
-    ranks a ValueError naming the rule on every rank, before any communicator is made;"""
+    ranks a ValueError naming the rule on every rank, before any communicator is made;
+10. a second optimizer over parameters that an open one manages is refused until close();"""
 import os
 import sys
 import unittest
@@ -467,6 +468,35 @@ class LocalState(unittest.TestCase):
             DistributedLion(make_model(), aggregation="local", differentiable=True)
         with self.assertRaisesRegex(ValueError, "lr must be finite and >= 0"):
             DistributedLion(make_model(), lr=-1.0, aggregation="local")
+
+    def test_second_optimizer_refused_until_close(self):
+        """An open optimizer manages its parameters (their .data are views of its buckets, its
+        hooks watch their gradients): a second one over any of them is refused, naming close();
+        after close() (or once the first is gone) it is made and steps as the only one."""
+        import gc
+        from signlion.torch import DistributedLion
+        params = make_model()
+        first = DistributedLion(params[:2], lr=LR, weight_decay=WD, aggregation="local")
+        sched = torch.optim.lr_scheduler.StepLR(first, 10)  # keeps `first` referenced, as in a two-phase loop
+        with self.assertRaisesRegex(ValueError, r"param group 0, parameter 1 \(shape \[13\]\) is already managed "
+                                                r"by another open DistributedLion.*close\(\)"):
+            DistributedLion([params[2], params[1]], aggregation="local")
+        other = DistributedLion([params[2]], aggregation="local")
+        with self.assertRaisesRegex(ValueError, "param group 1, parameter 0 .* close"):
+            other.add_param_group({"params": [params[0]]})
+        # The refusals left both optimizers as they were.
+        ref = new_reference(params[:2])
+        for step in range(2):
+            self._step_both(params[:2], first, ref, step)
+            sched.step()
+        first.close()
+        second = DistributedLion(params[:2], lr=LR, weight_decay=WD, aggregation="local")
+        ref = new_reference(params[:2])
+        for step in range(2):
+            self._step_both(params[:2], second, ref, step)
+        del second
+        gc.collect()
+        DistributedLion(params[:2], aggregation="local")  # the collected optimizer held nothing
 
     def test_zero_lr_local(self):
         from signlion.torch import DistributedLion
