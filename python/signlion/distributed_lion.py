@@ -445,7 +445,7 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         across ranks as at construction)."""
         if self._requires_grad_pattern() == self._layout_pattern:
             return
-        saved = self.state_dict()
+        saved = self._buckets_state_dict()  # without the user's state-dict hooks: not a save
         for b in self._buckets:
             for h in b.hook_handles:
                 h.remove()
@@ -453,7 +453,7 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         self._buckets = []
         self._next_launch = 0
         self._add_buckets(range(len(self.param_groups)), broadcast=False)
-        self.load_state_dict(saved)
+        self._load_buckets_state_dict(saved)
 
     def bucket_layout(self):
         """The buckets in launch order: [{"group", "dtype", "params" (indices as in state_dict()),

@@ -32,9 +32,16 @@ def _take_counters(blob, saved_headers):
         blob[c] = first[c]
 
 
+def _hooks(optimizer, table):
+    """The hooks torch.optim.Optimizer keeps in `table` (PyTorch 2.x; 1.13 has none), in order."""
+    return list(getattr(optimizer, table, {}).values())
+
+
 class LionStateDict:
     """state_dict() and load_state_dict() of DistributedLion, and the per-parameter state its
-    `state` property shows (_collect_state)."""
+    `state` property shows (_collect_state). The public pair runs torch.optim's state-dict hooks
+    around the optimizer's own (_buckets_state_dict, _load_buckets_state_dict), which the
+    optimizer also uses inside a step (moving the state into new buckets) without them."""
 
     def _load_delayed_update(self, b, states):
         """delay=1: the vote a saved state had in flight becomes this bucket's, applied by the next
@@ -73,7 +80,19 @@ class LionStateDict:
         """torch's format: {"state": {index: {"exp_avg", "step"[, "master"][, "delayed_update"]}},
         "param_groups": [...]}, plus "signlion": the aggregation, delay and, per bucket, its
         parameters and the header of its saved state (step counters), so that a load continues
-        bit for bit."""
+        bit for bit. As torch.optim's (PyTorch 2.x): the hooks of register_state_dict_pre_hook
+        run first (hook(optimizer)), those of register_state_dict_post_hook last
+        (hook(optimizer, state_dict), whose result, unless None, replaces the state dict)."""
+        for hook in _hooks(self, "_optimizer_state_dict_pre_hooks"):
+            hook(self)
+        state_dict = self._buckets_state_dict()
+        for hook in _hooks(self, "_optimizer_state_dict_post_hooks"):
+            result = hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        return state_dict
+
+    def _buckets_state_dict(self):
         self._wait_in_flight()
         index = self._param_indices()
         groups = []
@@ -94,7 +113,20 @@ class LionStateDict:
         """Takes what state_dict() returned (this version's or the earlier opaque format), or the
         state_dict of another Lion over the same parameters, e.g. lion_pytorch.Lion (per parameter
         "exp_avg"; missing entries are zero momentum, as for a parameter that never stepped). Not
-        collective: each rank loads its own state."""
+        collective: each rank loads its own state. As torch.optim's (PyTorch 2.x): the hooks of
+        register_load_state_dict_pre_hook get a shallow copy first (hook(optimizer, state_dict),
+        whose result, unless None, is loaded instead), those of
+        register_load_state_dict_post_hook run after the load (hook(optimizer))."""
+        state_dict = state_dict.copy()  # shallow, as torch's: a pre hook may change its copy in place
+        for hook in _hooks(self, "_optimizer_load_state_dict_pre_hooks"):
+            result = hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        self._load_buckets_state_dict(state_dict)
+        for hook in _hooks(self, "_optimizer_load_state_dict_post_hooks"):
+            hook(self)
+
+    def _load_buckets_state_dict(self, state_dict):
         self._wait_in_flight()
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups):

@@ -13,7 +13,8 @@ test_torch_lion.py wherever values are compared:
  7. maximize, foreach, fused accepted; capturable and differentiable refused clearly;
  9. a rank outside process_group gets a ValueError at once, and vote rules that differ across
     ranks a ValueError naming the rule on every rank, before any communicator is made;
-10. a second optimizer over parameters that an open one manages is refused until close();"""
+10. a second optimizer over parameters that an open one manages is refused until close();
+11. PyTorch 2.x's state-dict hooks run around state_dict() and load_state_dict() as torch.optim's."""
 import os
 import sys
 import unittest
@@ -497,6 +498,35 @@ class LocalState(unittest.TestCase):
         del second
         gc.collect()
         DistributedLion(params[:2], aggregation="local")  # the collected optimizer held nothing
+
+    @unittest.skipUnless(hasattr(torch.optim.Optimizer, "register_state_dict_pre_hook"),
+                         "this PyTorch has no optimizer state-dict hooks (they came with 2.x)")
+    def test_state_dict_hooks(self):
+        """As torch.optim's: pre hooks before, post hooks after, a post hook's result replaces the
+        state dict, a load pre hook's result is what is loaded; the move of the state into new
+        buckets inside a step (a parameter frozen) is no save and runs none of them."""
+        from signlion.torch import DistributedLion
+        params = make_model()
+        opt = DistributedLion(params, lr=LR, aggregation="local")
+        calls = []
+        opt.register_state_dict_pre_hook(lambda o: calls.append(("sd_pre", o is opt)))
+        opt.register_state_dict_post_hook(lambda o, sd: calls.append(("sd_post", "signlion" in sd)) or
+                                          dict(sd, tagged=True))
+        opt.register_load_state_dict_pre_hook(
+            lambda o, sd: calls.append(("load_pre", sd.get("tagged"))) or
+            dict(sd, param_groups=[dict(g, lr=0.5) for g in sd["param_groups"]]))
+        opt.register_load_state_dict_post_hook(lambda o: calls.append(("load_post", o.param_groups[0]["lr"])))
+        for p, g in zip(params, grads_of(0, 0, [p.shape for p in params])):
+            p.grad = g.to(p.dtype)
+        params[1].requires_grad_(False)  # the next step moves the state into new buckets
+        opt.step()
+        self.assertEqual(calls, [])
+        sd = opt.state_dict()
+        self.assertTrue(sd["tagged"])
+        self.assertEqual(calls, [("sd_pre", True), ("sd_post", True)])
+        opt.load_state_dict(sd)
+        self.assertEqual(calls[2:], [("load_pre", True), ("load_post", 0.5)])
+        self.assertEqual(opt.param_groups[0]["lr"], 0.5)
 
     def test_zero_lr_local(self):
         from signlion.torch import DistributedLion
