@@ -17,7 +17,7 @@ from . import capi
 from .background import SerialExecutor as _SerialExecutor
 from .background import exit_timeout as _exit_timeout
 from .lion_buckets import _DTYPES, _Bucket, _group_buckets
-from .lion_hyperparameters import _HYPERPARAMETERS, _WriteCountingGroup, _check_group, _hyper_writes
+from .lion_hyperparameters import _HYPERPARAMETERS, _WriteCountingGroup, _check_group, _check_options, _hyper_writes
 from .lion_state import LionStateDict
 from .parameter_owners import check_unowned as _check_unowned
 from .parameter_owners import claim as _claim_parameters
@@ -216,9 +216,11 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
                  capturable=False, differentiable=False, broadcast_parameters=True, overlap=True,
                  bucket_cap_mb=25.0, timeout=None, delay=0):
         if aggregation not in capi.AGGREGATIONS:
-            raise ValueError("aggregation must be one of %s, not %r" % (sorted(capi.AGGREGATIONS), aggregation))
+            raise ValueError("signlion: aggregation must be one of %s, not %r" % (sorted(capi.AGGREGATIONS),
+                                                                               aggregation))
         if overlap not in (True, False):
             raise ValueError("signlion: overlap must be True or False, not %r" % (overlap,))
+        _check_options(master_weights, momentum_average_every, skip_nonfinite)
         if process_group is not None:
             checked_group(process_group)  # before any collective: a non-member would wait for the members
         if isinstance(delay, bool) or delay not in (0, 1):
@@ -236,7 +238,8 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
                              "param group and dtype), not %r" % (bucket_cap_mb,))
         self._ready = False
         self._state_cache = None
-        defaults = dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay, maximize=maximize, foreach=foreach,
+        betas = tuple(betas) if isinstance(betas, (tuple, list)) else betas  # anything else: refused by name
+        defaults = dict(lr=lr, betas=betas, weight_decay=weight_decay, maximize=maximize, foreach=foreach,
                         fused=fused, capturable=capturable, differentiable=differentiable)
         super().__init__(params, defaults)
         self.aggregation = aggregation
@@ -335,7 +338,7 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         # group is this copy from here on, as after torch's own load_state_dict.
         group = self.param_groups[-1] = _WriteCountingGroup(self.param_groups[-1])
         try:
-            _check_group(group)
+            _check_group(group, len(self.param_groups) - 1)
             _check_unowned(group["params"], self, len(self.param_groups) - 1)
             for p in group["params"]:
                 if p.device.type not in ("cpu", "cuda"):
@@ -598,9 +601,8 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
                 b.hooked.add(j)
 
     def _hyperparameters(self, group_index):
-        group = self.param_groups[group_index]
-        return (float(group["lr"]), tuple(float(b) for b in group["betas"]), float(group["weight_decay"]),
-                bool(group["maximize"]))
+        # Checked at every read: a value a schedule or the loop wrote is refused naming it and its group.
+        return _check_group(self.param_groups[group_index], group_index)
 
     def _all_hyperparameters(self):
         return [self._hyperparameters(gi) for gi in range(len(self.param_groups))]

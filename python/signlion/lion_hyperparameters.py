@@ -1,26 +1,61 @@
 """The hyper-parameters of a DistributedLion param group: the keys torch.optim optimizers keep per
-group (compared across ranks) and what signlion can honour of them."""
+group (compared across ranks) and what signlion can honour of them, checked when a group is added
+or loaded and again each time a step reads them (a schedule or a loop may write anything there);
+and the optimizer's own options (master_weights, momentum_average_every, skip_nonfinite). Every
+error names the argument and, for a group's value, the param group. A param group is kept as a
+dict that counts the writes of its hyper-parameters (_WriteCountingGroup, read by overlap's probe)."""
 import math
+import numbers
 
+import torch
 
 # The hyper-parameters of a param group: what torch.optim optimizers keep per group, checked
 # across ranks (the flags select implementations in torch; see _check_group for what they mean here).
 _HYPERPARAMETERS = ("lr", "betas", "weight_decay", "maximize", "foreach", "fused", "capturable", "differentiable")
 
+# momentum_average_every goes to the library as a C int.
+_MAX_C_INT = (1 << 31) - 1
 
-def _check_group(group):
-    """Raises ValueError for a param group's hyper-parameter that signlion cannot honour."""
-    lr, betas, wd = group["lr"], group["betas"], group["weight_decay"]
-    lr = float(lr)  # a tensor lr (torch 2.x) is read as its value
+
+def _named(name, index):
+    return "param group %d: %s" % (index, name) if index is not None else name
+
+
+def _real(value, name):
+    """value as a float: a real number (not a bool, not a string) or a one-element real tensor
+    (torch 2.x schedulers may keep lr as a tensor); TypeError naming it otherwise."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() == 1 and not value.is_complex() and value.dtype != torch.bool:
+            return float(value.item())
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    raise TypeError("signlion: %s must be a real number, not %r (%s)" % (name, value, type(value).__name__))
+
+
+def _check_group(group, index=None):
+    """Raises ValueError (a value out of range) or TypeError (not a number, not a pair) naming the
+    hyper-parameter, and param group `index` when given, that signlion cannot honour; returns
+    the values a step uses: (lr, (beta1, beta2), weight_decay, maximize) as floats and a bool."""
+    lr = _real(group["lr"], _named("lr", index))
     if not (math.isfinite(lr) and lr >= 0.0):
-        raise ValueError("signlion: lr must be finite and >= 0, not %r" % (group["lr"],))
-    if len(betas) != 2 or not all(0.0 <= float(b) < 1.0 for b in betas):
-        raise ValueError("signlion: betas must be two values in [0, 1), not %r" % (betas,))
-    if not (math.isfinite(float(wd)) and float(wd) >= 0.0):
-        raise ValueError("signlion: weight_decay must be finite and >= 0, not %r" % (wd,))
+        raise ValueError("signlion: %s must be finite and >= 0, not %r" % (_named("lr", index), group["lr"]))
+    betas = group["betas"]
+    if not isinstance(betas, (tuple, list)):
+        raise TypeError("signlion: %s must be a pair (beta1, beta2) of numbers in [0, 1), not %r (%s)"
+                        % (_named("betas", index), betas, type(betas).__name__))
+    if len(betas) != 2:
+        raise ValueError("signlion: %s must be two values in [0, 1), not %r" % (_named("betas", index), betas))
+    betas = tuple(_real(b, _named("betas", index)) for b in betas)
+    if not all(0.0 <= b < 1.0 for b in betas):
+        raise ValueError("signlion: %s must be two values in [0, 1), not %r" % (_named("betas", index),
+                                                                                  group["betas"]))
+    wd = _real(group["weight_decay"], _named("weight_decay", index))
+    if not (math.isfinite(wd) and wd >= 0.0):
+        raise ValueError("signlion: %s must be finite and >= 0, not %r" % (_named("weight_decay", index),
+                                                                            group["weight_decay"]))
     for flag in ("foreach", "fused"):  # one fused call over a flat bucket is what both ask for
         if group[flag] not in (None, True, False):
-            raise ValueError("signlion: %s must be None, True or False, not %r" % (flag, group[flag]))
+            raise ValueError("signlion: %s must be None, True or False, not %r" % (_named(flag, index), group[flag]))
     if group["capturable"]:
         raise ValueError("signlion: capturable=True is not supported: a step cannot be captured in a CUDA graph "
                          "(the host decides momentum averaging and the master copy's first fill when it enqueues "
@@ -29,7 +64,25 @@ def _check_group(group):
         raise ValueError("signlion: differentiable=True is not supported: the update runs in libnccl-sign.so, "
                          "outside autograd")
     if group["maximize"] not in (True, False):
-        raise ValueError("signlion: maximize must be True or False, not %r" % (group["maximize"],))
+        raise ValueError("signlion: %s must be True or False, not %r" % (_named("maximize", index),
+                                                                          group["maximize"]))
+    return lr, betas, wd, bool(group["maximize"])
+
+
+def _check_options(master_weights, momentum_average_every, skip_nonfinite):
+    """The optimizer's options as the library takes them: TypeError or ValueError naming the one
+    that is not a bool (master_weights, skip_nonfinite) or an int >= 0 (momentum_average_every:
+    an int, not a float that would be truncated nor a string)."""
+    for name, value in (("master_weights", master_weights), ("skip_nonfinite", skip_nonfinite)):
+        if value not in (True, False) or isinstance(value, float):
+            raise ValueError("signlion: %s must be True or False, not %r" % (name, value))
+    every = momentum_average_every
+    if isinstance(every, bool) or not isinstance(every, numbers.Integral):
+        raise TypeError("signlion: momentum_average_every must be an int >= 0 (0: never average the momentum), "
+                        "not %r (%s)" % (every, type(every).__name__))
+    if not 0 <= every <= _MAX_C_INT:
+        raise ValueError("signlion: momentum_average_every must be an int in [0, %d] (0: never average the "
+                         "momentum), not %r" % (_MAX_C_INT, every))
 
 
 class _WriteCountingGroup(dict):

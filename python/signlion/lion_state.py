@@ -141,12 +141,13 @@ class LionStateDict:
             self._load_opaque(state_dict, saved)
         else:
             self._load_per_parameter(state_dict, saved)
-        for g, sg in zip(self.param_groups, groups):
+        for gi, (g, sg) in enumerate(zip(self.param_groups, groups)):
             merged = dict(g)
-            merged.update({k: (tuple(v) if k == "betas" else v) for k, v in sg.items() if k != "params"})
+            merged.update({k: (tuple(v) if k == "betas" and isinstance(v, (tuple, list)) else v)
+                           for k, v in sg.items() if k != "params"})
             for k in _HYPERPARAMETERS:
                 merged.setdefault(k, self.defaults[k])
-            _check_group(merged)
+            _check_group(merged, gi)
             g.update({k: v for k, v in merged.items() if k != "params"})
         self._state_cache = None
 

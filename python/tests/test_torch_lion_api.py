@@ -11,6 +11,8 @@ test_torch_lion.py wherever values are compared:
  6. per-parameter state: state[p]["exp_avg"], torch's state_dict format, a state saved by a
     plain (lion_pytorch-style) Lion and by lion_pytorch.Lion when installed, the old format;
  7. maximize, foreach, fused accepted; capturable and differentiable refused clearly;
+ 8. bad arguments and hyper-parameters (at construction and written into param_groups mid-run)
+    are a ValueError or TypeError naming the argument and its param group;
  9. a rank outside process_group gets a ValueError at once, and vote rules that differ across
     ranks a ValueError naming the rule on every rank, before any communicator is made;
 10. a second optimizer over parameters that an open one manages is refused until close();
@@ -469,6 +471,88 @@ class LocalState(unittest.TestCase):
             DistributedLion(make_model(), aggregation="local", differentiable=True)
         with self.assertRaisesRegex(ValueError, "lr must be finite and >= 0"):
             DistributedLion(make_model(), lr=-1.0, aggregation="local")
+
+    def test_arguments_named(self):
+        """Each bad argument is refused before anything is made, by an exception naming it (and
+        its param group): not truncated (1.5), not converted ("2"), not a bare error of a
+        conversion nor a SignError of the library."""
+        from signlion.torch import DistributedLion
+        cases = [
+            (dict(lr="x"), TypeError, ["param group 0: lr", "'x'"]),
+            (dict(lr=-1.0), ValueError, ["param group 0: lr", "-1.0"]),
+            (dict(lr=True), TypeError, ["param group 0: lr"]),
+            (dict(betas=0.9), TypeError, ["param group 0: betas", "0.9"]),
+            (dict(betas=(0.9, "x")), TypeError, ["param group 0: betas"]),
+            (dict(betas=(0.9, 1.0)), ValueError, ["param group 0: betas"]),
+            (dict(weight_decay=None), TypeError, ["param group 0: weight_decay", "None"]),
+            (dict(weight_decay=float("inf")), ValueError, ["param group 0: weight_decay"]),
+            (dict(master_weights="no"), ValueError, ["master_weights", "'no'"]),
+            (dict(skip_nonfinite=2), ValueError, ["skip_nonfinite", "2"]),
+            (dict(momentum_average_every=1.5), TypeError, ["momentum_average_every", "1.5"]),
+            (dict(momentum_average_every="2"), TypeError, ["momentum_average_every", "'2'"]),
+            (dict(momentum_average_every=True), TypeError, ["momentum_average_every"]),
+            (dict(momentum_average_every=-1), ValueError, ["momentum_average_every", "-1"]),
+            (dict(momentum_average_every=1 << 31), ValueError, ["momentum_average_every"]),
+            (dict(process_group="x"), TypeError, ["process_group", "str"]),
+            (dict(aggregation="vote"), ValueError, ["aggregation", "'vote'"]),
+        ]
+        for kw, kind, fragments in cases:
+            with self.assertRaises(kind, msg=str(kw)) as caught:
+                DistributedLion(make_model(), aggregation=kw.pop("aggregation", "local"), **kw)
+            for f in fragments:
+                self.assertIn(f, str(caught.exception), kw)
+        # A second param group: its index is named.
+        a, b = make_model(), make_model()
+        with self.assertRaisesRegex(ValueError, "param group 1: lr must be finite and >= 0"):
+            DistributedLion([{"params": a}, {"params": b, "lr": float("nan")}], aggregation="local")
+        opt = DistributedLion(a, aggregation="local")
+        with self.assertRaisesRegex(TypeError, "param group 1: weight_decay must be a real number"):
+            opt.add_param_group({"params": b, "weight_decay": "0.1"})
+        # What stays accepted: ints, a tensor lr (torch 2.x schedulers), betas as a list.
+        DistributedLion(make_model(), aggregation="local", lr=1, betas=[0.9, 0.99], weight_decay=0,
+                        momentum_average_every=3, master_weights=1, skip_nonfinite=False)
+        DistributedLion(make_model(), aggregation="local", lr=torch.tensor(1e-3))
+
+    def _bad_hyperparameter_mid_run(self, overlap):
+        from signlion.torch import DistributedLion
+        params = make_model()
+        ref = new_reference(params)
+        opt = DistributedLion(params, lr=LR, weight_decay=WD, aggregation="local", overlap=overlap)
+
+        def backward_and_step(step):
+            grads = grads_of(0, step, [p.shape for p in params])
+            for p in params:
+                p.grad = None
+            sum((p * g.to(p.dtype)).sum() for p, g in zip(params, grads)).backward()
+            opt.step()
+            return grads
+
+        for step in range(2):
+            for i, g in enumerate(backward_and_step(step)):
+                reference_param_step(ref, i, g.to(params[i].dtype).float(), 0, 1, "local", LR, WD)
+        before = [p.detach().clone() for p in params]
+        for key, value, kind, fragment in (("lr", -1.0, ValueError, "param group 0: lr must be finite and >= 0"),
+                                           ("lr", "0.1", TypeError, "param group 0: lr must be a real number"),
+                                           ("betas", (0.9, 1.5), ValueError, "param group 0: betas"),
+                                           ("weight_decay", None, TypeError, "param group 0: weight_decay")):
+            good, opt.param_groups[0][key] = opt.param_groups[0][key], value
+            # Raised by step(), or with overlap by the backward whose first gradient reads it.
+            with self.assertRaisesRegex(kind, fragment, msg=(key, value, overlap)):
+                backward_and_step(2)
+            opt.param_groups[0][key] = good
+            self.assertTrue(all(torch.equal(x, p.detach()) for x, p in zip(before, params)),
+                            "a refused step changed a parameter")
+        # Refused before any bucket stepped: the optimizer goes on as if it had not happened.
+        for step in range(2, 4):
+            for i, g in enumerate(backward_and_step(step)):
+                reference_param_step(ref, i, g.to(params[i].dtype).float(), 0, 1, "local", LR, WD)
+        assert_matches(params, ref, "after the refused values, overlap=%s" % overlap)
+
+    def test_bad_hyperparameter_mid_run_overlap_off(self):
+        self._bad_hyperparameter_mid_run(False)
+
+    def test_bad_hyperparameter_mid_run_overlap_on(self):
+        self._bad_hyperparameter_mid_run(True)
 
     def test_second_optimizer_refused_until_close(self):
         """An open optimizer manages its parameters (their .data are views of its buckets, its
