@@ -39,7 +39,9 @@ class CommError(RuntimeError):
     once too, and the optimizer refuses every further step and state_dict(): what this rank
     applied of the failed step is undefined. Restart the job from a checkpoint (docs/PYTORCH.md,
     "When a rank fails"). Attributes: rank, nranks, timeout_s (the bound on a wait), result
-    (the ncclResult_t)."""
+    (the ncclResult_t). Calls that did not match across ranks (ncclInvalidUsage) are no
+    CommError but a RuntimeError saying so, on the rank that found them: a restart would fail
+    the same way."""
 
     def __init__(self, message, rank, nranks, timeout_s, result):
         super().__init__(message)
@@ -130,8 +132,12 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
     capturable, differentiable) are read at every step, so schedulers work, lr = 0 included;
     add_param_group adds buckets; state[p]["exp_avg"] is the momentum (a copy; "master" too with
     master_weights, and "step"); state_dict() is torch's format and load_state_dict() also takes
-    one saved by lion_pytorch.Lion. maximize ascends; foreach and fused are accepted (the step is
-    always one fused call per bucket); capturable and differentiable are refused.
+    one saved by lion_pytorch.Lion; both run PyTorch 2.x's state-dict hooks as torch.optim's do.
+    maximize ascends; foreach and fused are accepted (the step is always one fused call per
+    bucket); capturable and differentiable are refused. A bad argument or hyper-parameter (also
+    one written into param_groups later) is a ValueError or TypeError naming it and its param
+    group. A parameter belongs to one open DistributedLion at a time: another over it is a
+    ValueError until the first is closed (close()).
 
     Across ranks (every aggregation but "local"): at construction and in add_param_group (both
     collective) the ranks check that their parameters (count, shapes, dtypes, requires_grad),
@@ -155,6 +161,8 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
     step and state_dict(). Any other error inside a step on one rank (a replaced .data, a sparse
     gradient, KeyboardInterrupt) aborts the communicator too, so the peers get CommError at
     once rather than after the timeout. Restart the job from a checkpoint (docs/PYTORCH.md, "When a rank fails").
+    Calls that differ across ranks (a parameter frozen on one rank only) are no lost peer: the
+    rank that finds them raises a RuntimeError saying so (not CommError: a restart fails alike).
 
     CUDA tensors (all parameters on one GPU) use the ncclComm_t of the process group's NCCL
     backend (PyTorch 2.8 or later) and the current stream; the optimizer state lives on that
