@@ -92,12 +92,14 @@ def check_nccl_equals_cpu(rank, world):
             step_both(cpu_opt, cuda_opt, cpu_params, cuda_params, rank, step)
         same_states(cpu_opt, cuda_opt)
         assert cuda_opt.step_counts() == cpu_opt.step_counts() == (4, 0)
-        # The CUDA optimizer's state continues on a fresh one.
+        # The CUDA optimizer's state continues on a fresh one (made once the first is closed: a
+        # parameter belongs to one open optimizer at a time).
+        saved = cuda_opt.state_dict()
+        cuda_opt.close()
         again = DistributedLion(cuda_params, **kw)
-        again.load_state_dict(cuda_opt.state_dict())
+        again.load_state_dict(saved)
         same_states(cpu_opt, again)
         again.close()
-        cuda_opt.close()
 
 
 def check_nccl_torch_api(rank, world):
@@ -143,11 +145,11 @@ def check_nccl_torch_api(rank, world):
         for s in scheds:
             s.step()
     same_states(cpu_opt, cuda_opt)
+    cuda_opt.close()  # a parameter belongs to one open optimizer at a time
     again = DistributedLion(cuda_params, **kw)
     again.load_state_dict(cpu_opt.state_dict())
     same_states(cpu_opt, again)
     again.close()
-    cuda_opt.close()
 
 
 def check_nccl_overlap_equals_cpu(rank, world):
