@@ -19,7 +19,7 @@ signlion_python_tests(api test_torch_lion_api.py LocalState
                       state_holds_exp_avg_per_parameter loads_a_plain_lion_state_dict
                       loads_a_lion_pytorch_state_dict flags zero_lr_local
                       arguments_named bad_hyperparameter_mid_run_overlap_off bad_hyperparameter_mid_run_overlap_on
-                      second_optimizer_refused_until_close state_dict_hooks)
+                      second_optimizer_takes_parameters_over state_dict_hooks)
 signlion_python_tests(api test_torch_lion_api.py AcrossRanks
                       gradient_on_some_ranks_world2 gradient_on_some_ranks_world3 zero_lr_schedules_world2
                       add_param_group_world2 parameters_broadcast_from_rank0_world3

@@ -19,8 +19,8 @@ from .background import exit_timeout as _exit_timeout
 from .lion_buckets import _DTYPES, _Bucket, _group_buckets
 from .lion_hyperparameters import _HYPERPARAMETERS, _WriteCountingGroup, _check_group, _check_options, _hyper_writes
 from .lion_state import LionStateDict
-from .parameter_owners import check_unowned as _check_unowned
 from .parameter_owners import claim as _claim_parameters
+from .parameter_owners import other_owners as _other_owners
 from .parameter_owners import release as _release_parameters
 from .process_groups import _as_float, checked_group, host_comm_from_process_group, nccl_comm_from_process_group
 from .rank_agreement import _broadcast_bytes, _first_difference, _HostChannel, _jsonable, _ProcessGroupChannel
@@ -136,8 +136,8 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
     maximize ascends; foreach and fused are accepted (the step is always one fused call per
     bucket); capturable and differentiable are refused. A bad argument or hyper-parameter (also
     one written into param_groups later) is a ValueError or TypeError naming it and its param
-    group. A parameter belongs to one open DistributedLion at a time: another over it is a
-    ValueError until the first is closed (close()).
+    group. A parameter belongs to one open DistributedLion at a time: one made later over it
+    takes it over and closes the earlier one (whose later calls raise, saying so).
 
     Across ranks (every aggregation but "local"): at construction and in add_param_group (both
     collective) the ranks check that their parameters (count, shapes, dtypes, requires_grad),
@@ -347,7 +347,6 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         group = self.param_groups[-1] = _WriteCountingGroup(self.param_groups[-1])
         try:
             _check_group(group, len(self.param_groups) - 1)
-            _check_unowned(group["params"], self, len(self.param_groups) - 1)
             for p in group["params"]:
                 if p.device.type not in ("cpu", "cuda"):
                     raise TypeError("signlion: parameters must be CPU or CUDA tensors, not %s" % p.device)
@@ -415,6 +414,10 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         """Buckets for these param groups: checked across ranks, then rank 0's values everywhere."""
         if self._channel is not None and self._channel.nranks > 1:
             self._check_across_ranks(group_indices)
+        # Another open optimizer over some of these parameters: its steps in flight still read
+        # them; once they are done, the buckets made here take the parameters' values.
+        for owner in _other_owners([p for gi in group_indices for p in self.param_groups[gi]["params"]], self):
+            owner._wait_in_flight(raise_failure=False)
         index = self._param_indices()
         cap_bytes = self.bucket_cap_mb * 1024 * 1024
         new = []
@@ -442,7 +445,11 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
             for b in new:
                 b.lion.record_phases(True)
         self._buckets += new
-        _claim_parameters([p for b in new for p in b.params], self)
+        for owner in _claim_parameters([p for b in new for p in b.params], self):
+            # Its buckets no longer hold these parameters, and its hooks must not adopt their
+            # gradients: it is closed, and says why when used (docs/PYTORCH.md).
+            owner._closed_why = "a DistributedLion made later over its parameters took them over"
+            owner.close()
         self._layout_pattern = self._requires_grad_pattern()
         if self.overlap:
             self._register_hooks(new)
@@ -806,7 +813,8 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
 
     def _raise_failure(self):
         if self._closed:
-            raise RuntimeError("signlion: this DistributedLion was closed (close()); make a new optimizer to go on")
+            raise RuntimeError("signlion: this DistributedLion was closed (%s); make a new optimizer to go on"
+                               % getattr(self, "_closed_why", "close()"))
         if self._failure is not None:
             raise self._failure_error() from self._failure[1]
 

@@ -15,7 +15,7 @@ test_torch_lion.py wherever values are compared:
     are a ValueError or TypeError naming the argument and its param group;
  9. a rank outside process_group gets a ValueError at once, and vote rules that differ across
     ranks a ValueError naming the rule on every rank, before any communicator is made;
-10. a second optimizer over parameters that an open one manages is refused until close();
+10. a second optimizer over parameters of an open one takes them over (the first is closed);
 11. PyTorch 2.x's state-dict hooks run around state_dict() and load_state_dict() as torch.optim's."""
 import os
 import sys
@@ -554,34 +554,52 @@ class LocalState(unittest.TestCase):
     def test_bad_hyperparameter_mid_run_overlap_on(self):
         self._bad_hyperparameter_mid_run(True)
 
-    def test_second_optimizer_refused_until_close(self):
-        """An open optimizer manages its parameters (their .data are views of its buckets, its
-        hooks watch their gradients): a second one over any of them is refused, naming close();
-        after close() (or once the first is gone) it is made and steps as the only one."""
-        import gc
+    def test_second_optimizer_takes_parameters_over(self):
+        """An optimizer made over parameters of one still open (held by its LR scheduler, or by
+        the name it is about to be assigned to) takes them over: the first is closed (its hooks
+        would adopt their gradients, its buckets no longer hold them) and says so when used; the
+        second steps as the only one, overlap on, exactly as a fresh Lion from the parameters'
+        values. Before, the next backward failed on a replaced .data."""
         from signlion.torch import DistributedLion
         params = make_model()
+
+        def backward_and_step(opt, ps, ref, step):
+            grads = grads_of(0, step, [p.shape for p in ps])
+            for p in ps:
+                p.grad = None
+            sum((p * g.to(p.dtype)).sum() for p, g in zip(ps, grads)).backward()
+            opt.step()
+            for i, g in enumerate(grads):
+                reference_param_step(ref, i, g.to(ps[i].dtype).float(), 0, 1, "local", LR, WD)
+            assert_matches(ps, ref, "step %d" % step)
+
         first = DistributedLion(params[:2], lr=LR, weight_decay=WD, aggregation="local")
         sched = torch.optim.lr_scheduler.StepLR(first, 10)  # keeps `first` referenced, as in a two-phase loop
-        with self.assertRaisesRegex(ValueError, r"param group 0, parameter 1 \(shape \[13\]\) is already managed "
-                                                r"by another open DistributedLion.*close\(\)"):
-            DistributedLion([params[2], params[1]], aggregation="local")
-        other = DistributedLion([params[2]], aggregation="local")
-        with self.assertRaisesRegex(ValueError, "param group 1, parameter 0 .* close"):
-            other.add_param_group({"params": [params[0]]})
-        # The refusals left both optimizers as they were.
         ref = new_reference(params[:2])
         for step in range(2):
-            self._step_both(params[:2], first, ref, step)
+            backward_and_step(first, params[:2], ref, step)
             sched.step()
-        first.close()
-        second = DistributedLion(params[:2], lr=LR, weight_decay=WD, aggregation="local")
-        ref = new_reference(params[:2])
-        for step in range(2):
-            self._step_both(params[:2], second, ref, step)
-        del second
-        gc.collect()
-        DistributedLion(params[:2], aggregation="local")  # the collected optimizer held nothing
+        phase2 = [params[2], params[1]]  # takes parameter 1 from `first`
+        second = DistributedLion(phase2, lr=LR, weight_decay=WD, aggregation="local")
+        with self.assertRaisesRegex(RuntimeError, "closed .a DistributedLion made later over its parameters took "
+                                                  "them over"):
+            first.step()
+        with self.assertRaisesRegex(RuntimeError, "took them over"):
+            first.state_dict()
+        ref = new_reference(phase2)
+        for step in range(2, 4):
+            backward_and_step(second, phase2, ref, step)
+        # The same through add_param_group, and re-made under the same name.
+        other = DistributedLion([params[0]], lr=LR, weight_decay=WD, aggregation="local")
+        other.add_param_group({"params": [params[2]]})
+        with self.assertRaisesRegex(RuntimeError, "took them over"):
+            second.step()
+        opt = DistributedLion(params, lr=LR, weight_decay=WD, aggregation="local")
+        opt = DistributedLion(params, lr=LR, weight_decay=WD, aggregation="local")
+        ref = new_reference(params)
+        for step in range(4, 6):
+            backward_and_step(opt, params, ref, step)
+        del other, opt
 
     @unittest.skipUnless(hasattr(torch.optim.Optimizer, "register_state_dict_pre_hook"),
                          "this PyTorch has no optimizer state-dict hooks (they came with 2.x)")
