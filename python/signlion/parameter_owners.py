@@ -21,15 +21,19 @@ def _open_owner(p):
     return owner if owner is not None and not getattr(owner, "_closed", True) else None
 
 
+def _other_owners_locked(params, optimizer):
+    found = []
+    for p in params:
+        owner = _open_owner(p)
+        if owner is not None and owner is not optimizer and all(owner is not o for o in found):
+            found.append(owner)
+    return found
+
+
 def other_owners(params, optimizer):
     """The open optimizers other than `optimizer` that manage some of `params`, in order."""
     with _lock:
-        found = []
-        for p in params:
-            owner = _open_owner(p)
-            if owner is not None and owner is not optimizer and all(owner is not o for o in found):
-                found.append(owner)
-        return found
+        return _other_owners_locked(params, optimizer)
 
 
 def claim(params, optimizer):
@@ -37,11 +41,7 @@ def claim(params, optimizer):
     managed some of them (to be closed: their buckets no longer hold these parameters)."""
     me = weakref.ref(optimizer)
     with _lock:
-        previous = []
-        for p in params:
-            owner = _open_owner(p)
-            if owner is not None and owner is not optimizer and all(owner is not o for o in previous):
-                previous.append(owner)
+        previous = _other_owners_locked(params, optimizer)
         for key in [k for k, (pref, oref) in _owners.items() if pref() is None or oref() is None]:
             del _owners[key]  # entries of parameters or optimizers that are gone
         for p in params:

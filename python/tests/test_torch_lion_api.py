@@ -75,6 +75,23 @@ def expect_value_error(fn, *fragments):
 
 # ---- 1. gradients present on some ranks only ----
 
+def one_step_matches_reference(rank, world, label, **options):
+    """One majority-vote step of a fresh DistributedLion(**options) equals the NumPy Lion's: the
+    ranks still work together (after refused calls)."""
+    from signlion.torch import DistributedLion
+    params = make_model()
+    ref = new_reference(params)
+    opt = DistributedLion(params, lr=LR, weight_decay=WD, **options)
+    grads = grads_of(rank, 0, [p.shape for p in params])
+    for p, g in zip(params, grads):
+        p.grad = g.to(p.dtype)
+    opt.step()
+    for i, g in enumerate(grads):
+        reference_param_step(ref, i, g, rank, world, "mavo", LR, WD)
+    assert_matches(params, ref, label)
+    opt.close()
+
+
 def check_gradient_on_some_ranks(rank, world):
     from signlion.torch import DistributedLion
     for aggregation in ("mavo", "average", "global"):
@@ -218,16 +235,7 @@ def check_models_that_differ_fail_clearly(rank, world):
     expect_value_error(lambda: DistributedLion(model(2), aggregation="mavo" if rank == 0 else "average"),
                        "aggregation")
     # After all those errors the ranks still work together.
-    params = make_model()
-    ref = new_reference(params)
-    opt = DistributedLion(params, lr=LR, weight_decay=WD, aggregation="mavo")
-    grads = grads_of(rank, 0, [p.shape for p in params])
-    for p, g in zip(params, grads):
-        p.grad = g.to(p.dtype)
-    opt.step()
-    for i, g in enumerate(grads):
-        reference_param_step(ref, i, g, rank, world, "mavo", LR, WD)
-    assert_matches(params, ref, "after the errors")
+    one_step_matches_reference(rank, world, "after the errors", aggregation="mavo")
 
 
 # ---- 9. process groups and vote rules, checked before the communicator ----
@@ -272,16 +280,7 @@ def check_vote_rules_differ(rank, world):
     msg = expect_value_error(lambda: DistributedLion(make_model(), tie_rule=tie), "tie_rule", "negative")
     assert "rank %d" % (world - 1) in msg, msg
     expect_value_error(lambda: host_comm_from_process_group(zero_rule=zero), "zero_rule")
-    params = make_model()
-    ref = new_reference(params)
-    opt = DistributedLion(params, lr=LR, weight_decay=WD, zero_rule="positive", tie_rule="zero")
-    grads = grads_of(rank, 0, [p.shape for p in params])
-    for p, g in zip(params, grads):
-        p.grad = g.to(p.dtype)
-    opt.step()
-    for i, g in enumerate(grads):
-        reference_param_step(ref, i, g, rank, world, "mavo", LR, WD)
-    assert_matches(params, ref, "after the refused rules")
+    one_step_matches_reference(rank, world, "after the refused rules", zero_rule="positive", tie_rule="zero")
 
 
 # ---- 6. per-parameter state ----
