@@ -125,6 +125,7 @@ TEST(SocketIfname, FusesOnlyInterfacesTheSpecNames) {
     const int pair[] = {findDevice(net, names[0]), findDevice(net, names[1])};
     if (pair[0] < 0 || pair[1] < 0) {  // the default spec leaves loopback out when there is another interface
       EXPECT_STREQ(spec, "");
+      net.finalize();
       continue;
     }
     int ndev = 0, after = 0, d = -1;
