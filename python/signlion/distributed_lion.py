@@ -915,10 +915,11 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         dtype, so that the write is not lost at the next step; the others keep the master's
         extra bits."""
         blob, _, _, master = b.save()
+        params = b.flat.detach().to("cpu")  # the state comes back through host memory as well
         bits = torch.int16  # fp16 and bf16: NaN == NaN and -0 != +0 here
-        written = master.to(b.dtype).view(bits) != b.flat.detach().to("cpu").view(bits)
+        written = master.to(b.dtype).view(bits) != params.view(bits)
         if bool(written.any()):
-            master[written] = b.flat.detach().to("cpu")[written].float()
+            master[written] = params[written].float()
             b.load(blob)
 
     def _amp_inputs(self, grad_scaler):
