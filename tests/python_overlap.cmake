@@ -27,7 +27,8 @@ signlion_python_tests(collectives test_torch_collectives.py SignAllReduce
 signlion_python_tests(loops test_torch_lion_loops.py Loops
                       clipping_world2 clipping_world3 lr_between_backward_and_step_world2
                       lr_schedule_starting_at_the_initial_lr_world2 master_weights_take_in_place_writes_world2
-                      late_change_raises_world2 grad_scaler_protocol_world2 failure_aborts_world3
+                      late_change_raises_world2 bad_hyperparameter_after_overlap_raises_world2
+                      grad_scaler_protocol_world2 failure_aborts_world3
                       calls_that_differ_world2 calls_that_differ_world3 frozen_and_tied_world2 gradients_are_bucket_views_world2 settings_compared_world2
                       close_refuses_world2 compiled_model_world2)
 # DistributedLion's step timeline (python/tests/test_torch_lion_timeline.py): the chrome trace of

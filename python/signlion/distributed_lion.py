@@ -1008,7 +1008,22 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
     def _step_locked(self, grad_scaler):
         first = self._buckets[0] if self._buckets else None
         changed = [b for b in self._buckets if b.grads_changed()]
-        now = self._all_hyperparameters()
+        try:
+            now = self._all_hyperparameters()
+        except (TypeError, ValueError) as e:
+            launched = [b for b in self._buckets if b.launched]
+            if not launched:
+                raise  # nothing stepped yet: the loop may mend the value and call step() again
+            # Buckets that started during backward stepped with the earlier value: failed, so
+            # that a step() after the value is mended cannot step them a second time.
+            error = type(e)("%s (written between backward() and step() after the step of %s had started "
+                            "during backward with the earlier value: this optimizer cannot be used again)"
+                            % (e, launched[0].describe()))
+            try:
+                self._wait_in_flight(raise_failure=False)
+            finally:
+                self._fail(launched[0], error)
+            raise error from None
         # Compared per group that existed in backward, and (overlapping) only where a bucket of
         # the group started: a group none of whose buckets started takes this step's values.
         hyper_changed = self._hyper_seen is not None and any(

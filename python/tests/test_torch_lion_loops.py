@@ -6,8 +6,9 @@ process groups of 2 and 3 spawned ranks (docs/PYTORCH.md, "Between backward() an
     on one rank only: overlap on equals overlap off, identical on every rank; also a schedule
     whose first value equals the initial lr (set by hand, or StepLR stepped there); with
     master_weights, a write into the parameters in place between steps is kept;
- 3. a loop that starts changing gradients after steps that overlapped: step() raises on
-    every rank, naming the change (never a silently different result);
+ 3. a loop that starts changing gradients after steps that overlapped, or writes a bad
+    hyper-parameter there: step() raises on every rank, naming the change, and the optimizer
+    is failed (never a silently different result, never a bucket stepped twice);
  4. GradScaler's protocol for optimizers that handle scaling themselves (the grad_scale and
     found_inf attributes torch 2.x's GradScaler.step sets): an inf on one rank skips the step
     on every rank with nothing touched; a scale is divided out exactly as GradScaler.unscale_;
@@ -222,6 +223,39 @@ def check_late_change_raises(rank, world):
     else:
         raise AssertionError("the optimizer went on after a refused step")
 
+
+
+def check_bad_hyperparameter_after_overlap_raises(rank, world):
+    """A bad value written between backward() and step() after buckets started during backward:
+    step() raises naming it, and the optimizer is failed (those buckets already stepped with the
+    earlier value: a step() after the value is mended must not step them again)."""
+    from signlion.torch import CommError, DistributedLion
+    model = _mlp()
+    opt = DistributedLion(model.parameters(), lr=1e-3, bucket_cap_mb=1.0)
+    for step in range(3):
+        x, y = _batch(rank, step)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        if step < 2:
+            opt.step()
+            opt.zero_grad()
+    opt.param_groups[0]["lr"] = -1.0
+    try:
+        opt.step()
+    except CommError:
+        pass  # the peer failed first and aborted the communicator
+    except ValueError as e:
+        assert "param group 0: lr" in str(e) and "started during backward" in str(e), str(e)
+    else:
+        raise AssertionError("a negative lr was accepted")
+    opt.param_groups[0]["lr"] = 1e-3
+    try:
+        opt.step()
+    except CommError:
+        pass
+    except RuntimeError as e:
+        assert "cannot be used again" in str(e), str(e)
+    else:
+        raise AssertionError("the buckets that stepped during backward were stepped again")
 
 # ---- 4. GradScaler's protocol ----
 
@@ -537,6 +571,9 @@ class Loops(unittest.TestCase):
 
     def test_late_change_raises_world2(self):
         run_ranks(2, "check_late_change_raises")
+
+    def test_bad_hyperparameter_after_overlap_raises_world2(self):
+        run_ranks(2, "check_bad_hyperparameter_after_overlap_raises")
 
     def test_grad_scaler_protocol_world2(self):
         run_ranks(2, "check_grad_scaler_protocol")
