@@ -25,7 +25,7 @@ signlion_python_tests(collectives test_torch_collectives.py SignAllReduce
 # GradScaler's protocol, a failure on one rank aborting the peers, frozen/tied/channels_last
 # parameters, gradients as bucket views, settings compared across ranks, close().
 signlion_python_tests(loops test_torch_lion_loops.py Loops
-                      clipping_world2 clipping_world3 lr_between_backward_and_step_world2
+                      clipping_world2 clipping_world3 norm_logging_keeps_overlap_world2 lr_between_backward_and_step_world2
                       lr_schedule_starting_at_the_initial_lr_world2 master_weights_take_in_place_writes_world2
                       late_change_raises_world2 bad_hyperparameter_after_overlap_raises_world2
                       grad_scaler_protocol_world2 failure_aborts_world3

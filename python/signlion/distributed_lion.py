@@ -1054,7 +1054,9 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
                     "previous steps left gradients and hyper-parameters as backward made them, so this optimizer "
                     "overlapped its steps with backward. A loop that changes them between backward() and step() "
                     "(clip_grad_norm_, GradScaler, a schedule) must do so from its first step, or make the "
-                    "optimizer with overlap=False (docs/PYTORCH.md, \"Between backward() and step()\")" % what)
+                    "optimizer with overlap=False; to log the gradient norm only, use torch.nn.utils.get_total_norm "
+                    "(clip_grad_norm_ writes every gradient even where it does not clip) (docs/PYTORCH.md, "
+                    "\"Between backward() and step()\")" % what)
                 try:
                     self._wait_in_flight(raise_failure=False)
                 finally:

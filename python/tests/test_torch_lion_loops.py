@@ -1,7 +1,8 @@
 """signlion.torch.DistributedLion under the training loops users write, CPU tensors, gloo
 process groups of 2 and 3 spawned ranks (docs/PYTORCH.md, "Between backward() and step()"):
  1. torch.nn.utils.clip_grad_norm_ between backward() and step(): overlap on equals overlap
-    off bit for bit, in every one of repeated runs, and clipping changes the result;
+    off bit for bit, in every one of repeated runs, and clipping changes the result; the norm
+    read by get_total_norm (PyTorch 2.6+) keeps buckets starting during backward;
  2. the learning rate changed between backward() and step() at every step, a parameter used
     on one rank only: overlap on equals overlap off, identical on every rank; also a schedule
     whose first value equals the initial lr (set by hand, or StepLR stepped there); with
@@ -101,6 +102,26 @@ def check_clipping(rank, world):
     unclipped = _train_mlp(rank, True, None)
     assert not torch.equal(unclipped, off), "clipping changed nothing: the test would not see it ignored"
 
+
+
+def check_norm_logging_keeps_overlap(rank, world):
+    """The gradient norm read between backward() and step() by get_total_norm (PyTorch 2.6+),
+    as docs/PYTORCH.md advises for logging: no gradient is written, so buckets start during
+    backward from the second step on."""
+    from signlion.torch import DistributedLion
+    model = _mlp()
+    opt = DistributedLion(model.parameters(), lr=1e-3, bucket_cap_mb=1.0)
+    in_backward = []
+    opt.launch_observer = lambda event, bucket, during: in_backward.append(during) if event == "launch" else None
+    for step in range(3):
+        x, y = _batch(rank, step)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+        assert torch.isfinite(norm), norm
+        opt.step()
+        opt.zero_grad()
+    assert any(in_backward), "no bucket started during backward with the norm logged"
+    opt.close()
 
 # ---- 2. the learning rate changed between backward() and step() ----
 
@@ -208,7 +229,7 @@ def check_late_change_raises(rank, world):
                 pass  # the peer refused first and aborted the communicator
             except RuntimeError as e:
                 msg = str(e)
-                assert "changed after" in msg and "overlap=False" in msg and "clip" in msg, msg
+                assert "changed after" in msg and "overlap=False" in msg and "get_total_norm" in msg, msg
             else:
                 raise AssertionError("a gradient changed after its bucket started: step() raised nothing")
         else:
@@ -559,6 +580,11 @@ class Loops(unittest.TestCase):
 
     def test_clipping_world3(self):
         run_ranks(3, "check_clipping")
+
+    @unittest.skipUnless(HAVE_TORCH and hasattr(torch.nn.utils, "get_total_norm"),
+                         "torch.nn.utils.get_total_norm needs PyTorch 2.6 or later")
+    def test_norm_logging_keeps_overlap_world2(self):
+        run_ranks(2, "check_norm_logging_keeps_overlap")
 
     def test_lr_between_backward_and_step_world2(self):
         run_ranks(2, "check_lr_between_backward_and_step")
