@@ -561,7 +561,8 @@ ncclResult_t ncclSignLionGetPhases(const ncclSignLion_t lion, ncclSignLionPhaseT
  * decided and counted on the device. The calls above apply to a device
  * optimizer too, except ncclSignLionStep (use ncclSignLionStepAsync):
  *  - ncclSignLionGetStepCount, ncclSignLionSaveState and ncclSignLionLoadState
- *    wait for every step enqueued so far (on any stream), then copy between
+ *    wait for every step enqueued so far, and every launch of a graph that
+ *    captured one (on any stream), then copy between
  *    the device and host memory: the state format is the host optimizer's,
  *    so a state moves freely between the two kinds;
  *  - ncclSignLionDestroy waits for the steps in flight, then frees the state.
@@ -597,9 +598,16 @@ ncclResult_t ncclSignLionCreateNccl(ncclSignLion_t* lion, size_t count, ncclData
  * skipNonFinite, a step in which any rank's gradient holds an inf or a NaN
  * changes nothing on any rank and is counted as skipped on the device
  * (ncclSignLionGetStepCount); the host never learns it during the step.
- * The host counts steps called: the K of momentumAverageEvery and the first
- * step's master copy are decided when the call enqueues, so a step captured
- * in a CUDA graph would replay the decisions of the call it captured.
+ * Steps run one after another whatever streams they are enqueued on (they
+ * share the optimizer's state). A step may be captured in a CUDA graph
+ * after one eager step: it waits for and marks the optimizer's last step as
+ * external event nodes, as ncclSignAllReduce's calls do, so each launch of
+ * the graph runs after the last step enqueued or launched before it, and the
+ * steps, copies and destruction after the launch wait for it. The host
+ * counts steps called: the K of momentumAverageEvery and the first step's
+ * master copy are decided when the call enqueues, so a captured step replays
+ * the decisions of the call it captured, and its replays are not counted
+ * (ncclSignLionGetStepCount's applied count is then wrong).
  * Errors: ncclInvalidArgument (NULL or host buffers with count > 0, buffers
  * of another GPU), ncclInvalidUsage (a host optimizer), the errors of
  * ncclSignAllReduce, NCCL and CUDA (the optimizer state is then undefined). */

@@ -5,6 +5,7 @@
 #include "common/cuda_checks.h"
 #include "kernels/lion_kernels.h"
 #include "nccl/comm_context.h"
+#include "nccl/last_use_event.h"
 #include "nccl/nccl_symbols.h"
 
 namespace signlion {
@@ -62,12 +63,11 @@ NcclCommunicator::~NcclCommunicator() {
 // A step reuses the momentum, vote and scratch buffers of the step before it,
 // which may have run on another stream: it starts after that step's end
 // event, so steps are ordered whatever streams the caller uses, and every
-// wait on stepped_ (state copies, destruction) covers all of them. Under
-// graph capture neither the wait nor the record is made (an event recorded
-// in a capture cannot be waited on outside it); the capture's own stream
-// order applies, so a replay is not ordered against steps on other streams
-// (CommContext::beginCall orders its calls' replays with external event
-// nodes instead).
+// wait on stepped_ (state copies, destruction) covers all of them. A step
+// captured into a CUDA graph makes the wait and the record external event
+// nodes (last_use_event.h), as ncclSignAllReduce's calls do: each launch of
+// the graph waits for the last step before it, eager or replayed, and is the
+// one that later steps, copies and destruction wait for.
 ncclResult_t NcclCommunicator::beginStep(void* stream) {
   stream_ = static_cast<cudaStream_t>(stream);
   CUDACHECK(cudaGetDevice(&callerDevice_));
@@ -75,7 +75,7 @@ ncclResult_t NcclCommunicator::beginStep(void* stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cudaError_t err = cudaStreamIsCapturing(stream_, &status);
   capturing_ = err == cudaSuccess && status == cudaStreamCaptureStatusActive;
-  if (err == cudaSuccess && !capturing_) err = cudaStreamWaitEvent(stream_, stepped_, 0);
+  if (err == cudaSuccess) err = nccl::waitForLastUse(stream_, stepped_, capturing_);
   if (err != cudaSuccess) {
     if (callerDevice_ != device_) (void)cudaSetDevice(callerDevice_);  // endStep will not run
     CUDACHECK(err);
@@ -84,7 +84,7 @@ ncclResult_t NcclCommunicator::beginStep(void* stream) {
 }
 
 ncclResult_t NcclCommunicator::endStep() {
-  const cudaError_t recorded = capturing_ ? cudaSuccess : cudaEventRecord(stepped_, stream_);
+  const cudaError_t recorded = nccl::markLastUse(stepped_, stream_, capturing_);
   if (callerDevice_ != device_) CUDACHECK(cudaSetDevice(callerDevice_));
   CUDACHECK(recorded);
   return ncclSuccess;

@@ -5,9 +5,12 @@
 // flag) through the process's own ncclAllReduce (src/nccl/nccl_symbols.h).
 // Everything of a step is enqueued on the step's stream: no host sync.
 //
-// Copies of the state to and from the host (save, load, the step counters)
-// go through a private stream after an event recorded at the end of every
-// step, so they see every step enqueued before them, on whatever stream.
+// Steps wait for an event recorded at the end of every step (and by every
+// launch of a graph that captured one), so they run one after another
+// whatever streams they are enqueued on. Copies of the state to and from the
+// host (save, load, the step counters) go through a private stream after
+// that event, so they see every step enqueued, and every such graph launched,
+// before them.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -72,7 +75,7 @@ class NcclCommunicator final : public Communicator {
   bool capturing_ = false;          // this step's stream is being captured into a graph
   cudaStream_t stream_ = nullptr;   // the step's (the caller's)
   cudaStream_t copies_ = nullptr;   // ours: state to and from the host
-  cudaEvent_t stepped_ = nullptr;   // recorded on stream_ at the end of every step
+  cudaEvent_t stepped_ = nullptr;   // recorded at the end of every step and every replay of a captured one
 };
 
 }  // namespace lion

@@ -8,6 +8,7 @@
 
 #include "common/cuda_checks.h"
 #include "nccl/device_backend.h"
+#include "nccl/last_use_event.h"
 #include "nccl/nccl_params.h"
 
 namespace signlion {
@@ -104,12 +105,8 @@ ncclResult_t CommContext::beginCall(cudaStream_t stream, bool* capturing) {
     malformedDevice_ = static_cast<uint32_t*>(onDevice);
   }
   // Every call, eager or replayed from a graph, waits for the last one that
-  // used the scratch, whatever stream that ran on. In a capture the wait
-  // becomes an external event wait node: each replay waits for the work
-  // lastUse_ holds when it is launched (an eager call's, or another graph's
-  // replay). Without the flag a capture may wait only for work captured
-  // with it, and the replay would not wait at all.
-  CUDACHECK(cudaStreamWaitEvent(stream, lastUse_, *capturing ? cudaEventWaitExternal : cudaEventWaitDefault));
+  // used the scratch, whatever stream that ran on (last_use_event.h).
+  CUDACHECK(waitForLastUse(stream, lastUse_, *capturing));
   return ncclSuccess;
 }
 
@@ -167,10 +164,8 @@ ncclResult_t CommContext::malformedResults(const char* caller) const {
 }
 
 ncclResult_t CommContext::endCall(cudaStream_t stream, bool capturing) {
-  // In a capture: an external event record node, so that each launch of the
-  // graph records lastUse_ and the next call, on any stream, waits for the
-  // replay. The flag is invalid outside capture.
-  CUDACHECK(cudaEventRecordWithFlags(lastUse_, stream, capturing ? cudaEventRecordExternal : cudaEventRecordDefault));
+  // In a capture each launch of the graph records it (last_use_event.h).
+  CUDACHECK(markLastUse(lastUse_, stream, capturing));
   return ncclSuccess;
 }
 

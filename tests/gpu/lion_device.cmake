@@ -18,6 +18,17 @@ if(TARGET signlion_simt_kernel_tests)
   target_sources(signlion_simt_kernel_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/lion_kernel_test.cc
                                                     ${PROJECT_SOURCE_DIR}/src/lion/lion_passes.cc)
 endif()
+# The device optimizer itself (src/lion, nccl_lion_comm.cc included, through
+# its C entry points) on the emulator with the emulated NCCL path
+# (tests/simt/nccl_executor.cmake): what its steps ask of CUDA events, in and
+# out of graph capture (label unit).
+if(TARGET signlion_simt_nccl_tests)
+  file(GLOB _lion_emulated CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/lion/*.cc)
+  target_sources(signlion_simt_nccl_tests PRIVATE ${PROJECT_SOURCE_DIR}/tests/simt/nccl_lion_comm_test.cc
+                                                  ${_lion_emulated})
+  target_compile_definitions(signlion_simt_nccl_tests PRIVATE SIGNLION_LION_ON_NCCL=1)
+  target_link_libraries(signlion_simt_nccl_tests PRIVATE signlion_host)
+endif()
 
 # Across processes on one GPU (N = 2, 4), over the shared library as a
 # framework loads it, NCCL linked by the test as a framework links it, NCCL's

@@ -7,7 +7,8 @@
 # files that path needs are compiled in (not signlion_nccl: it links cudart).
 # Built as the emulated kernel tests are (their flags, definitions, includes).
 add_executable(signlion_simt_nccl_tests ${CMAKE_CURRENT_LIST_DIR}/nccl_executor_test.cc
-               ${CMAKE_CURRENT_LIST_DIR}/emulator.cc ${CMAKE_CURRENT_LIST_DIR}/cuda_runtime.cc ${_emulated_sources}
+               ${CMAKE_CURRENT_LIST_DIR}/emulator.cc ${CMAKE_CURRENT_LIST_DIR}/cuda_runtime.cc
+               ${CMAKE_CURRENT_LIST_DIR}/nccl_runtime.cc ${_emulated_sources}
                ${PROJECT_SOURCE_DIR}/src/nccl/nccl_plan.cc ${PROJECT_SOURCE_DIR}/src/nccl/nccl_executor.cc
                ${PROJECT_SOURCE_DIR}/src/nccl/device_backend.cc ${PROJECT_SOURCE_DIR}/src/nccl/call_agreement.cc
                ${PROJECT_SOURCE_DIR}/src/nccl/comm_context.cc ${PROJECT_SOURCE_DIR}/src/nccl/node_groups.cc

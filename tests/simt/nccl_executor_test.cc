@@ -45,88 +45,13 @@
 #include "nccl/node_groups.h"
 #include "nccl/segments.h"
 #include "nccl/sign_allreduce_nccl.h"
-
-// The runtime calls DeviceBackend and the comm context make beyond the
-// emulator's (streams are synchronous there, so an event orders nothing that
-// is not already done). What a thread asks of events is logged while
-// tEventLog is set, and its streams count as captured while tCapturing is:
-// the test of how calls order themselves reads the log.
-namespace {
-struct EventOp {
-  char kind;  // 'r' record, 'w' wait
-  cudaStream_t stream;
-  cudaEvent_t event;
-  unsigned int flags;
-};
-thread_local std::vector<EventOp>* tEventLog = nullptr;
-thread_local bool tCapturing = false;
-void logEvent(char kind, cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
-  if (tEventLog != nullptr) tEventLog->push_back({kind, stream, event, flags});
-}
-}  // namespace
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-  logEvent('r', s, e, cudaEventRecordDefault);
-  return cudaSuccess;
-}
-cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int flags) {
-  // As CUDA: the external flag is for capture only.
-  if (flags != cudaEventRecordDefault && (flags != cudaEventRecordExternal || !tCapturing)) return cudaErrorInvalidValue;
-  logEvent('r', s, e, flags);
-  return cudaSuccess;
-}
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
-  if (flags != cudaEventWaitDefault && (flags != cudaEventWaitExternal || !tCapturing)) return cudaErrorInvalidValue;
-  logEvent('w', s, e, flags);
-  return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-// Each event its own address, so that the log tells them apart.
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) {
-  *e = reinterpret_cast<cudaEvent_t>(new char);
-  return cudaSuccess;
-}
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete reinterpret_cast<char*>(e);
-  return cudaSuccess;
-}
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) { return cudaStreamCreate(stream); }
-cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
-  *status = tCapturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
-  return cudaSuccess;
-}
-// Mapped host memory (the comm's malformed-result flag): the emulator's device
-// reads and writes host memory, so the device's address is the host's.
-cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
-  *ptr = calloc(1, bytes ? bytes : 1);
-  return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned int) {
-  *device = host;
-  return cudaSuccess;
-}
-cudaError_t cudaFreeHost(void* ptr) {
-  free(ptr);
-  return cudaSuccess;
-}
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
-// Every buffer here is the emulator's device memory of device 0.
-cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* ptr) {
-  memset(attr, 0, sizeof(*attr));
-  attr->type = cudaMemoryTypeDevice;
-  attr->device = 0;
-  attr->devicePointer = const_cast<void*>(ptr);
-  return cudaSuccess;
-}
-cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
-                              cudaMemcpyKind, cudaStream_t) {
-  for (size_t row = 0; row < height; row++)
-    memcpy(static_cast<char*>(dst) + row * dpitch, static_cast<const char*>(src) + row * spitch, width);
-  return cudaSuccess;
-}
+#include "simt/event_log.h"
 
 namespace signlion {
 namespace nccl {
 namespace {
+
+using simt::EventOp;
 
 // The emulator runs one launch at a time, so one rank thread runs at a time:
 // each holds the fabric's lock except while it waits for a message or a
@@ -723,20 +648,20 @@ TEST(NcclCommContextOnSimt, CallsInAndOutOfCaptureWaitForAndMarkTheCommsLastUse)
   cudaStream_t s1 = reinterpret_cast<cudaStream_t>(&stream1), s2 = reinterpret_cast<cudaStream_t>(&stream2);
   CommContext ctx(reinterpret_cast<ncclComm_t>(&comm), CommShape{1, 0, 0}, ResolvedConfig{});
   std::vector<EventOp> log;
-  tEventLog = &log;
+  simt::eventLog() = &log;
   auto call = [&](cudaStream_t s, bool capture) {
-    tCapturing = capture;
+    simt::capturing() = capture;
     bool capturing = !capture;
     EXPECT_EQ(ctx.beginCall(s, &capturing), ncclSuccess);
     EXPECT_EQ(capturing, capture);
     EXPECT_EQ(ctx.endCall(s, capturing), ncclSuccess);
-    tCapturing = false;
+    simt::capturing() = false;
   };
   call(s1, false);  // the warm-up, eager
   call(s1, true);   // captured on s1
   call(s2, false);  // eager on s2 (after a replay of the capture, on a GPU)
   call(s2, true);   // captured on s2 (a second graph)
-  tEventLog = nullptr;
+  simt::eventLog() = nullptr;
   ASSERT_EQ(log.size(), 8u);
   const cudaEvent_t lastUse = log[1].event;
   struct Want {
