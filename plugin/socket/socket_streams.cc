@@ -28,6 +28,9 @@ ssize_t progressTask(Comm* c, Stream* st, StreamTask* t, size_t budget, bool* ta
   *taskDone = false;
   while (t->nextChunk * t->chunk < t->size) {
     if ((size_t)moved >= budget) return moved;
+    // A failed comm's buffers may be gone (cancelForDeregistration): not
+    // one more call on them once the error is seen.
+    if (c->error.load(std::memory_order_relaxed) != ncclSuccess) return -1;
     size_t begin = t->nextChunk * t->chunk;
     size_t len = std::min(t->chunk, t->size - begin);
     char* p = t->buf + begin + t->off;
@@ -59,7 +62,7 @@ ssize_t progressTask(Comm* c, Stream* st, StreamTask* t, size_t budget, bool* ta
 // chunk per stream per call, so one test() never runs long, however fast the
 // peer sends. Returns true if bytes moved or a task completed.
 bool progressStream(Comm* c, Stream* st, bool byHelper) {
-  std::unique_lock<std::mutex> io(st->ioMu, std::defer_lock);
+  std::unique_lock<std::timed_mutex> io(st->ioMu, std::defer_lock);
   if (byHelper)
     io.lock();
   else if (!io.try_lock())
@@ -242,6 +245,28 @@ ncclResult_t startHelpers(Comm* c, int nthreads) {
     }
   }
   return ncclSuccess;
+}
+
+bool dropStreamTasks(Comm* c, int64_t limitMs) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limitMs);
+  bool all = true;
+  for (Stream& st : c->streams) {
+    std::unique_lock<std::timed_mutex> io(st.ioMu, deadline);
+    if (!io.owns_lock()) {
+      all = false;
+      continue;
+    }
+    std::lock_guard<std::mutex> q(st.qMu);
+    while (!st.tasks.empty()) {
+      StreamTask& t = st.tasks.front();
+      t.req->pending.fetch_sub(t.share, std::memory_order_acq_rel);
+      if (t.urgent) c->urgentTasks.fetch_sub(1, std::memory_order_release);
+      st.tasks.pop_front();
+      st.queued.fetch_sub(1, std::memory_order_release);
+      c->queuedTasks.fetch_sub(1, std::memory_order_release);
+    }
+  }
+  return all;
 }
 
 }  // namespace sock
