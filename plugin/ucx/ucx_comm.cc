@@ -310,6 +310,44 @@ void discardSends(SendComm* c) {
   c->ep = nullptr;
 }
 
+ncclResult_t cancelForDeregistration(Comm* c, int requests) {
+  SendComm* sc = c->isSend ? static_cast<SendComm*>(c) : nullptr;
+  WARN("NET/signlion-ucx: %s comm %p: memory deregistered with %d transfer(s) in flight on it: cancelled%s",
+       c->isSend ? "send" : "recv", (void*)c, requests, c->cancelled ? "" : "; the comm fails");
+  c->cancelled = true;
+  // The peer learns at once, as from an abort (ucxAbortComm): it stops
+  // posting receives that would fetch from the region, and its waits fail.
+  c->byeSent = true;
+  if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
+  (void)checkPeer(c, true);
+  if (sc == nullptr) {
+    // Unmatched receives complete at once (callbacks inside the cancel);
+    // a matched one finishes its rendezvous in the drain below.
+    for (Request& r : c->reqs)
+      for (int i = 0; r.used && i < r.n; i++)
+        if (!r.slots[i].done && r.slots[i].ureq != nullptr) ucp_request_cancel(c->worker, r.slots[i].ureq);
+  } else if (sc->ep != nullptr && !sc->epNoErrHandling) {
+    // UCX cancels no single send: the force close cuts them all short
+    // (their callbacks run with UCS_ERR_CANCELED a few progress calls later).
+    taintWorker(c);  // as after any force close: the next comms get a fresh worker
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    (void)waitUcx(c, ucp_ep_close_nbx(sc->ep, &p), std::min<int64_t>(socketTimeoutMs(), 2000));
+    sc->ep = nullptr;
+  }
+  // A send without peer error handling (shared memory) ends only once the
+  // peer took it: one it matched already finishes here, one it never will
+  // (it was just told we failed) stays, as does a receive in its rendezvous
+  // with a sender that stopped. The idle bound is close's (destroyComm).
+  if (drainSlots(c, socketTimeoutMs(), 200)) return ncclSuccess;
+  WARN("NET/signlion-ucx: %s comm %p: %d transfer(s) UCX could not cancel (UCX_TLS=%s) are still in flight after "
+       "deregMr: the deregistered memory may still be accessed",
+       c->isSend ? "send" : "recv", (void*)c, slotsInFlight(c), getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
+  return ncclSystemError;
+}
+
 }  // namespace ucx
 
 using namespace ucx;
