@@ -60,7 +60,7 @@ ncclResult_t cancelForDeregistration(Comm* c, int requests) {
   // requests must never move another byte, whatever else happened.
   int expected = ncclSuccess;
   bool first = c->error.compare_exchange_strong(expected, ncclInvalidUsage);
-  WARN("NET/signlion: %s comm %p: memory deregistered with %d transfer(s) in flight on it: cancelled%s",
+  WARN("NET/signlion: %s comm %p: memory deregistered with %d transfer(s) in flight on it: cancelling them%s",
        c->isSend ? "send" : "recv", (void*)c, requests, first ? "; the comm fails" : "");
   wakeCaller(c);
   // The streams' byte order is lost with the dropped tasks: shut them, so
