@@ -245,8 +245,9 @@ void discardSends(SendComm* c);
 // deregistered: the comm fails (ncclInvalidUsage from every later call, its
 // peer told as by an abort), its receives are cancelled, its sends cut short
 // by a force close, and the worker progressed until UCX is done with all of
-// them. Returns ncclSystemError (WARN naming the comm) when some are still
-// in flight after the wait's bound. The caller holds workerLock().
+// them, or until the peer is gone and they stopped moving. Returns
+// ncclSystemError (WARN naming the comm) when some are still in flight with
+// the peer alive after SIGNLION_SOCKET_TIMEOUT. The caller holds workerLock().
 ncclResult_t cancelForDeregistration(Comm* c, int requests);
 
 // ---- Requests (ucx_requests.cc) --------------------------------------------------
