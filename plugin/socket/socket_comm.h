@@ -144,10 +144,10 @@ struct Helper {
 // isend/irecv/test, or the stream's helper) moves bytes of the front task;
 // only that thread advances or pops it, so tasks stay FIFO and one thread at a
 // time touches fd. The caller only try_locks ioMu: it never waits for a helper
-// (only dropStreamTasks does, bounded: timed).
+// (only dropStreamTasks does, bounded).
 struct Stream {
   int fd = -1;
-  std::timed_mutex ioMu;
+  std::mutex ioMu;
   std::mutex qMu;  // guards tasks (push by the caller, pop by the ioMu holder)
   // At most one task per stream per message in flight: kSocketMaxRequests
   // requests of up to kSocketMaxRecvs messages each.

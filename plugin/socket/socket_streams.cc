@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <exception>
+#include <thread>
 
 #include "common/checks.h"
 #include "common/clock.h"
@@ -62,7 +63,7 @@ ssize_t progressTask(Comm* c, Stream* st, StreamTask* t, size_t budget, bool* ta
 // chunk per stream per call, so one test() never runs long, however fast the
 // peer sends. Returns true if bytes moved or a task completed.
 bool progressStream(Comm* c, Stream* st, bool byHelper) {
-  std::unique_lock<std::timed_mutex> io(st->ioMu, std::defer_lock);
+  std::unique_lock<std::mutex> io(st->ioMu, std::defer_lock);
   if (byHelper)
     io.lock();
   else if (!io.try_lock())
@@ -251,7 +252,14 @@ bool dropStreamTasks(Comm* c, int64_t limitMs) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limitMs);
   bool all = true;
   for (Stream& st : c->streams) {
-    std::unique_lock<std::timed_mutex> io(st.ioMu, deadline);
+    // A helper holds ioMu for its send/recv calls on a non-blocking socket,
+    // which end at once on a failed comm (progressTask): polled, not a timed
+    // lock, which ThreadSanitizer cannot follow (pthread_mutex_clocklock).
+    std::unique_lock<std::mutex> io(st.ioMu, std::try_to_lock);
+    while (!io.owns_lock() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      io.try_lock();
+    }
     if (!io.owns_lock()) {
       all = false;
       continue;
