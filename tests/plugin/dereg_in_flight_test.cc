@@ -36,7 +36,10 @@ constexpr char kAfter = 'Z';   // written right after deregMr: the plugin must n
 // A heap region the way NCCL's proxy holds a connection's buffer.
 struct Region {
   explicit Region(size_t n) : size(n), p(static_cast<char*>(malloc(n))) { memset(p, kBefore, n); }
-  ~Region() { free(p); }
+  ~Region() {
+    SIGNLION_TEST_UNPOISON(p, size);
+    free(p);
+  }
   // What the caller does once deregMr returned: the bytes are no longer the
   // plugin's (poisoned: any access by the plugin is an ASan report).
   void release() {
@@ -78,8 +81,9 @@ class DeregInFlight : public PluginTest {
 
 // Sends from a registered region, far more than the socket buffers hold,
 // none received yet; deregMr; then the peer posts the receives and drains
-// what comes. Today's helper threads (socket) and UCX's rendezvous kept
-// reading the region after deregMr: the peer received kAfter bytes.
+// what comes. Before deregMr cancelled them, the socket transport's helper
+// threads and UCX's rendezvous went on reading the region: the peer
+// received kAfter bytes (and ASan reported the reads).
 TEST_P(DeregInFlight, SendsInFlightReadNoByteOfTheRegionAfterDeregMr) {
   if (sendsUncancellable())
     GTEST_SKIP() << "UCX_TLS=" << getenv("UCX_TLS") << ": without peer error handling UCX cannot cancel a send";
@@ -133,8 +137,9 @@ TEST_P(DeregInFlight, SendsInFlightReadNoByteOfTheRegionAfterDeregMr) {
 
 // Receives posted on a registered region, their messages not sent yet;
 // deregMr; then the peer sends them, after a message no receive holds yet
-// whose receive is posted next. Today's control path matched the messages
-// to the deregistered receives and wrote them into the region.
+// whose receive is posted next. Before deregMr cancelled them, the
+// messages were matched to the deregistered receives and written into the
+// region (socket: the control path and data streams; UCX: its rendezvous).
 TEST_P(DeregInFlight, ReceivesInFlightWriteNoByteOfTheRegionAfterDeregMr) {
   Env timeout("SIGNLION_SOCKET_TIMEOUT", "10000");
   void *s, *r;
