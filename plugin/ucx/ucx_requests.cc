@@ -145,6 +145,10 @@ ncclResult_t ucxDeregMr(void* comm, void* mhandle) {
   int busy = requestsUsing(c, mr->base, mr->size);
   if (busy > 0 && cancelForDeregistration(c, busy) != ncclSuccess)
     return ncclSystemError;  // the region stays with the comm: close unmaps it
+  // Transfers that ended with their peer gone may still be UCX requests
+  // holding the memory handle: it stays mapped, with the comm, until close
+  // (destroyComm unmaps it).
+  if (busy > 0 && requestsUsing(c, mr->base, mr->size) > 0) return ncclSuccess;
   std::lock_guard<std::mutex> lk(c->mrMu);
   c->mrs.erase(mr);
   if (mr->memh != nullptr) ucp_mem_unmap(global().context, mr->memh);
