@@ -55,6 +55,28 @@ void setSysError(Comm* c, int err, const char* op) {
   setError(c, remote ? ncclRemoteError : ncclSystemError, what.c_str());
 }
 
+ncclResult_t cancelForDeregistration(Comm* c, int requests) {
+  // Sticky even on a comm already failed or being closed: the region's
+  // requests must never move another byte, whatever else happened.
+  int expected = ncclSuccess;
+  bool first = c->error.compare_exchange_strong(expected, ncclInvalidUsage);
+  WARN("NET/signlion: %s comm %p: memory deregistered with %d transfer(s) in flight on it: cancelling them%s",
+       c->isSend ? "send" : "recv", (void*)c, requests, first ? "; the comm fails" : "");
+  wakeCaller(c);
+  // The streams' byte order is lost with the dropped tasks: shut them, so
+  // the peer fails now rather than after SIGNLION_SOCKET_TIMEOUT, with no
+  // bye at close (the peer must see a failure, as after an abort). A helper
+  // inside a send/recv on them sees the error at its next call.
+  c->aborted = true;
+  for (Stream& s : c->streams)
+    if (s.fd >= 0) shutdown(s.fd, SHUT_RDWR);
+  if (dropStreamTasks(c, socketTimeoutMs())) return ncclSuccess;
+  WARN("NET/signlion: %s comm %p: a helper thread still held a data stream after SIGNLION_SOCKET_TIMEOUT (%lld ms): "
+       "the deregistered memory may still be accessed",
+       c->isSend ? "send" : "recv", (void*)c, (long long)socketTimeoutMs());
+  return ncclSystemError;
+}
+
 // ---- Orderly close ------------------------------------------------------------
 
 // Send comm: whether the peer closed its recv comm in order, i.e. wrote

@@ -143,7 +143,8 @@ struct Helper {
 // One data stream. Whoever holds ioMu (the caller's thread inside
 // isend/irecv/test, or the stream's helper) moves bytes of the front task;
 // only that thread advances or pops it, so tasks stay FIFO and one thread at a
-// time touches fd. The caller only try_locks ioMu: it never waits for a helper.
+// time touches fd. The caller only try_locks ioMu: it never waits for a helper
+// (only dropStreamTasks does, bounded).
 struct Stream {
   int fd = -1;
   std::mutex ioMu;
@@ -303,6 +304,12 @@ void wakeCaller(Comm* c);
 void setError(Comm* c, ncclResult_t res, const char* what);
 // Mirrors an errno from send/recv into the comm's error (peer gone = remote error).
 void setSysError(Comm* c, int err, const char* op);
+// deregMr found `requests` unfinished requests on the region (socket_requests.cc):
+// the comm fails (ncclInvalidUsage from every later call), its data streams
+// are shut so the peer fails too, and their tasks are dropped once no helper
+// is inside one. Returns ncclSystemError (WARN naming the comm) when a helper
+// still held a stream after SIGNLION_SOCKET_TIMEOUT.
+ncclResult_t cancelForDeregistration(Comm* c, int requests);
 // Send comm: whether the peer closed its recv comm in order (its bye read).
 bool peerSaidBye(Comm* c);
 // A send failed with err: an orderly close of the peer, or an error.
@@ -325,6 +332,11 @@ void callerProgressStreams(Comm* c);
 // the caller has added size to req->pending.
 void enqueueStreams(Comm* c, uint64_t seq, char* buf, size_t size, Request* req);
 ncclResult_t startHelpers(Comm* c, int nthreads);
+// Drops every queued task (their bytes no longer owed to their requests),
+// each stream once its ioMu is free: afterwards no thread holds a pointer
+// into any task's buffer. Waits limitMs at most in all; false when some
+// stream's ioMu stayed held (its tasks are kept).
+bool dropStreamTasks(Comm* c, int64_t limitMs);
 
 // ---- Control streams (socket_send_control.cc, socket_recv_control.cc) --------
 

@@ -34,6 +34,33 @@ bool checkMr(Comm* c, void* mhandle, const void* data, size_t size) {
   return size == 0 || (p >= mr->base && p + size <= mr->base + mr->size);
 }
 
+// Whether [p, p + n) and [base, base + size) share a byte.
+bool overlaps(const char* p, size_t n, const char* base, size_t size) {
+  return n > 0 && size > 0 && p < base + size && base < p + n;
+}
+
+// Requests not complete yet with a buffer in [base, base + size): a helper
+// or the control path may still move their bytes. The table is the
+// caller's (as every request entry point): no lock, no system call.
+int requestsUsing(Comm* c, const char* base, size_t size) {
+  int n = 0;
+  for (Request& r : c->reqs) {
+    if (!r.used) continue;
+    bool complete = r.pending.load(std::memory_order_acquire) == 0;
+    if (r.isSend)
+      complete &= r.ctrlDone;
+    else
+      for (int i = 0; i < r.n; i++) complete &= r.sub[i].matched;
+    if (complete) continue;
+    for (int i = 0; i < r.n; i++)
+      if (overlaps(r.sub[i].data, r.sub[i].posted, base, size)) {
+        n++;
+        break;
+      }
+  }
+  return n;
+}
+
 }  // namespace
 
 }  // namespace sock
@@ -63,13 +90,19 @@ ncclResult_t socketDeregMr(void* comm, void* mhandle) {
   Comm* c = asAnyComm(comm);
   ARGCHECK(c != nullptr, "deregMr", "comm", "%p is not a send or recv comm", comm);
   MemRegion* mr = static_cast<MemRegion*>(mhandle);
-  std::lock_guard<std::mutex> lk(c->mrMutex);
+  std::unique_lock<std::mutex> lk(c->mrMutex);
   ARGCHECK(mr != nullptr && c->mrs.count(mr) == 1, "deregMr", "mhandle", "%p is not registered on comm %p", mhandle,
            comm);
+  const char* base = mr->base;
+  const size_t size = mr->size;
   c->mrs.erase(mr);
   mr->magic = 0;
   delete mr;
-  return ncclSuccess;
+  lk.unlock();
+  // NCCL frees the memory once this returns, also on an abort with
+  // transfers on it in flight (then it closes the comm): cancel those.
+  int busy = requestsUsing(c, base, size);
+  return busy == 0 ? ncclSuccess : cancelForDeregistration(c, busy);
 }
 
 ncclResult_t socketIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {

@@ -139,18 +139,8 @@ void discardSends(SendComm* c) {
   c->ctrlOff = 0;
   c->ctrlWaitSinceMs = -1;
   if (c->queuedTasks.load(std::memory_order_acquire) == 0) return;
-  for (Stream& st : c->streams) {
-    std::lock_guard<std::mutex> io(st.ioMu);
-    std::lock_guard<std::mutex> q(st.qMu);
-    while (!st.tasks.empty()) {
-      StreamTask& t = st.tasks.front();
-      t.req->pending.fetch_sub(t.share, std::memory_order_acq_rel);
-      if (t.urgent) c->urgentTasks.fetch_sub(1, std::memory_order_release);
-      st.tasks.pop_front();
-      st.queued.fetch_sub(1, std::memory_order_release);
-      c->queuedTasks.fetch_sub(1, std::memory_order_release);
-    }
-  }
+  if (!dropStreamTasks(c, socketTimeoutMs()))
+    setError(c, ncclSystemError, "a helper thread kept a data stream longer than SIGNLION_SOCKET_TIMEOUT");
 }
 
 }  // namespace sock

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <exception>
+#include <thread>
 
 #include "common/checks.h"
 #include "common/clock.h"
@@ -28,6 +29,9 @@ ssize_t progressTask(Comm* c, Stream* st, StreamTask* t, size_t budget, bool* ta
   *taskDone = false;
   while (t->nextChunk * t->chunk < t->size) {
     if ((size_t)moved >= budget) return moved;
+    // A failed comm's buffers may be gone (cancelForDeregistration): not
+    // one more call on them once the error is seen.
+    if (c->error.load(std::memory_order_relaxed) != ncclSuccess) return -1;
     size_t begin = t->nextChunk * t->chunk;
     size_t len = std::min(t->chunk, t->size - begin);
     char* p = t->buf + begin + t->off;
@@ -242,6 +246,35 @@ ncclResult_t startHelpers(Comm* c, int nthreads) {
     }
   }
   return ncclSuccess;
+}
+
+bool dropStreamTasks(Comm* c, int64_t limitMs) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limitMs);
+  bool all = true;
+  for (Stream& st : c->streams) {
+    // A helper holds ioMu for its send/recv calls on a non-blocking socket,
+    // which end at once on a failed comm (progressTask): polled, not a timed
+    // lock, which ThreadSanitizer cannot follow (pthread_mutex_clocklock).
+    std::unique_lock<std::mutex> io(st.ioMu, std::try_to_lock);
+    while (!io.owns_lock() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      io.try_lock();
+    }
+    if (!io.owns_lock()) {
+      all = false;
+      continue;
+    }
+    std::lock_guard<std::mutex> q(st.qMu);
+    while (!st.tasks.empty()) {
+      StreamTask& t = st.tasks.front();
+      t.req->pending.fetch_sub(t.share, std::memory_order_acq_rel);
+      if (t.urgent) c->urgentTasks.fetch_sub(1, std::memory_order_release);
+      st.tasks.pop_front();
+      st.queued.fetch_sub(1, std::memory_order_release);
+      c->queuedTasks.fetch_sub(1, std::memory_order_release);
+    }
+  }
+  return all;
 }
 
 }  // namespace sock

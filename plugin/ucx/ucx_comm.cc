@@ -310,6 +310,66 @@ void discardSends(SendComm* c) {
   c->ep = nullptr;
 }
 
+ncclResult_t cancelForDeregistration(Comm* c, int requests) {
+  SendComm* sc = c->isSend ? static_cast<SendComm*>(c) : nullptr;
+  WARN("NET/signlion-ucx: %s comm %p: memory deregistered with %d transfer(s) in flight on it: cancelling them%s",
+       c->isSend ? "send" : "recv", (void*)c, requests, c->cancelled ? "" : "; the comm fails");
+  c->cancelled = true;
+  if (sc == nullptr) {
+    // Unmatched receives complete at once (callbacks inside the cancel);
+    // a matched one finishes its rendezvous in the wait below.
+    for (Request& r : c->reqs)
+      for (int i = 0; r.used && i < r.n; i++)
+        if (!r.slots[i].done && r.slots[i].ureq != nullptr) ucp_request_cancel(c->worker, r.slots[i].ureq);
+  } else if (sc->ep != nullptr && !sc->epNoErrHandling) {
+    // UCX cancels no single send: the force close cuts them all short
+    // (their callbacks run with UCS_ERR_CANCELED a few progress calls
+    // later), before the peer hears of it below: once it does, nothing more
+    // comes from this endpoint.
+    taintWorker(c);  // as after any force close: the next comms get a fresh worker
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    (void)waitUcx(c, ucp_ep_close_nbx(sc->ep, &p), std::min<int64_t>(socketTimeoutMs(), 2000));
+    sc->ep = nullptr;
+  }
+  // The peer learns at once, as from an abort (its waits fail, it posts no
+  // receive that would fetch from the region); only our direction ends, so
+  // that its own close or death stays visible here.
+  c->byeSent = true;
+  if (c->fd >= 0) shutdown(c->fd, SHUT_WR);
+  // What UCX could not cancel: a receive in its rendezvous, a send without
+  // peer error handling (shared memory). Either ends once the peer finishes
+  // it; once the peer closed or died, one that moved no further for
+  // kSettleIdleMs never will (close's rule, waitForCallerBuffers: a closing
+  // sender force-closes its endpoint before its bye, a dead one sends
+  // nothing; a receiver that is gone fetches nothing).
+  constexpr int64_t kSettleIdleMs = 200;
+  int64_t start = monotonicMs(), lastMove = start;
+  int left = slotsInFlight(c);
+  while (left > 0) {
+    progress(c);
+    int n = slotsInFlight(c);
+    int64_t now = monotonicMs();
+    if (n < left) lastMove = now;
+    left = n;
+    if (left == 0) break;
+    if (checkPeer(c, false) != OobWatch::kAlive && now - lastMove > kSettleIdleMs) {
+      INFO(kSubsysNet, "NET/signlion-ucx: %s comm %p: %d transfer(s) UCX could not cancel end with the peer gone",
+           c->isSend ? "send" : "recv", (void*)c, left);
+      return ncclSuccess;  // close parks the comm for their callbacks (destroyComm)
+    }
+    if (now - start > socketTimeoutMs()) break;
+  }
+  if (left == 0) return ncclSuccess;
+  WARN("NET/signlion-ucx: %s comm %p: %d transfer(s) UCX could not cancel still in flight after deregMr with the peer "
+       "alive for SIGNLION_SOCKET_TIMEOUT (%lld ms, UCX_TLS=%s): the deregistered memory may still be accessed",
+       c->isSend ? "send" : "recv", (void*)c, left, (long long)socketTimeoutMs(),
+       getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
+  return ncclSystemError;
+}
+
 }  // namespace ucx
 
 using namespace ucx;

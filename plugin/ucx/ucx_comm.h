@@ -111,6 +111,8 @@ struct Comm;
 
 struct Slot {
   void* ureq;  // UCX request while in flight, else nullptr
+  const char* buf;  // the caller's buffer: deregMr cancels what is in flight on its region
+  size_t cap;       // its size (a send: the message's)
   bool done;
   ucs_status_t status;
   size_t length;  // bytes moved (a receive: the message's size)
@@ -148,6 +150,9 @@ struct Comm : CommHeader {
   // A bye needs no sending any more: closeRecv said it before it waited for
   // its matched receives, or an abort cut the socket.
   bool byeSent = false;
+  // A deregMr cancelled transfers in flight on its region
+  // (cancelForDeregistration): every later isend, irecv and test fails.
+  bool cancelled = false;
   RequestTable<Request, NCCL_NET_MAX_REQUESTS> reqs;
   std::mutex mrMu;
   std::unordered_set<MemRegion*> mrs;
@@ -236,6 +241,14 @@ OobWatch::State checkPeer(Comm* c, bool force);
 ncclResult_t peerLost(Comm* c, const char* why);
 // The receiver closed in order: completes our sends (their data discarded).
 void discardSends(SendComm* c);
+// deregMr found `requests` transfers in flight on the region being
+// deregistered: the comm fails (ncclInvalidUsage from every later call, its
+// peer told as by an abort), its receives are cancelled, its sends cut short
+// by a force close, and the worker progressed until UCX is done with all of
+// them, or until the peer is gone and they stopped moving. Returns
+// ncclSystemError (WARN naming the comm) when some are still in flight with
+// the peer alive after SIGNLION_SOCKET_TIMEOUT. The caller holds workerLock().
+ncclResult_t cancelForDeregistration(Comm* c, int requests);
 
 // ---- Requests (ucx_requests.cc) --------------------------------------------------
 

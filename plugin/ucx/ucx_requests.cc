@@ -106,14 +106,50 @@ ncclResult_t ucxRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint6
   return ucxRegMr(comm, data, size, type, mhandle);  // NCCL_PTR_DMABUF is not advertised
 }
 
+namespace {
+
+// Whether [p, p + n) and [base, base + size) share a byte.
+bool overlaps(const char* p, size_t n, const char* base, size_t size) {
+  return p != nullptr && n > 0 && size > 0 && p < base + size && base < p + n;
+}
+
+// Requests with a slot still in flight on [base, base + size). The caller
+// holds workerLock() (callbacks write the slots); no system call.
+int requestsUsing(Comm* c, const char* base, size_t size) {
+  int n = 0;
+  for (Request& r : c->reqs)
+    for (int i = 0; r.used && i < r.n; i++)
+      if (!r.slots[i].done && overlaps(r.slots[i].buf, r.slots[i].cap, base, size)) {
+        n++;
+        break;
+      }
+  return n;
+}
+
+}  // namespace
+
 ncclResult_t ucxDeregMr(void* comm, void* mhandle) {
   Comm* c = asComm(comm, kCommSend);
   if (c == nullptr) c = asComm(comm, kCommRecv);
   ARGCHECK(c != nullptr, "deregMr", "comm", "%p is not a send or recv comm", comm);
   MemRegion* mr = static_cast<MemRegion*>(mhandle);
+  std::lock_guard<std::mutex> wl(workerLock());  // before mrMu, as in destroyComm
+  {
+    std::lock_guard<std::mutex> lk(c->mrMu);
+    ARGCHECK(mr != nullptr && c->mrs.count(mr) == 1, "deregMr", "mhandle", "%p is not registered on comm %p", mhandle,
+             comm);
+  }
+  // NCCL frees the memory once this returns, also on an abort with
+  // transfers on it in flight (then it closes the comm): cancel those
+  // first; the memory handle they use is unmapped only once UCX is done.
+  int busy = requestsUsing(c, mr->base, mr->size);
+  if (busy > 0 && cancelForDeregistration(c, busy) != ncclSuccess)
+    return ncclSystemError;  // the region stays with the comm: close unmaps it
+  // Transfers that ended with their peer gone may still be UCX requests
+  // holding the memory handle: it stays mapped, with the comm, until close
+  // (destroyComm unmaps it).
+  if (busy > 0 && requestsUsing(c, mr->base, mr->size) > 0) return ncclSuccess;
   std::lock_guard<std::mutex> lk(c->mrMu);
-  ARGCHECK(mr != nullptr && c->mrs.count(mr) == 1, "deregMr", "mhandle", "%p is not registered on comm %p", mhandle,
-           comm);
   c->mrs.erase(mr);
   if (mr->memh != nullptr) ucp_mem_unmap(global().context, mr->memh);
   mr->magic = 0;
@@ -148,6 +184,7 @@ ncclResult_t ucxIsend(void* sendComm, void* data, size_t size, int tag, void* mh
   ARGCHECK(regionHolds(c, mhandle, data, size), "isend", "mhandle",
            "%p is not a region registered on comm %p holding %zu bytes at %p", mhandle, sendComm, size, data);
   std::lock_guard<std::mutex> lk(workerLock());
+  if (c->cancelled) return ncclInvalidUsage;  // cancelForDeregistration said why
   c->everSent = true;  // connect() returned c with its endpoint confirmed (confirmEndpoint)
   OobWatch::State st = checkPeer(c, false);
   if (st == OobWatch::kDead) return peerLost(c, "peer vanished (connection closed without a bye)");
@@ -160,6 +197,8 @@ ncclResult_t ucxIsend(void* sendComm, void* data, size_t size, int tag, void* mh
   *s = Slot{};
   s->tag = tag;
   s->length = size;
+  s->buf = static_cast<const char*>(data);
+  s->cap = size;
   if (st == OobWatch::kClosed || c->ep == nullptr) {
     finishSlot(s, UCS_OK, size);  // the receiver closed in order: the data is discarded
   } else {
@@ -187,6 +226,7 @@ ncclResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, c
              recvComm, sizes[i], data[i]);
   }
   std::lock_guard<std::mutex> lk(workerLock());
+  if (c->cancelled) return ncclInvalidUsage;  // cancelForDeregistration said why
   if (checkPeer(c, false) == OobWatch::kDead) return peerLost(c, "peer vanished (connection closed without a bye)");
   Request* r = c->reqs.acquire();
   if (r == nullptr) return ncclSuccess;
@@ -199,6 +239,8 @@ ncclResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, c
     Slot* s = &r->slots[i];
     *s = Slot{};
     s->tag = tags[i];
+    s->buf = static_cast<const char*>(data[i]);
+    s->cap = sizes[i];
     ucp_request_param_t p = opParams(s, mhandles ? mhandles[i] : nullptr);
     // No immediate completion: UCX 1.13 may complete a receive at once (a
     // message already here) without filling recv_info, and a size of 0
@@ -234,6 +276,7 @@ ncclResult_t ucxTest(void* request, int* done, int* sizes) {
       "test", "request", "%p is not an outstanding request", request);
   Comm* c = r->comm;
   std::lock_guard<std::mutex> lk(workerLock());
+  if (c->cancelled) return ncclInvalidUsage;  // cancelForDeregistration said why
   auto pendingNow = [r] {
     int p = 0;
     for (int i = 0; i < r->n; i++) p += r->slots[i].done ? 0 : 1;

@@ -152,6 +152,7 @@ TEST_P(PluginV11, IflushIsANoOpForHostMemory) {
 }
 
 TEST_P(PluginV11, CloseAndDeregisterWithRequestsInFlight) {
+  Env timeout("SIGNLION_SOCKET_TIMEOUT", "3000");  // deregMr's wait where UCX cannot cancel
   for (int round = 0; round < 3; round++) {
     void *s, *r;
     pair(&s, &r);
@@ -173,7 +174,10 @@ TEST_P(PluginV11, CloseAndDeregisterWithRequestsInFlight) {
     if (round == 2) {
       ASSERT_EQ(net_.test(req, &done, nullptr), ncclSuccess);  // partly progressed
     }
-    EXPECT_EQ(net_.deregMr(s, smr), ncclSuccess);
+    // deregMr cancels the transfers on its region (docs/PLUGIN.md), except
+    // sends no receive was posted for where UCX cannot cancel them: it then
+    // says so after SIGNLION_SOCKET_TIMEOUT.
+    EXPECT_EQ(net_.deregMr(s, smr), round == 1 && sendsUncancellable() ? ncclSystemError : ncclSuccess);
     EXPECT_EQ(net_.deregMr(r, rmr), ncclSuccess);
     // Closing in either order frees the comm, its threads and requests.
     if (round == 0) {
