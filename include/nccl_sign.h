@@ -203,6 +203,15 @@ typedef struct {
   char internal[NCCL_SIGN_UNIQUE_ID_BYTES];
 } ncclSignUniqueId;
 
+/* A communicator handle. A "bad comm" below is NULL where a comm is needed,
+ * or a pointer that is not a live communicator: never returned by
+ * ncclSignCommInitRank, or already destroyed or aborted. Each call looks the
+ * handle up among the process's live communicators before reading anything
+ * through it: ncclInvalidArgument with a WARN "not a live ncclSignComm_t",
+ * never a read of freed memory. The lookup is by address, so a destroyed
+ * handle whose memory a newer communicator of the process now occupies is
+ * that newer communicator: drop a handle once it is destroyed. The same holds
+ * for ncclSignLion_t (WARN "not a live optimizer"). */
 typedef struct ncclSignComm* ncclSignComm_t;
 
 /* Makes a unique id and starts, in this process, the rendezvous that all
@@ -283,8 +292,8 @@ ncclResult_t ncclSignCommGetLinkRate(const ncclSignComm_t comm, int64_t* mbits);
  * Collective: every rank calls it, in the same order as its other calls on
  * comm, with the same count, datatype and op; the zero rule, tie rule and
  * algorithm (config, SIGNLION_ALGO), SIGNLION_HOST_SEGMENT,
- * SIGNLION_HOST_CHUNK_BYTES and the SIGNLION_COST_* parameters must be the
- * same on every rank too (they are compared at ncclSignCommInitRank, which
+ * SIGNLION_HOST_CHUNK_BYTES, SIGNLION_FIELD_BITS, SIGNLION_RESULT_CODING and
+ * the SIGNLION_COST_* parameters must be the same on every rank too (they are compared at ncclSignCommInitRank, which
  * fails with ncclInvalidUsage otherwise). Each call carries its sequence
  * number and these values in its messages: a rank that passed something
  * else makes the call fail on every rank (ncclInvalidUsage on a rank that

@@ -24,6 +24,8 @@ int fieldBitsFor(int64_t setting, int nranks) {
   return setting >= counterWidth(nranks) && setting <= 32 ? static_cast<int>(setting) : 0;
 }
 
+int64_t fieldBitsSetting() { return signlionParamFieldBits(); }
+
 namespace detail {
 
 int fieldSumBits(int nranks, SettingConflict* conflict) {

@@ -252,6 +252,9 @@ bool resultWrittenOnceAfterPacks(const Schedule& s);
 // `setting`: the setting, or the narrowest that holds N votes when it is 0.
 // 0 when the setting is no usable width (too narrow for N votes, or over 32).
 int fieldBitsFor(int64_t setting, int nranks);
+// SIGNLION_FIELD_BITS as set (read once; 0 when unset). Ranks must agree on
+// fieldBitsFor(it, nranks): the host communicator compares it at init.
+int64_t fieldBitsSetting();
 
 // A SIGNLION_* setting under which an algorithm's schedule cannot be built.
 struct SettingConflict {

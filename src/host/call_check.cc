@@ -209,10 +209,21 @@ std::string costParamText(double modelValue, double scale) {
   return buf;
 }
 
+// SIGNLION_FIELD_BITS as a rank set it and what it gives: "4 (4-bit fields)",
+// "0 (2-bit fields)", "1 (no field width for these ranks)".
+std::string fieldBitsText(int64_t setting, int64_t bits) {
+  std::string s = std::to_string(setting);
+  return bits > 0 ? s + " (" + std::to_string(bits) + "-bit fields)" : s + " (no field width for these ranks)";
+}
+
 // The settings every rank must share, as one row of the init-time table.
 struct Settings {
   int32_t algorithm, zeroRule, tieRule, resultCoding;
   int64_t segment, chunkBytes;
+  // SIGNLION_FIELD_BITS as set, and the field width it gives field-sum on
+  // these ranks (fieldBitsFor; 0: none, which also leaves field-sum out of
+  // auto's choice). The width is compared: it sets the words on the wire.
+  int64_t fieldBitsSetting, fieldBits;
   double costParams[kCompareCostParams];
   uint64_t hostHash;  // not compared: the rank's node
 };
@@ -233,6 +244,8 @@ ncclResult_t checkSettingsAgree(Bootstrap& bootstrap, const ResolvedConfig& conf
   me.resultCoding = algo::resultCodingEnabled() ? 1 : 0;
   me.segment = (int64_t)hostSegmentElements();
   me.chunkBytes = hostChunkBytes();
+  me.fieldBitsSetting = algo::fieldBitsSetting();
+  me.fieldBits = algo::fieldBitsFor(me.fieldBitsSetting, nranks);
   for (int i = 0; i < kCompareCostParams; i++) me.costParams[i] = cost.*kCostParamNames[i].field;
   me.hostHash = algo::hostIdHash(config.hostId);
   NCCLCHECK(bootstrap.allGather(table.data(), sizeof(Settings)));
@@ -270,6 +283,12 @@ ncclResult_t compareSettingsRows(const void* rows, int nranks, int rank, algo::T
       what = "SIGNLION_RESULT_CODING";
       a = num((uint64_t)o.resultCoding);
       b = num((uint64_t)r0.resultCoding);
+    } else if (o.fieldBits != r0.fieldBits) {
+      // Both widths, or one rank with none, would cut the votes into other
+      // words than its peers add: wrong sums, or other byte counts.
+      what = "SIGNLION_FIELD_BITS";
+      a = fieldBitsText(o.fieldBitsSetting, o.fieldBits);
+      b = fieldBitsText(r0.fieldBitsSetting, r0.fieldBits);
     } else if (o.segment != r0.segment) {
       what = "SIGNLION_HOST_SEGMENT (elements, in whole blocks of 64)";
       a = num((uint64_t)o.segment);

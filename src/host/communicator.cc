@@ -6,6 +6,7 @@
 
 #include "algo/direct.h"
 #include "common/checks.h"
+#include "common/live_handles.h"
 #include "host/host_params.h"
 #include "host/link_rate.h"
 
@@ -14,11 +15,35 @@
 namespace signlion {
 namespace host {
 
+namespace {
+
+// Every comm ncclSignCommInitRank returned and no destroy or abort has taken
+// back. Never destroyed: a comm destroyed from an atexit handler still finds it.
+LiveHandles& liveComms() {
+  static LiveHandles* live = new LiveHandles();
+  return *live;
+}
+
+ncclSignComm* notLive(ncclSignComm_t comm, const char* caller) {
+  WARN("%s: invalid argument 'comm': %p is not a live ncclSignComm_t (never returned by ncclSignCommInitRank, or "
+       "destroyed or aborted)",
+       caller, (void*)comm);
+  return nullptr;
+}
+
+}  // namespace
+
+// Looked up by address before anything reads through the handle: a freed or
+// foreign pointer is never dereferenced.
 ncclSignComm* checkComm(ncclSignComm_t comm, const char* caller) {
-  if (comm == nullptr || comm->magic != ncclSignComm::kMagic) {
-    WARN("%s: invalid argument 'comm': %p is not a live ncclSignComm_t", caller, (void*)comm);
-    return nullptr;
-  }
+  if (comm == nullptr || !liveComms().contains(comm)) return notLive(comm, caller);
+  return comm;
+}
+
+// Takes a live comm out of the set, so that its destroy (or abort) is the
+// only one: a second, or one racing it on another thread, gets nullptr.
+ncclSignComm* takeComm(ncclSignComm_t comm, const char* caller) {
+  if (comm == nullptr || !liveComms().remove(comm)) return notLive(comm, caller);
   return comm;
 }
 
@@ -39,7 +64,6 @@ void destroy(ncclSignComm* comm) {
   }
   comm->bootstrap.reset();
   comm->net.reset();
-  comm->magic = 0;
   delete comm;
 }
 
@@ -174,6 +198,10 @@ SIGNLION_API ncclResult_t ncclSignCommInitRank(ncclSignComm_t* comm, int nranks,
   ARGCHECK(rank >= 0 && rank < nranks, "ncclSignCommInitRank", "rank", "%d is not in [0, %d)", rank, nranks);
   ncclSignComm* c = new ncclSignComm();
   ncclResult_t res = signlion::host::initRank(c, nranks, commId, rank, config);
+  if (res == ncclSuccess && !signlion::host::liveComms().add(c)) {
+    WARN("ncclSignCommInitRank: rank %d: out of memory recording the communicator", rank);
+    res = ncclSystemError;
+  }
   if (res != ncclSuccess) {
     signlion::host::destroy(c);
     return res;
@@ -184,7 +212,7 @@ SIGNLION_API ncclResult_t ncclSignCommInitRank(ncclSignComm_t* comm, int nranks,
 
 SIGNLION_API ncclResult_t ncclSignCommDestroy(ncclSignComm_t comm) {
   if (comm == nullptr) return ncclSuccess;  // as ncclCommDestroy(NULL)
-  ncclSignComm* c = checkComm(comm, "ncclSignCommDestroy");
+  ncclSignComm* c = signlion::host::takeComm(comm, "ncclSignCommDestroy");
   if (c == nullptr) return ncclInvalidArgument;
   signlion::host::destroy(c);
   return ncclSuccess;
@@ -192,7 +220,7 @@ SIGNLION_API ncclResult_t ncclSignCommDestroy(ncclSignComm_t comm) {
 
 SIGNLION_API ncclResult_t ncclSignCommAbort(ncclSignComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
-  ncclSignComm* c = checkComm(comm, "ncclSignCommAbort");
+  ncclSignComm* c = signlion::host::takeComm(comm, "ncclSignCommAbort");
   if (c == nullptr) return ncclInvalidArgument;
   // Every link first, as a crash would end it: peers waiting in a collective
   // on this rank (to receive from it or to send to it) fail now, not after

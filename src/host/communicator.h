@@ -23,8 +23,6 @@
 #include "host/transfers.h"
 
 struct ncclSignComm {
-  static constexpr uint64_t kMagic = 0x7369676e636f6d6dull;  // "signcomm"
-  uint64_t magic = kMagic;
   int rank = 0;
   int nranks = 0;
   signlion::ResolvedConfig config;
@@ -55,9 +53,14 @@ struct ncclSignComm {
 namespace signlion {
 namespace host {
 
-// The comm if `comm` is a live communicator, else nullptr after a WARN that
-// names `caller`.
+// The comm if `comm` is a live communicator (one ncclSignCommInitRank
+// returned, not yet destroyed or aborted: a registry of addresses, consulted
+// before any read through the handle), else nullptr after a WARN that names
+// `caller`. One lock and one hash lookup, no allocation.
 ncclSignComm* checkComm(ncclSignComm_t comm, const char* caller);
+// As checkComm, and takes the comm out of the registry: what destroy and
+// abort call first, so each comm is torn down once.
+ncclSignComm* takeComm(ncclSignComm_t comm, const char* caller);
 
 // The start of a collective call on comm: its sticky error (WARN naming
 // `fn`) if an earlier call failed, else ncclSuccess with comm->calls counting

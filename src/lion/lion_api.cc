@@ -6,14 +6,13 @@
 #include "bits/bits.h"
 #include "common/checks.h"
 #include "common/debug.h"
+#include "common/live_handles.h"
 #include "lion/distributed_lion.h"
 #ifdef SIGNLION_LION_ON_NCCL
 #include "lion/nccl_lion_comm.h"
 #endif
 
 struct ncclSignLion {
-  static constexpr uint64_t kMagic = 0x6c696f6e6f707431ull;  // "lionopt1"
-  uint64_t magic = kMagic;
   std::unique_ptr<signlion::lion::Optimizer> opt;
 #ifdef SIGNLION_LION_ON_NCCL
   signlion::lion::NcclCommunicator* device = nullptr;  // owned by opt; null for a host optimizer
@@ -22,11 +21,22 @@ struct ncclSignLion {
 
 namespace {
 
+// Every optimizer a create returned and no destroy has taken back, looked up
+// by address before anything reads through a handle (live_handles.h). Never
+// destroyed: a destroy from an atexit handler still finds it.
+signlion::LiveHandles& liveLions() {
+  static signlion::LiveHandles* live = new signlion::LiveHandles();
+  return *live;
+}
+
+ncclSignLion* notLive(const ncclSignLion_t lion, const char* caller) {
+  WARN("%s: invalid argument 'lion': %p is not a live optimizer (never returned by ncclSignLionCreate, or destroyed)",
+       caller, (void*)lion);
+  return nullptr;
+}
+
 ncclSignLion* checkLion(const ncclSignLion_t lion, const char* caller) {
-  if (lion == nullptr || lion->magic != ncclSignLion::kMagic) {
-    WARN("%s: invalid argument 'lion': not a live optimizer", caller);
-    return nullptr;
-  }
+  if (lion == nullptr || !liveLions().contains(lion)) return notLive(lion, caller);
   return lion;
 }
 
@@ -70,6 +80,10 @@ ncclResult_t makeLion(ncclSignLion_t* lion, size_t count, ncclDataType_t datatyp
   INFO(signlion::kSubsysLion, "Lion: %zu %s parameters on %s, aggregation %d, lr %g, betas (%g, %g), wd %g", count,
        signlion::bits::typeName(datatype), h->opt->onDevice() ? "the GPU" : "the host", c.aggregation, (double)c.lr,
        (double)c.beta1, (double)c.beta2, (double)c.weightDecay);
+  if (!liveLions().add(h.get())) {
+    WARN("%s: out of memory recording the optimizer", fn);
+    return ncclSystemError;
+  }
   *lion = h.release();
   return ncclSuccess;
 }
@@ -94,10 +108,12 @@ __attribute__((visibility("default"))) ncclResult_t ncclSignLionCreate(ncclSignL
 
 __attribute__((visibility("default"))) ncclResult_t ncclSignLionDestroy(ncclSignLion_t lion) {
   if (lion == nullptr) return ncclSuccess;
-  ncclSignLion* l = checkLion(lion, "ncclSignLionDestroy");
-  if (l == nullptr) return ncclInvalidArgument;
-  l->magic = 0;
-  delete l;
+  // Out of the registry first: of two destroys of one handle, one frees it.
+  if (!liveLions().remove(lion)) {
+    notLive(lion, "ncclSignLionDestroy");
+    return ncclInvalidArgument;
+  }
+  delete lion;
   return ncclSuccess;
 }
 

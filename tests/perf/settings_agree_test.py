@@ -79,6 +79,20 @@ case("HOST_SEGMENT differs", {"SIGNLION_HOST_SEGMENT": "4096"}, {}, False,
 # default, with a WARN) and 100 is 64 elements, as 127 is.
 case("HOST_SEGMENT 0 and unset agree", {"SIGNLION_HOST_SEGMENT": "0"}, {}, True)
 case("HOST_SEGMENT 100 and 127 agree", {"SIGNLION_HOST_SEGMENT": "100"}, {"SIGNLION_HOST_SEGMENT": "127"}, True)
+# Field-sum's width shapes the words the ranks add: 3-bit fields against
+# 4-bit ones returned wrong sums with success on small calls, or a byte
+# count error naming nothing on larger ones. The width is compared whatever
+# the algorithm (auto may pick field-sum), as the setting and what it gives.
+FS = {"SIGNLION_ALGO": "fieldsum"}
+case("FIELD_BITS differs (fieldsum)", dict(FS, SIGNLION_FIELD_BITS="3"), dict(FS, SIGNLION_FIELD_BITS="4"), False,
+     ["SIGNLION_FIELD_BITS 4 (4-bit fields), rank 0 set 3 (3-bit fields)"])
+case("FIELD_BITS differs (auto)", {"SIGNLION_FIELD_BITS": "8"}, {}, False,
+     ["SIGNLION_FIELD_BITS 0 (2-bit fields), rank 0 set 8 (8-bit fields)"])
+# A width too narrow for 2 votes leaves field-sum out of one rank's auto only.
+case("FIELD_BITS unusable on one rank", {}, {"SIGNLION_FIELD_BITS": "1"}, False,
+     ["SIGNLION_FIELD_BITS 1 (no field width for these ranks), rank 0 set 0 (2-bit fields)"])
+# The width is compared, not what was written: unset is 2 bits at N = 2.
+case("FIELD_BITS 0 and 2 agree", dict(FS, SIGNLION_FIELD_BITS="2"), FS, True)
 case("ALGO differs", {"SIGNLION_ALGO": "ring"}, {"SIGNLION_ALGO": "hd"}, False, ["algorithm", "hd, rank 0 set ring"])
 
 if failures:
