@@ -181,7 +181,7 @@ void usage(const char* argv0) {
       "   unique id to <path> and removes it once every rank has joined; the others wait for it. A file left\n\t"
       "   by a run that was killed points at that run: delete it before starting the ranks)\n\t"
       "[--net-plugin <name or path>] host mode: the ncclNet carrying the traffic (config.netPlugin), e.g.\n\t"
-      "         signlion-ucx for libnccl-net-signlion-ucx.so (default: the built-in socket transport)\n\t"
+      "         signlion-ucx for libnccl-net-signlion-ucx.so (default, or signlion: the built-in socket transport)\n\t"
       "[--tie-rule <zero/positive/negative>] host mode: what a tied majority gives (config.tieRule; default\n\t"
       "         zero, exact ties); positive or negative makes every decided element one bit\n\t"
       "[--nccl] GPU mode: ncclSignAllReduce on device buffers and NCCL communicators, -t x -g ranks as\n\t"
