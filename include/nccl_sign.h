@@ -213,16 +213,23 @@ typedef struct ncclSignComm* ncclSignComm_t;
  * they have, or after SIGNLION_TIMEOUT_MS). The root listens on the first
  * interface SIGNLION_SOCKET_IFNAME selects.
  * Errors: ncclInvalidArgument when uniqueId is NULL; ncclSystemError when no
- * socket could be opened. */
+ * socket could be opened (SIGNLION_SOCKET_PORT_RANGE malformed or full: a WARN
+ * names it). A malformed or out-of-range tuning variable (SIGNLION_TIMEOUT_MS,
+ * SIGNLION_ALGO, ...) is never an error: a WARN names it and its default is
+ * kept (docs/PARAMETERS.md). */
 ncclResult_t ncclSignGetUniqueId(ncclSignUniqueId* uniqueId);
 
 /* Creates rank `rank` of an nranks-rank communicator. Collective: every rank
  * calls it with the same id and nranks. config may be NULL (all defaults); it
  * is checked as by ncclSignConfigCheck.
  * Errors: ncclInvalidArgument (comm NULL, nranks < 1, rank outside
- * [0, nranks), an id not made by ncclSignGetUniqueId, a bad config),
- * ncclRemoteError / ncclSystemError when a peer cannot be reached within the
- * timeout. */
+ * [0, nranks), an id not made by ncclSignGetUniqueId, a bad config; a
+ * SIGNLION_NET_PLUGIN that cannot be loaded), ncclRemoteError /
+ * ncclSystemError when a peer cannot be reached within the timeout, or when
+ * no socket can be opened on what SIGNLION_SOCKET_IFNAME (or the interface
+ * variables after it) and SIGNLION_SOCKET_PORT_RANGE select; a WARN names the
+ * variable. A malformed or out-of-range tuning variable is not an error: a
+ * WARN names it and its default is kept (docs/PARAMETERS.md). */
 ncclResult_t ncclSignCommInitRank(ncclSignComm_t* comm, int nranks, ncclSignUniqueId commId, int rank,
                                   const ncclSignConfig_t* config);
 
