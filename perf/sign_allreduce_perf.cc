@@ -459,8 +459,8 @@ int parseOptions(int argc, char** argv, Options* o) {
 // -A as the library reads algorithm names (any case). SIGNLION_ALGO, set to
 // an algorithm other than auto, forces it over -A (resolveConfig, as
 // NCCL_ALGO does): o->algo becomes the name of what runs, and o->algoNote
-// says where it came from, for the header and the JSON. A SIGNLION_ALGO the
-// library rejects is left to fail the communicator's init.
+// says where it came from, for the header and the JSON. A SIGNLION_ALGO that
+// names no algorithm is WARNed by the library and read as auto (-A stands).
 bool resolveAlgo(Options* o, ncclSignAlgo_t* requested) {
   if (!signlion::parseAlgoName(o->algo.c_str(), requested)) return false;
   const std::string asked = signlion::algoName(*requested);
