@@ -136,8 +136,11 @@ typedef struct ncclSignConfig_v1 {
   int timeoutMs;         /* bound on any wait for a peer, ms; 0 = SIGNLION_TIMEOUT_MS (default 60000) */
   const char* netPlugin; /* NCCL net plugin to carry host traffic: NULL = SIGNLION_NET_PLUGIN
                             if set (the same forms), else signlion's own socket transport;
-                            a name ("foo" loads libnccl-net-foo.so, "signlion-ucx" the UCX
-                            transport) or a path */
+                            "" or "signlion" = that built-in transport, in this library (no
+                            library is loaded); another name "foo" loads libnccl-net-foo.so
+                            ("signlion-ucx" the UCX transport); a name containing '/' or
+                            ending in .so is a path, loaded as another plugin even when it
+                            is libnccl-net-signlion.so */
   const char* hostId;    /* this rank's node identity for the hierarchical algorithm and the
                             cost model: ranks with equal ids share a node. NULL = SIGNLION_HOSTID,
                             else NCCL_HOSTID, else hostname + boot id (NCCL's rule). On an NCCL
@@ -219,16 +222,23 @@ typedef struct ncclSignComm* ncclSignComm_t;
  * they have, or after SIGNLION_TIMEOUT_MS). The root listens on the first
  * interface SIGNLION_SOCKET_IFNAME selects.
  * Errors: ncclInvalidArgument when uniqueId is NULL; ncclSystemError when no
- * socket could be opened. */
+ * socket could be opened (SIGNLION_SOCKET_PORT_RANGE malformed or full: a WARN
+ * names it). A malformed or out-of-range tuning variable (SIGNLION_TIMEOUT_MS,
+ * SIGNLION_ALGO, ...) is never an error: a WARN names it and its default is
+ * kept (docs/PARAMETERS.md). */
 ncclResult_t ncclSignGetUniqueId(ncclSignUniqueId* uniqueId);
 
 /* Creates rank `rank` of an nranks-rank communicator. Collective: every rank
  * calls it with the same id and nranks. config may be NULL (all defaults); it
  * is checked as by ncclSignConfigCheck.
  * Errors: ncclInvalidArgument (comm NULL, nranks < 1, rank outside
- * [0, nranks), an id not made by ncclSignGetUniqueId, a bad config),
- * ncclRemoteError / ncclSystemError when a peer cannot be reached within the
- * timeout. */
+ * [0, nranks), an id not made by ncclSignGetUniqueId, a bad config; a
+ * SIGNLION_NET_PLUGIN that cannot be loaded), ncclRemoteError /
+ * ncclSystemError when a peer cannot be reached within the timeout, or when
+ * no socket can be opened on what SIGNLION_SOCKET_IFNAME (or the interface
+ * variables after it) and SIGNLION_SOCKET_PORT_RANGE select; a WARN names the
+ * variable. A malformed or out-of-range tuning variable is not an error: a
+ * WARN names it and its default is kept (docs/PARAMETERS.md). */
 ncclResult_t ncclSignCommInitRank(ncclSignComm_t* comm, int nranks, ncclSignUniqueId commId, int rank,
                                   const ncclSignConfig_t* config);
 
@@ -263,8 +273,10 @@ ncclResult_t ncclSignCommGetAsyncError(ncclSignComm_t comm, ncclResult_t* asyncE
 /* Bytes this rank has put on and taken off the wire through its links, since
  * the communicator was made (payload and transport headers). Benchmarks
  * difference two readings to get the bytes of one call. Counted by
- * signlion's built-in socket transport; with another net plugin
- * (config.netPlugin) both read 0. */
+ * signlion's built-in socket transport (config.netPlugin NULL with
+ * SIGNLION_NET_PLUGIN unset, "" or "signlion"); with any plugin loaded from
+ * a library (another name, or a path, libnccl-net-signlion.so's included)
+ * both read 0. */
 ncclResult_t ncclSignCommGetWireBytes(const ncclSignComm_t comm, uint64_t* sentBytes, uint64_t* recvBytes);
 
 /* The part of ncclSignCommGetWireBytes that went to and came from ranks on

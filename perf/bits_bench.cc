@@ -366,11 +366,20 @@ int main(int argc, char** argv) {
   printf("# and the ratio to a plain streaming read/write of the same bytes in this run (1.00 = as fast);\n");
   printf("# EncodeTrits/DecodeTrits count 4 bytes per element, as Unpack fp32 does\n");
   printf("# %-40s %9s %-11s %9s %7s\n", "kernel", "GB/s", "baseline", "base GB/s", "ratio");
+  bool missing = false;
   for (const auto& row : reporter.rows) {
+    // A --benchmark_filter that leaves out a row's baseline leaves it nothing to compare with: N/A, not a 0.
     double b = reporter.base.count(row.vs) ? reporter.base[row.vs] : 0.0;
-    printf("  %-40s %9.2f %-11s %9.2f %7.2f\n", row.name.c_str(), row.gbps, baseName[row.vs], b,
-           b > 0 ? row.gbps / b : 0.0);
+    if (b > 0) {
+      printf("  %-40s %9.2f %-11s %9.2f %7.2f\n", row.name.c_str(), row.gbps, baseName[row.vs], b, row.gbps / b);
+    } else {
+      printf("  %-40s %9.2f %-11s %9s %7s\n", row.name.c_str(), row.gbps, baseName[row.vs], "N/A", "N/A");
+      missing = true;
+    }
   }
+  if (missing)
+    printf("# N/A: the row's baseline did not run (left out by --benchmark_filter; add |^Stream to the\n"
+           "# filter to measure it)\n");
   benchmark::Shutdown();
   return 0;
 }

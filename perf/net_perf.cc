@@ -267,12 +267,14 @@ RatioStats blockRatios(const std::vector<double>& a, const std::vector<double>& 
 }
 
 // --role self: one process, no waiting (on loopback a message is in the
-// receiving socket when sendmsg returns). Microseconds per small message
-// through the plugin (irecv, isend, test until both complete) next to the
-// same system calls on a plain socket pair (sendmsg of an 8-byte header and
-// the payload, one recv into a 64 KiB buffer, the plugin's ACK policy): the
-// plugin's own CPU cost per message, which a ping-pong between processes on
-// two shared cores shows only through its noise.
+// receiving socket when sendmsg returns). Microseconds per message through
+// the plugin (irecv, isend, test until both complete) next to the same
+// system calls on a plain socket pair (sendmsg of an 8-byte header and the
+// payload, recvs into a staging buffer that holds the largest message, the
+// plugin's ACK policy): the plugin's own CPU cost per message, which a
+// ping-pong between processes on two shared cores shows only through its
+// noise. A message larger than the socket buffers is sent in the pieces
+// sendmsg takes, each drained before the next, as the plugin's own does.
 void selfCost(const SocketAddress& local, const std::vector<size_t>& sizes, int iters, int blocks) {
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   void *l = nullptr, *s = nullptr, *r = nullptr;
@@ -284,7 +286,8 @@ void selfCost(const SocketAddress& local, const std::vector<size_t>& sizes, int 
     if (nowSec() - start > 60) die("connect timed out");
   }
   gNet->closeListen(l);
-  std::vector<char> sbuf(1 << 20, 1), rbuf(1 << 20), stage(64 << 10);
+  const size_t maxSize = sizes.empty() ? 1 : std::max<size_t>(1, *std::max_element(sizes.begin(), sizes.end()));
+  std::vector<char> sbuf(maxSize, 1), rbuf(maxSize), stage(maxSize + 8);
   void *smr, *rmr;
   check(gNet->regMr(s, sbuf.data(), sbuf.size(), NCCL_PTR_HOST, &smr), "regMr");
   check(gNet->regMr(r, rbuf.data(), rbuf.size(), NCCL_PTR_HOST, &rmr), "regMr");
@@ -316,10 +319,19 @@ void selfCost(const SocketAddress& local, const std::vector<size_t>& sizes, int 
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = 2;
-    if (sendmsg(fds[0], &msg, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)(sizeof(hdr) + size)) die("plain sendmsg");
-    size_t got = 0;
-    while (got < sizeof(hdr) + size) {
-      ssize_t k = recv(fds[1], stage.data() + got, stage.size() - got, MSG_DONTWAIT);
+    const size_t total = sizeof(hdr) + size;
+    size_t sent = 0, got = 0;
+    while (got < total) {
+      if (sent < total) {
+        // Skip what went out already: the header first, then the payload.
+        iov[0] = {hdr + std::min(sent, sizeof(hdr)), sizeof(hdr) - std::min(sent, sizeof(hdr))};
+        size_t p = sent > sizeof(hdr) ? sent - sizeof(hdr) : 0;
+        iov[1] = {sbuf.data() + p, size - p};
+        ssize_t k = sendmsg(fds[0], &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0 && errno != EAGAIN && errno != EINTR) die("plain sendmsg");
+        if (k > 0) sent += (size_t)k;
+      }
+      ssize_t k = recv(fds[1], stage.data() + got, total - got, MSG_DONTWAIT);
       if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) die("plain recv");
       if (k > 0) got += (size_t)k, signlion::net::delayAcks(fds[1], &ackMs);
     }
@@ -477,6 +489,7 @@ int main(int argc, char** argv) {
 
   std::vector<size_t> sizes(latSizes.begin(), latSizes.end());
   if (role == "self") {
+    gPair.self = true;
     selfCost(devs[0].addr, sizes, iters, blocks);
     gNet->finalize(gCtx);
     return 0;

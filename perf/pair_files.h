@@ -22,11 +22,12 @@ struct PairFiles {
   const char* tool;
   std::string dir;
   bool server = false;
+  bool self = false;  // one process playing both ends (net_perf --role self)
 
   explicit PairFiles(const char* toolName) : tool(toolName) {}
 
   [[noreturn]] void die(const char* what) const {
-    fprintf(stderr, "%s (%s): %s\n", tool, server ? "server" : "client", what);
+    fprintf(stderr, "%s (%s): %s\n", tool, self ? "self" : server ? "server" : "client", what);
     exit(1);
   }
   // Written under a temporary name and renamed: the reader never sees part of it.

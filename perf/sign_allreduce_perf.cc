@@ -100,6 +100,14 @@ bool typeFits(const OpInfo& op, ncclDataType_t dt) {
   return true;
 }
 
+// The datatypes -o `op` runs, for its error and notes: "float, bfloat16".
+std::string typesOf(const OpInfo& op) {
+  std::string out;
+  for (const TypeInfo& t : kTypes)
+    if (typeFits(op, t.dt)) out += (out.empty() ? "" : ", ") + std::string(t.name);
+  return out;
+}
+
 double parseSize(const char* s) {  // nccl-tests' K/M/G suffixes (powers of 1024)
   double v;
   char unit = 0;
@@ -173,7 +181,7 @@ void usage(const char* argv0) {
       "   unique id to <path> and removes it once every rank has joined; the others wait for it. A file left\n\t"
       "   by a run that was killed points at that run: delete it before starting the ranks)\n\t"
       "[--net-plugin <name or path>] host mode: the ncclNet carrying the traffic (config.netPlugin), e.g.\n\t"
-      "         signlion-ucx for libnccl-net-signlion-ucx.so (default: the built-in socket transport)\n\t"
+      "         signlion-ucx for libnccl-net-signlion-ucx.so (default, or signlion: the built-in socket transport)\n\t"
       "[--tie-rule <zero/positive/negative>] host mode: what a tied majority gives (config.tieRule; default\n\t"
       "         zero, exact ties); positive or negative makes every decided element one bit\n\t"
       "[--nccl] GPU mode: ncclSignAllReduce on device buffers and NCCL communicators, -t x -g ranks as\n\t"
@@ -451,8 +459,8 @@ int parseOptions(int argc, char** argv, Options* o) {
 // -A as the library reads algorithm names (any case). SIGNLION_ALGO, set to
 // an algorithm other than auto, forces it over -A (resolveConfig, as
 // NCCL_ALGO does): o->algo becomes the name of what runs, and o->algoNote
-// says where it came from, for the header and the JSON. A SIGNLION_ALGO the
-// library rejects is left to fail the communicator's init.
+// says where it came from, for the header and the JSON. A SIGNLION_ALGO that
+// names no algorithm is WARNed by the library and read as auto (-A stands).
 bool resolveAlgo(Options* o, ncclSignAlgo_t* requested) {
   if (!signlion::parseAlgoName(o->algo.c_str(), requested)) return false;
   const std::string asked = signlion::algoName(*requested);
@@ -478,6 +486,7 @@ struct World {
   bool mpi = false;
   int nranks() const { return nProcs * opt.ranksPerProcess(); }
   signlion::perf::JsonReport json;  // -J, written by the main rank
+  std::vector<std::string> leftOut;  // -o all / -d all: the combinations that cannot run, noted in the header
   ncclSignUniqueId id;
   ncclSignConfig_t config = NCCL_SIGN_CONFIG_INITIALIZER;
   std::vector<const OpInfo*> ops;
@@ -785,6 +794,7 @@ void printHeader(RankCtx& ctx) {
   // graph: 0, as in nccl-tests without -G: the host mode makes no CUDA graph (a note says so).
   PRINT("%s", signlion::perf::runHeader(o, o.nThreads, o.nGpus, 0, "host clock timing").c_str());
   for (const std::string& note : signlion::perf::notApplicableNotes(o, true)) PRINT("# note: %s\n", note.c_str());
+  for (const std::string& l : w.leftOut) PRINT("# note: left out: %s\n", l.c_str());
   int version = 0;
   ncclSignGetVersion(&version);
   const char* bits = getenv("SIGNLION_FIELD_BITS");
@@ -945,6 +955,10 @@ int ncclMain(const Options& o, int algo) {
     fprintf(stderr, "-d %s: unknown (see -h)\n", o.type.c_str());
     return 2;
   }
+  if (o.op == "avg" && o.type == "int8") {  // as in host mode: never an empty table that exits 0
+    fprintf(stderr, "--nccl: -o avg -d int8: not supported (-o avg runs float, half, bfloat16)\n");
+    return 2;
+  }
 #ifdef SIGNLION_PERF_NCCL
   return signlion::perf::runNcclMode(o, algo);
 #else
@@ -1025,6 +1039,23 @@ int main(int argc, char** argv) {
     }
     w.ops.erase(std::remove_if(w.ops.begin(), w.ops.end(), [](const OpInfo* op) { return op->onebit; }),
                 w.ops.end());
+  }
+
+  // A combination that cannot run is an error when asked for by name (exit 2,
+  // as an unknown -o or -d), and left out with a note under -o all / -d all,
+  // so that a run never reports success for rows it did not time.
+  std::vector<std::string>& leftOut = w.leftOut;
+  size_t runnable = 0;
+  for (const TypeInfo* t : w.types)
+    for (const OpInfo* op : w.ops)
+      if (typeFits(*op, t->dt))
+        runnable++;
+      else
+        leftOut.push_back(std::string("-o ") + op->name + " -d " + t->name + ": not supported; -o " + op->name +
+                          " runs " + typesOf(*op));
+  if (runnable == 0) {
+    for (const std::string& l : leftOut) fprintf(stderr, "sign_allreduce_perf: %s\n", l.c_str());
+    return 2;
   }
 
   // Every rank of this process holds two buffers of -e bytes; more than the

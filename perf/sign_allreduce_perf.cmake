@@ -71,6 +71,11 @@ if(SIGNLION_BUILD_TESTS AND EXISTS "${SIGNLION_PYTHON}")
            COMMAND ${SIGNLION_PYTHON} ${PROJECT_SOURCE_DIR}/tests/perf/sign_allreduce_perf_flags_test.py
                    $<TARGET_FILE:sign_allreduce_perf>)
   set_tests_properties(perf.sign_allreduce_perf_flags PROPERTIES LABELS multirank TIMEOUT 600)
+  # -o/-d combinations it cannot run: exit 2 naming them, or a note under -o all / -d all.
+  add_test(NAME perf.sign_allreduce_perf_unsupported_combos
+           COMMAND ${SIGNLION_PYTHON} ${PROJECT_SOURCE_DIR}/tests/perf/unsupported_combos_test.py
+                   $<TARGET_FILE:sign_allreduce_perf>)
+  set_tests_properties(perf.sign_allreduce_perf_unsupported_combos PROPERTIES LABELS multirank TIMEOUT 300)
   # Ranks as processes whose environments differ: init fails on every rank,
   # naming the variable (tests/perf/settings_agree_test.py).
   add_test(NAME perf.settings_agree

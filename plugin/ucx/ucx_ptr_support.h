@@ -17,7 +17,7 @@ namespace net {
 
 // 1: advertise NCCL_PTR_CUDA when the UCX context lists CUDA memory. Only for
 // GPUs NCCL does not flush for (compute capability 9.0 and later).
-SIGNLION_PARAM(UcxCudaPointers, "UCX_CUDA_POINTERS", 0)
+SIGNLION_PARAM(UcxCudaPointers, "UCX_CUDA_POINTERS", 0, 0, 1)
 
 // ptrSupport for a UCX context that does (or does not) list CUDA memory,
 // with SIGNLION_UCX_CUDA_POINTERS set (or not).

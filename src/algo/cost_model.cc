@@ -13,12 +13,12 @@
 #include "common/config.h"
 #include "common/param.h"
 
-SIGNLION_PARAM(CostAlphaNs, "COST_ALPHA_NS", 20000)
-SIGNLION_PARAM(CostGammaPs, "COST_GAMMA_PS", 10)
-SIGNLION_PARAM(CostIntraAlphaNs, "COST_INTRA_ALPHA_NS", 10000)
-SIGNLION_PARAM(CostIntraBetaMBps, "COST_INTRA_BETA_MBPS", 8000)
-SIGNLION_PARAM(CostPackPs, "COST_PACK_PS", 430)
-SIGNLION_PARAM(CostDecidePs, "COST_DECIDE_PS", 575)
+SIGNLION_PARAM(CostAlphaNs, "COST_ALPHA_NS", 20000, 1, int64_t{1} << 40)
+SIGNLION_PARAM(CostGammaPs, "COST_GAMMA_PS", 10, 1, int64_t{1} << 40)
+SIGNLION_PARAM(CostIntraAlphaNs, "COST_INTRA_ALPHA_NS", 10000, 1, int64_t{1} << 40)
+SIGNLION_PARAM(CostIntraBetaMBps, "COST_INTRA_BETA_MBPS", 8000, 1, int64_t{1} << 40)
+SIGNLION_PARAM(CostPackPs, "COST_PACK_PS", 430, 1, int64_t{1} << 40)
+SIGNLION_PARAM(CostDecidePs, "COST_DECIDE_PS", 575, 1, int64_t{1} << 40)
 
 namespace signlion {
 namespace algo {

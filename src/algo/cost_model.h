@@ -11,7 +11,7 @@
 // The network link's bandwidth the host communicator's model assumes, MB/s
 // (bytes per microsecond); here because the host executor's chunk size also
 // follows it (host::hostChunkBytes).
-SIGNLION_PARAM(CostBetaMBps, "COST_BETA_MBPS", 1250)
+SIGNLION_PARAM(CostBetaMBps, "COST_BETA_MBPS", 1250, 1, int64_t{1} << 40)
 
 namespace signlion {
 namespace algo {

@@ -12,7 +12,7 @@
 #include "common/param.h"
 
 // The field width: 0 = the narrowest that holds N (docs/PARAMETERS.md).
-SIGNLION_PARAM(FieldBits, "FIELD_BITS", 0)
+SIGNLION_PARAM(FieldBits, "FIELD_BITS", 0, 0, 32)
 
 namespace signlion {
 namespace algo {

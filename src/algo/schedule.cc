@@ -8,7 +8,7 @@
 
 // 0: decided results travel as their planes even where they could be coded
 // (an A/B switch for measuring what the coding saves); every rank must agree.
-SIGNLION_PARAM(ResultCoding, "RESULT_CODING", 1)
+SIGNLION_PARAM(ResultCoding, "RESULT_CODING", 1, 0, 1)
 
 namespace signlion {
 namespace algo {

@@ -14,7 +14,7 @@
 #include "common/debug.h"
 #include "common/param.h"
 
-SIGNLION_STRING_PARAM(BitsIsa, "BITS_ISA", "auto")
+SIGNLION_CHOICE_PARAM(BitsIsa, "BITS_ISA", "auto", "auto,portable,avx2")
 
 namespace signlion {
 namespace bits {
@@ -61,9 +61,11 @@ ncclResult_t checkVoteArgs(ncclDataType_t dt, int op, const char* caller) {
   return ncclSuccess;
 }
 
+std::string bitsIsaSetting() { return signlionParamBitsIsa(); }
+
 const Kernels& kernels() {
   static const Kernels* chosen = [] {
-    std::string want = signlionParamBitsIsa();
+    std::string want = bitsIsaSetting();
     const Kernels* avx2 = avx2Kernels();
     const Kernels* k = &portableKernels();
     if (strcasecmp(want.c_str(), "portable") == 0) {
@@ -71,9 +73,7 @@ const Kernels& kernels() {
     } else if (strcasecmp(want.c_str(), "avx2") == 0) {
       if (avx2 == nullptr) WARN("SIGNLION_BITS_ISA=avx2 but this CPU has no AVX2+F16C; using the portable kernels");
       k = avx2 ? avx2 : k;
-    } else {
-      if (strcasecmp(want.c_str(), "auto") != 0)
-        WARN("SIGNLION_BITS_ISA=%s is not one of auto, portable, avx2; using auto", want.c_str());
+    } else {  // auto: anything else was WARNed and read as auto
       if (avx2) k = avx2;
     }
     INFO(kSubsysBits, "vote kernels: %s", k->name);

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "bits/trits.h"
 #include "common/type_name.h"
@@ -112,6 +113,10 @@ const Kernels* avx2Kernels();
 // The implementation in use: AVX2 when available, unless SIGNLION_BITS_ISA says
 // otherwise. Chosen on first call.
 const Kernels& kernels();
+
+// SIGNLION_BITS_ISA as kernels() reads it: auto, portable or avx2 (any other
+// value is WARNed and read as auto).
+std::string bitsIsaSetting();
 
 // Majority straight to dt: decideBits then unpack, a tile of blocks at a time
 // so the result planes stay in L1 and nothing is allocated.

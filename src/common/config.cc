@@ -10,8 +10,9 @@
 #include "common/host_id.h"
 #include "common/param.h"
 
-SIGNLION_STRING_PARAM(Algo, "ALGO", "auto")
-SIGNLION_PARAM(TimeoutMs, "TIMEOUT_MS", 60000)
+SIGNLION_CHOICE_PARAM(Algo, "ALGO", "auto",
+                      "auto,ring,hd,halving_doubling,allgather,fieldsum,hier,hierarchical,direct,tree")
+SIGNLION_PARAM(TimeoutMs, "TIMEOUT_MS", 60000, 1, INT32_MAX)
 
 namespace signlion {
 
@@ -78,24 +79,12 @@ ncclResult_t resolveConfig(const ncclSignConfig_t* config, const char* caller, R
     const char* env = getenv("SIGNLION_NET_PLUGIN");
     if (env != nullptr) r.netPlugin = env;
   }
-  if (r.timeoutMs == 0) {
-    int64_t t = signlionParamTimeoutMs();
-    if (t <= 0 || t > (1ll << 31) - 1) {
-      WARN("%s: SIGNLION_TIMEOUT_MS=%lld is out of range (1..2^31-1)", caller, (long long)t);
-      return ncclInvalidArgument;
-    }
-    r.timeoutMs = static_cast<int>(t);
-  }
-  // The environment forces an algorithm over the config, as NCCL_ALGO does.
-  std::string env = signlionParamAlgo();
-  if (!env.empty() && strcasecmp(env.c_str(), "auto") != 0) {
-    ncclSignAlgo_t forced;
-    if (!parseAlgoName(env.c_str(), &forced)) {
-      WARN("%s: SIGNLION_ALGO=%s is not one of auto, ring, hd, allgather, fieldsum, hier, direct, tree", caller, env.c_str());
-      return ncclInvalidArgument;
-    }
-    r.algorithm = forced;
-  }
+  // Within [1, 2^31-1]: out of range, the read kept the default (a WARN).
+  if (r.timeoutMs == 0) r.timeoutMs = static_cast<int>(signlionParamTimeoutMs());
+  // The environment forces an algorithm over the config, as NCCL_ALGO does
+  // (a name that is none of them was WARNed and read as auto).
+  ncclSignAlgo_t forced;
+  if (parseAlgoName(signlionParamAlgo().c_str(), &forced) && forced != ncclSignAlgoAuto) r.algorithm = forced;
   *out = r;
   return ncclSuccess;
 }

@@ -8,7 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <cerrno>
 #include <string>
+#include <vector>
+
+#include "common/param.h"
 
 namespace signlion {
 namespace {
@@ -37,14 +41,22 @@ constexpr SubsysName kSubsysNames[] = {
     {"LION", kSubsysLion}, {"ALL", kSubsysAll},
 };
 
+// A bad value found while reading the variables, WARNed once the logger is up
+// (param.h's rule: the variable, the value, why, the default kept).
+struct BadValue {
+  std::string name, value, why, deflt;
+};
+std::vector<BadValue> gInitProblems;
+
 int parseLevel(const char* s) {
-  if (s == nullptr) return kLogWarn;
+  if (s == nullptr || *s == '\0') return kLogWarn;
   if (strcasecmp(s, "VERSION") == 0) return kLogVersion;
   if (strcasecmp(s, "WARN") == 0) return kLogWarn;
   if (strcasecmp(s, "INFO") == 0) return kLogInfo;
   if (strcasecmp(s, "ABORT") == 0) return kLogAbort;
   if (strcasecmp(s, "TRACE") == 0) return kLogTrace;
   if (strcasecmp(s, "NONE") == 0) return kLogNone;
+  gInitProblems.push_back({"DEBUG", s, "is not one of NONE, VERSION, WARN, INFO, TRACE", "WARN"});
   return kLogWarn;
 }
 
@@ -59,8 +71,15 @@ unsigned long parseMask(const char* s) {
   while (pos <= list.size()) {
     size_t comma = list.find(',', pos);
     std::string tok = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    bool known = false;
     for (const auto& n : kSubsysNames)
-      if (strcasecmp(tok.c_str(), n.name) == 0) mask |= n.bit;
+      if (strcasecmp(tok.c_str(), n.name) == 0) mask |= n.bit, known = true;
+    // An unknown name keeps the whole default: a typo must not hide a subsystem silently.
+    if (!known && !tok.empty()) {
+      gInitProblems.push_back({"DEBUG_SUBSYS", (invert ? "^" : "") + list,
+                               "names no subsystem " + tok, "ALL"});
+      return kSubsysAll;
+    }
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
@@ -77,10 +96,14 @@ FILE* openLogFile(const char* pattern, const char* host, int pid) {
   }
   FILE* f = fopen(path.c_str(), "w");
   if (f != nullptr) setvbuf(f, nullptr, _IOLBF, 0);
+  if (f == nullptr)
+    gInitProblems.push_back(
+        {"DEBUG_FILE", pattern, "cannot be opened for writing (" + path + ": " + strerror(errno) + ")", "stderr"});
   return f != nullptr ? f : stderr;
 }
 
 void initLocked() {
+  gInitProblems.clear();
   gState.level = parseLevel(getenv("SIGNLION_DEBUG"));
   gState.mask = parseMask(getenv("SIGNLION_DEBUG_SUBSYS"));
   if (gethostname(gState.host, sizeof(gState.host)) != 0) strcpy(gState.host, "unknown");
@@ -92,6 +115,9 @@ void initLocked() {
   const char* file = getenv("SIGNLION_DEBUG_FILE");
   gState.out = (file && *file) ? openLogFile(file, gState.host, gState.pid) : stderr;
   gInitialized.store(true, std::memory_order_release);
+  // Now that lines can be written.
+  for (const BadValue& b : gInitProblems)
+    paramWarnKeepDefault(b.name.c_str(), b.value.c_str(), b.why.c_str(), b.deflt.c_str());
 }
 
 void ensureInit() {

@@ -1,8 +1,11 @@
 #include "common/param.h"
 
+#include <strings.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -12,30 +15,41 @@ namespace signlion {
 
 std::atomic<uint64_t> gParamEpoch{0};
 
-int64_t paramReadInt(const char* name, int64_t deflt) {
+void paramWarnKeepDefault(const char* name, const char* value, const char* why, const char* deflt) {
+  WARN("SIGNLION_%s=%s %s; keeping the default %s", name, value, why, *deflt != '\0' ? deflt : "(unset)");
+}
+
+int64_t paramReadInt(const char* name, int64_t deflt, int64_t lo, int64_t hi, bool* usable) {
+  if (usable != nullptr) *usable = false;
   std::string var = std::string("SIGNLION_") + name;
   const char* s = getenv(var.c_str());
   if (s == nullptr || *s == '\0') return deflt;
+  const std::string keep = std::to_string(deflt);
   errno = 0;
   char* end = nullptr;
   long long v = strtoll(s, &end, 0);
-  if (errno != 0 || end == s) {
-    WARN("Invalid value '%s' for %s, using default %lld", s, var.c_str(), (long long)deflt);
-    return deflt;
-  }
   int64_t scale = 1;
-  switch (*end) {
-    case 'k': case 'K': scale = 1ll << 10; end++; break;
-    case 'm': case 'M': scale = 1ll << 20; end++; break;
-    case 'g': case 'G': scale = 1ll << 30; end++; break;
-    default: break;
+  if (errno == 0 && end != s) {
+    switch (*end) {
+      case 'k': case 'K': scale = 1ll << 10; end++; break;
+      case 'm': case 'M': scale = 1ll << 20; end++; break;
+      case 'g': case 'G': scale = 1ll << 30; end++; break;
+      default: break;
+    }
   }
-  if (*end != '\0') {
-    WARN("Invalid value '%s' for %s, using default %lld", s, var.c_str(), (long long)deflt);
+  if (errno != 0 || end == s || *end != '\0' || (v != 0 && (v > INT64_MAX / scale || v < INT64_MIN / scale))) {
+    paramWarnKeepDefault(name, s, "is not an integer (decimal, 0x hex, K/M/G suffixes)", keep.c_str());
     return deflt;
   }
-  INFO(kSubsysEnv, "%s set by environment to %lld", var.c_str(), v * scale);
-  return v * scale;
+  const int64_t value = v * scale;
+  if (value < lo || value > hi) {
+    const std::string why = "is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    paramWarnKeepDefault(name, s, why.c_str(), keep.c_str());
+    return deflt;
+  }
+  INFO(kSubsysEnv, "%s set by environment to %lld", var.c_str(), (long long)value);
+  if (usable != nullptr) *usable = true;
+  return value;
 }
 
 bool paramIsSet(const char* name) {
@@ -51,13 +65,21 @@ std::string paramReadString(const char* name, const char* deflt) {
   return s;
 }
 
-int64_t paramClamp(int64_t value, int64_t lo, int64_t hi, const char* name, std::atomic<bool>* warned) {
-  if (value >= lo && value <= hi) return value;
-  int64_t clamped = std::clamp(value, lo, hi);
-  if (!warned->exchange(true))
-    WARN("SIGNLION_%s=%lld is outside [%lld, %lld]; using %lld", name, (long long)value, (long long)lo,
-         (long long)hi, (long long)clamped);
-  return clamped;
+std::string paramReadChoice(const char* name, const char* deflt, const char* choices) {
+  const char* s = getenv((std::string("SIGNLION_") + name).c_str());
+  if (s == nullptr || *s == '\0') return deflt;
+  std::string list = choices;
+  for (size_t at = 0; at <= list.size();) {
+    size_t comma = std::min(list.find(',', at), list.size());
+    if (strcasecmp(list.substr(at, comma - at).c_str(), s) == 0) {
+      INFO(kSubsysEnv, "SIGNLION_%s set by environment to %s", name, s);
+      return s;
+    }
+    at = comma + 1;
+  }
+  for (size_t c = 0; (c = list.find(',', c)) != std::string::npos;) list.replace(c, 1, ", "), c += 2;
+  paramWarnKeepDefault(name, s, ("is not one of " + list).c_str(), deflt);
+  return deflt;
 }
 
 bool paramFirstWarning(std::atomic<uint64_t>* warnedEpoch) {

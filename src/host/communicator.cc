@@ -76,10 +76,10 @@ ncclResult_t followLinkRate(ncclSignComm* comm) {
   const int streams = comm->net->setLinkRate(link.mbits);
   comm->linkMbits = link.mbits;
   comm->linkIsLineRate = link.lineRate;
-  if (link.mbits > 0 && !paramIsSet("COST_BETA_MBPS")) {
+  if (link.mbits > 0 && !signlionParamCostBetaMBpsIsSet()) {
     const LinkSettings s = linkSettingsFor(link.mbits);
     NCCLCHECK(comm->costModel.setMeasured(comm->costModel.params().alphaUs, (double)s.betaMBps));
-    if (signlionParamHostChunkBytes() == 0)
+    if (signlionParamHostChunkBytes() < 64)  // 0, or 1..63 (WARNed by hostChunkBytes): from the link
       comm->costModel.setHostExecutor(s.chunkBytes, comm->costModel.params().segmentElements);
   }
   if (comm->rank == 0)

@@ -4,17 +4,19 @@
 #include "common/checks.h"
 
 #include <atomic>
+#include <string>
 
 namespace signlion {
 namespace host {
 
 int64_t hostChunkBytes() {
-  static std::atomic<bool> warned{false};
-  const int64_t set = signlionParamHostChunkBytes();
-  if (set != 0) return paramClamp(set, 64, int64_t{1} << 30, "HOST_CHUNK_BYTES", &warned);
-  // A beta <= 0 is WARNed by the cost model, which keeps its default: so does this.
-  const int64_t mbps = signlionParamCostBetaMBps();
-  return hostChunkBytesForBeta(mbps > 0 ? (double)mbps : algo::CostParams().betaBytesPerUs);
+  static std::atomic<uint64_t> warnedEpoch{~0ull};
+  const int64_t set = signlionParamHostChunkBytes();  // 0 or [64, 1 GiB]; beyond, the read kept the default
+  if (set >= 64) return set;
+  if (set != 0 && paramFirstWarning(&warnedEpoch))
+    paramWarnKeepDefault("HOST_CHUNK_BYTES", std::to_string(set).c_str(), "is neither 0 nor 64 or more",
+                         "0 (from the link)");
+  return hostChunkBytesForBeta((double)signlionParamCostBetaMBps());
 }
 
 int64_t hostChunkBytesForBeta(double betaMBps) {
@@ -26,14 +28,8 @@ int64_t hostChunkBytesForBeta(double betaMBps) {
 
 size_t hostSegmentElements() {
   static std::atomic<uint64_t> warnedEpoch{~0ull};
-  int64_t v = signlionParamHostSegment();
-  if (v < 64) {
-    if (paramFirstWarning(&warnedEpoch))
-      WARN("SIGNLION_HOST_SEGMENT=%lld is less than one block of 64 elements; using the default %lld", (long long)v,
-           (long long)kDefaultHostSegment);
-    v = kDefaultHostSegment;
-  }
-  return (size_t)(v / 64 * 64);
+  // Less than one block of 64 elements is outside the declared range: the read kept the default.
+  return (size_t)(signlionParamHostSegment() / 64 * 64);
 }
 
 }  // namespace host

@@ -9,7 +9,7 @@
 // chunk is reduced while the next ones are on the wire, and forwarded by the
 // next step while the rest of its step is. 0 (the default): sized to the
 // link, see hostChunkBytes.
-SIGNLION_PARAM(HostChunkBytes, "HOST_CHUNK_BYTES", 0)
+SIGNLION_PARAM(HostChunkBytes, "HOST_CHUNK_BYTES", 0, 0, int64_t{1} << 30)
 namespace signlion {
 namespace host {
 // The chunk size the executors use: SIGNLION_HOST_CHUNK_BYTES within
@@ -37,7 +37,8 @@ namespace host {
 constexpr int64_t kDefaultHostSegment = int64_t{32} << 20;
 }  // namespace host
 }  // namespace signlion
-SIGNLION_PARAM(HostSegment, "HOST_SEGMENT", ::signlion::host::kDefaultHostSegment)
+SIGNLION_PARAM(HostSegment, "HOST_SEGMENT", ::signlion::host::kDefaultHostSegment, 64,
+               int64_t{1} << 40)
 namespace signlion {
 namespace host {
 // The segment the sign all-reduce runs: SIGNLION_HOST_SEGMENT rounded down to
@@ -53,4 +54,4 @@ size_t hostSegmentElements();
 // next segment's votes (ScheduleExecutor, Segments), whose first messages
 // then need no pack, only a copy; 0: each segment packs its own. Local:
 // ranks may differ (nothing on the wire changes).
-SIGNLION_PARAM(HostPackAhead, "HOST_PACK_AHEAD", 1)
+SIGNLION_PARAM(HostPackAhead, "HOST_PACK_AHEAD", 1, 0, 1)

@@ -23,8 +23,8 @@ namespace host {
 
 namespace {
 const double kStandard[] = {10, 100, 1000, 2500, 5000, 10000, 25000, 40000, 50000, 100000, 200000, 400000};
-// SIGNLION_COST_BETA_MBPS set to a rate (0 or less is unset).
-bool betaIsSet() { return paramIsSet("COST_BETA_MBPS") && signlionParamCostBetaMBps() > 0; }
+// SIGNLION_COST_BETA_MBPS set to a rate (a bad value, WARNed, is as unset).
+bool betaIsSet() { return signlionParamCostBetaMBpsIsSet(); }
 }  // namespace
 
 bool isStandardLineRate(int64_t mbits) {
@@ -211,7 +211,7 @@ ncclResult_t learnLinkRate(const Net& net, Bootstrap& bootstrap, const algo::Top
   const int64_t beta = betaIsSet() ? signlionParamCostBetaMBps() : 0;
   const bool several = nranks > 1 && topo.known() && topo.members(nranks).size() > 1;
   std::vector<PlanRow> plans(nranks);
-  plans[rank] = PlanRow{beta, signlionParamHostChunkBytes() != 0,
+  plans[rank] = PlanRow{beta, signlionParamHostChunkBytes() >= 64,
                         several && !net.loopback() ? 1 : 0, localNetworkStack()};
   NCCLCHECK(bootstrap.allGather(plans.data(), sizeof(PlanRow)));
   bool allWant = true, oneStack = true;

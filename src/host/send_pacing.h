@@ -29,7 +29,7 @@
 
 // 1 (the default): pace as above wherever the communicator knows its link's
 // line rate (learned at init, or SIGNLION_COST_BETA_MBPS); 0: never.
-SIGNLION_PARAM(HostPacing, "HOST_PACING", 1)
+SIGNLION_PARAM(HostPacing, "HOST_PACING", 1, 0, 1)
 
 namespace signlion {
 namespace host {

@@ -1,6 +1,7 @@
 #include "lion/lion_params.h"
 
 #include <atomic>
+#include <string>
 
 #include "common/debug.h"
 
@@ -12,9 +13,9 @@ size_t lionChunkElements() {
   int64_t v = signlionParamLionChunk();
   if (v != 0 && v < 64) {
     if (paramFirstWarning(&warnedEpoch))
-      WARN("SIGNLION_LION_CHUNK=%lld is neither 0 (no pipeline) nor one block of 64 elements or more; using the "
-           "default %lld",
-           (long long)v, (long long)kDefaultLionChunk);
+      paramWarnKeepDefault("LION_CHUNK", std::to_string(v).c_str(),
+                           "is neither 0 (no pipeline) nor one block of 64 elements or more",
+                           std::to_string(kDefaultLionChunk).c_str());
     v = kDefaultLionChunk;
   }
   return (size_t)(v / 64 * 64);

@@ -13,7 +13,8 @@ constexpr int64_t kDefaultLionChunk = int64_t{1} << 20;
 }  // namespace signlion
 
 // Elements per chunk of a host optimizer's pipelined step (distributed_lion.cc).
-SIGNLION_PARAM(LionChunk, "LION_CHUNK", ::signlion::lion::kDefaultLionChunk)
+SIGNLION_PARAM(LionChunk, "LION_CHUNK", ::signlion::lion::kDefaultLionChunk,
+               0, int64_t{1} << 40)
 
 namespace signlion {
 namespace lion {

@@ -3,7 +3,7 @@
 #include "common/checks.h"
 #include "common/param.h"
 
-SIGNLION_PARAM(Check, "CHECK", 0)
+SIGNLION_PARAM(Check, "CHECK", 0, 0, 1)
 
 namespace signlion {
 namespace nccl {

@@ -19,25 +19,25 @@ constexpr int64_t kNetBetaMBps = 25000;      // a node's network link: one 200 G
 // Each chunk is one NCCL group launch (a few microseconds), so a chunk must
 // move long enough to hide it at NVLink rates; the add kernels are an order
 // of magnitude faster than the transfer, so a few chunks per step suffice.
-SIGNLION_PARAM(NcclChunkBytes, "NCCL_CHUNK_BYTES", 4 << 20)
-SIGNLION_PARAM(NcclSegment, "NCCL_SEGMENT", 64 << 20)
-SIGNLION_PARAM(NcclCostAlphaNs, "NCCL_COST_ALPHA_NS", kAlphaNs)
-SIGNLION_PARAM(NcclCostBetaMBps, "NCCL_COST_BETA_MBPS", kBetaMBps)
-SIGNLION_PARAM(NcclCostGammaPs, "NCCL_COST_GAMMA_PS", kGammaPs)
-SIGNLION_PARAM(NcclCostCollectiveStepNs, "NCCL_COST_COLLECTIVE_STEP_NS", kCollectiveStepNs)
-SIGNLION_PARAM(NcclCostNetAlphaNs, "NCCL_COST_NET_ALPHA_NS", kNetAlphaNs)
-SIGNLION_PARAM(NcclCostNetBetaMBps, "NCCL_COST_NET_BETA_MBPS", kNetBetaMBps)
+SIGNLION_PARAM(NcclChunkBytes, "NCCL_CHUNK_BYTES", 4 << 20, 64, int64_t{1} << 30)
+SIGNLION_PARAM(NcclSegment, "NCCL_SEGMENT", 64 << 20, 64, int64_t{1} << 40)
+SIGNLION_PARAM(NcclCostAlphaNs, "NCCL_COST_ALPHA_NS", kAlphaNs, 1, int64_t{1} << 40)
+SIGNLION_PARAM(NcclCostBetaMBps, "NCCL_COST_BETA_MBPS", kBetaMBps, 1, int64_t{1} << 40)
+SIGNLION_PARAM(NcclCostGammaPs, "NCCL_COST_GAMMA_PS", kGammaPs, 1, int64_t{1} << 40)
+SIGNLION_PARAM(NcclCostCollectiveStepNs, "NCCL_COST_COLLECTIVE_STEP_NS", kCollectiveStepNs, 1,
+               int64_t{1} << 40)
+SIGNLION_PARAM(NcclCostNetAlphaNs, "NCCL_COST_NET_ALPHA_NS", kNetAlphaNs, 1, int64_t{1} << 40)
+SIGNLION_PARAM(NcclCostNetBetaMBps, "NCCL_COST_NET_BETA_MBPS", kNetBetaMBps, 1, int64_t{1} << 40)
 
 namespace signlion {
 namespace nccl {
 
 int64_t chunkBytes() {
-  static std::atomic<bool> warned{false};
-  return paramClamp(signlionParamNcclChunkBytes(), 64, int64_t{1} << 30, "NCCL_CHUNK_BYTES", &warned);
+  return signlionParamNcclChunkBytes();  // within [64 B, 1 GiB], else the read kept the default
 }
 
 uint64_t segmentElements() {
-  return static_cast<uint64_t>(std::max<int64_t>(64, signlionParamNcclSegment())) / 64 * 64;
+  return static_cast<uint64_t>(signlionParamNcclSegment()) / 64 * 64;  // at least 64: the declared range
 }
 
 algo::CostParams costParams() {

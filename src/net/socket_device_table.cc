@@ -66,9 +66,9 @@ std::atomic<int> gLinkRateMbps{0};
 
 // Caller holds gDevMutex and has refreshed.
 int streamsLocked(const NicSet& nics) {
-  static std::atomic<bool> warned{false};
-  int64_t set = signlionParamNsocks();
-  if (set != 0) return (int)paramClamp(set, 1, kSocketMaxStreams, "NSOCKS", &warned);
+  static_assert(kSocketMaxStreams == 64, "SIGNLION_NSOCKS's range (socket_params.h) is [0, kSocketMaxStreams]");
+  const int64_t set = signlionParamNsocks();
+  if (set != 0) return (int)set;
   // SIGNLION_SOCKET_SPEED (in every device's speed, speedReal) wins over a
   // learned rate, which wins over what the interfaces say.
   const int learned = gLinkRateMbps.load(std::memory_order_relaxed);

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <strings.h>
 
 #include <atomic>
 #include <climits>
@@ -74,9 +75,7 @@ int sysfsSpeed(const std::string& ifname) {
 }
 
 int readSpeed(const std::string& ifname) {
-  static std::atomic<bool> warned{false};
-  if (int64_t set = signlionParamSocketSpeed(); set != 0)
-    return (int)paramClamp(set, 1, 1 << 30, "SOCKET_SPEED", &warned);
+  if (int64_t set = signlionParamSocketSpeed(); set != 0) return (int)set;
   const int speed = sysfsSpeed(ifname);
   return speed > 0 ? speed : (int)signlionParamSocketDefaultSpeed();
 }
@@ -149,9 +148,8 @@ std::vector<SocketDevice> findSocketDevices(int maxDevs) {
   std::vector<SocketDevice> devs;
   std::string fam = signlionParamSocketFamily();
   int family = AF_UNSPEC;
-  if (fam == "AF_INET") family = AF_INET;
-  else if (fam == "AF_INET6") family = AF_INET6;
-  else if (!fam.empty()) WARN("NET/signlion: SIGNLION_SOCKET_FAMILY=%s is not AF_INET or AF_INET6; ignored", fam.c_str());
+  if (strcasecmp(fam.c_str(), "AF_INET") == 0) family = AF_INET;
+  else if (strcasecmp(fam.c_str(), "AF_INET6") == 0) family = AF_INET6;  // else unset (anything else was WARNed)
   IfnameSpec spec = socketIfnameSpec();
   if (!spec.spec.empty()) {
     collect(parseIfnameFilter(spec.spec), family, maxDevs, &devs);

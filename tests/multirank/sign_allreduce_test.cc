@@ -833,6 +833,33 @@ TEST(SignAllReduceNetPlugin, PluginLoadedByPath) {
   EXPECT_EQ(ncclSignCommInitRank(&comm, 1, id, 0, &cfg), ncclInvalidArgument);
 }
 
+// What nccl_sign.h says of config.netPlugin and ncclSignCommGetWireBytes:
+// "" and "signlion" are the built-in transport (its bytes counted), while
+// the same transport's library given by path is a plugin like any other
+// (counters read 0).
+TEST(SignAllReduceNetPlugin, SignlionNameIsTheBuiltInTransport) {
+  const size_t count = 1000;
+  std::vector<Bytes> in = test::randomVoteInputs(2, count, ncclFloat32, 13);
+  Bytes want = test::referenceOutput(in, count, ncclFloat32, ncclSignMajority, ncclSignZeroPositive, ncclSignTieZero);
+  for (const char* plugin : {"", "signlion", SIGNLION_TEST_PLUGIN_PATH}) {
+    const bool builtIn = strcmp(plugin, SIGNLION_TEST_PLUGIN_PATH) != 0;
+    ncclSignConfig_t cfg = makeConfig(ncclSignAlgoRing);
+    cfg.netPlugin = plugin;
+    withRanks(2, cfg, [&](int rank, ncclSignComm_t comm) {
+      checkCall(rank, comm, in, want, count, ncclFloat32, ncclSignMajority, false, std::string("plugin ") + plugin);
+      uint64_t sent = 0, recvd = 0;
+      ASSERT_EQ(ncclSignCommGetWireBytes(comm, &sent, &recvd), ncclSuccess);
+      if (builtIn) {
+        EXPECT_GT(sent, 0u) << "netPlugin \"" << plugin << "\"";
+        EXPECT_GT(recvd, 0u) << "netPlugin \"" << plugin << "\"";
+      } else {
+        EXPECT_EQ(sent, 0u) << plugin;
+        EXPECT_EQ(recvd, 0u) << plugin;
+      }
+    });
+  }
+}
+
 // SIGNLION_NET_PLUGIN picks the plugin when the config names none (how the
 // multirank suite runs unchanged over the UCX transport); the config's
 // netPlugin still wins over it.

@@ -141,9 +141,10 @@ TEST(SocketIfname, FusesOnlyInterfacesTheSpecNames) {
 // ---- Data streams per comm (SIGNLION_NSOCKS, SIGNLION_SOCKET_SPEED) --------------------
 
 // Unset (0), SIGNLION_NSOCKS follows the link: one data stream below 10 Gbit/s,
-// four at or above it; a value it is given wins, clamped to 1..64. Loopback's
-// sysfs has no speed, so SIGNLION_SOCKET_SPEED plays the link (as it does for
-// a tbf-limited veth, which reports 10000); the device reports that speed too.
+// four at or above it; a value it is given wins, 1..64 (200 is WARNed and read
+// as unset, param.h's rule). Loopback's sysfs has no speed, so
+// SIGNLION_SOCKET_SPEED plays the link (as it does for a tbf-limited veth,
+// which reports 10000); the device reports that speed too.
 // Every case moves a message across all its streams, bit exact. In process:
 // the dlopen'ed copy would keep the first case's parameters.
 TEST(SocketStreams, FollowTheLinkSpeedUnlessSet) {
@@ -153,7 +154,7 @@ TEST(SocketStreams, FollowTheLinkSpeedUnlessSet) {
     int streams;
   };
   const Case cases[] = {{"100", "0", 1},   {"1000", "0", 1},    {"9999", "0", 1}, {"10000", "0", 4},
-                        {"100000", "0", 4}, {"100", "3", 3},     {"25000", "1", 1}, {"100", "200", 64}};
+                        {"100000", "0", 4}, {"100", "3", 3},     {"25000", "1", 1}, {"100", "200", 1}};
   Env ifname("SIGNLION_SOCKET_IFNAME", "=lo");
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string("SIGNLION_SOCKET_SPEED=") + c.speed + " SIGNLION_NSOCKS=" + c.nsocks);

@@ -177,7 +177,8 @@ TEST(HostParams, SegmentBelowOneBlockWarnsAndKeepsTheDefault) {
 
 // The host chunk follows the link unless set: about a millisecond of
 // SIGNLION_COST_BETA_MBPS as a power of two in [128K, 512K]; an explicit
-// SIGNLION_HOST_CHUNK_BYTES wins (clamped to [64 B, 1 GiB]).
+// SIGNLION_HOST_CHUNK_BYTES wins (outside 0 or [64 B, 1 GiB] it is WARNed and
+// the link decides, as unset).
 TEST(HostParams, ChunkFollowsTheLink) {
   struct Case {
     const char* chunk;  // nullptr: unset
@@ -186,7 +187,7 @@ TEST(HostParams, ChunkFollowsTheLink) {
   };
   for (Case c : {Case{nullptr, nullptr, 512 << 10}, Case{nullptr, "1250", 512 << 10}, Case{nullptr, "125", 128 << 10},
                  Case{nullptr, "312", 256 << 10}, Case{nullptr, "12500", 512 << 10}, Case{nullptr, "12", 128 << 10},
-                 Case{"4096", "125", 4096}, Case{"1M", "125", 1 << 20}, Case{"8", nullptr, 64}}) {
+                 Case{"4096", "125", 4096}, Case{"1M", "125", 1 << 20}, Case{"8", nullptr, 512 << 10}, Case{"2G", "125", 128 << 10}}) {
     if (c.chunk) setenv("SIGNLION_HOST_CHUNK_BYTES", c.chunk, 1); else unsetenv("SIGNLION_HOST_CHUNK_BYTES");
     if (c.beta) setenv("SIGNLION_COST_BETA_MBPS", c.beta, 1); else unsetenv("SIGNLION_COST_BETA_MBPS");
     signlion::paramResetCache();

@@ -13,7 +13,7 @@
 #include "common/debug.h"
 #include "common/param.h"
 
-SIGNLION_PARAM(TestKnob, "TEST_KNOB", 7)
+SIGNLION_PARAM(TestKnob, "TEST_KNOB", 7, -100, 8 << 20)
 SIGNLION_STRING_PARAM(TestName, "TEST_NAME", "dflt")
 
 namespace signlion {
@@ -60,6 +60,15 @@ TEST(Param, ReadsDecimalHexAndSuffixes) {
 TEST(Param, MalformedFallsBackToDefault) {
   EnvGuard g("SIGNLION_TEST_KNOB", "12abc");
   EXPECT_EQ(signlionParamTestKnob(), 7);
+}
+
+TEST(Param, OutOfRangeFallsBackToDefault) {
+  for (const char* v : {"-101", "9M", "0x7fffffffffffffffG"}) {
+    EnvGuard g("SIGNLION_TEST_KNOB", v);
+    EXPECT_EQ(signlionParamTestKnob(), 7) << v;
+  }
+  EnvGuard g("SIGNLION_TEST_KNOB", "-100");
+  EXPECT_EQ(signlionParamTestKnob(), -100) << "the bounds are in range";
 }
 
 TEST(Param, CachedUntilReset) {
@@ -201,13 +210,16 @@ TEST(Config, EnvironmentForcesAlgorithm) {
     ASSERT_EQ(resolveConfig(nullptr, "test", &r), ncclSuccess);
     EXPECT_EQ(r.algorithm, ncclSignAlgoTree);
   }
+  // A bad value WARNs and keeps the default (param.h's rule; tests/unit/param_rule_test.cc covers every variable).
   {
     EnvGuard g("SIGNLION_ALGO", "bogus");
-    EXPECT_EQ(resolveConfig(nullptr, "test", &r), ncclInvalidArgument);
+    ASSERT_EQ(resolveConfig(nullptr, "test", &r), ncclSuccess);
+    EXPECT_EQ(r.algorithm, ncclSignAlgoAuto);
   }
   {
     EnvGuard g("SIGNLION_TIMEOUT_MS", "0");
-    EXPECT_EQ(resolveConfig(nullptr, "test", &r), ncclInvalidArgument);
+    ASSERT_EQ(resolveConfig(nullptr, "test", &r), ncclSuccess);
+    EXPECT_EQ(r.timeoutMs, 60000);
   }
 }
 
