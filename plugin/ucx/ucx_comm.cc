@@ -88,6 +88,19 @@ bool drainSlots(Comm* c, int64_t limitMs, int64_t idleMs) {
   return left == 0;
 }
 
+// Closes a send comm's endpoint with UCP_EP_CLOSE_FLAG_FORCE, which cancels
+// every send on it (their callbacks run with UCS_ERR_CANCELED once the lanes
+// are discarded, a few progress calls later), waiting limitMs at most.
+// Needs peer error handling: UCX refuses the force close without it.
+void forceCloseEndpoint(SendComm* sc, int64_t limitMs) {
+  ucp_request_param_t p;
+  memset(&p, 0, sizeof(p));
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  (void)waitUcx(sc, ucp_ep_close_nbx(sc->ep, &p), limitMs);
+  sc->ep = nullptr;
+}
+
 // Comms whose requests UCX still holds after their close: their slots must
 // outlive those requests (a late callback writes into them). That happens
 // when
@@ -170,17 +183,12 @@ void destroyComm(Comm* c) {
     bool peerMode = !sc->epNoErrHandling;
     if (!peerMode && slotsPending(c) && checkPeer(c, true) == OobWatch::kAlive)
       (void)drainSlots(c, limit, 200);  // no force close here: let the receiver take them
-    ucp_request_param_t p;
-    memset(&p, 0, sizeof(p));
     if (peerMode) {
-      // Cancels every send (their callbacks run with UCS_ERR_CANCELED once
-      // the lanes are discarded, a few progress calls later).
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      (void)waitUcx(c, ucp_ep_close_nbx(sc->ep, &p), limit);
-      sc->ep = nullptr;
+      forceCloseEndpoint(sc, limit);  // cancels every send
       if (checkPeer(c, true) == OobWatch::kAlive) (void)drainSlots(c, limit, limit);
     } else if (!slotsPending(c) && sc->orphans == 0) {
+      ucp_request_param_t p;
+      memset(&p, 0, sizeof(p));
       (void)waitUcx(c, ucp_ep_close_nbx(sc->ep, &p), limit);  // flush: nothing of ours left in it
       sc->ep = nullptr;
     }
@@ -302,12 +310,7 @@ void discardSends(SendComm* c) {
         }
     return;
   }
-  ucp_request_param_t p;
-  memset(&p, 0, sizeof(p));
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  (void)waitUcx(c, ucp_ep_close_nbx(c->ep, &p), std::min<int64_t>(socketTimeoutMs(), 2000));
-  c->ep = nullptr;
+  forceCloseEndpoint(c, std::min<int64_t>(socketTimeoutMs(), 2000));
 }
 
 ncclResult_t cancelForDeregistration(Comm* c, int requests) {
@@ -327,12 +330,7 @@ ncclResult_t cancelForDeregistration(Comm* c, int requests) {
     // later), before the peer hears of it below: once it does, nothing more
     // comes from this endpoint.
     taintWorker(c);  // as after any force close: the next comms get a fresh worker
-    ucp_request_param_t p;
-    memset(&p, 0, sizeof(p));
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    (void)waitUcx(c, ucp_ep_close_nbx(sc->ep, &p), std::min<int64_t>(socketTimeoutMs(), 2000));
-    sc->ep = nullptr;
+    forceCloseEndpoint(sc, std::min<int64_t>(socketTimeoutMs(), 2000));
   }
   // The peer learns at once, as from an abort (its waits fail, it posts no
   // receive that would fetch from the region); only our direction ends, so
