@@ -9,6 +9,7 @@
 #include <cstddef>
 
 #include "common/checks.h"
+#include "transport/byte_ranges.h"
 
 namespace signlion {
 namespace net {
@@ -34,11 +35,6 @@ bool checkMr(Comm* c, void* mhandle, const void* data, size_t size) {
   return size == 0 || (p >= mr->base && p + size <= mr->base + mr->size);
 }
 
-// Whether [p, p + n) and [base, base + size) share a byte.
-bool overlaps(const char* p, size_t n, const char* base, size_t size) {
-  return n > 0 && size > 0 && p < base + size && base < p + n;
-}
-
 // Requests not complete yet with a buffer in [base, base + size): a helper
 // or the control path may still move their bytes. The table is the
 // caller's (as every request entry point): no lock, no system call.
@@ -53,7 +49,7 @@ int requestsUsing(Comm* c, const char* base, size_t size) {
       for (int i = 0; i < r.n; i++) complete &= r.sub[i].matched;
     if (complete) continue;
     for (int i = 0; i < r.n; i++)
-      if (overlaps(r.sub[i].data, r.sub[i].posted, base, size)) {
+      if (rangesOverlap(r.sub[i].data, r.sub[i].posted, base, size)) {
         n++;
         break;
       }

@@ -8,6 +8,7 @@
 
 #include "common/checks.h"
 #include "common/clock.h"
+#include "transport/byte_ranges.h"
 
 namespace signlion {
 namespace net {
@@ -108,18 +109,13 @@ ncclResult_t ucxRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint6
 
 namespace {
 
-// Whether [p, p + n) and [base, base + size) share a byte.
-bool overlaps(const char* p, size_t n, const char* base, size_t size) {
-  return p != nullptr && n > 0 && size > 0 && p < base + size && base < p + n;
-}
-
 // Requests with a slot still in flight on [base, base + size). The caller
 // holds workerLock() (callbacks write the slots); no system call.
 int requestsUsing(Comm* c, const char* base, size_t size) {
   int n = 0;
   for (Request& r : c->reqs)
     for (int i = 0; r.used && i < r.n; i++)
-      if (!r.slots[i].done && overlaps(r.slots[i].buf, r.slots[i].cap, base, size)) {
+      if (!r.slots[i].done && rangesOverlap(r.slots[i].buf, r.slots[i].cap, base, size)) {
         n++;
         break;
       }
