@@ -52,11 +52,6 @@ int64_t paramReadInt(const char* name, int64_t deflt, int64_t lo, int64_t hi, bo
   return value;
 }
 
-bool paramIsSet(const char* name) {
-  const char* s = getenv((std::string("SIGNLION_") + name).c_str());
-  return s != nullptr && *s != '\0';
-}
-
 std::string paramReadString(const char* name, const char* deflt) {
   std::string var = std::string("SIGNLION_") + name;
   const char* s = getenv(var.c_str());

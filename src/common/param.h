@@ -32,11 +32,6 @@ void paramWarnKeepDefault(const char* name, const char* value, const char* why, 
 // insensitive), else (after paramWarnKeepDefault) deflt; unset or empty: deflt.
 std::string paramReadChoice(const char* name, const char* deflt, const char* choices);
 
-// Whether SIGNLION_<name> is set (non-empty), whatever its value. A default
-// learned at run time stands where the variable gives no usable value: see
-// signlionParam<name>IsSet().
-bool paramIsSet(const char* name);
-
 // SIGNLION_<name> or deflt when unset.
 std::string paramReadString(const char* name, const char* deflt);
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "algo/cost_model.h"
 #include "common/param.h"
 #include "host/host_params.h"
 #include "host/link_rate.h"
@@ -98,16 +99,20 @@ TEST(LinkRate, SettingsAreThoseTheVariablesGave) {
   EXPECT_EQ(signlion::net::socketStreamsForRate(10000, 2), 4);
 }
 
-// Set, a variable is a variable: paramIsSet tells a learned default where
-// it may stand.
+// Set, a variable is a variable: signlionParam<name>IsSet() tells a learned
+// default where it may stand (what followLinkRate asks of the beta).
 TEST(LinkRate, AnExplicitVariableIsSeen) {
   unsetenv("SIGNLION_COST_BETA_MBPS");
-  EXPECT_FALSE(signlion::paramIsSet("COST_BETA_MBPS"));
+  signlion::paramResetCache();
+  EXPECT_FALSE(signlionParamCostBetaMBpsIsSet());
   setenv("SIGNLION_COST_BETA_MBPS", "", 1);
-  EXPECT_FALSE(signlion::paramIsSet("COST_BETA_MBPS")) << "empty is unset, as paramReadInt reads it";
+  signlion::paramResetCache();
+  EXPECT_FALSE(signlionParamCostBetaMBpsIsSet()) << "empty is unset, as paramReadInt reads it";
   setenv("SIGNLION_COST_BETA_MBPS", "125", 1);
-  EXPECT_TRUE(signlion::paramIsSet("COST_BETA_MBPS"));
+  signlion::paramResetCache();
+  EXPECT_TRUE(signlionParamCostBetaMBpsIsSet());
   unsetenv("SIGNLION_COST_BETA_MBPS");
+  signlion::paramResetCache();
 }
 
 }  // namespace
