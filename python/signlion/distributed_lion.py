@@ -1005,6 +1005,14 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
         self._state_cache = None
         return loss
 
+    def _refuse_step(self, b, error):
+        """A step refused after buckets started during backward: fails the optimizer with error
+        (bucket b's) once the steps in flight are done, so that it cannot be used again."""
+        try:
+            self._wait_in_flight(raise_failure=False)
+        finally:
+            self._fail(b, error)
+
     def _step_locked(self, grad_scaler):
         first = self._buckets[0] if self._buckets else None
         changed = [b for b in self._buckets if b.grads_changed()]
@@ -1019,10 +1027,7 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
             error = type(e)("%s (written between backward() and step() after the step of %s had started "
                             "during backward with the earlier value: this optimizer cannot be used again)"
                             % (e, launched[0].describe()))
-            try:
-                self._wait_in_flight(raise_failure=False)
-            finally:
-                self._fail(launched[0], error)
+            self._refuse_step(launched[0], error)
             raise error from None
         # Compared per group that existed in backward, and (overlapping) only where a bucket of
         # the group started: a group none of whose buckets started takes this step's values.
@@ -1057,10 +1062,7 @@ class DistributedLion(LionStateDict, torch.optim.Optimizer):
                     "optimizer with overlap=False; to log the gradient norm only, use torch.nn.utils.get_total_norm "
                     "(clip_grad_norm_ writes every gradient even where it does not clip) (docs/PYTORCH.md, "
                     "\"Between backward() and step()\")" % what)
-                try:
-                    self._wait_in_flight(raise_failure=False)
-                finally:
-                    self._fail(started[0] if started else first, error)
+                self._refuse_step(started[0] if started else first, error)
                 raise error
         elif self.overlap and self._mode == "probe" and (self._hyper_seen is not None or changed or amp):
             # The first step after backward decides: a loop that changes nothing between backward()
