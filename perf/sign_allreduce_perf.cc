@@ -955,10 +955,14 @@ int ncclMain(const Options& o, int algo) {
     fprintf(stderr, "-d %s: unknown (see -h)\n", o.type.c_str());
     return 2;
   }
-  if (o.op == "avg" && o.type == "int8") {  // as in host mode: never an empty table that exits 0
-    fprintf(stderr, "--nccl: -o avg -d int8: not supported (-o avg runs float, half, bfloat16)\n");
-    return 2;
-  }
+  // As in host mode (typeFits): never an empty table that exits 0.
+  for (const OpInfo& op : kOps)
+    for (const TypeInfo& t : kTypes)
+      if (o.op == op.name && o.type == t.name && !typeFits(op, t.dt)) {
+        fprintf(stderr, "--nccl: -o %s -d %s: not supported; -o %s runs %s\n", op.name, t.name, op.name,
+                typesOf(op).c_str());
+        return 2;
+      }
 #ifdef SIGNLION_PERF_NCCL
   return signlion::perf::runNcclMode(o, algo);
 #else
